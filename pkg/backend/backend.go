@@ -37,6 +37,9 @@ var (
 	ErrInvalidURL = errors.New("invalid source URL")
 	// ErrUnsupported: a source kind that this build cannot open.
 	ErrUnsupported = errors.New("unsupported source")
+	// ErrPermission: the backend refused access (bad or missing
+	// credentials, a bucket policy, file permissions).
+	ErrPermission = errors.New("permission denied")
 )
 
 // Entry describes one file or directory of the dataset.

@@ -1,0 +1,149 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Defaults applied by Open to zero Options fields.
+const (
+	DefaultMaxAttempts    = 4
+	DefaultBaseDelay      = 50 * time.Millisecond
+	DefaultMaxDelay       = 2 * time.Second
+	DefaultRequestTimeout = 30 * time.Second
+)
+
+// Options configures Open. The zero value is ready to use; zero fields take
+// the documented defaults. Options are validated in one place, by Open.
+type Options struct {
+	// Credentials override the standard credential chain of network
+	// backends (s3), e.g. with values from CSI node-stage secrets. When
+	// zero, s3 uses, in order: the environment (AWS_ACCESS_KEY_ID,
+	// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), the shared credentials file
+	// (~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE, profile
+	// AWS_PROFILE), then the instance/pod IAM role; with none of those the
+	// requests are anonymous. Ignored by posix.
+	Credentials Credentials
+
+	// Retry bounds the retries of transient failures of network backends.
+	Retry RetryPolicy
+
+	// RequestTimeout bounds one request attempt, including reading its
+	// response body. Default DefaultRequestTimeout (30s). A timed-out
+	// attempt is retried like any transient failure.
+	RequestTimeout time.Duration
+
+	// Logger receives warnings (skipped names, retries). Default: discard.
+	// Credentials are never logged.
+	Logger *slog.Logger
+
+	// Transport, when set, carries the HTTP requests of network backends
+	// (tests, fault injection, custom TLS). Default: minio-go's transport.
+	Transport http.RoundTripper
+}
+
+// Credentials are an access key pair with an optional session token. Their
+// String, GoString and LogValue never reveal the secret parts.
+type Credentials struct {
+	AccessKey    string
+	SecretKey    string
+	SessionToken string
+}
+
+// IsZero reports whether no credentials are set.
+func (c Credentials) IsZero() bool { return c == Credentials{} }
+
+// String returns a redacted form safe for logs.
+func (c Credentials) String() string {
+	if c.IsZero() {
+		return "Credentials{}"
+	}
+	return "Credentials{AccessKey: " + redactKey(c.AccessKey) + ", SecretKey: REDACTED}"
+}
+
+// GoString is String, so that %#v does not print secrets either.
+func (c Credentials) GoString() string { return c.String() }
+
+// LogValue implements slog.LogValuer with the redacted form.
+func (c Credentials) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+func redactKey(k string) string {
+	if len(k) <= 4 {
+		return "****"
+	}
+	return k[:4] + "****"
+}
+
+// RetryPolicy bounds retries: exponential backoff with full jitter, the
+// sleep before retry n (n ≥ 1) drawn uniformly from
+// [0, min(MaxDelay, BaseDelay·2^(n-1))).
+type RetryPolicy struct {
+	// MaxAttempts is the total number of attempts, first one included.
+	// Default DefaultMaxAttempts (4); 1 disables retries.
+	MaxAttempts int
+	// BaseDelay is the backoff unit. Default DefaultBaseDelay (50ms).
+	BaseDelay time.Duration
+	// MaxDelay caps one backoff sleep. Default DefaultMaxDelay (2s).
+	MaxDelay time.Duration
+}
+
+// withDefaults validates o and fills in the defaults.
+func (o Options) withDefaults() (Options, error) {
+	if o.Retry.MaxAttempts < 0 || o.Retry.BaseDelay < 0 || o.Retry.MaxDelay < 0 || o.RequestTimeout < 0 {
+		return o, fmt.Errorf("backend: options: negative retry or timeout setting")
+	}
+	if o.Retry.MaxAttempts == 0 {
+		o.Retry.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.Retry.BaseDelay == 0 {
+		o.Retry.BaseDelay = DefaultBaseDelay
+	}
+	if o.Retry.MaxDelay == 0 {
+		o.Retry.MaxDelay = DefaultMaxDelay
+	}
+	if o.Retry.MaxDelay < o.Retry.BaseDelay {
+		o.Retry.MaxDelay = o.Retry.BaseDelay
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if !o.Credentials.IsZero() && (o.Credentials.AccessKey == "" || o.Credentials.SecretKey == "") {
+		return o, fmt.Errorf("backend: options: credentials need both an access key and a secret key")
+	}
+	return o, nil
+}
+
+// Open returns a Backend for src. It checks that the dataset is reachable
+// (the posix directory exists, the s3 bucket answers a listing with these
+// credentials) so that a bad source fails here, before anything is mounted.
+//
+// cephfs and nfs sources are not built yet and return ErrUnsupported; a
+// mirror opens each replica and returns a Backend that reads from the
+// fastest healthy one.
+func Open(ctx context.Context, src Source, opts Options) (Backend, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	switch src.Kind {
+	case KindPosix:
+		return openPosix(src.Path, opts)
+	case KindS3:
+		return openS3(ctx, src, opts)
+	case KindCephFS:
+		return nil, fmt.Errorf("backend: open %s: %w: the cephfs backend is not built in this version; mount CephFS with the kernel client and use the mount path (e.g. /mnt/cephfs/dataset) as the source", src, ErrUnsupported)
+	case KindNFS:
+		return nil, fmt.Errorf("backend: open %s: %w: the nfs backend is not built in this version; mount the export with the kernel NFS client and use the mount path (e.g. /mnt/nfs/dataset) as the source", src, ErrUnsupported)
+	case KindMirror:
+		return openMirror(ctx, src, opts)
+	default:
+		return nil, fmt.Errorf("backend: open: %w: unknown source kind %q", ErrInvalidURL, src.Kind)
+	}
+}

@@ -1,0 +1,256 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// posixBackend serves a local or kernel-mounted directory. Every access
+// goes through an os.Root, so neither ".." nor a symlink can reach outside
+// the dataset directory. Symlinks inside the root are followed; dangling or
+// escaping ones are invisible (skipped in listings, ErrNotExist on Stat).
+// Only regular files and directories are served.
+//
+// root and the other fields are immutable after openPosix (os.Root is safe
+// for concurrent use); skipped is atomic.
+type posixBackend struct {
+	root *os.Root
+	dir  string
+	id   string
+	log  *slog.Logger
+
+	skipped atomic.Int64
+}
+
+var (
+	_ Backend     = (*posixBackend)(nil)
+	_ SkipCounter = (*posixBackend)(nil)
+)
+
+// readChunk bounds one pread so that a large ReadAt notices ctx between
+// chunks.
+const readChunk = 1 << 20
+
+func openPosix(dir string, opts Options) (Backend, error) {
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("posix: open %s: %w", dir, mapPosixErr(err))
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("posix: open %s: %w", dir, ErrNotDir)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("posix: open %s: %w", dir, mapPosixErr(err))
+	}
+	fi, err := root.Stat(".")
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("posix: open %s: %w", dir, mapPosixErr(err))
+	}
+	if !fi.IsDir() {
+		root.Close()
+		return nil, fmt.Errorf("posix: open %s: %w", dir, ErrNotDir)
+	}
+	return &posixBackend{
+		root: root,
+		dir:  dir,
+		id:   "file://" + escapePath(dir),
+		log:  opts.Logger.With(slog.String("backend", "posix"), slog.String("dir", dir)),
+	}, nil
+}
+
+func (b *posixBackend) ID() string { return b.id }
+
+func (b *posixBackend) Close() error { return b.root.Close() }
+
+// Skipped implements SkipCounter.
+func (b *posixBackend) Skipped() int64 { return b.skipped.Load() }
+
+// rel turns a clean dataset path into a path for os.Root.
+func rel(p string) string {
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+// posixVersion is the version of a file: mtime in nanoseconds and size.
+func posixVersion(fi fs.FileInfo) string {
+	return strconv.FormatInt(fi.ModTime().UnixNano(), 10) + "-" + strconv.FormatInt(fi.Size(), 10)
+}
+
+func posixEntry(name string, fi fs.FileInfo) Entry {
+	if fi.IsDir() {
+		return Entry{Name: name, IsDir: true, ModTime: fi.ModTime()}
+	}
+	return Entry{Name: name, Size: fi.Size(), ModTime: fi.ModTime(), Version: posixVersion(fi)}
+}
+
+func servable(fi fs.FileInfo) bool { return fi.IsDir() || fi.Mode().IsRegular() }
+
+func (b *posixBackend) Stat(ctx context.Context, p string) (Entry, error) {
+	p, err := CleanPath(p)
+	if err != nil {
+		return Entry{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Entry{}, fmt.Errorf("posix: stat %q: %w", p, err)
+	}
+	fi, err := b.root.Stat(rel(p)) // follows symlinks, within the root only
+	if err != nil {
+		return Entry{}, fmt.Errorf("posix: stat %q: %w", p, mapPosixErr(err))
+	}
+	if !servable(fi) {
+		return Entry{}, fmt.Errorf("posix: stat %q: %w: not a regular file or directory", p, ErrNotExist)
+	}
+	name := p[strings.LastIndexByte(p, '/')+1:]
+	return posixEntry(name, fi), nil
+}
+
+func (b *posixBackend) List(ctx context.Context, p string) ([]Entry, error) {
+	p, err := CleanPath(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("posix: list %q: %w", p, err)
+	}
+	f, err := b.root.Open(rel(p))
+	if err != nil {
+		return nil, fmt.Errorf("posix: list %q: %w", p, mapPosixErr(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("posix: list %q: %w", p, mapPosixErr(err))
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("posix: list %q: %w", p, ErrNotDir)
+	}
+	des, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, fmt.Errorf("posix: list %q: %w", p, mapPosixErr(err))
+	}
+	out := make([]Entry, 0, len(des))
+	for i, de := range des {
+		if i%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("posix: list %q: %w", p, err)
+			}
+		}
+		name := de.Name()
+		if !ValidName(name) {
+			b.skip(p, name, "not a valid file name")
+			continue
+		}
+		var info fs.FileInfo
+		if de.Type()&fs.ModeSymlink != 0 {
+			info, err = b.root.Stat(joinPath(p, name))
+			if err != nil {
+				b.skip(p, name, "symlink is dangling or points outside the dataset")
+				continue
+			}
+		} else if info, err = de.Info(); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // removed since ReadDir
+			}
+			return nil, fmt.Errorf("posix: list %q: %w", p, mapPosixErr(err))
+		}
+		if !servable(info) {
+			b.skip(p, name, "not a regular file or directory")
+			continue
+		}
+		out = append(out, posixEntry(name, info))
+	}
+	slices.SortFunc(out, func(x, y Entry) int { return strings.Compare(x.Name, y.Name) })
+	return out, nil
+}
+
+func (b *posixBackend) skip(dir, name, why string) {
+	b.skipped.Add(1)
+	b.log.Warn("skipping directory entry", slog.String("path", strconv.Quote(joinPath(dir, name))), slog.String("reason", why))
+}
+
+func (b *posixBackend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
+	p, err := CleanPath(p)
+	if err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("posix: read %q: %w", p, err)
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("posix: read %q: negative offset %d", p, off)
+	}
+	f, err := b.root.Open(rel(p))
+	if err != nil {
+		return 0, fmt.Errorf("posix: read %q: %w", p, mapPosixErr(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("posix: read %q: %w", p, mapPosixErr(err))
+	}
+	switch {
+	case fi.IsDir():
+		return 0, fmt.Errorf("posix: read %q: %w", p, ErrIsDir)
+	case !fi.Mode().IsRegular():
+		return 0, fmt.Errorf("posix: read %q: %w: not a regular file", p, ErrNotExist)
+	case version != "" && posixVersion(fi) != version:
+		return 0, fmt.Errorf("posix: read %q: %w (version %s, now %s)", p, ErrChanged, version, posixVersion(fi))
+	}
+	n := 0
+	for n < len(buf) {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("posix: read %q: %w", p, err)
+		}
+		end := min(len(buf), n+readChunk)
+		m, err := f.ReadAt(buf[n:end], off+int64(n))
+		n += m
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("posix: read %q: %w", p, mapPosixErr(err))
+		}
+	}
+	if version != "" {
+		// The file may have been rewritten while we read it.
+		if fi2, err := f.Stat(); err != nil || posixVersion(fi2) != version {
+			return 0, fmt.Errorf("posix: read %q: %w during the read", p, ErrChanged)
+		}
+	}
+	if n < len(buf) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// mapPosixErr maps an os error to the backend sentinels, keeping the
+// original in the chain.
+func mapPosixErr(err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ELOOP):
+		return fmt.Errorf("%w (%v)", ErrNotExist, err)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%w (%v)", ErrPermission, err)
+	case isEscape(err):
+		return fmt.Errorf("%w: symlink points outside the dataset", ErrNotExist)
+	}
+	return err
+}
+
+// isEscape reports os.Root's "path escapes from parent" error, which has no
+// exported sentinel.
+func isEscape(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "path escapes from parent")
+}

@@ -1,0 +1,159 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/backendtest"
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// posixDirs remembers the directory behind each posix Backend a test made.
+var posixDirs sync.Map // backend.Backend → string
+
+func writeFiles(t *testing.T, dir string, files map[string][]byte) {
+	t.Helper()
+	for p, data := range files {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func openPosix(t *testing.T, dir string) backend.Backend {
+	t.Helper()
+	src, err := backend.Parse(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(context.Background(), src, backend.Options{})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", dir, err)
+	}
+	return b
+}
+
+func makePosix(t *testing.T, files map[string][]byte) backend.Backend {
+	dir := t.TempDir()
+	writeFiles(t, dir, files)
+	b := openPosix(t, dir)
+	posixDirs.Store(b, dir)
+	return b
+}
+
+func modifyPosix(t *testing.T, b backend.Backend, p string, data []byte) {
+	dir, ok := posixDirs.Load(b)
+	if !ok {
+		t.Fatal("unknown posix backend")
+	}
+	full := filepath.Join(dir.(string), filepath.FromSlash(p))
+	if err := os.WriteFile(full, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Make sure the mtime moves even on coarse-grained file systems.
+	later := time.Now().Add(2 * time.Second)
+	if err := os.Chtimes(full, later, later); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPosixConformance(t *testing.T) {
+	backendtest.Run(t, makePosix, backendtest.WithModify(modifyPosix))
+}
+
+func TestPosixSymlinksStayInRoot(t *testing.T) {
+	outside := t.TempDir()
+	writeFiles(t, outside, map[string][]byte{"secret": []byte("do not serve")})
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"real/f": []byte("inside"), "bad\\name": nil})
+	for name, target := range map[string]string{
+		"link-file":    "real/f",
+		"link-dir":     "real",
+		"escape-abs":   filepath.Join(outside, "secret"),
+		"escape-rel":   "../" + filepath.Base(outside) + "/secret",
+		"escape-dir":   outside,
+		"dangling":     "real/missing",
+		"real/up-link": "../real/f",
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ctl\x01char"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := openPosix(t, dir)
+	defer b.Close()
+	ctx := context.Background()
+
+	es, err := b.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name)
+	}
+	if want := []string{"bad\\name", "link-dir", "link-file", "real"}; !slices.Equal(names, want) {
+		t.Errorf("List = %q, want %q", names, want)
+	}
+	// escape-abs, escape-rel, escape-dir, dangling and the control character.
+	if got := backend.Skipped(b); got != 5 {
+		t.Errorf("Skipped = %d, want 5", got)
+	}
+	if e, err := b.Stat(ctx, "link-file"); err != nil || e.IsDir || e.Size != 6 {
+		t.Errorf("Stat(link-file) = %+v, %v", e, err)
+	}
+	if e, err := b.Stat(ctx, "link-dir"); err != nil || !e.IsDir {
+		t.Errorf("Stat(link-dir) = %+v, %v", e, err)
+	}
+	buf := make([]byte, 6)
+	if n, err := b.ReadAt(ctx, "link-dir/up-link", "", buf, 0); n != 6 || string(buf) != "inside" {
+		t.Errorf("ReadAt(link-dir/up-link) = %d, %v", n, err)
+	}
+	for _, p := range []string{"escape-abs", "escape-rel", "escape-dir/secret", "dangling"} {
+		if _, err := b.Stat(ctx, p); !errors.Is(err, backend.ErrNotExist) {
+			t.Errorf("Stat(%q) = %v, want ErrNotExist", p, err)
+		}
+		if n, err := b.ReadAt(ctx, p, "", make([]byte, 20), 0); !errors.Is(err, backend.ErrNotExist) {
+			t.Errorf("ReadAt(%q) = %d, %v; want ErrNotExist", p, n, err)
+		}
+	}
+}
+
+func TestPosixOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"file": nil})
+	for _, tc := range []struct {
+		dir  string
+		want error
+	}{
+		{filepath.Join(dir, "missing"), backend.ErrNotExist},
+		{filepath.Join(dir, "file"), backend.ErrNotDir},
+	} {
+		_, err := backend.Open(context.Background(), backend.Source{Kind: backend.KindPosix, Path: tc.dir}, backend.Options{})
+		if !errors.Is(err, tc.want) {
+			t.Errorf("Open(%s) = %v, want %v", tc.dir, err, tc.want)
+		}
+	}
+}
+
+func TestPosixID(t *testing.T) {
+	dir := t.TempDir()
+	b1, b2 := openPosix(t, dir), openPosix(t, dir+"/")
+	defer b1.Close()
+	defer b2.Close()
+	if b1.ID() != b2.ID() || b1.ID() == "" {
+		t.Errorf("IDs %q and %q: want equal and non-empty", b1.ID(), b2.ID())
+	}
+}

@@ -1,0 +1,511 @@
+package backend
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// s3Backend serves a bucket prefix of an S3-compatible server.
+//
+// All fields are immutable after openS3 except the atomic counters, so the
+// backend is safe for concurrent use without a lock.
+type s3Backend struct {
+	core   *minio.Core
+	bucket string
+	prefix string // "" or "dir/sub/" (always a trailing slash)
+	id     string
+	log    *slog.Logger
+	retry  *retrier
+	// transport is the base HTTP transport (for Close).
+	transport http.RoundTripper
+
+	skipped atomic.Int64
+}
+
+var (
+	_ Backend      = (*s3Backend)(nil)
+	_ RetryCounter = (*s3Backend)(nil)
+	_ SkipCounter  = (*s3Backend)(nil)
+)
+
+// errShortBody: a response body ended before the requested range did.
+var errShortBody = errors.New("response body shorter than the requested range")
+
+func openS3(ctx context.Context, src Source, opts Options) (Backend, error) {
+	host, secure := "s3.amazonaws.com", true
+	if src.Endpoint != "" {
+		u, err := url.Parse(src.Endpoint)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("s3: open %s: %w: bad endpoint", src, ErrInvalidURL)
+		}
+		host, secure = u.Host, u.Scheme == "https"
+	}
+	base := opts.Transport
+	if base == nil {
+		t, err := minio.DefaultTransport(secure)
+		if err != nil {
+			return nil, fmt.Errorf("s3: open %s: transport: %w", src, err)
+		}
+		base = t
+	}
+	var creds *credentials.Credentials
+	if !opts.Credentials.IsZero() {
+		c := opts.Credentials
+		creds = credentials.NewStaticV4(c.AccessKey, c.SecretKey, c.SessionToken)
+	} else {
+		creds = credentials.NewChainCredentials([]credentials.Provider{
+			&credentials.EnvAWS{},
+			&credentials.FileAWSCredentials{},
+			&credentials.IAM{},
+		})
+	}
+	lookup := minio.BucketLookupAuto
+	switch {
+	case src.PathStyle:
+		lookup = minio.BucketLookupPath
+	case src.Endpoint != "":
+		lookup = minio.BucketLookupDNS
+	}
+	core, err := minio.NewCore(host, &minio.Options{
+		Creds:        creds,
+		Secure:       secure,
+		Transport:    &timeoutTransport{base: base, d: opts.RequestTimeout},
+		Region:       src.Region,
+		BucketLookup: lookup,
+		MaxRetries:   1, // retries are ours: bounded, counted, ctx-aware
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3: open %s: %w", src, err)
+	}
+	prefix := ""
+	if src.Prefix != "" {
+		prefix = src.Prefix + "/"
+	}
+	b := &s3Backend{
+		core:   core,
+		bucket: src.Bucket,
+		prefix: prefix,
+		id:     "s3://" + host + "/" + src.Bucket + "/" + prefix,
+		log:    opts.Logger.With(slog.String("backend", "s3"), slog.String("bucket", src.Bucket)),
+		retry:  &retrier{policy: opts.Retry, log: opts.Logger},
+
+		transport: base,
+	}
+	// Probe: one key of the dataset, so that a missing bucket or bad
+	// credentials fail now, with a clear message, not at the first read.
+	if _, err := b.firstKey(ctx, b.prefix); err != nil {
+		return nil, b.mapErr("open", "", err)
+	}
+	return b, nil
+}
+
+func (b *s3Backend) ID() string { return b.id }
+
+func (b *s3Backend) Close() error {
+	// minio-go holds nothing but idle connections.
+	if ci, ok := b.transport.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Retries implements RetryCounter.
+func (b *s3Backend) Retries() int64 { return b.retry.retries.Load() }
+
+// Skipped implements SkipCounter.
+func (b *s3Backend) Skipped() int64 { return b.skipped.Load() }
+
+// key returns the object key of a clean dataset path.
+func (b *s3Backend) key(p string) string { return b.prefix + p }
+
+// dirPrefix returns the key prefix of the directory at a clean path.
+func (b *s3Backend) dirPrefix(p string) string {
+	if p == "" {
+		return b.prefix
+	}
+	return b.prefix + p + "/"
+}
+
+func (b *s3Backend) Stat(ctx context.Context, p string) (Entry, error) {
+	p, err := CleanPath(p)
+	if err != nil {
+		return Entry{}, err
+	}
+	if p == "" {
+		return Entry{IsDir: true}, nil
+	}
+	e, err := b.statObject(ctx, p)
+	if err == nil {
+		return e, nil
+	}
+	if !isNotFound(err) {
+		return Entry{}, b.mapErr("stat", p, err)
+	}
+	isDir, err := b.isDir(ctx, p)
+	if err != nil {
+		return Entry{}, b.mapErr("stat", p, err)
+	}
+	if !isDir {
+		return Entry{}, fmt.Errorf("s3: stat %q: %w", p, ErrNotExist)
+	}
+	return Entry{Name: path.Base(p), IsDir: true}, nil
+}
+
+// statObject HEADs the object at p; errors are returned unwrapped.
+func (b *s3Backend) statObject(ctx context.Context, p string) (Entry, error) {
+	var info minio.ObjectInfo
+	_, err := b.retry.do(ctx, "stat", b.retryable, func(ctx context.Context) error {
+		var err error
+		info, err = b.core.StatObject(ctx, b.bucket, b.key(p), minio.StatObjectOptions{})
+		return err
+	})
+	if err != nil {
+		return Entry{}, err
+	}
+	return Entry{
+		Name:    path.Base(p),
+		Size:    info.Size,
+		ModTime: info.LastModified,
+		Version: trimETag(info.ETag),
+	}, nil
+}
+
+// isDir reports whether any key lies under the directory prefix of p.
+func (b *s3Backend) isDir(ctx context.Context, p string) (bool, error) {
+	k, err := b.firstKey(ctx, b.dirPrefix(p))
+	return k != "", err
+}
+
+// firstKey returns the first key under prefix ("" if none); errors are
+// returned unwrapped.
+func (b *s3Backend) firstKey(ctx context.Context, prefix string) (string, error) {
+	var key string
+	_, err := b.retry.do(ctx, "probe", b.retryable, func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel() // stops minio-go's listing goroutine
+		for obj := range b.core.Client.ListObjects(ctx, b.bucket, minio.ListObjectsOptions{
+			Prefix: prefix, Recursive: true, MaxKeys: 1,
+		}) {
+			if obj.Err != nil {
+				return obj.Err
+			}
+			key = obj.Key
+			return nil
+		}
+		return nil
+	})
+	return key, err
+}
+
+func (b *s3Backend) List(ctx context.Context, p string) ([]Entry, error) {
+	p, err := CleanPath(p)
+	if err != nil {
+		return nil, err
+	}
+	prefix := b.dirPrefix(p)
+	byName := make(map[string]Entry)
+	seen := false    // any key at all under prefix (even a marker or a bad name)
+	startAfter := "" // resume point after a failed page
+	_, err = b.retry.do(ctx, "list", b.retryable, func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		for obj := range b.core.Client.ListObjects(ctx, b.bucket, minio.ListObjectsOptions{
+			Prefix:     prefix,
+			Recursive:  false, // ListObjectsV2 with Delimiter "/", paginated by minio-go
+			StartAfter: startAfter,
+		}) {
+			if obj.Err != nil {
+				return obj.Err
+			}
+			seen = true
+			startAfter = obj.Key
+			b.addChild(byName, prefix, obj)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, b.mapErr("list", p, err)
+	}
+	if !seen && p != "" {
+		// Nothing under the prefix: either a file or nothing at all.
+		if _, err := b.statObject(ctx, p); err == nil {
+			return nil, fmt.Errorf("s3: list %q: %w", p, ErrNotDir)
+		} else if !isNotFound(err) {
+			return nil, b.mapErr("list", p, err)
+		}
+		return nil, fmt.Errorf("s3: list %q: %w", p, ErrNotExist)
+	}
+	out := make([]Entry, 0, len(byName))
+	for _, e := range byName {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(x, y Entry) int { return strings.Compare(x.Name, y.Name) })
+	return out, nil
+}
+
+// addChild turns one listing item (an object or a common prefix) into a
+// child entry of the directory at prefix, skipping invalid names.
+func (b *s3Backend) addChild(byName map[string]Entry, prefix string, obj minio.ObjectInfo) {
+	rel := strings.TrimPrefix(obj.Key, prefix)
+	if rel == "" {
+		return // a "directory marker" object for the directory itself
+	}
+	e := Entry{Name: rel}
+	if strings.HasSuffix(rel, "/") {
+		e = Entry{Name: strings.TrimSuffix(rel, "/"), IsDir: true}
+	} else {
+		e.Size, e.ModTime, e.Version = obj.Size, obj.LastModified, trimETag(obj.ETag)
+	}
+	if !ValidName(e.Name) {
+		b.skip(obj.Key, "name would escape the mount or is not a valid file name")
+		return
+	}
+	if prev, dup := byName[e.Name]; dup {
+		if prev.IsDir == e.IsDir {
+			return // the same item again after a resumed page
+		}
+		b.skip(obj.Key, "a file and a directory share this name; keeping the file")
+		if prev.IsDir {
+			byName[e.Name] = e
+		}
+		return
+	}
+	byName[e.Name] = e
+}
+
+func (b *s3Backend) skip(key, why string) {
+	b.skipped.Add(1)
+	b.log.Warn("skipping object key", slog.String("key", strconv.Quote(key)), slog.String("reason", why))
+}
+
+func (b *s3Backend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
+	p, err := CleanPath(p)
+	if err != nil {
+		return 0, err
+	}
+	if p == "" {
+		return 0, fmt.Errorf("s3: read %q: %w", p, ErrIsDir)
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("s3: read %q: negative offset %d", p, off)
+	}
+	if len(buf) == 0 {
+		return 0, nil
+	}
+	var n int
+	var eof bool
+	_, err = b.retry.do(ctx, "read", b.retryable, func(ctx context.Context) error {
+		var err error
+		n, eof, err = b.readOnce(ctx, p, version, buf, off)
+		return err
+	})
+	if err != nil {
+		resp := minio.ToErrorResponse(err)
+		switch {
+		case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable || resp.Code == "InvalidRange":
+			// off is at or past the end of the object.
+			if version != "" {
+				e, serr := b.statObject(ctx, p)
+				if serr != nil {
+					return 0, b.mapErr("read", p, serr)
+				}
+				if e.Version != version {
+					return 0, fmt.Errorf("s3: read %q: %w (version %q, now %q)", p, ErrChanged, version, e.Version)
+				}
+			}
+			return 0, io.EOF
+		case isNotFound(err):
+			isDir, derr := b.isDir(ctx, p)
+			if derr == nil && isDir {
+				return 0, fmt.Errorf("s3: read %q: %w", p, ErrIsDir)
+			}
+		}
+		return 0, b.mapErr("read", p, err)
+	}
+	if eof {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// readOnce makes one ranged GET and reads the whole range into buf. It
+// returns errShortBody if the body ends early, and eof when the object
+// ends before buf is full.
+func (b *s3Backend) readOnce(ctx context.Context, p, version string, buf []byte, off int64) (int, bool, error) {
+	var opts minio.GetObjectOptions
+	if err := opts.SetRange(off, off+int64(len(buf))-1); err != nil {
+		return 0, false, err
+	}
+	if version != "" {
+		if err := opts.SetMatchETag(version); err != nil {
+			return 0, false, err
+		}
+	}
+	body, info, hdr, err := b.core.GetObject(ctx, b.bucket, b.key(p), opts)
+	if err != nil {
+		return 0, false, err
+	}
+	defer body.Close()
+	if version != "" && info.ETag != "" && trimETag(info.ETag) != version {
+		// The server ignored If-Match; never hand out other bytes.
+		return 0, false, minio.ErrorResponse{StatusCode: http.StatusPreconditionFailed, Code: "PreconditionFailed", Message: "ETag mismatch"}
+	}
+	start, total := off, info.Size
+	if cr := hdr.Get("Content-Range"); cr != "" {
+		var end int64
+		start, end, total, err = parseContentRange(cr)
+		if err != nil {
+			return 0, false, err
+		}
+		if start != off || end-start+1 != info.Size && info.Size >= 0 {
+			return 0, false, fmt.Errorf("%w: Content-Range %q for a body of %d bytes at offset %d", errShortBody, cr, info.Size, off)
+		}
+	} else if off > 0 {
+		// 200 OK: the server sent the whole object; skip to off.
+		if _, err := io.CopyN(io.Discard, body, off); err != nil {
+			return 0, false, shortBody(err)
+		}
+	}
+	want := int64(len(buf))
+	if rest := total - off; rest < want {
+		want = max(rest, 0)
+	}
+	n, err := io.ReadFull(body, buf[:want])
+	if err != nil {
+		return n, false, shortBody(err)
+	}
+	return n, want < int64(len(buf)), nil
+}
+
+func shortBody(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errShortBody
+	}
+	return err
+}
+
+// parseContentRange parses "bytes START-END/TOTAL".
+func parseContentRange(s string) (start, end, total int64, err error) {
+	bad := fmt.Errorf("bad Content-Range %q", s)
+	rest, ok := strings.CutPrefix(s, "bytes ")
+	if !ok {
+		return 0, 0, 0, bad
+	}
+	rng, tot, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, 0, 0, bad
+	}
+	a, z, ok := strings.Cut(rng, "-")
+	if !ok {
+		return 0, 0, 0, bad
+	}
+	if start, err = strconv.ParseInt(a, 10, 64); err != nil {
+		return 0, 0, 0, bad
+	}
+	if end, err = strconv.ParseInt(z, 10, 64); err != nil || end < start {
+		return 0, 0, 0, bad
+	}
+	if total, err = strconv.ParseInt(tot, 10, 64); err != nil || total <= end {
+		return 0, 0, 0, bad
+	}
+	return start, end, total, nil
+}
+
+// retryable classifies an unwrapped error of one attempt: 5xx, 408, 429 and
+// throttling codes, timeouts, connection failures and short bodies are
+// transient; any other 4xx or API error is permanent.
+func (b *s3Backend) retryable(err error) bool {
+	if errors.Is(err, errShortBody) {
+		return true
+	}
+	if resp := minio.ToErrorResponse(err); resp.StatusCode != 0 || resp.Code != "" {
+		switch resp.StatusCode {
+		case http.StatusRequestTimeout, http.StatusTooManyRequests:
+			return true
+		}
+		if resp.StatusCode >= 500 {
+			return true
+		}
+		switch resp.Code {
+		case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "Throttling", "ThrottlingException":
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, context.Canceled) {
+		return false // the caller's ctx (checked by the retrier) or ours: stop
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true // the per-attempt timeout (the retrier checks the caller's ctx)
+	}
+	var certErr *tls.CertificateVerificationError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	if errors.As(err, &certErr) || errors.As(err, &unknownAuth) || errors.As(err, &hostErr) {
+		return false
+	}
+	var urlErr *url.Error
+	var netErr net.Error
+	if errors.As(err, &urlErr) || errors.As(err, &netErr) {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// isNotFound reports a missing key (HEAD and GET 404s).
+func isNotFound(err error) bool {
+	resp := minio.ToErrorResponse(err)
+	return resp.Code == "NoSuchKey" || (resp.StatusCode == http.StatusNotFound && resp.Code != "NoSuchBucket")
+}
+
+// mapErr turns an unwrapped minio-go error into a backend error: it
+// classifies first (minio.ToErrorResponse is a plain type switch) and only
+// then wraps.
+func (b *s3Backend) mapErr(op, p string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("s3: %s %q: %w", op, p, err)
+	}
+	resp := minio.ToErrorResponse(err)
+	switch {
+	case resp.Code == "NoSuchBucket":
+		return fmt.Errorf("s3: %s %q: %w: bucket %q does not exist", op, p, ErrNotExist, b.bucket)
+	case isNotFound(err):
+		return fmt.Errorf("s3: %s %q: %w", op, p, ErrNotExist)
+	case resp.StatusCode == http.StatusPreconditionFailed || resp.Code == "PreconditionFailed":
+		return fmt.Errorf("s3: %s %q: %w", op, p, ErrChanged)
+	case resp.StatusCode == http.StatusForbidden || resp.Code == "AccessDenied" ||
+		resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch":
+		return fmt.Errorf("s3: %s %q: %w: %s (%s): check the credentials (Options.Credentials, "+
+			"AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the shared credentials file, IAM role) "+
+			"and the bucket policy", op, p, ErrPermission, resp.Code, strings.TrimSuffix(resp.Message, "."))
+	case resp.Code != "":
+		return fmt.Errorf("s3: %s %q: %s (%s, HTTP %d): %w", op, p, resp.Code, strings.TrimSuffix(resp.Message, "."), resp.StatusCode, err)
+	case errors.Is(err, errShortBody):
+		return fmt.Errorf("s3: %s %q: %w", op, p, io.ErrUnexpectedEOF)
+	}
+	return fmt.Errorf("s3: %s %q: %w", op, p, err)
+}
+
+// trimETag strips the quotes (and a weak prefix) around an ETag.
+func trimETag(etag string) string {
+	etag = strings.TrimPrefix(etag, "W/")
+	return strings.Trim(etag, `"`)
+}
