@@ -1,0 +1,79 @@
+// Command cachefs is EpochFS's command line: mount a dataset through the NR
+// cache, inspect a cache directory, and run the demo.
+//
+// Mains are thin: flags become a Config, the package validates it and runs.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := newRoot().ExecuteContext(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cachefs:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		os.Exit(1)
+	}
+}
+
+type globalFlags struct {
+	logLevel  string
+	logFormat string
+}
+
+func newRoot() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:   "cachefs",
+		Short: "EpochFS: read-only training datasets through a no-replacement (NR) node cache",
+		Long: `cachefs mounts a read-only dataset (a local path or s3://bucket/prefix) through
+a node-local cache with the NR (no-replacement) policy: files are admitted until
+the cache is full and never evicted, so every epoch after the first hits exactly
+cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
+	root.AddCommand(newMountCmd(g), newStatsCmd(), newVersionCmd(), newDemoCmd(g))
+	return root
+}
+
+func (g *globalFlags) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(g.logFormat) {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/mount"
+)
+
+func newMountCmd(g *globalFlags) *cobra.Command {
+	var (
+		cfg          mount.Config
+		cacheSize    string
+		wholeFileMax string
+		blockSize    string
+	)
+	cmd := &cobra.Command{
+		Use:   "mount SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
+		Short: "Mount a dataset read-only through the cache, in the foreground",
+		Long: `Mount SOURCE read-only at MOUNTPOINT through the node-local cache and serve
+until SIGINT/SIGTERM or an outside unmount, then unmount cleanly.
+
+SOURCE is one of:
+  /abs/path or file:///abs/path    a local or kernel-mounted directory
+  s3://bucket/prefix?endpoint=http://host:9000&region=us-east-1
+                                   S3; credentials from AWS_ACCESS_KEY_ID /
+                                   AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,
+                                   the shared credentials file, or IAM
+
+Mounting needs root (or fuse3's fusermount3 on the PATH).`,
+		Example: `  cachefs mount /data/imagenet /mnt/imagenet --cache-dir /var/cache/epochfs --cache-size 50GiB
+  cachefs mount 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' /mnt/imagenet \
+      --cache-dir /var/cache/epochfs --cache-size 100GiB --metrics-addr 127.0.0.1:9567`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg.Source, cfg.Mountpoint, cfg.Logger = args[0], args[1], log
+			if cfg.CacheSize, err = cache.ParseSize(cacheSize); err != nil {
+				return fmt.Errorf("--cache-size: %w", err)
+			}
+			if cfg.WholeFileMax, err = cache.ParseSize(wholeFileMax); err != nil {
+				return fmt.Errorf("--whole-file-max: %w", err)
+			}
+			if cfg.BlockSize, err = cache.ParseSize(blockSize); err != nil {
+				return fmt.Errorf("--block-size: %w", err)
+			}
+			m, err := mount.New(cfg)
+			if err != nil {
+				return err
+			}
+			return m.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.CacheDir, "cache-dir", "", "cache directory (created if missing; one mount process per directory) (required)")
+	f.StringVar(&cacheSize, "cache-size", "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
+	f.StringVar(&cfg.Policy, "policy", "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
+	f.BoolVar(&cfg.AllowOther, "allow-other", true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
+	f.StringVar(&wholeFileMax, "whole-file-max", fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
+	f.StringVar(&blockSize, "block-size", fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
+	f.IntVar(&cfg.Readahead, "readahead", fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
+	f.DurationVar(&cfg.ReadTimeout, "read-timeout", fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
+	f.BoolVar(&cfg.Debug, "fuse-debug", false, "log every FUSE request (very verbose)")
+	_ = cmd.MarkFlagRequired("cache-dir")
+	_ = cmd.MarkFlagRequired("cache-size")
+	return cmd
+}

@@ -1,0 +1,171 @@
+// Package datagen generates deterministic image-like datasets: class
+// directories holding files whose sizes follow a log-normal distribution
+// clamped to [MinSize, MaxSize], like ImageNet's JPEGs (median ≈ 110 KB).
+//
+// The same Spec always yields the same names, sizes and bytes, so a test or
+// benchmark can regenerate a file's expected content instead of storing it.
+// The package writes to a local directory; uploading to S3 is the caller's
+// business (it knows nothing of backends or caches).
+package datagen
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+)
+
+// Spec describes a dataset. Zero fields take the documented defaults.
+type Spec struct {
+	Files   int    // number of files; default 2000
+	Classes int    // number of class directories; default 20
+	Seed    uint64 // RNG seed; default 1
+	// MedianSize is the log-normal median in bytes; default 110 KB.
+	MedianSize int64
+	// Sigma is the log-normal shape; default 0.9 (mean ≈ 1.5 × median).
+	Sigma float64
+	// MinSize and MaxSize clamp sizes; defaults 16 KB and 5 MB.
+	MinSize, MaxSize int64
+}
+
+// File is one generated file.
+type File struct {
+	Path string // slash-separated, relative to the dataset root
+	Size int64
+	Seed uint64 // content seed; Content(Seed, Size) yields the bytes
+}
+
+func (s Spec) withDefaults() Spec {
+	if s.Files == 0 {
+		s.Files = 2000
+	}
+	if s.Classes == 0 {
+		s.Classes = 20
+	}
+	if s.Seed == 0 {
+		s.Seed = 1
+	}
+	if s.MedianSize == 0 {
+		s.MedianSize = 110_000
+	}
+	if s.Sigma == 0 {
+		s.Sigma = 0.9
+	}
+	if s.MinSize == 0 {
+		s.MinSize = 16_000
+	}
+	if s.MaxSize == 0 {
+		s.MaxSize = 5_000_000
+	}
+	return s
+}
+
+// Validate reports a spec that cannot be generated.
+func (s Spec) Validate() error {
+	s = s.withDefaults()
+	switch {
+	case s.Files < 0 || s.Classes < 0:
+		return errors.New("datagen: files and classes must be positive")
+	case s.MinSize < 0 || s.MaxSize < s.MinSize:
+		return fmt.Errorf("datagen: size range [%d, %d] is empty", s.MinSize, s.MaxSize)
+	case s.Sigma < 0:
+		return errors.New("datagen: sigma must be positive")
+	}
+	return nil
+}
+
+// Plan returns the files of the dataset, in generation order. It does not
+// touch the disk.
+func (s Spec) Plan() []File {
+	s = s.withDefaults()
+	rng := rand.New(rand.NewPCG(s.Seed, 0x9e3779b97f4a7c15))
+	files := make([]File, s.Files)
+	mu := math.Log(float64(s.MedianSize))
+	for i := range files {
+		size := int64(math.Exp(mu + s.Sigma*rng.NormFloat64()))
+		size = min(max(size, s.MinSize), s.MaxSize)
+		class := i % s.Classes
+		files[i] = File{
+			Path: fmt.Sprintf("n%08d/img_%07d.jpg", class, i),
+			Size: size,
+			Seed: rng.Uint64(),
+		}
+	}
+	return files
+}
+
+// Reader returns a reader of a file's content: size bytes from a ChaCha8
+// stream keyed by seed (incompressible, like JPEG data).
+func Reader(seed uint64, size int64) io.Reader {
+	var key [32]byte
+	for i := range 4 {
+		v := seed*0x9e3779b97f4a7c15 + uint64(i)
+		for j := range 8 {
+			key[i*8+j] = byte(v >> (8 * j))
+		}
+	}
+	return io.LimitReader(rand.NewChaCha8(key), size)
+}
+
+// Content returns a file's bytes.
+func Content(f File) []byte {
+	b := make([]byte, f.Size)
+	_, _ = io.ReadFull(Reader(f.Seed, f.Size), b)
+	return b
+}
+
+// Sum returns the sha256 of a file's content without keeping it in memory.
+func Sum(f File) [sha256.Size]byte {
+	h := sha256.New()
+	_, _ = io.Copy(h, Reader(f.Seed, f.Size))
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// Write generates the dataset under dir (created if missing) and returns its
+// files. Existing files are overwritten.
+func Write(dir string, s Spec) ([]File, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	files := s.Plan()
+	for _, f := range files {
+		p := filepath.Join(dir, filepath.FromSlash(f.Path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, fmt.Errorf("datagen: %w", err)
+		}
+		if err := writeFile(p, f); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+func writeFile(p string, f File) error {
+	out, err := os.Create(p)
+	if err != nil {
+		return fmt.Errorf("datagen: %w", err)
+	}
+	if _, err := io.Copy(out, Reader(f.Seed, f.Size)); err != nil {
+		out.Close()
+		return fmt.Errorf("datagen: write %s: %w", p, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("datagen: close %s: %w", p, err)
+	}
+	return nil
+}
+
+// TotalSize returns the sum of the files' sizes.
+func TotalSize(files []File) int64 {
+	var n int64
+	for _, f := range files {
+		n += f.Size
+	}
+	return n
+}

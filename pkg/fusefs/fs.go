@@ -1,0 +1,243 @@
+// Package fusefs is the read-only FUSE file system of an EpochFS mount: a
+// go-fuse v2 node tree whose names and sizes come from the backend's
+// listings and whose bytes come through the NR cache.
+//
+// Small files (≤ Options.WholeFileMax, 8 MiB by default) are fetched whole on
+// first open through the cache; once cached, their cache file is handed to
+// the kernel with FUSE passthrough when the kernel allows it (root, kernel ≥
+// 6.9), so cached reads skip this process entirely. Larger files are read in
+// fixed-size blocks, each a cache entry, with readahead of the next blocks.
+//
+// The dataset is immutable while mounted: entry and attribute timeouts are
+// long, the kernel page cache is kept across opens, and every write-type call
+// fails with EROFS. Hit and miss counters count what reaches the cache: one
+// lookup per open of a small file (its whole size) and one per block of a
+// large file read through a handle.
+//
+// The package knows the backend and the cache; it knows nothing of CSI.
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/zeebo/xxh3"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
+)
+
+// Defaults for Options.
+const (
+	DefaultWholeFileMax = 8 << 20
+	DefaultBlockSize    = 4 << 20
+	DefaultReadahead    = 4
+	DefaultTimeout      = time.Hour
+	DefaultReadTimeout  = 2 * time.Minute
+)
+
+// Options configure an FS. Zero fields take the defaults above.
+type Options struct {
+	Backend backend.Backend // required
+	Store   *cache.Store    // required
+	// WholeFileMax: files up to this many bytes are fetched whole on open.
+	WholeFileMax int64
+	// BlockSize: larger files are cached in blocks of this many bytes.
+	BlockSize int64
+	// Readahead: how many blocks after the one being read are fetched in
+	// the background for large files.
+	Readahead int
+	// Timeout is the kernel entry, attribute and negative-lookup timeout.
+	Timeout time.Duration
+	// ReadTimeout bounds one backend fetch (a whole small file or a block),
+	// retries included; a fetch that takes longer fails with EIO.
+	ReadTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// FS is a mountable read-only dataset tree.
+//
+// Immutable after New: opts, backend, store, log, ctx. inoMu guards inos.
+type FS struct {
+	opts    Options
+	backend backend.Backend
+	store   *cache.Store
+	log     *slog.Logger
+	dataset string
+	ctx     context.Context // parent of every backend fetch; cancelled by Close
+	cancel  context.CancelFunc
+	raSem   chan struct{} // bounds background readahead fetches
+
+	inoMu sync.Mutex
+	inos  map[uint64]string // inode number → path, to resolve hash collisions
+}
+
+// New validates opts and returns an FS ready to mount.
+func New(opts Options) (*FS, error) {
+	if opts.Backend == nil || opts.Store == nil {
+		return nil, errors.New("fusefs: Backend and Store are required")
+	}
+	if opts.WholeFileMax == 0 {
+		opts.WholeFileMax = DefaultWholeFileMax
+	}
+	if opts.BlockSize == 0 {
+		opts.BlockSize = DefaultBlockSize
+	}
+	if opts.Readahead == 0 {
+		opts.Readahead = DefaultReadahead
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.ReadTimeout == 0 {
+		opts.ReadTimeout = DefaultReadTimeout
+	}
+	switch {
+	case opts.WholeFileMax < 0:
+		return nil, fmt.Errorf("fusefs: WholeFileMax %d must be positive", opts.WholeFileMax)
+	case opts.BlockSize < 4096:
+		return nil, fmt.Errorf("fusefs: BlockSize %d must be at least 4096", opts.BlockSize)
+	case opts.Readahead < 0:
+		return nil, fmt.Errorf("fusefs: Readahead %d must not be negative", opts.Readahead)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &FS{
+		opts:    opts,
+		backend: opts.Backend,
+		store:   opts.Store,
+		log:     opts.Logger,
+		dataset: opts.Backend.ID(),
+		ctx:     ctx,
+		cancel:  cancel,
+		raSem:   make(chan struct{}, 4*max(opts.Readahead, 1)),
+		inos:    map[uint64]string{1: ""},
+	}, nil
+}
+
+// Root returns the root node, for fs.Mount or fs.NewNodeFS.
+func (f *FS) Root() fs.InodeEmbedder { return &dirNode{fsys: f, path: ""} }
+
+// Close cancels in-flight backend fetches. Call it after unmounting.
+func (f *FS) Close() { f.cancel() }
+
+// MountOptions are the knobs of Mount that callers may set.
+type MountOptions struct {
+	// FsName is shown as the mount's source in /proc/mounts (never put
+	// credentials in it).
+	FsName string
+	// AllowOther lets users other than the mounting one read the mount
+	// (pods run as any uid). Needs root or user_allow_other.
+	AllowOther bool
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+// Mount mounts the FS read-only at mountpoint and returns the serving
+// server. Unmount with server.Unmount; wait for it with server.Wait.
+func (f *FS) Mount(mountpoint string, mo MountOptions) (*fuse.Server, error) {
+	timeout := f.opts.Timeout
+	opts := &fs.Options{
+		EntryTimeout:    &timeout,
+		AttrTimeout:     &timeout,
+		NegativeTimeout: &timeout,
+		MountOptions: fuse.MountOptions{
+			FsName:           mo.FsName,
+			Name:             "cachefs",
+			AllowOther:       mo.AllowOther,
+			Debug:            mo.Debug,
+			DirectMount:      true, // as root: mount(2) directly; else fusermount
+			DirectMountFlags: syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV,
+			Options:          []string{"ro"},
+			MaxReadAhead:     1 << 20,
+			MaxBackground:    64,
+			DisableXAttrs:    true,
+		},
+	}
+	server, err := fs.Mount(mountpoint, f.Root(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
+	}
+	return server, nil
+}
+
+// ino returns a stable inode number for path: a hash of the path, probed
+// past collisions. The root is 1.
+func (f *FS) ino(path string) uint64 {
+	if path == "" {
+		return 1
+	}
+	h := xxh3.HashString(path) | 1<<63 // keep clear of small numbers
+	f.inoMu.Lock()
+	defer f.inoMu.Unlock()
+	for {
+		p, ok := f.inos[h]
+		if !ok {
+			f.inos[h] = path
+			return h
+		}
+		if p == path {
+			return h
+		}
+		h++
+	}
+}
+
+// errno translates an error from the backend or the cache into the errno
+// the reader sees, logging what is not an ordinary "not found".
+func (f *FS) errno(op, path string, err error) syscall.Errno {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, backend.ErrNotExist):
+		return syscall.ENOENT
+	case errors.Is(err, backend.ErrNotDir):
+		return syscall.ENOTDIR
+	case errors.Is(err, backend.ErrIsDir):
+		return syscall.EISDIR
+	case errors.Is(err, backend.ErrInvalidPath):
+		return syscall.ENOENT
+	case errors.Is(err, context.Canceled) && f.ctx.Err() == nil:
+		return syscall.EINTR
+	}
+	f.log.Error("fusefs: I/O error", "op", op, "path", path, "err", err)
+	return syscall.EIO
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// fetchCtx bounds one backend fetch. It is detached from the FUSE request:
+// coalesced readers share the fetch, so one reader's interrupt must not fail
+// the others.
+func (f *FS) fetchCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(f.ctx, f.opts.ReadTimeout)
+}
+
+// loader reads [off, off+len(p)) of a file version from the backend.
+func (f *FS) loader(path, version string, off int64) cache.Loader {
+	return func(ctx context.Context, p []byte) error {
+		n, err := f.backend.ReadAt(ctx, path, version, p, off)
+		if n == len(p) && (err == nil || errors.Is(err, io.EOF)) {
+			return nil
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%w: got %d of %d bytes at offset %d (the file shrank?)", io.ErrUnexpectedEOF, n, len(p), off)
+		}
+		return err
+	}
+}

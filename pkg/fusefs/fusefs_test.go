@@ -1,0 +1,358 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/fusefs"
+)
+
+// testMount mounts src (a posix directory) through a fresh cache of the
+// given capacity and unmounts in t.Cleanup.
+type testMount struct {
+	dir   string
+	store *cache.Store
+}
+
+func mountDir(t *testing.T, src string, capacity int64, opts fusefs.Options) *testMount {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	ctx := context.Background()
+	s, err := backend.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(ctx, s, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := cache.Open(cache.Options{Dir: t.TempDir(), Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Backend, opts.Store = b, store
+	fsys, err := fusefs.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	server, err := fsys.Mount(mnt, fusefs.MountOptions{FsName: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.WaitMount(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := server.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+		server.Wait()
+		fsys.Close()
+		store.Close()
+		b.Close()
+	})
+	return &testMount{dir: mnt, store: store}
+}
+
+func genDataset(t *testing.T, n int) (string, []datagen.File, map[string][sha256.Size]byte) {
+	t.Helper()
+	dir := t.TempDir()
+	files, err := datagen.Write(dir, datagen.Spec{Files: n, Classes: 5, MedianSize: 20_000, MinSize: 1, MaxSize: 300_000, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][sha256.Size]byte{}
+	for _, f := range files {
+		want[f.Path] = datagen.Sum(f)
+	}
+	return dir, files, want
+}
+
+func paths(files []datagen.File) []string {
+	out := make([]string, len(files))
+	for i, f := range files {
+		out[i] = f.Path
+	}
+	return out
+}
+
+// TestEpochsMatchSourceAndHitCD reads shuffled epochs through a half-size NR
+// cache: every byte matches, epoch 1 hits nothing, later epochs hit what the
+// cache holds (≈ C/D).
+func TestEpochsMatchSourceAndHitCD(t *testing.T) {
+	src, files, want := genDataset(t, 300)
+	total := datagen.TotalSize(files)
+	m := mountDir(t, src, total/2, fusefs.Options{})
+	for e := 1; e <= 3; e++ {
+		before := m.store.Stats()
+		res, err := epoch.Run(context.Background(), epoch.Options{Root: m.dir, Paths: paths(files), Workers: 8, Seed: uint64(e), Want: want})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Mismatches) > 0 || res.Files != len(files) || res.Bytes != total {
+			t.Fatalf("epoch %d: files %d/%d bytes %d/%d mismatches %v", e, res.Files, len(files), res.Bytes, total, res.Mismatches)
+		}
+		after := m.store.Stats()
+		hit, miss := after.HitBytes-before.HitBytes, after.MissBytes-before.MissBytes
+		if hit+miss != total {
+			t.Errorf("epoch %d: counted %d bytes, want %d (one lookup per open)", e, hit+miss, total)
+		}
+		ratio := float64(hit) / float64(total)
+		wantRatio := float64(after.UsedBytes) / float64(total)
+		if e == 1 {
+			wantRatio = 0
+		}
+		if diff := ratio - wantRatio; diff > 0.01 || diff < -0.01 {
+			t.Errorf("epoch %d: byte hit ratio %.3f, want %.3f", e, ratio, wantRatio)
+		}
+		t.Logf("epoch %d: hit ratio %.3f, %.0f files/s", e, ratio, res.FilesPerSec())
+	}
+	if used := m.store.Stats().UsedBytes; used > total/2 || used < total/2-300_000 {
+		t.Errorf("NR filled %d bytes of %d capacity", used, total/2)
+	}
+}
+
+func TestReaddirAndStat(t *testing.T) {
+	src := t.TempDir()
+	mustWrite(t, filepath.Join(src, "a", "x.bin"), []byte("hello"))
+	mustWrite(t, filepath.Join(src, "a", "y y ü.bin"), []byte("unicode"))
+	mustWrite(t, filepath.Join(src, "b.bin"), make([]byte, 12345))
+	if err := os.Mkdir(filepath.Join(src, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := mountDir(t, src, 1<<20, fusefs.Options{})
+
+	ents, err := os.ReadDir(m.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if got, want := names, []string{"a", "b.bin", "empty"}; !equal(got, want) {
+		t.Fatalf("root lists %q, want %q", got, want)
+	}
+	st, err := os.Stat(filepath.Join(m.dir, "b.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() != 12345 || st.Mode().Perm() != 0o444 || !st.Mode().IsRegular() {
+		t.Errorf("b.bin: size %d mode %v", st.Size(), st.Mode())
+	}
+	got, err := os.ReadFile(filepath.Join(m.dir, "a", "y y ü.bin"))
+	if err != nil || string(got) != "unicode" {
+		t.Errorf("read unicode name: %q, %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(m.dir, "nope")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat missing: %v, want ENOENT", err)
+	}
+	// Stable inode numbers: the same path has the same inode in a second mount.
+	m2 := mountDir(t, src, 1<<20, fusefs.Options{})
+	for _, p := range []string{"a", "a/x.bin", "b.bin"} {
+		if a, b := ino(t, filepath.Join(m.dir, p)), ino(t, filepath.Join(m2.dir, p)); a != b {
+			t.Errorf("%s: inode %d in one mount, %d in another", p, a, b)
+		}
+	}
+}
+
+// TestWriteCallsFailEROFS tries every write-type call on the mount.
+func TestWriteCallsFailEROFS(t *testing.T) {
+	src := t.TempDir()
+	mustWrite(t, filepath.Join(src, "f"), []byte("data"))
+	if err := os.Mkdir(filepath.Join(src, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := mountDir(t, src, 1<<20, fusefs.Options{})
+	f := filepath.Join(m.dir, "f")
+	d := filepath.Join(m.dir, "d")
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"open O_WRONLY", func() error { return openClose(f, os.O_WRONLY) }},
+		{"open O_RDWR", func() error { return openClose(f, os.O_RDWR) }},
+		{"open O_TRUNC", func() error { return openClose(f, os.O_RDONLY|os.O_TRUNC) }},
+		{"open O_APPEND", func() error { return openClose(f, os.O_WRONLY|os.O_APPEND) }},
+		{"create", func() error { return openClose(filepath.Join(m.dir, "new"), os.O_CREATE|os.O_WRONLY) }},
+		{"mkdir", func() error { return os.Mkdir(filepath.Join(m.dir, "nd"), 0o755) }},
+		{"mknod", func() error { return syscall.Mknod(filepath.Join(m.dir, "fifo"), syscall.S_IFIFO|0o644, 0) }},
+		{"unlink", func() error { return syscall.Unlink(f) }},
+		{"rmdir", func() error { return syscall.Rmdir(d) }},
+		{"rename", func() error { return os.Rename(f, filepath.Join(m.dir, "g")) }},
+		{"symlink", func() error { return os.Symlink("f", filepath.Join(m.dir, "s")) }},
+		{"link", func() error { return os.Link(f, filepath.Join(m.dir, "h")) }},
+		{"truncate", func() error { return os.Truncate(f, 0) }},
+		{"chmod", func() error { return os.Chmod(f, 0o777) }},
+		{"chown", func() error { return os.Chown(f, 1, 1) }},
+		{"utimes", func() error { return os.Chtimes(f, time.Now(), time.Now()) }},
+		{"setxattr", func() error { return syscall.Setxattr(f, "user.x", []byte("1"), 0) }},
+		{"removexattr", func() error { return syscall.Removexattr(f, "user.x") }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, syscall.EROFS) {
+				t.Errorf("%s: got %v, want EROFS", tc.name, err)
+			}
+		})
+	}
+	if got, err := os.ReadFile(f); err != nil || string(got) != "data" {
+		t.Errorf("after write attempts: %q, %v", got, err)
+	}
+}
+
+// TestLargeFileBlocks reads a file larger than WholeFileMax at random offsets
+// and sequentially, through small blocks with readahead.
+func TestLargeFileBlocks(t *testing.T) {
+	src := t.TempDir()
+	data := make([]byte, 5<<20+12345)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	mustWrite(t, filepath.Join(src, "big.bin"), data)
+	const bs = 256 << 10
+	m := mountDir(t, src, 2<<20, fusefs.Options{WholeFileMax: 1 << 20, BlockSize: bs, Readahead: 3})
+	p := filepath.Join(m.dir, "big.bin")
+
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("sequential read of a large file differs from the source")
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 300_000)
+	for range 200 {
+		off := rng.Int64N(int64(len(data)))
+		n, err := f.ReadAt(buf, off)
+		if err != nil && err != io.EOF {
+			t.Fatalf("ReadAt %d: %v", off, err)
+		}
+		if !bytes.Equal(buf[:n], data[off:off+int64(n)]) {
+			t.Fatalf("ReadAt %d: wrong bytes", off)
+		}
+		if want := min(len(buf), len(data)-int(off)); n != want {
+			t.Fatalf("ReadAt %d: %d bytes, want %d", off, n, want)
+		}
+	}
+	st := m.store.Stats()
+	if st.UsedBytes > 2<<20 || st.Entries == 0 {
+		t.Errorf("cache used %d bytes in %d entries, want some entries within 2 MiB", st.UsedBytes, st.Entries)
+	}
+}
+
+// TestParallelReadersOneFile opens the same uncached files from many readers
+// at once: all see the right bytes and each file is fetched once.
+func TestParallelReadersOneFile(t *testing.T) {
+	src, files, want := genDataset(t, 20)
+	m := mountDir(t, src, 1<<30, fusefs.Options{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64*len(files))
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, f := range files {
+				b, err := os.ReadFile(filepath.Join(m.dir, f.Path))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if sha256.Sum256(b) != want[f.Path] {
+					errs <- errors.New(f.Path + ": wrong bytes")
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := m.store.Stats(); st.Admissions != int64(len(files)) {
+		t.Errorf("%d admissions for %d files (concurrent misses must coalesce)", st.Admissions, len(files))
+	}
+}
+
+// TestChangedSourceIsEIO: a file that changes under the mount after it was
+// listed fails with EIO instead of serving bytes of another version.
+func TestChangedSourceIsEIO(t *testing.T) {
+	src := t.TempDir()
+	p := filepath.Join(src, "f")
+	mustWrite(t, p, []byte("version one"))
+	m := mountDir(t, src, 1<<20, fusefs.Options{})
+	if _, err := os.Stat(filepath.Join(m.dir, "f")); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, p, []byte("version two, longer"))
+	future := time.Now().Add(time.Hour)
+	if err := os.Chtimes(p, future, future); err != nil {
+		t.Fatal(err)
+	}
+	_, err := os.ReadFile(filepath.Join(m.dir, "f"))
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of a changed file: %v, want EIO", err)
+	}
+}
+
+func mustWrite(t *testing.T, p string, b []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func openClose(p string, flag int) error {
+	f, err := os.OpenFile(p, flag, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func ino(t *testing.T, p string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,167 @@
+package fusefs
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// dirNode is a directory of the dataset. Its listing is fetched from the
+// backend on first use and kept for the life of the mount.
+//
+// fsys and path are immutable; mu guards loaded, children and names.
+type dirNode struct {
+	fs.Inode
+	fsys *FS
+	path string
+
+	mu       sync.Mutex
+	loaded   bool
+	children map[string]backend.Entry
+	names    []string // sorted
+}
+
+var (
+	_ = (fs.NodeLookuper)((*dirNode)(nil))
+	_ = (fs.NodeReaddirer)((*dirNode)(nil))
+	_ = (fs.NodeGetattrer)((*dirNode)(nil))
+	_ = (fs.NodeStatfser)((*dirNode)(nil))
+)
+
+// load lists the directory once. A failed listing is not remembered, so a
+// later call retries.
+func (d *dirNode) load(ctx context.Context) syscall.Errno {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.loaded {
+		return 0
+	}
+	fctx, cancel := d.fsys.fetchCtx()
+	defer cancel()
+	entries, err := d.fsys.backend.List(fctx, d.path)
+	if err != nil {
+		return d.fsys.errno("list", d.path, err)
+	}
+	d.children = make(map[string]backend.Entry, len(entries))
+	d.names = make([]string, 0, len(entries))
+	for _, e := range entries {
+		if _, dup := d.children[e.Name]; dup {
+			continue // a key that is both a file and a prefix: the first wins
+		}
+		d.children[e.Name] = e
+		d.names = append(d.names, e.Name)
+	}
+	sort.Strings(d.names)
+	d.loaded = true
+	return 0
+}
+
+func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	dirAttr(&out.Attr)
+	return 0
+}
+
+func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	st := d.fsys.store.Stats()
+	const bsize = 4096
+	out.Bsize = bsize
+	out.Frsize = bsize
+	out.Blocks = uint64(st.CapacityBytes / bsize)
+	out.Bfree = uint64(max(st.CapacityBytes-st.UsedBytes, 0) / bsize)
+	out.Bavail = out.Bfree
+	out.NameLen = 255
+	return 0
+}
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := d.load(ctx); errno != 0 {
+		return nil, errno
+	}
+	d.mu.Lock()
+	e, ok := d.children[name]
+	d.mu.Unlock()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	path := join(d.path, name)
+	ino := d.fsys.ino(path)
+	if e.IsDir {
+		dirAttr(&out.Attr)
+		out.Ino = ino
+		child := &dirNode{fsys: d.fsys, path: path}
+		return d.NewInode(ctx, child, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino}), 0
+	}
+	child := &fileNode{fsys: d.fsys, path: path, entry: e}
+	child.attr(&out.Attr)
+	out.Ino = ino
+	return d.NewInode(ctx, child, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino}), 0
+}
+
+func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	if errno := d.load(ctx); errno != 0 {
+		return nil, errno
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	list := make([]fuse.DirEntry, 0, len(d.names))
+	for _, name := range d.names {
+		mode := uint32(syscall.S_IFREG)
+		if d.children[name].IsDir {
+			mode = syscall.S_IFDIR
+		}
+		list = append(list, fuse.DirEntry{Name: name, Mode: mode, Ino: d.fsys.ino(join(d.path, name))})
+	}
+	return fs.NewListDirStream(list), 0
+}
+
+func dirAttr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFDIR | 0o555
+	a.Nlink = 2
+}
+
+// fileNode is a file of the dataset. All fields are immutable.
+type fileNode struct {
+	fs.Inode
+	fsys  *FS
+	path  string
+	entry backend.Entry
+}
+
+var (
+	_ = (fs.NodeGetattrer)((*fileNode)(nil))
+	_ = (fs.NodeOpener)((*fileNode)(nil))
+)
+
+func (n *fileNode) attr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFREG | 0o444
+	a.Nlink = 1
+	a.Size = uint64(n.entry.Size)
+	a.Blocks = (a.Size + 511) / 512
+	a.Blksize = 1 << 20
+	if !n.entry.ModTime.IsZero() {
+		a.SetTimes(nil, &n.entry.ModTime, &n.entry.ModTime)
+	}
+}
+
+func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.attr(&out.Attr)
+	return 0
+}
+
+const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall.O_APPEND | syscall.O_CREAT
+
+func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&writeFlags != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	if n.entry.Size <= n.fsys.opts.WholeFileMax {
+		return n.openWhole()
+	}
+	return newBlockHandle(n), fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
+}

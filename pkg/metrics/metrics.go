@@ -1,0 +1,113 @@
+// Package metrics exposes an EpochFS mount's counters to Prometheus under the
+// metric names fixed in DESIGN.md. It reads the cache's counters when scraped
+// and times backend reads through backend.WithObserver; it holds no state of
+// its own beyond the backend histogram and error counter.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/epochfs/epochfs/pkg/cache"
+)
+
+// Backend implements backend.Observer: a read-latency histogram and an
+// error counter.
+type Backend struct {
+	seconds prometheus.Histogram
+	errors  prometheus.Counter
+}
+
+// ObserveRead records one backend read.
+func (b *Backend) ObserveRead(d time.Duration, _ int, err error) {
+	b.seconds.Observe(d.Seconds())
+	if err != nil {
+		b.errors.Inc()
+	}
+}
+
+// NewRegistry returns a registry holding the cache metrics (read from stats
+// at scrape time), the backend metrics, and the Go and process collectors.
+func NewRegistry(stats func() cache.Stats) (*prometheus.Registry, *Backend) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	counter := func(name, help string, f func(cache.Stats) int64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(stats())) }))
+	}
+	gauge := func(name, help string, f func(cache.Stats) int64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+			func() float64 { return float64(f(stats())) }))
+	}
+	counter("cachefs_cache_hits_total", "Cache lookups served from the cache (one per small-file open or large-file block).",
+		func(s cache.Stats) int64 { return s.Hits })
+	counter("cachefs_cache_misses_total", "Cache lookups that went to the backend.",
+		func(s cache.Stats) int64 { return s.Misses })
+	counter("cachefs_cache_hit_bytes_total", "Bytes of the lookups served from the cache.",
+		func(s cache.Stats) int64 { return s.HitBytes })
+	counter("cachefs_cache_miss_bytes_total", "Bytes of the lookups that went to the backend.",
+		func(s cache.Stats) int64 { return s.MissBytes })
+	counter("cachefs_cache_admissions_total", "Entries admitted into the cache.",
+		func(s cache.Stats) int64 { return s.Admissions })
+	counter("cachefs_cache_rejections_total", "Misses the policy did not admit (read through, uncached).",
+		func(s cache.Stats) int64 { return s.Rejections })
+	counter("cachefs_cache_evictions_total", "Entries evicted (always 0 under NR).",
+		func(s cache.Stats) int64 { return s.Evictions })
+	counter("cachefs_cache_corrupt_dropped_total", "Entries dropped because their checksum did not match.",
+		func(s cache.Stats) int64 { return s.CorruptDropped })
+	gauge("cachefs_cache_used_bytes", "Bytes held by cache entries.",
+		func(s cache.Stats) int64 { return s.UsedBytes })
+	gauge("cachefs_cache_capacity_bytes", "Cache capacity in bytes.",
+		func(s cache.Stats) int64 { return s.CapacityBytes })
+	gauge("cachefs_cache_entries", "Number of cache entries.",
+		func(s cache.Stats) int64 { return s.Entries })
+
+	b := &Backend{
+		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cachefs_backend_read_seconds",
+			Help:    "Latency of backend reads (a whole small file or one block), retries included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms … 16 s
+		}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cachefs_backend_errors_total",
+			Help: "Backend reads that failed after retries.",
+		}),
+	}
+	reg.MustRegister(b.seconds, b.errors)
+	return reg, b
+}
+
+// Serve serves reg at http://addr/metrics until ctx is done. It returns once
+// the listener is bound (so a bad address fails fast) and reports the bound
+// address (useful with port 0).
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("metrics: listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err // the listener died; nothing to report to
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	return ln.Addr().String(), nil
+}

@@ -1,0 +1,222 @@
+// Package mount runs one EpochFS mount: it opens the source backend and the
+// cache store, mounts the read-only FUSE tree, serves Prometheus metrics, and
+// unmounts cleanly when its context ends or the mount goes away. It is what
+// `cachefs mount` runs in the foreground and what the CSI node plugin starts,
+// one process per staged volume.
+//
+// It wires backend, cache, fusefs and metrics together and knows nothing of
+// CSI.
+package mount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/metrics"
+)
+
+// Config of one mount. Validated by New.
+type Config struct {
+	Source     string // dataset URL (see backend.Parse); required
+	Mountpoint string // existing empty directory; required
+	CacheDir   string // cache directory; required
+	CacheSize  int64  // cache capacity in bytes; required, > 0
+	Policy     string // cache policy; "" means nr
+
+	// MetricsAddr, when set, serves /metrics on HOST:PORT.
+	MetricsAddr string
+	// AllowOther lets every uid read the mount (default true for
+	// `cachefs mount`: pods run as any user).
+	AllowOther bool
+	// FUSE tuning; zero takes the fusefs defaults.
+	WholeFileMax int64
+	BlockSize    int64
+	Readahead    int
+	ReadTimeout  time.Duration
+	// Backend options (credentials, retries); zero takes the defaults.
+	Backend backend.Options
+	Debug   bool
+	Logger  *slog.Logger
+}
+
+// Mount is one running (or ready-to-run) mount.
+//
+// cfg and src are immutable after New; the rest is set by Start and read
+// after it returns.
+type Mount struct {
+	cfg Config
+	src backend.Source
+	log *slog.Logger
+
+	backend     backend.Backend
+	store       *cache.Store
+	fsys        *fusefs.FS
+	server      *fuse.Server
+	metricsAddr string
+	stopMetrics context.CancelFunc
+}
+
+// New validates cfg.
+func New(cfg Config) (*Mount, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	src, err := backend.Parse(cfg.Source)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Mountpoint == "":
+		return nil, errors.New("mount: the mount point is required")
+	case cfg.CacheDir == "":
+		return nil, errors.New("mount: --cache-dir is required")
+	case cfg.CacheSize <= 0:
+		return nil, fmt.Errorf("mount: --cache-size must be positive, got %d", cfg.CacheSize)
+	}
+	st, err := os.Stat(cfg.Mountpoint)
+	if err != nil {
+		return nil, fmt.Errorf("mount: mount point: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("mount: mount point %s is not a directory", cfg.Mountpoint)
+	}
+	return &Mount{cfg: cfg, src: src, log: cfg.Logger}, nil
+}
+
+// Start opens the backend and the cache, mounts, and starts the metrics
+// server. On error nothing is left mounted or open.
+func (m *Mount) Start(ctx context.Context) (err error) {
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+
+	bopts := m.cfg.Backend
+	if bopts.Logger == nil {
+		bopts.Logger = m.log
+	}
+	b, err := backend.Open(ctx, m.src, bopts)
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, func() { b.Close() })
+	// Fail before mounting if the dataset root is not there.
+	if _, err := b.List(ctx, ""); err != nil {
+		return fmt.Errorf("mount: source %s: %w", m.src, err)
+	}
+
+	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy, Logger: m.log})
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, func() { store.Close() })
+
+	reg, observer := metrics.NewRegistry(store.Stats)
+	b = backend.WithObserver(b, observer)
+	if m.cfg.MetricsAddr != "" {
+		mctx, stop := context.WithCancel(context.Background())
+		addr, err := metrics.Serve(mctx, m.cfg.MetricsAddr, reg)
+		if err != nil {
+			stop()
+			return err
+		}
+		m.stopMetrics = stop
+		m.metricsAddr = addr
+		cleanup = append(cleanup, stop)
+	}
+
+	fsys, err := fusefs.New(fusefs.Options{
+		Backend:      b,
+		Store:        store,
+		WholeFileMax: m.cfg.WholeFileMax,
+		BlockSize:    m.cfg.BlockSize,
+		Readahead:    m.cfg.Readahead,
+		ReadTimeout:  m.cfg.ReadTimeout,
+		Logger:       m.log,
+	})
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, fsys.Close)
+	server, err := fsys.Mount(m.cfg.Mountpoint, fusefs.MountOptions{
+		FsName:     "cachefs:" + m.src.String(),
+		AllowOther: m.cfg.AllowOther,
+		Debug:      m.cfg.Debug,
+	})
+	if err != nil {
+		return err
+	}
+	if err := server.WaitMount(); err != nil {
+		_ = server.Unmount()
+		return fmt.Errorf("mount: waiting for the mount: %w", err)
+	}
+	m.backend, m.store, m.fsys, m.server = b, store, fsys, server
+	m.log.Info("mounted", "source", m.src.String(), "mountpoint", m.cfg.Mountpoint,
+		"cache_dir", m.cfg.CacheDir, "cache_size", m.cfg.CacheSize, "policy", store.Stats().Policy,
+		"metrics", m.metricsAddr)
+	return nil
+}
+
+// MetricsAddr is the bound metrics address after Start ("" when disabled).
+func (m *Mount) MetricsAddr() string { return m.metricsAddr }
+
+// Stats returns the cache counters (after Start).
+func (m *Mount) Stats() cache.Stats { return m.store.Stats() }
+
+// Wait blocks until the file system is unmounted.
+func (m *Mount) Wait() { m.server.Wait() }
+
+// Unmount unmounts (lazily if the mount is busy), waits for the server to
+// stop, and closes the cache and the backend.
+func (m *Mount) Unmount() error {
+	var errs []error
+	if err := m.server.Unmount(); err != nil {
+		// Busy (a reader still has files open): detach now; the kernel
+		// finishes the unmount when the last file closes.
+		if derr := syscall.Unmount(m.cfg.Mountpoint, syscall.MNT_DETACH); derr != nil {
+			errs = append(errs, fmt.Errorf("mount: unmount %s: %v; lazy unmount: %w", m.cfg.Mountpoint, err, derr))
+		}
+	}
+	m.server.Wait()
+	return errors.Join(append(errs, m.close())...)
+}
+
+func (m *Mount) close() error {
+	m.fsys.Close()
+	if m.stopMetrics != nil {
+		m.stopMetrics()
+	}
+	return errors.Join(m.store.Close(), m.backend.Close())
+}
+
+// Run mounts and serves until ctx is done (then unmounts) or the mount is
+// unmounted from outside (e.g. `umount`).
+func (m *Mount) Run(ctx context.Context) error {
+	if err := m.Start(ctx); err != nil {
+		return err
+	}
+	unmounted := make(chan struct{})
+	go func() { m.Wait(); close(unmounted) }()
+	select {
+	case <-ctx.Done():
+		m.log.Info("unmounting", "mountpoint", m.cfg.Mountpoint, "reason", context.Cause(ctx))
+		return m.Unmount()
+	case <-unmounted:
+		m.log.Info("unmounted from outside", "mountpoint", m.cfg.Mountpoint)
+		return m.close()
+	}
+}
