@@ -1,0 +1,41 @@
+// Package cache is EpochFS's node-local disk store: the NR (no-replacement)
+// cache that sits between the FUSE layer and a dataset's real home.
+//
+// A Store keeps whole files (or fixed-size blocks of large files) of
+// read-only datasets in a local directory. On a miss it calls a Loader given
+// by the caller, and when the policy admits the entry it writes the bytes to
+// a temporary file, records an xxh3-128 checksum in a sidecar file and
+// renames both into place, so an entry is either complete or absent. Entry
+// files are byte-exact copies of the dataset bytes (offset 0 is byte 0 of the
+// entry) so that a caller can hand the descriptor to the kernel, e.g. for
+// FUSE passthrough.
+//
+// The default policy is NR: admit on first miss while the entry fits, and
+// once the cache is full admit nothing and evict nothing. Under the access
+// pattern of deep-learning training (every file once per epoch, in a fresh
+// random order) that freezes the cached set and makes every epoch from the
+// second on hit exactly capacity/dataset of the bytes, while LRU, FIFO and
+// random replacement thrash. LRU, FIFO, Random and TinyLFU exist only so
+// that benchmarks can show the difference on the same data.
+//
+// The store survives restarts: Open rescans the directory, removes debris
+// of interrupted writes and verifies each recovered entry's checksum before
+// it is first served. One process at a time owns a cache directory (an
+// exclusive flock on <dir>/LOCK); ReadInfo inspects a directory without the
+// lock.
+//
+// Layout of a cache directory:
+//
+//	<dir>/LOCK                     flock target; holds the owner's pid
+//	<dir>/epochfs-cache.json       format version, policy and capacity
+//	<dir>/entries/<xx>/<id>        entry bytes, <xx> = first 2 hex digits of <id>
+//	<dir>/entries/<xx>/<id>.sum    "epochfs-sum 1 xxh3-128 <32 hex> <size>\n"
+//	<dir>/entries/<xx>/*.tmp       writes in progress (removed at Open)
+//
+// where <id> is the hex SHA-256 of the length-prefixed key fields, so no key
+// (whatever bytes its path holds) names a file outside the directory.
+//
+// This package must not know about FUSE, CSI, Kubernetes or any storage
+// backend: bytes come in only through the Loader, and leave as an *os.File
+// or a byte slice.
+package cache

@@ -1,0 +1,128 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/zeebo/xxh3"
+)
+
+// content returns the deterministic bytes of key: size bytes from a
+// splitmix64 stream seeded by the key.
+func content(key Key, size int64) []byte {
+	p := make([]byte, size)
+	fill(key, p)
+	return p
+}
+
+func fill(key Key, p []byte) {
+	x := xxh3.HashString(key.Dataset+"\x00"+key.Path+"\x00"+key.Version) + uint64(key.Block)
+	var w [8]byte
+	for i := 0; i < len(p); i += 8 {
+		x += 0x9e3779b97f4a7c15
+		z := x
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+		binary.LittleEndian.PutUint64(w[:], z^(z>>31))
+		copy(p[i:], w[:])
+	}
+}
+
+// countingLoader loads content(key) and counts its calls.
+type countingLoader struct {
+	calls atomic.Int64
+}
+
+func (c *countingLoader) load(key Key) Loader {
+	return func(_ context.Context, p []byte) error {
+		c.calls.Add(1)
+		fill(key, p)
+		return nil
+	}
+}
+
+// failLoader fails the test if called.
+func failLoader(t testing.TB) Loader {
+	return func(context.Context, []byte) error {
+		t.Errorf("load called, want a hit")
+		return io.EOF
+	}
+}
+
+// testStore opens a store closed at cleanup.
+func testStore(t testing.TB, opts Options) *Store {
+	t.Helper()
+	if opts.Dir == "" {
+		opts.Dir = t.TempDir()
+	}
+	s, err := Open(opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// readResult returns the bytes of r and closes its file.
+func readResult(t testing.TB, r Result) []byte {
+	t.Helper()
+	switch {
+	case r.File != nil && r.Data != nil:
+		t.Fatalf("Result has both File and Data")
+	case r.File == nil && r.Data == nil:
+		t.Fatalf("Result has neither File nor Data")
+	case r.File == nil:
+		return r.Data
+	}
+	defer r.File.Close()
+	b, err := io.ReadAll(r.File)
+	if err != nil {
+		t.Fatalf("read entry: %v", err)
+	}
+	return b
+}
+
+// mustGet gets key and checks the bytes.
+func mustGet(t testing.TB, s *Store, key Key, size int64, load Loader) Result {
+	t.Helper()
+	r, err := s.Get(context.Background(), key, size, load)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", key, err)
+	}
+	return r
+}
+
+func checkBytes(t testing.TB, key Key, got []byte, size int64) {
+	t.Helper()
+	if want := content(key, size); !bytes.Equal(got, want) {
+		t.Fatalf("Get(%s): got %d bytes that differ from the %d loaded ones", key, len(got), len(want))
+	}
+}
+
+// listFiles returns the names of every file under dir/entries.
+func listFiles(t testing.TB, dir string) []string {
+	t.Helper()
+	sc, err := scanEntries(filepath.Join(dir, entriesName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for id := range sc.data {
+		out = append(out, id)
+	}
+	for id := range sc.sums {
+		out = append(out, id+sumSuffix)
+	}
+	out = append(out, sc.tmps...)
+	out = append(out, sc.other...)
+	return out
+}

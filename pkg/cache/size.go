@@ -1,0 +1,109 @@
+package cache
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+)
+
+// sizeUnits maps a lower-cased unit suffix to its multiplier. Decimal SI
+// units (K, KB, M, MB, G, GB, T, TB, P, PB, E, EB) are powers of 1000; binary
+// units (KiB, MiB, GiB, TiB, PiB, EiB) are powers of 1024.
+var sizeUnits = map[string]int64{
+	"": 1, "b": 1,
+	"k": 1e3, "kb": 1e3, "kib": 1 << 10,
+	"m": 1e6, "mb": 1e6, "mib": 1 << 20,
+	"g": 1e9, "gb": 1e9, "gib": 1 << 30,
+	"t": 1e12, "tb": 1e12, "tib": 1 << 40,
+	"p": 1e15, "pb": 1e15, "pib": 1 << 50,
+	"e": 1e18, "eb": 1e18, "eib": 1 << 60,
+}
+
+const sizeUnitList = "B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB, TiB, P, PB, PiB, E, EB, EiB"
+
+// ParseSize parses a byte size such as "50GiB", "512MiB", "10G", "1.5GiB"
+// or "4096".
+//
+// Units are case-insensitive. Decimal SI units are powers of 1000 (K and KB
+// = 10^3, M/MB = 10^6, G/GB = 10^9, T/TB = 10^12, P/PB, E/EB); binary units
+// are powers of 1024 (KiB = 2^10, MiB = 2^20, GiB = 2^30, TiB = 2^40, PiB,
+// EiB). No unit, or B, means bytes. Spaces around the number and between the
+// number and the unit are allowed. A fractional number is allowed; the
+// result is rounded down to a whole number of bytes.
+//
+// The result is always > 0. Every error wraps ErrInvalidSize and quotes the
+// input: empty input, junk, a negative number, an unknown unit, a size that
+// rounds down to zero, and a size that does not fit in an int64.
+func ParseSize(s string) (int64, error) {
+	fail := func(format string, args ...any) (int64, error) {
+		return 0, fmt.Errorf("%w %q: %s", ErrInvalidSize, s, fmt.Sprintf(format, args...))
+	}
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return fail("empty")
+	}
+	if t[0] == '-' {
+		return fail("negative")
+	}
+	// Split into the number (digits with at most one '.') and the unit.
+	end, dots, digits := 0, 0, 0
+	for end < len(t) {
+		c := t[end]
+		if c >= '0' && c <= '9' {
+			digits++
+		} else if c == '.' {
+			dots++
+		} else {
+			break
+		}
+		end++
+	}
+	num, unit := t[:end], strings.TrimSpace(t[end:])
+	if digits == 0 || dots > 1 {
+		return fail("want a number with an optional unit (%s)", sizeUnitList)
+	}
+	mult, ok := sizeUnits[strings.ToLower(unit)]
+	if !ok {
+		return fail("unknown unit %q (want one of %s)", unit, sizeUnitList)
+	}
+	r, ok := new(big.Rat).SetString(num)
+	if !ok {
+		return fail("want a number with an optional unit (%s)", sizeUnitList)
+	}
+	r.Mul(r, new(big.Rat).SetInt64(mult))
+	n := new(big.Int).Quo(r.Num(), r.Denom()) // both positive: Quo rounds down
+	if !n.IsInt64() {
+		return fail("too large (the maximum is %d bytes)", int64(math.MaxInt64))
+	}
+	if n.Sign() == 0 {
+		return fail("must be greater than zero")
+	}
+	return n.Int64(), nil
+}
+
+// FormatSize formats n bytes with the largest binary unit (KiB, MiB, GiB,
+// TiB, PiB, EiB) that keeps the number >= 1, with at most two decimals and no
+// trailing zeros: 0 -> "0B", 512 -> "512B", 1536 -> "1.5KiB", 50<<30 ->
+// "50GiB". Exact multiples round-trip through ParseSize.
+func FormatSize(n int64) string {
+	if n < 0 {
+		if n == math.MinInt64 {
+			return "-8EiB"
+		}
+		return "-" + FormatSize(-n)
+	}
+	const units = "KMGTPE"
+	if n < 1<<10 {
+		return strconv.FormatInt(n, 10) + "B"
+	}
+	i, div := 0, int64(1<<10)
+	for i+1 < len(units) && n/div >= 1<<10 {
+		i++
+		div <<= 10
+	}
+	v := strconv.FormatFloat(float64(n)/float64(div), 'f', 2, 64)
+	v = strings.TrimRight(strings.TrimRight(v, "0"), ".")
+	return v + string(units[i]) + "iB"
+}

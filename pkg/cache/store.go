@@ -1,0 +1,626 @@
+package cache
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeebo/xxh3"
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// maxAttempts bounds how often one Get goes round again after losing
+	// a race (an entry evicted between the fill and the open, a coalesced
+	// leader whose own context ended).
+	maxAttempts = 3
+	// writePause is how long the store stops admitting after the disk
+	// said it is full or read-only.
+	writePause = 30 * time.Second
+	// writeLogEvery rate-limits the warning for failed entry writes.
+	writeLogEvery = time.Minute
+)
+
+// Loader fills p completely with the bytes of the entry (len(p) == the
+// entry size), or returns an error. A Loader that cannot fill p (a short
+// read) must return an error such as io.ErrUnexpectedEOF: the store cannot
+// tell a partly filled p from a complete one.
+type Loader func(ctx context.Context, p []byte) error
+
+// Result is what Get returns: exactly one of File and Data is set.
+type Result struct {
+	// File is the entry's cache file, opened read-only; offset 0 is byte 0
+	// of the entry. Set on a hit or a new admission. The caller closes it.
+	File *os.File
+	// Data holds the bytes when they were read through and not admitted
+	// (File is nil then). It is shared read-only between coalesced callers:
+	// never modify it.
+	Data []byte
+	// Hit is true when the bytes came from the cache without calling load.
+	Hit bool
+}
+
+// Stats are the store's counters since Open, and its current occupancy.
+type Stats struct {
+	Hits, Misses        int64 // Gets served from the cache / not
+	HitBytes, MissBytes int64 // the size of each Get, added to one of them
+	Entries             int64 // complete entries held
+	UsedBytes           int64 // bytes of held entries, plus entries being written
+	CapacityBytes       int64
+	Admissions          int64 // entries written into the cache
+	Rejections          int64 // misses the policy (or a full disk) did not admit
+	Evictions           int64 // entries removed by the policy (never for NR)
+	CorruptDropped      int64 // recovered entries that failed their checksum, dropped
+	LoadErrors          int64 // loader calls that failed (once per coalesced load)
+	WriteErrors         int64 // admitted entries whose write failed; served uncached
+	Policy              string
+}
+
+// entry is the in-memory record of one cache entry.
+type entry struct {
+	size     int64
+	ready    bool // false while being written: not servable, bytes reserved
+	verified bool // checksum known good in this process (always, for entries written by it)
+}
+
+// Store is a node-local disk cache. It is safe for concurrent use.
+//
+// Concurrency: the fields in the first group are set by Open and never
+// change. Counters are atomics. mu guards the in-memory index (entries,
+// used, nready), closed, the write-failure state and every call into
+// policy; it is never held across a Loader call or across reading or
+// writing entry bytes, only across metadata operations (unlinking evicted
+// or dropped entries). Lock order: mu, then the policy's own lock
+// (tinyLFUPolicy.mu); nothing else is taken under mu. Fills of one entry id
+// are serialized by flights, so at most one goroutine loads, writes,
+// verifies or drops a given id at a time (evictions by other fills are the
+// exception, and are handled under mu: see admit).
+type Store struct {
+	// Immutable after Open.
+	dir        string
+	entriesDir string
+	capacity   int64
+	policyName string
+	log        *slog.Logger
+	lockFile   *os.File           // the flocked <dir>/LOCK; released by Close
+	flights    singleflight.Group // keyed by entry id; coalesces fills
+
+	// ops counts Gets and fills in progress; Close waits for it. Add(1)
+	// happens only in begin, with mu held and closed false.
+	ops sync.WaitGroup
+
+	hits, misses, hitBytes, missBytes       atomic.Int64
+	admissions, rejections, evictions       atomic.Int64
+	corruptDropped, loadErrors, writeErrors atomic.Int64
+
+	mu          sync.Mutex
+	closed      bool
+	entries     map[string]*entry // by id, entries being written included
+	used        int64             // sum of entries[*].size: exact, reservations included
+	nready      int64             // entries with ready set
+	policy      Policy
+	pausedUntil time.Time // admit nothing before this (disk full or read-only)
+	lastWarn    time.Time // last write-failure warning
+	suppressed  int       // write failures not logged since lastWarn
+}
+
+// Open opens (creating it if needed) the cache directory opts.Dir, takes
+// its lock, and recovers the entries already there: *.tmp files and
+// orphans (data without its checksum record or the reverse) are removed,
+// used bytes are recomputed from the files, and the policy is seeded with
+// the entries oldest first (by mtime). If the capacity shrank below what is
+// held, NR keeps everything and admits nothing; the other policies evict
+// down to capacity. Recovered entries are verified against their checksum
+// when first served.
+//
+// Errors: ErrInvalidOptions for bad options, ErrLocked if another store
+// holds the directory.
+func Open(opts Options) (*Store, error) {
+	opts, err := opts.validate()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cache: create %s: %w", opts.Dir, err)
+	}
+	lf, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		dir:        opts.Dir,
+		entriesDir: filepath.Join(opts.Dir, entriesName),
+		capacity:   opts.Capacity,
+		policyName: opts.Policy,
+		log:        opts.Logger,
+		lockFile:   lf,
+		entries:    map[string]*entry{},
+	}
+	if err := s.open(opts); err != nil {
+		if c, ok := s.policy.(io.Closer); ok {
+			_ = c.Close()
+		}
+		_ = unlockDir(lf)
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) open(opts Options) error {
+	prev, err := readMeta(s.dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		s.log.Warn("cache: ignoring unreadable metadata, rewriting it", "dir", s.dir, "err", err)
+	case prev.FormatVersion > formatVersion:
+		return fmt.Errorf("cache: %s has format version %d, this build knows only %d", s.dir, prev.FormatVersion, formatVersion)
+	}
+	if err := writeMeta(s.dir, meta{FormatVersion: formatVersion, Policy: s.policyName, CapacityBytes: s.capacity}); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.entriesDir, 0o700); err != nil {
+		return fmt.Errorf("cache: create %s: %w", s.entriesDir, err)
+	}
+	for i := range 256 {
+		shard := filepath.Join(s.entriesDir, fmt.Sprintf("%02x", i))
+		if err := os.Mkdir(shard, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("cache: create %s: %w", shard, err)
+		}
+	}
+	if s.policy, err = newPolicy(s.policyName, s.capacity, opts.seed); err != nil {
+		return err
+	}
+	return s.recover()
+}
+
+// recover rebuilds the index from the entries directory.
+func (s *Store) recover() error {
+	sc, err := scanEntries(s.entriesDir)
+	if err != nil {
+		return err
+	}
+	removed := 0
+	remove := func(p string) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("cache: cannot remove debris", "path", p, "err", err)
+			return
+		}
+		removed++
+	}
+	for _, p := range sc.tmps {
+		remove(p)
+	}
+	for _, p := range sc.other {
+		s.log.Warn("cache: leaving alone a file the cache does not own", "path", p)
+	}
+	type recovered struct {
+		id string
+		fileStat
+	}
+	var rs []recovered
+	for id, d := range sc.data {
+		if !sc.sums[id] {
+			remove(s.dataPath(id))
+			continue
+		}
+		rs = append(rs, recovered{id, d})
+	}
+	for id := range sc.sums {
+		if _, ok := sc.data[id]; !ok {
+			remove(s.dataPath(id) + sumSuffix)
+		}
+	}
+	slices.SortFunc(rs, func(a, b recovered) int {
+		return cmp.Or(a.mtime.Compare(b.mtime), cmp.Compare(a.id, b.id))
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rs {
+		s.entries[r.id] = &entry{size: r.size, ready: true}
+		s.used += r.size
+		s.nready++
+		s.evictLocked(s.policy.Restore(r.id, r.size))
+	}
+	s.log.Info("cache: opened", "dir", s.dir, "policy", s.policyName,
+		"capacity", FormatSize(s.capacity), "entries", s.nready, "used", FormatSize(s.used),
+		"removed_debris", removed, "evicted", s.evictions.Load())
+	return nil
+}
+
+func (s *Store) dataPath(id string) string {
+	return filepath.Join(s.entriesDir, id[:2], id)
+}
+
+// Get returns the bytes of key, which are size bytes long, from the cache
+// or, on a miss, from load.
+//
+// Every Get that passes its argument checks counts exactly one hit or one
+// miss, adding size to HitBytes or MissBytes, whether it then succeeds or
+// not. Concurrent Gets of one key that miss are coalesced into one load;
+// each caller counts a miss (the bytes were not in the cache when it asked)
+// and, if the entry was admitted, gets its own *os.File. A caller whose
+// context ends stops waiting (the shared load goes on for the others; if
+// the load's own caller went away, the others try again).
+//
+// A load error is returned wrapped ("cache: load KEY: ...") and nothing is
+// admitted. A failure of the cache disk is never returned: the loaded bytes
+// come back in Result.Data instead.
+func (s *Store) Get(ctx context.Context, key Key, size int64, load Loader) (Result, error) {
+	switch {
+	case size < 0:
+		return Result{}, fmt.Errorf("cache: get %s: negative size %d", key, size)
+	case key.Block < 0:
+		return Result{}, fmt.Errorf("cache: get %s: negative block %d", key, key.Block)
+	case load == nil:
+		return Result{}, fmt.Errorf("cache: get %s: nil loader", key)
+	}
+	if err := s.begin(); err != nil {
+		return Result{}, err
+	}
+	defer s.ops.Done()
+	res, err := s.get(ctx, key, key.id(), size, load)
+	if res.Hit {
+		s.hits.Add(1)
+		s.hitBytes.Add(size)
+	} else {
+		s.misses.Add(1)
+		s.missBytes.Add(size)
+	}
+	return res, err
+}
+
+// begin registers an operation, unless the store is closed.
+func (s *Store) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.ops.Add(1)
+	return nil
+}
+
+// fillResult is the outcome of one (possibly shared) fill.
+type fillResult struct {
+	hit    bool   // the entry was in the cache; load was not called
+	cached bool   // an entry file exists: hit, or admitted by this fill
+	data   []byte // the loaded bytes; nil on a hit
+}
+
+func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Loader) (Result, error) {
+	for attempt := 1; ; attempt++ {
+		if f := s.openHit(id, size); f != nil {
+			return Result{File: f, Hit: true}, nil
+		}
+		ch := s.flights.DoChan(id, func() (any, error) {
+			// The fill runs on its own goroutine and may outlive a caller
+			// whose ctx ended, so it registers itself with Close.
+			if err := s.begin(); err != nil {
+				return nil, err
+			}
+			defer s.ops.Done()
+			return s.fill(ctx, key, id, size, load)
+		})
+		var r singleflight.Result
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("cache: get %s: %w", key, context.Cause(ctx))
+		}
+		if r.Err != nil {
+			if r.Shared && ctx.Err() == nil && attempt < maxAttempts &&
+				(errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded)) {
+				continue // the leader's context ended, not ours
+			}
+			return Result{}, r.Err
+		}
+		out := r.Val.(*fillResult)
+		if !out.cached {
+			return Result{Data: out.data}, nil
+		}
+		f, err := os.Open(s.dataPath(id))
+		switch {
+		case err == nil:
+			return Result{File: f, Hit: out.hit}, nil
+		case out.data != nil:
+			return Result{Data: out.data}, nil // admitted, then evicted or unopenable
+		case errors.Is(err, fs.ErrNotExist) && attempt < maxAttempts:
+			continue // evicted between the fill and the open
+		}
+		// A hit we cannot open (EMFILE, EACCES, ...): read through.
+		s.log.Warn("cache: cannot open entry, reading through", "key", key.String(), "err", err)
+		buf := make([]byte, size)
+		if err := load(ctx, buf); err != nil {
+			s.loadErrors.Add(1)
+			return Result{}, fmt.Errorf("cache: load %s: %w", key, err)
+		}
+		return Result{Data: buf}, nil
+	}
+}
+
+// openHit is the fast path: a ready, verified entry of the right size,
+// opened without coalescing. It returns nil when the slow path must decide.
+func (s *Store) openHit(id string, size int64) *os.File {
+	s.mu.Lock()
+	e := s.entries[id]
+	if e == nil || !e.ready || !e.verified || e.size != size {
+		s.mu.Unlock()
+		return nil
+	}
+	s.policy.Touch(id)
+	s.mu.Unlock()
+	f, err := os.Open(s.dataPath(id))
+	if err != nil {
+		return nil
+	}
+	return f
+}
+
+// fill runs once per coalesced group of Gets of id.
+func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load Loader) (*fillResult, error) {
+	if s.checkCached(key, id, size) {
+		return &fillResult{hit: true, cached: true}, nil
+	}
+	buf := make([]byte, size)
+	if err := load(ctx, buf); err != nil {
+		s.loadErrors.Add(1)
+		return nil, fmt.Errorf("cache: load %s: %w", key, err)
+	}
+	return &fillResult{cached: s.admit(key, id, buf), data: buf}, nil
+}
+
+// checkCached reports whether id is held, servable and of the given size,
+// verifying a recovered entry's checksum first and dropping the entry if it
+// fails (or if its file vanished, or its size disagrees with the caller's).
+func (s *Store) checkCached(key Key, id string, size int64) bool {
+	s.mu.Lock()
+	e := s.entries[id]
+	if e == nil || !e.ready {
+		s.mu.Unlock()
+		return false
+	}
+	if e.size != size {
+		s.log.Warn("cache: entry size differs from the requested size; dropping it", "key", key.String(), "entry_size", e.size, "size", size)
+		s.dropLocked(id, e)
+		s.mu.Unlock()
+		return false
+	}
+	verified := e.verified
+	s.mu.Unlock()
+
+	var err error
+	if verified {
+		_, err = os.Stat(s.dataPath(id))
+	} else {
+		err = verifyEntry(s.dataPath(id), size)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entries[id] != e {
+		return false // evicted meanwhile
+	}
+	if err != nil {
+		if !verified {
+			s.corruptDropped.Add(1)
+		}
+		s.log.Warn("cache: dropping a bad entry; it will be fetched again", "key", key.String(), "id", id, "err", err)
+		s.dropLocked(id, e)
+		return false
+	}
+	e.verified = true
+	s.policy.Touch(id)
+	return true
+}
+
+// admit offers the loaded bytes of id to the policy and, if admitted,
+// writes them into the cache. It reports whether the entry is now in the
+// cache.
+func (s *Store) admit(key Key, id string, data []byte) bool {
+	size := int64(len(data))
+	s.mu.Lock()
+	if s.entries[id] != nil || time.Now().Before(s.pausedUntil) {
+		// (A held id cannot get here: fills of one id are coalesced.)
+		s.rejections.Add(1)
+		s.mu.Unlock()
+		return false
+	}
+	evict, ok := s.policy.Admit(id, size)
+	s.evictLocked(evict)
+	if !ok {
+		s.rejections.Add(1)
+		s.mu.Unlock()
+		return false
+	}
+	e := &entry{size: size}
+	s.entries[id] = e // reserve: used stays exact while we write
+	s.used += size
+	s.mu.Unlock()
+
+	err := s.writeEntry(id, data)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entries[id] != e {
+		// Evicted by another admission while being written: the evictor
+		// released the bytes and left the files to us.
+		if err == nil {
+			s.removeFilesLocked(id)
+		}
+		return false
+	}
+	if err != nil {
+		delete(s.entries, id)
+		s.used -= size
+		s.policy.Remove(id)
+		s.writeFailedLocked(key, err)
+		return false
+	}
+	e.ready, e.verified = true, true
+	s.nready++
+	s.admissions.Add(1)
+	return true
+}
+
+// writeEntry writes data as entry id: data to a tmp file, the checksum
+// record to another, then renames the record and then the data into place,
+// so a data file never exists without its record. On error it removes what
+// it wrote. There is no fsync: after a crash an entry may be short or hold
+// garbage, which the verification of recovered entries catches.
+func (s *Store) writeEntry(id string, data []byte) (err error) {
+	dst := s.dataPath(id)
+	var tmps []string
+	defer func() {
+		if err != nil {
+			for _, p := range append(tmps, dst+sumSuffix) {
+				_ = os.Remove(p)
+			}
+		}
+	}()
+	write := func(pattern string, b []byte) (string, error) {
+		f, err := os.CreateTemp(filepath.Dir(dst), pattern)
+		if err != nil {
+			return "", err
+		}
+		tmps = append(tmps, f.Name())
+		_, err = f.Write(b)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return f.Name(), err
+	}
+	dataTmp, err := write(id+".*"+tmpSuffix, data)
+	if err != nil {
+		return err
+	}
+	sumTmp, err := write(id+sumSuffix+".*"+tmpSuffix, formatSum(xxh3.Hash128(data), int64(len(data))))
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(sumTmp, dst+sumSuffix); err != nil {
+		return err
+	}
+	return os.Rename(dataTmp, dst)
+}
+
+// writeFailedLocked records a failed entry write: counted, logged at most
+// once per writeLogEvery, and, when the disk is full or read-only,
+// admissions pause for writePause.
+func (s *Store) writeFailedLocked(key Key, err error) {
+	s.writeErrors.Add(1)
+	now := time.Now()
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EROFS) {
+		s.pausedUntil = now.Add(writePause)
+	}
+	if now.Sub(s.lastWarn) < writeLogEvery {
+		s.suppressed++
+		return
+	}
+	s.log.Warn("cache: cannot write entry; serving it uncached", "key", key.String(), "err", err,
+		"similar_since_last_warning", s.suppressed, "admissions_paused_until", s.pausedUntil)
+	s.lastWarn, s.suppressed = now, 0
+}
+
+// evictLocked removes the policy's victims from the index and the disk.
+// A victim still being written has no files yet; its writer removes them.
+func (s *Store) evictLocked(ids []string) {
+	for _, id := range ids {
+		e := s.entries[id]
+		if e == nil {
+			continue
+		}
+		s.forgetLocked(id, e)
+		s.evictions.Add(1)
+	}
+}
+
+// dropLocked removes an entry the store gave up on (not an eviction).
+func (s *Store) dropLocked(id string, e *entry) {
+	s.forgetLocked(id, e)
+	s.policy.Remove(id)
+}
+
+func (s *Store) forgetLocked(id string, e *entry) {
+	delete(s.entries, id)
+	s.used -= e.size
+	if e.ready {
+		s.nready--
+		s.removeFilesLocked(id)
+	}
+}
+
+func (s *Store) removeFilesLocked(id string) {
+	p := s.dataPath(id)
+	for _, f := range []string{p, p + sumSuffix} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("cache: cannot remove entry file", "path", f, "err", err)
+		}
+	}
+}
+
+// Contains reports whether key is held (complete, or recovered and not yet
+// verified). It touches no counter and no policy state.
+func (s *Store) Contains(key Key) bool {
+	id := key.id()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[id]
+	return e != nil && e.ready
+}
+
+// Stats returns the counters and occupancy.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	entries, used := s.nready, s.used
+	s.mu.Unlock()
+	return Stats{
+		Hits:           s.hits.Load(),
+		Misses:         s.misses.Load(),
+		HitBytes:       s.hitBytes.Load(),
+		MissBytes:      s.missBytes.Load(),
+		Entries:        entries,
+		UsedBytes:      used,
+		CapacityBytes:  s.capacity,
+		Admissions:     s.admissions.Load(),
+		Rejections:     s.rejections.Load(),
+		Evictions:      s.evictions.Load(),
+		CorruptDropped: s.corruptDropped.Load(),
+		LoadErrors:     s.loadErrors.Load(),
+		WriteErrors:    s.writeErrors.Load(),
+		Policy:         s.policyName,
+	}
+}
+
+// Close waits for Gets in progress (cancel their contexts to hurry them),
+// stops the policy's goroutines and releases the directory lock. Files
+// returned by Get stay valid. Later Gets fail with ErrClosed; Close is
+// idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.ops.Wait()
+	var errs []error
+	if c, ok := s.policy.(io.Closer); ok {
+		errs = append(errs, c.Close())
+	}
+	if err := unlockDir(s.lockFile); err != nil {
+		errs = append(errs, fmt.Errorf("cache: unlock %s: %w", s.dir, err))
+	}
+	return errors.Join(errs...)
+}
