@@ -1,0 +1,227 @@
+package main_test
+
+// End-to-end tests of the cachefs binary, as a user (and the outside check)
+// runs it: build, mount in the foreground with --metrics-addr, read three
+// shuffled epochs, compare every sha256, read the byte hit ratio of each
+// epoch from /metrics, check EROFS, SIGTERM, and the mount is gone.
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/internal/testenv"
+)
+
+func buildCachefs(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "cachefs")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+var spec = datagen.Spec{Files: 400, Classes: 8, MedianSize: 30_000, MinSize: 1000, MaxSize: 400_000, Seed: 3}
+
+func TestMountBinaryPosix(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src := t.TempDir()
+	files, err := datagen.Write(src, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runE2E(t, src, files, nil)
+}
+
+func TestMountBinaryS3(t *testing.T) {
+	testenv.RequireFUSE(t)
+	m := testenv.StartMinIO(t)
+	m.MakeBucket(t, "datasets")
+	files := spec.Plan()
+	for _, f := range files {
+		m.Put(t, "datasets", "imagenet/train/"+f.Path, datagen.Content(f))
+	}
+	// A sibling prefix that must not show through the mount.
+	m.Put(t, "datasets", "imagenet/train2/decoy.jpg", []byte("not part of the dataset"))
+	src := "s3://datasets/imagenet/train?endpoint=" + m.Endpoint + "&region=us-east-1"
+	env := []string{"AWS_ACCESS_KEY_ID=" + m.AccessKey, "AWS_SECRET_ACCESS_KEY=" + m.SecretKey}
+	runE2E(t, src, files, env)
+}
+
+func runE2E(t *testing.T, src string, files []datagen.File, env []string) {
+	bin := buildCachefs(t)
+	total := datagen.TotalSize(files)
+	capacity := total / 2
+	mnt, cacheDir := t.TempDir(), t.TempDir()
+	port := testenv.FreePort(t)
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+
+	cmd := exec.Command(bin, "mount", src, mnt, "--cache-dir", cacheDir,
+		"--cache-size", strconv.FormatInt(capacity, 10), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port))
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logs := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(stderr)
+		logs <- string(b)
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+	})
+	waitMounted(t, mnt, exited, logs)
+
+	want := map[string][sha256.Size]byte{}
+	paths := make([]string, len(files))
+	for i, f := range files {
+		want[f.Path] = datagen.Sum(f)
+		paths[i] = f.Path
+	}
+	ents, err := os.ReadDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != spec.Classes {
+		t.Errorf("mount root has %d entries, want %d class directories", len(ents), spec.Classes)
+	}
+	cd := float64(capacity) / float64(total)
+	for e := 1; e <= 3; e++ {
+		h0, m0 := scrape(t, metricsURL)
+		res, err := epoch.Run(context.Background(), epoch.Options{Root: mnt, Paths: paths, Workers: 8, Seed: uint64(e) + 100, Want: want})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Mismatches) > 0 {
+			t.Fatalf("epoch %d: %d files with wrong bytes, e.g. %s", e, len(res.Mismatches), res.Mismatches[0])
+		}
+		h1, m1 := scrape(t, metricsURL)
+		ratio := (h1 - h0) / ((h1 - h0) + (m1 - m0))
+		if e == 1 && ratio != 0 {
+			t.Errorf("epoch 1: byte hit ratio %.3f, want 0", ratio)
+		}
+		if e > 1 && (ratio < cd-0.05 || ratio > cd+0.05) {
+			t.Errorf("epoch %d: byte hit ratio %.3f from /metrics, want %.3f ± 0.05", e, ratio, cd)
+		}
+		t.Logf("epoch %d: byte hit ratio %.3f (C/D %.3f), %.0f files/s", e, ratio, cd, res.FilesPerSec())
+	}
+	if _, err := os.Create(filepath.Join(mnt, "new")); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("create on the mount: %v, want EROFS", err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("cachefs mount exited with %v after SIGTERM\n%s", err, <-logs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cachefs mount did not exit within 20s of SIGTERM")
+	}
+	if mounted(t, mnt) {
+		t.Fatal("still mounted after SIGTERM")
+	}
+	if l := <-logs; strings.Contains(l, "AWS_SECRET") || (len(env) > 1 && strings.Contains(l, strings.TrimPrefix(env[1], "AWS_SECRET_ACCESS_KEY="))) {
+		t.Error("the secret key appears in the mount's logs")
+	}
+
+	// The cache survives: stats reads it without a mount.
+	out, err := exec.Command(bin, "stats", "--cache-dir", cacheDir, "--json").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"Policy": "nr"`) {
+		t.Errorf("cachefs stats: %v\n%s", err, out)
+	}
+}
+
+func waitMounted(t *testing.T, mnt string, exited <-chan error, logs <-chan string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			t.Fatalf("cachefs mount exited early: %v\n%s", err, <-logs)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if mounted(t, mnt) {
+			return
+		}
+	}
+	t.Fatal("mount did not appear within 30s")
+}
+
+func mounted(t *testing.T, mnt string) bool {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && fields[4] == mnt {
+			return true
+		}
+	}
+	return false
+}
+
+// scrape returns cachefs_cache_hit_bytes_total and cachefs_cache_miss_bytes_total.
+func scrape(t *testing.T, url string) (hit, miss float64) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	found := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		var v float64
+		if _, err := fmt.Sscanf(line, "cachefs_cache_hit_bytes_total %g", &v); err == nil {
+			hit = v
+			found++
+		}
+		if _, err := fmt.Sscanf(line, "cachefs_cache_miss_bytes_total %g", &v); err == nil {
+			miss = v
+			found++
+		}
+	}
+	for _, name := range []string{"cachefs_cache_hits_total", "cachefs_cache_misses_total", "cachefs_cache_used_bytes",
+		"cachefs_cache_capacity_bytes", "cachefs_cache_entries", "cachefs_backend_read_seconds_bucket", "cachefs_backend_errors_total"} {
+		if !strings.Contains(string(body), "\n"+name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if found != 2 {
+		t.Fatalf("/metrics lacks the byte counters:\n%s", body)
+	}
+	return hit, miss
+}
