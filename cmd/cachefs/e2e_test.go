@@ -215,7 +215,7 @@ func scrape(t *testing.T, url string) (hit, miss float64) {
 		}
 	}
 	for _, name := range []string{"cachefs_cache_hits_total", "cachefs_cache_misses_total", "cachefs_cache_used_bytes",
-		"cachefs_cache_capacity_bytes", "cachefs_cache_entries", "cachefs_backend_read_seconds_bucket", "cachefs_backend_errors_total"} {
+		"cachefs_cache_capacity_bytes", "cachefs_cache_entries", "cachefs_backend_read_seconds_bucket", "cachefs_backend_errors_total", "cachefs_backend_retries_total"} {
 		if !strings.Contains(string(body), "\n"+name) {
 			t.Errorf("/metrics lacks %s", name)
 		}

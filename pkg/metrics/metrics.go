@@ -1,7 +1,7 @@
 // Package metrics exposes an EpochFS mount's counters to Prometheus under the
-// metric names fixed in DESIGN.md. It reads the cache's counters when scraped
-// and times backend reads through backend.WithObserver; it holds no state of
-// its own beyond the backend histogram and error counter.
+// metric names fixed in DESIGN.md. It reads the cache's and the backend's
+// counters when scraped and times backend reads through backend.WithObserver;
+// it holds no state of its own beyond the backend histogram and error counter.
 package metrics
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 )
 
@@ -35,8 +36,9 @@ func (b *Backend) ObserveRead(d time.Duration, _ int, err error) {
 }
 
 // NewRegistry returns a registry holding the cache metrics (read from stats
-// at scrape time), the backend metrics, and the Go and process collectors.
-func NewRegistry(stats func() cache.Stats) (*prometheus.Registry, *Backend) {
+// at scrape time), the backend metrics (retries read from retries at scrape
+// time from src), and the Go and process collectors.
+func NewRegistry(stats func() cache.Stats, src backend.Backend) (*prometheus.Registry, *Backend) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -83,6 +85,14 @@ func NewRegistry(stats func() cache.Stats) (*prometheus.Registry, *Backend) {
 		}),
 	}
 	reg.MustRegister(b.seconds, b.errors)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cachefs_backend_retries_total",
+		Help: "Backend requests retried after a transient failure (5xx, throttling, timeout, reset, short body).",
+	}, func() float64 { return float64(backend.Retries(src)) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cachefs_backend_skipped_names_total",
+		Help: "Listed names hidden from the mount because they would escape it (.., absolute, NUL, control characters, over 255 bytes).",
+	}, func() float64 { return float64(backend.Skipped(src)) }))
 	return reg, b
 }
 

@@ -125,7 +125,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	}
 	cleanup = append(cleanup, func() { store.Close() })
 
-	reg, observer := metrics.NewRegistry(store.Stats)
+	reg, observer := metrics.NewRegistry(store.Stats, b)
 	b = backend.WithObserver(b, observer)
 	if m.cfg.MetricsAddr != "" {
 		mctx, stop := context.WithCancel(context.Background())
