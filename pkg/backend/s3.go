@@ -83,6 +83,9 @@ func openS3(ctx context.Context, src Source, opts Options) (Backend, error) {
 	case src.Endpoint != "":
 		lookup = minio.BucketLookupDNS
 	}
+	// minio-go's own retries are off (MaxRetries 1); note that it still
+	// sleeps up to minio.DefaultRetryUnit, ctx-aware, after a transient
+	// failure before returning it to us.
 	core, err := minio.NewCore(host, &minio.Options{
 		Creds:        creds,
 		Secure:       secure,
@@ -198,9 +201,7 @@ func (b *s3Backend) isDir(ctx context.Context, p string) (bool, error) {
 func (b *s3Backend) firstKey(ctx context.Context, prefix string) (string, error) {
 	var key string
 	_, err := b.retry.do(ctx, "probe", b.retryable, func(ctx context.Context) error {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel() // stops minio-go's listing goroutine
-		for obj := range b.core.Client.ListObjects(ctx, b.bucket, minio.ListObjectsOptions{
+		for obj := range b.core.Client.ListObjectsIter(ctx, b.bucket, minio.ListObjectsOptions{
 			Prefix: prefix, Recursive: true, MaxKeys: 1,
 		}) {
 			if obj.Err != nil {
@@ -209,7 +210,7 @@ func (b *s3Backend) firstKey(ctx context.Context, prefix string) (string, error)
 			key = obj.Key
 			return nil
 		}
-		return nil
+		return ctx.Err() // minio-go ends a canceled listing silently
 	})
 	return key, err
 }
@@ -224,9 +225,7 @@ func (b *s3Backend) List(ctx context.Context, p string) ([]Entry, error) {
 	seen := false    // any key at all under prefix (even a marker or a bad name)
 	startAfter := "" // resume point after a failed page
 	_, err = b.retry.do(ctx, "list", b.retryable, func(ctx context.Context) error {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		for obj := range b.core.Client.ListObjects(ctx, b.bucket, minio.ListObjectsOptions{
+		for obj := range b.core.Client.ListObjectsIter(ctx, b.bucket, minio.ListObjectsOptions{
 			Prefix:     prefix,
 			Recursive:  false, // ListObjectsV2 with Delimiter "/", paginated by minio-go
 			StartAfter: startAfter,
@@ -235,10 +234,10 @@ func (b *s3Backend) List(ctx context.Context, p string) ([]Entry, error) {
 				return obj.Err
 			}
 			seen = true
-			startAfter = obj.Key
+			startAfter = max(startAfter, obj.Key)
 			b.addChild(byName, prefix, obj)
 		}
-		return nil
+		return ctx.Err() // minio-go ends a canceled listing silently
 	})
 	if err != nil {
 		return nil, b.mapErr("list", p, err)

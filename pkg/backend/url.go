@@ -227,6 +227,9 @@ func parseQuery(u *url.URL, allowed ...string) (map[string]string, error) {
 	}
 	out := make(map[string]string, len(vals))
 	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		if len(allowed) == 0 {
+			return nil, invalid("unknown query parameter %q (none are allowed)", k)
+		}
 		if !slices.Contains(allowed, k) {
 			return nil, invalid("unknown query parameter %q (allowed: %s)", k, strings.Join(allowed, ", "))
 		}

@@ -1,0 +1,48 @@
+package backend_test
+
+import (
+	"errors"
+	"net/url"
+	"reflect"
+	"testing"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// FuzzParse checks that Parse never panics, that every error wraps
+// ErrInvalidURL, that String never prints a password, and that
+// Parse(s.String()) round-trips every Source that Parse returns.
+// Seeds live in testdata/fuzz/FuzzParse.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"/data", "file:///data", "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1",
+		"cephfs://admin@mon:6789/x?fs=a", "nfs://nas/export", "mirror:/a,/b",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		src, err := backend.Parse(raw)
+		if err != nil {
+			if !errors.Is(err, backend.ErrInvalidURL) {
+				t.Fatalf("Parse(%q) error %v does not wrap ErrInvalidURL", raw, err)
+			}
+			return
+		}
+		s := src.String()
+		if src.Kind == backend.KindS3 || src.Kind == backend.KindNFS {
+			if u, err := url.Parse(s); err != nil || u.User != nil {
+				t.Fatalf("String() = %q: unparsable or contains userinfo (%v)", s, err)
+			}
+		}
+		again, err := backend.Parse(s)
+		if err != nil {
+			t.Fatalf("Parse(%q) ok, but Parse(String() = %q): %v", raw, s, err)
+		}
+		if !reflect.DeepEqual(again, src) {
+			t.Fatalf("round trip of %q via %q:\n got %#v\nwant %#v", raw, s, again, src)
+		}
+		if again.String() != s {
+			t.Fatalf("String() not stable: %q then %q", s, again.String())
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+type readRecord struct {
+	d     time.Duration
+	bytes int
+	err   error
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	reads []readRecord
+}
+
+func (r *recorder) ObserveRead(d time.Duration, n int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads = append(r.reads, readRecord{d, n, err})
+}
+
+func TestWithObserver(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"f": []byte("0123456789"), "bad\x01name": nil})
+	inner := openPosix(t, dir)
+	rec := &recorder{}
+	b := backend.WithObserver(inner, rec)
+	defer b.Close()
+	ctx := context.Background()
+	buf := make([]byte, 4)
+	b.ReadAt(ctx, "f", "", buf, 0)       // ok
+	b.ReadAt(ctx, "f", "", buf, 8)       // short read at EOF: not an error
+	b.ReadAt(ctx, "missing", "", buf, 0) // ErrNotExist
+	b.ReadAt(ctx, "f", "stale", buf, 0)  // ErrChanged
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	b.ReadAt(canceled, "f", "", buf, 0) // context.Canceled
+	want := []struct {
+		bytes int
+		err   error
+	}{{4, nil}, {2, nil}, {0, backend.ErrNotExist}, {0, backend.ErrChanged}, {0, context.Canceled}}
+	if len(rec.reads) != len(want) {
+		t.Fatalf("%d observations, want %d", len(rec.reads), len(want))
+	}
+	for i, w := range want {
+		r := rec.reads[i]
+		if r.bytes != w.bytes || (w.err == nil) != (r.err == nil) || (w.err != nil && !errors.Is(r.err, w.err)) || r.d <= 0 {
+			t.Errorf("observation %d = %+v, want %d bytes, err %v, positive duration", i, r, w.bytes, w.err)
+		}
+	}
+	// The wrapper still returns io.EOF to its caller and exposes counters.
+	if _, err := b.ReadAt(ctx, "f", "", buf, 8); err != io.EOF {
+		t.Errorf("ReadAt at the end through the observer = %v, want io.EOF", err)
+	}
+	if _, err := b.List(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := backend.Skipped(b); got != 1 {
+		t.Errorf("Skipped through the observer = %d, want 1", got)
+	}
+	if backend.Retries(b) != 0 {
+		t.Errorf("Retries of posix = %d, want 0", backend.Retries(b))
+	}
+	if backend.WithObserver(inner, nil) != inner {
+		t.Errorf("WithObserver(b, nil) should return b")
+	}
+}
+
+func TestOpenUnsupported(t *testing.T) {
+	for _, raw := range []string{"cephfs://mon/x", "nfs://nas/export"} {
+		src, err := backend.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = backend.Open(context.Background(), src, backend.Options{})
+		if !errors.Is(err, backend.ErrUnsupported) {
+			t.Errorf("Open(%s) = %v, want ErrUnsupported", raw, err)
+		}
+	}
+}
+
+func TestOpenOptionsValidated(t *testing.T) {
+	src := backend.Source{Kind: backend.KindPosix, Path: t.TempDir()}
+	for _, o := range []backend.Options{
+		{Retry: backend.RetryPolicy{MaxAttempts: -1}},
+		{RequestTimeout: -time.Second},
+		{Credentials: backend.Credentials{AccessKey: "only-the-key"}},
+	} {
+		if _, err := backend.Open(context.Background(), src, o); err == nil {
+			t.Errorf("Open with %+v: no error", o)
+		}
+	}
+}
