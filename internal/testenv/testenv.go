@@ -57,6 +57,9 @@ func RepoRoot() (string, error) {
 	}
 }
 
+// repoRoot is RepoRoot, replaceable by tests.
+var repoRoot = RepoRoot
+
 // FindTool returns the path of an executable installed by `make tools`:
 // $EPOCHFS_TOOLS_BIN/name, else <repo root>/.tools/bin/name, else name
 // on PATH. It returns an error if none exists.
@@ -69,7 +72,7 @@ func FindTool(name string) (string, error) {
 		}
 		tried = append(tried, p)
 	}
-	if root, err := RepoRoot(); err == nil {
+	if root, err := repoRoot(); err == nil {
 		p := filepath.Join(root, ".tools", "bin", name)
 		if isExecutable(p) {
 			return p, nil
