@@ -151,37 +151,34 @@ func parseSum(b []byte) (xxh3.Uint128, int64, error) {
 	return xxh3.Uint128{Hi: hi, Lo: lo}, size, nil
 }
 
-// verifyEntry checks the entry's bytes against its sidecar record and the
-// expected size.
-func verifyEntry(dataPath string, size int64) error {
+// verifyEntry checks the entry's bytes against its sidecar record and
+// returns the entry size the record gives.
+func verifyEntry(dataPath string) (int64, error) {
 	rec, err := os.ReadFile(dataPath + sumSuffix)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	want, n, err := parseSum(rec)
+	want, size, err := parseSum(rec)
 	if err != nil {
-		return err
-	}
-	if n != size {
-		return fmt.Errorf("checksum record is for %d bytes, want %d", n, size)
+		return 0, err
 	}
 	f, err := os.Open(dataPath)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer f.Close()
 	h := xxh3.New()
-	copied, err := io.CopyBuffer(h, f, make([]byte, 256<<10))
+	n, err := io.CopyBuffer(h, f, make([]byte, 256<<10))
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if copied != size {
-		return fmt.Errorf("entry holds %d bytes, want %d", copied, size)
+	if n != size {
+		return 0, fmt.Errorf("entry holds %d bytes, its checksum record says %d", n, size)
 	}
 	if got := h.Sum128(); got != want {
-		return fmt.Errorf("checksum mismatch: got %016x%016x, want %016x%016x", got.Hi, got.Lo, want.Hi, want.Lo)
+		return 0, fmt.Errorf("checksum mismatch: got %016x%016x, want %016x%016x", got.Hi, got.Lo, want.Hi, want.Lo)
 	}
-	return nil
+	return size, nil
 }
 
 // fileStat is what the scan keeps of an entry's data file.

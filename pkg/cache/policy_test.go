@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -65,8 +66,8 @@ func runEpochs(t *testing.T, s *Store, d simDataset, epochs int, seed uint64) []
 // Random and TinyLFU do no better (LRU thrashes).
 func TestPolicyEpochs(t *testing.T) {
 	const (
-		files  = 1000
-		epochs = 3
+		files  = 2000
+		epochs = 4
 	)
 	d := newSimDataset(files, 42)
 	ratios := []struct {
@@ -74,6 +75,7 @@ func TestPolicyEpochs(t *testing.T) {
 		c    float64 // C/D
 	}{{"1/16", 1.0 / 16}, {"5/16", 5.0 / 16}, {"10/16", 10.0 / 16}, {"1", 1}, {"1.25", 1.25}}
 
+	root := fastTempDir(t)
 	var mu sync.Mutex
 	got := map[string][]float64{} // "policy C/D" -> per-epoch ratio
 	t.Run("run", func(t *testing.T) {
@@ -81,7 +83,7 @@ func TestPolicyEpochs(t *testing.T) {
 			for _, r := range ratios {
 				t.Run(pol+"/"+r.name, func(t *testing.T) {
 					t.Parallel()
-					s := testStore(t, Options{Policy: pol, Capacity: int64(r.c * float64(d.total)), seed: 7})
+					s := testStore(t, Options{Dir: filepath.Join(root, pol, r.name), Policy: pol, Capacity: int64(r.c * float64(d.total)), seed: 7})
 					h := runEpochs(t, s, d, epochs, 99)
 					if pol == PolicyNR && s.Stats().Evictions != 0 {
 						t.Errorf("NR evicted %d entries", s.Stats().Evictions)

@@ -380,9 +380,10 @@ func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load L
 	return &fillResult{cached: s.admit(key, id, buf), data: buf}, nil
 }
 
-// checkCached reports whether id is held, servable and of the given size,
-// verifying a recovered entry's checksum first and dropping the entry if it
-// fails (or if its file vanished, or its size disagrees with the caller's).
+// checkCached reports whether id is held, servable and of the given size.
+// A recovered entry's checksum is verified first; one that fails is
+// dropped (CorruptDropped). An entry whose file vanished, or whose size
+// disagrees with the caller's, is dropped too.
 func (s *Store) checkCached(key Key, id string, size int64) bool {
 	s.mu.Lock()
 	e := s.entries[id]
@@ -390,20 +391,23 @@ func (s *Store) checkCached(key Key, id string, size int64) bool {
 		s.mu.Unlock()
 		return false
 	}
-	if e.size != size {
-		s.log.Warn("cache: entry size differs from the requested size; dropping it", "key", key.String(), "entry_size", e.size, "size", size)
-		s.dropLocked(id, e)
-		s.mu.Unlock()
-		return false
-	}
 	verified := e.verified
 	s.mu.Unlock()
 
 	var err error
+	corrupt := false
 	if verified {
 		_, err = os.Stat(s.dataPath(id))
 	} else {
-		err = verifyEntry(s.dataPath(id), size)
+		var recSize int64
+		recSize, err = verifyEntry(s.dataPath(id))
+		corrupt = err != nil
+		if err == nil && recSize != e.size {
+			err, corrupt = fmt.Errorf("entry holds %d bytes, its checksum record says %d", e.size, recSize), true
+		}
+	}
+	if err == nil && e.size != size {
+		err = fmt.Errorf("entry holds %d bytes, the caller asked for %d", e.size, size)
 	}
 
 	s.mu.Lock()
@@ -412,10 +416,10 @@ func (s *Store) checkCached(key Key, id string, size int64) bool {
 		return false // evicted meanwhile
 	}
 	if err != nil {
-		if !verified {
+		if corrupt {
 			s.corruptDropped.Add(1)
 		}
-		s.log.Warn("cache: dropping a bad entry; it will be fetched again", "key", key.String(), "id", id, "err", err)
+		s.log.Warn("cache: dropping a bad entry; it will be fetched again", "key", key.String(), "id", id, "corrupt", corrupt, "err", err)
 		s.dropLocked(id, e)
 		return false
 	}
