@@ -253,6 +253,9 @@ func (s *Store) dataPath(id string) string {
 // context ends stops waiting (the shared load goes on for the others; if
 // the load's own caller went away, the others try again).
 //
+// On a miss the store allocates size bytes in memory for load, so size is
+// meant to be a whole small file or one fixed-size block of a large one.
+//
 // A load error is returned wrapped ("cache: load KEY: ...") and nothing is
 // admitted. A failure of the cache disk is never returned: the loaded bytes
 // come back in Result.Data instead.
