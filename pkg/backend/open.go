@@ -124,9 +124,10 @@ func (o Options) withDefaults() (Options, error) {
 // (the posix directory exists, the s3 bucket answers a listing with these
 // credentials) so that a bad source fails here, before anything is mounted.
 //
-// cephfs and nfs sources are not built yet and return ErrUnsupported; a
-// mirror opens each replica and returns a Backend that reads from the
-// fastest healthy one.
+// cephfs and nfs sources are not built yet and return ErrUnsupported. A
+// mirror opens each replica and returns a Backend that serves every call
+// from the fastest healthy replica and fails over on I/O errors; a replica
+// that disagrees on a file's size is never used for that file.
 func Open(ctx context.Context, src Source, opts Options) (Backend, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
