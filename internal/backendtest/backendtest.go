@@ -47,13 +47,13 @@ func WithModify(m Modifier) Option {
 // passed to it). Exposed so backend tests can reuse it.
 func Dataset() map[string][]byte {
 	return map[string][]byte{
-		"a.txt":                 pattern(100, 1),
-		"empty":                 {},
-		"big.bin":               pattern(300_000, 7),
-		"dir/b.bin":             pattern(5000, 2),
-		"dir/sub/c.bin":         pattern(10, 3),
-		"dir/sub/deeper/d":      []byte("d"),
-		"with space.txt":        []byte("hello, spaces"),
+		"a.txt":               pattern(100, 1),
+		"empty":               {},
+		"big.bin":             pattern(300_000, 7),
+		"dir/b.bin":           pattern(5000, 2),
+		"dir/sub/c.bin":       pattern(10, 3),
+		"dir/sub/deeper/d":    []byte("d"),
+		"with space.txt":      []byte("hello, spaces"),
 		"ünïcödé/日本語 データ.txt": []byte("こんにちは"),
 	}
 }

@@ -1,6 +1,12 @@
 // Package backend is the read-only view of a dataset's real home: a local or
-// kernel-mounted directory (posix), an S3 bucket prefix (s3), and later CephFS,
-// NFS and mirrors of several of those.
+// kernel-mounted directory (posix), an S3 bucket prefix (s3), or a mirror of
+// several of those; CephFS and NFS come later (mount them with the kernel
+// client and use the posix backend meanwhile).
+//
+// Parse turns a source URL into a Source; Open turns a Source into a
+// Backend. Optional abilities are separate interfaces found by type
+// assertion (RetryCounter, SkipCounter, Unwrapper); WithObserver times
+// reads for metrics.
 //
 // A Backend lists directories, stats entries and reads byte ranges. It knows
 // nothing of caching, FUSE or CSI: those sit to its left on the data path
@@ -53,8 +59,9 @@ type Entry struct {
 	// ModTime is the last modification time when the backend knows it
 	// (zero for S3 common prefixes).
 	ModTime time.Time
-	// Version identifies the content: the ETag for S3, "mtime-ns:size" for
-	// posix. Equal versions mean equal bytes. Empty for directories.
+	// Version identifies the content: the ETag (unquoted) for S3,
+	// "MTIMENANOS-SIZE" for posix, "REPLICA:SIZE:VERSION" for a mirror.
+	// Equal versions mean equal bytes. Empty for directories.
 	Version string
 }
 
