@@ -10,18 +10,19 @@ import (
 
 // sizeUnits maps a lower-cased unit suffix to its multiplier. Decimal SI
 // units (K, KB, M, MB, G, GB, T, TB, P, PB, E, EB) are powers of 1000; binary
-// units (KiB, MiB, GiB, TiB, PiB, EiB) are powers of 1024.
+// units (KiB, MiB, GiB, TiB, PiB, EiB, and the Kubernetes quantity spellings
+// Ki, Mi, Gi, Ti, Pi, Ei) are powers of 1024.
 var sizeUnits = map[string]int64{
 	"": 1, "b": 1,
-	"k": 1e3, "kb": 1e3, "kib": 1 << 10,
-	"m": 1e6, "mb": 1e6, "mib": 1 << 20,
-	"g": 1e9, "gb": 1e9, "gib": 1 << 30,
-	"t": 1e12, "tb": 1e12, "tib": 1 << 40,
-	"p": 1e15, "pb": 1e15, "pib": 1 << 50,
-	"e": 1e18, "eb": 1e18, "eib": 1 << 60,
+	"k": 1e3, "kb": 1e3, "kib": 1 << 10, "ki": 1 << 10,
+	"m": 1e6, "mb": 1e6, "mib": 1 << 20, "mi": 1 << 20,
+	"g": 1e9, "gb": 1e9, "gib": 1 << 30, "gi": 1 << 30,
+	"t": 1e12, "tb": 1e12, "tib": 1 << 40, "ti": 1 << 40,
+	"p": 1e15, "pb": 1e15, "pib": 1 << 50, "pi": 1 << 50,
+	"e": 1e18, "eb": 1e18, "eib": 1 << 60, "ei": 1 << 60,
 }
 
-const sizeUnitList = "B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB, TiB, P, PB, PiB, E, EB, EiB"
+const sizeUnitList = "B, K, KB, KiB, Ki, M, MB, MiB, Mi, G, GB, GiB, Gi, T, TB, TiB, Ti, P, PB, PiB, Pi, E, EB, EiB, Ei"
 
 // ParseSize parses a byte size such as "50GiB", "512MiB", "10G", "1.5GiB"
 // or "4096".
@@ -29,7 +30,7 @@ const sizeUnitList = "B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB, TiB, P, PB, 
 // Units are case-insensitive. Decimal SI units are powers of 1000 (K and KB
 // = 10^3, M/MB = 10^6, G/GB = 10^9, T/TB = 10^12, P/PB, E/EB); binary units
 // are powers of 1024 (KiB = 2^10, MiB = 2^20, GiB = 2^30, TiB = 2^40, PiB,
-// EiB). No unit, or B, means bytes. Spaces around the number and between the
+// EiB; Kubernetes' Ki, Mi, Gi, Ti, Pi, Ei mean the same). No unit, or B, means bytes. Spaces around the number and between the
 // number and the unit are allowed. A fractional number is allowed; the
 // result is rounded down to a whole number of bytes.
 //
