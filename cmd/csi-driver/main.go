@@ -1,0 +1,109 @@
+// Command csi-driver serves the cachefs.epochfs.io CSI driver: Identity,
+// a light Controller (volume ids and contexts, no data), and the Node service
+// that runs one `cachefs mount` process per dataset and binds it into pods.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/csi"
+)
+
+// version is set at build time: -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "csi-driver:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	host, _ := os.Hostname()
+	var (
+		cfg          csi.Config
+		defaultCache string
+		logFormat    string
+		logLevel     string
+		showVersion  bool
+	)
+	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
+	flag.StringVar(&cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
+	flag.StringVar(&cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all")
+	flag.StringVar(&cfg.StateDir, "state-dir", "/var/lib/epochfs/state", "driver state (volumes, dataset mounts, mount logs, 0600 credential files); must survive driver restarts")
+	flag.StringVar(&cfg.CacheRoot, "cache-root", "/var/lib/epochfs/cache", "parent of the per-dataset NR cache directories")
+	flag.StringVar(&cfg.CachefsBinary, "cachefs-binary", defaultCachefs(), "the cachefs executable started for each dataset mount")
+	flag.StringVar(&defaultCache, "default-cache-size", "10GiB", "cache size of volumes without a cacheSize parameter")
+	flag.DurationVar(&cfg.HealthInterval, "health-interval", 30*time.Second, "how often dataset mounts are checked and repaired (0 disables)")
+	flag.DurationVar(&cfg.MountTimeout, "mount-timeout", time.Minute, "how long a new dataset mount may take to become live")
+	flag.BoolVar(&cfg.StrictReadOnly, "strict-readonly", false, "refuse single-node writer access modes unless the publish is readOnly (csi-sanity and kubelet's inline volumes use SINGLE_NODE_WRITER)")
+	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty)")
+	flag.StringVar(&logFormat, "log-format", "json", "log format: json or text")
+	flag.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
+	flag.Parse()
+	if showVersion {
+		fmt.Println("csi-driver", version)
+		return nil
+	}
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	log, err := newLogger(logFormat, logLevel)
+	if err != nil {
+		return err
+	}
+	if cfg.DefaultCacheSize, err = cache.ParseSize(defaultCache); err != nil {
+		return fmt.Errorf("--default-cache-size: %w", err)
+	}
+	cfg.Version, cfg.Logger = version, log
+
+	d, err := csi.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *metricsAddr != "" {
+		if err := serveMetrics(ctx, *metricsAddr, d); err != nil {
+			return err
+		}
+	}
+	return d.Run(ctx)
+}
+
+// defaultCachefs is cachefs next to this binary, else "cachefs" on the PATH.
+func defaultCachefs() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "cachefs")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "/usr/local/bin/cachefs"
+}
+
+func newLogger(format, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want json or text", format)
+}

@@ -1,0 +1,241 @@
+package csi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// datasetMount is one `cachefs mount` process serving one set of volume
+// parameters on this node, mounted at MountPoint; volumes bind it. Persisted
+// as JSON so a restarted driver can re-adopt it.
+type datasetMount struct {
+	Key        string       `json:"key"`
+	Params     volumeParams `json:"params"`
+	MountPoint string       `json:"mountPoint"`
+	CacheDir   string       `json:"cacheDir"`
+	PID        int          `json:"pid"`
+	StartTicks uint64       `json:"startTicks"` // guards against PID reuse
+	Users      []string     `json:"users"`      // volume ids
+
+	exited chan struct{} // closed when our child exits; nil when adopted
+}
+
+// Directory layout under the state dir.
+func (n *nodeState) datasetPath(key string) string { return filepath.Join(n.dir, "datasets", key+".json") }
+func (n *nodeState) secretPath(key string) string  { return filepath.Join(n.dir, "secrets", key+".env") }
+func (n *nodeState) logPath(key string) string     { return filepath.Join(n.dir, "logs", key+".log") }
+func (n *nodeState) mountPath(key string) string   { return filepath.Join(n.dir, "mnt", key) }
+
+// processAlive reports whether pid still runs the process started at ticks.
+func processAlive(pid int, ticks uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	t, err := startTicks(pid)
+	return err == nil && t == ticks
+}
+
+// startTicks reads a process's start time (field 22 of /proc/PID/stat).
+func startTicks(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after it follow ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("proc %d: bad stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("proc %d: short stat", pid)
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return 0, fmt.Errorf("proc %d: exited", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// healthy reports nil when the dataset's process runs and its mount answers.
+func (n *nodeState) healthy(ds *datasetMount) error {
+	if !processAlive(ds.PID, ds.StartTicks) {
+		return fmt.Errorf("mount process %d is gone", ds.PID)
+	}
+	return checkMount(ds.MountPoint)
+}
+
+// start launches the mount process for ds and waits until the mount is live.
+// The process runs in its own session so that it outlives the driver; its
+// credentials reach it through the environment only (from the 0600 secrets
+// file), never argv, never logs.
+func (n *nodeState) start(ds *datasetMount) error {
+	for _, dir := range []string{ds.MountPoint, ds.CacheDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("csi: %w", err)
+		}
+	}
+	if err := unmountAll(ds.MountPoint); err != nil {
+		return err
+	}
+	env, err := n.readSecrets(ds.Key)
+	if err != nil {
+		return err
+	}
+	args := []string{"mount", ds.Params.Source, ds.MountPoint,
+		"--cache-dir", ds.CacheDir,
+		"--cache-size", strconv.FormatInt(ds.Params.CacheSize, 10),
+		"--policy", ds.Params.Policy,
+		"--log-format", "json",
+	}
+	if ds.Params.Manifest != "" {
+		args = append(args, "--manifest", ds.Params.Manifest)
+	}
+	logf, err := os.OpenFile(n.logPath(ds.Key), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("csi: mount log: %w", err)
+	}
+	defer logf.Close()
+	logStart, _ := logf.Seek(0, 2)
+
+	cmd := exec.Command(n.d.cfg.CachefsBinary, args...)
+	cmd.Env = os.Environ()
+	if len(env) > 0 {
+		cmd.Env = append(withoutAWSCredentials(cmd.Env), env...)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("csi: start %s: %w", n.d.cfg.CachefsBinary, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // reap our child
+	ds.PID, ds.exited = cmd.Process.Pid, exited
+	ds.StartTicks, _ = startTicks(ds.PID)
+
+	deadline := time.Now().Add(n.d.cfg.MountTimeout)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("csi: cachefs mount of %s exited: %s", ds.Params.Source, n.logTail(ds.Key, logStart))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if ok, fstype, _ := isMounted(ds.MountPoint); ok && strings.HasPrefix(fstype, "fuse") {
+			if checkMount(ds.MountPoint) == nil {
+				n.d.log.Info("dataset mounted", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID, "mountpoint", ds.MountPoint)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			_ = unmountAll(ds.MountPoint)
+			return fmt.Errorf("csi: cachefs mount of %s not live after %s: %s", ds.Params.Source, n.d.cfg.MountTimeout, n.logTail(ds.Key, logStart))
+		}
+	}
+}
+
+// stop ends the dataset's mount process: SIGTERM (it unmounts itself), then
+// SIGKILL and a lazy unmount if it does not go within 10 s.
+func (n *nodeState) stop(ds *datasetMount) error {
+	if processAlive(ds.PID, ds.StartTicks) {
+		_ = syscall.Kill(ds.PID, syscall.SIGTERM)
+		deadline := time.Now().Add(10 * time.Second)
+		for processAlive(ds.PID, ds.StartTicks) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if processAlive(ds.PID, ds.StartTicks) {
+			n.d.log.Warn("mount process ignored SIGTERM; killing it", "key", ds.Key, "pid", ds.PID)
+			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
+		}
+	}
+	if ds.exited != nil {
+		select {
+		case <-ds.exited:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	if err := unmountAll(ds.MountPoint); err != nil {
+		return err
+	}
+	if err := os.Remove(ds.MountPoint); err != nil && !errors.Is(err, os.ErrNotExist) {
+		n.d.log.Warn("cannot remove dataset mount point", "path", ds.MountPoint, "err", err)
+	}
+	return nil
+}
+
+// logTail returns the mount log written since offset (at most 2 KiB), for
+// error messages. cachefs never logs credentials.
+func (n *nodeState) logTail(key string, offset int64) string {
+	b, err := os.ReadFile(n.logPath(key))
+	if err != nil || int64(len(b)) <= offset {
+		return "(no output)"
+	}
+	b = bytes.TrimSpace(b[offset:])
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	return string(b)
+}
+
+// writeSecrets stores credentials for restarts of the mount process, 0600.
+func (n *nodeState) writeSecrets(key string, secrets map[string]string) error {
+	if len(secrets) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, k := range secretKeys {
+		if v, ok := secrets[k]; ok {
+			if strings.ContainsAny(v, "\n\x00") {
+				return fmt.Errorf("csi: secret %s holds a newline or NUL", k)
+			}
+			fmt.Fprintf(&b, "%s=%s\n", k, v)
+		}
+	}
+	tmp := n.secretPath(key) + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("csi: write secrets: %w", err)
+	}
+	if err := os.Rename(tmp, n.secretPath(key)); err != nil {
+		return fmt.Errorf("csi: write secrets: %w", err)
+	}
+	return nil
+}
+
+func (n *nodeState) readSecrets(key string) ([]string, error) {
+	b, err := os.ReadFile(n.secretPath(key))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("csi: read secrets: %w", err)
+	}
+	var env []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, _, ok := strings.Cut(line, "="); ok && slices.Contains(secretKeys, k) {
+			env = append(env, line)
+		}
+	}
+	return env, nil
+}
+
+// withoutAWSCredentials drops static AWS credentials inherited by the driver,
+// so that a volume with its own secrets gets exactly those.
+func withoutAWSCredentials(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(secretKeys, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

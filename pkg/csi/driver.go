@@ -1,0 +1,219 @@
+// Package csi is EpochFS's CSI driver, cachefs.epochfs.io: an Identity
+// service, a light Controller service that turns StorageClass parameters into
+// volume ids and contexts (it touches no data), and a Node service that
+// stages a dataset by starting one `cachefs mount` process per dataset per
+// node and bind-mounts it read-only into pods.
+//
+// Mount processes are not tied to the driver's life: they run in their own
+// session, their state is written to the state directory, and a restarted
+// driver re-adopts them; a dead one (ENOTCONN) is repaired on the next
+// stage/publish and by a periodic health check.
+//
+// The package drives mounts; it does not serve bytes (that is the cachefs
+// mount process: pkg/mount, pkg/fusefs, pkg/cache).
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+)
+
+// DriverName is the CSI driver name.
+const DriverName = "cachefs.epochfs.io"
+
+// Modes of Config.Mode.
+const (
+	ModeNode       = "node"
+	ModeController = "controller"
+	ModeAll        = "all"
+)
+
+// Config of a Driver. Validated by New.
+type Config struct {
+	// Endpoint: unix:///path/csi.sock (or unix:/path) or tcp://host:port.
+	Endpoint string
+	// NodeID names this node (required in node and all modes).
+	NodeID string
+	// Mode: node, controller or all.
+	Mode string
+	// StateDir holds the driver's state: controller volumes, node volumes
+	// and dataset mounts (for re-adoption after a restart), mount logs and
+	// 0600 credential files. Must survive driver restarts on the node.
+	StateDir string
+	// CacheRoot holds one NR cache directory per dataset mount.
+	CacheRoot string
+	// CachefsBinary is the cachefs executable started for each mount.
+	CachefsBinary string
+	// DefaultCacheSize applies when a volume has no cacheSize parameter.
+	DefaultCacheSize int64
+	// HealthInterval is the period of the dataset-mount health check;
+	// 0 disables it.
+	HealthInterval time.Duration
+	// MountTimeout bounds waiting for a new mount to become live.
+	MountTimeout time.Duration
+	// StrictReadOnly refuses single-node writer access modes unless a
+	// publish asks for readonly (see checkCapability).
+	StrictReadOnly bool
+	Version        string
+	Logger         *slog.Logger
+}
+
+// Driver implements the CSI services.
+type Driver struct {
+	csipb.UnimplementedIdentityServer
+	csipb.UnimplementedControllerServer
+	csipb.UnimplementedNodeServer
+
+	cfg   Config
+	log   *slog.Logger
+	ready atomic.Bool
+
+	controller *controllerState // nil in node mode
+	node       *nodeState       // nil in controller mode
+}
+
+// New validates cfg and prepares the driver; in node mode it re-adopts the
+// mounts recorded in the state directory.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeAll
+	}
+	if cfg.DefaultCacheSize == 0 {
+		cfg.DefaultCacheSize = 10 << 30
+	}
+	if cfg.MountTimeout == 0 {
+		cfg.MountTimeout = 60 * time.Second
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	switch cfg.Mode {
+	case ModeNode, ModeController, ModeAll:
+	default:
+		return nil, fmt.Errorf("csi: --mode %q: want node, controller or all", cfg.Mode)
+	}
+	if cfg.Endpoint == "" {
+		return nil, errors.New("csi: --endpoint is required")
+	}
+	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
+		return nil, fmt.Errorf("csi: --state-dir %q must be an absolute path", cfg.StateDir)
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger}
+	if cfg.Mode != ModeNode {
+		cs, err := newControllerState(filepath.Join(cfg.StateDir, "controller"))
+		if err != nil {
+			return nil, err
+		}
+		d.controller = cs
+	}
+	if cfg.Mode != ModeController {
+		if cfg.NodeID == "" {
+			return nil, errors.New("csi: --nodeid is required in node mode")
+		}
+		if cfg.CacheRoot == "" || !filepath.IsAbs(cfg.CacheRoot) {
+			return nil, fmt.Errorf("csi: --cache-root %q must be an absolute path", cfg.CacheRoot)
+		}
+		if cfg.CachefsBinary == "" {
+			return nil, errors.New("csi: --cachefs-binary is required in node mode")
+		}
+		if _, err := os.Stat(cfg.CachefsBinary); err != nil {
+			return nil, fmt.Errorf("csi: --cachefs-binary: %w", err)
+		}
+		ns, err := newNodeState(d)
+		if err != nil {
+			return nil, err
+		}
+		d.node = ns
+	}
+	return d, nil
+}
+
+// Run serves CSI on the endpoint until ctx is done, then stops gracefully.
+// Mount processes keep running: they outlive the driver by design.
+func (d *Driver) Run(ctx context.Context) error {
+	ln, err := listen(d.cfg.Endpoint)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(d.logRequests))
+	csipb.RegisterIdentityServer(srv, d)
+	if d.controller != nil {
+		csipb.RegisterControllerServer(srv, d)
+	}
+	if d.node != nil {
+		csipb.RegisterNodeServer(srv, d)
+		if d.cfg.HealthInterval > 0 {
+			go d.node.healthLoop(ctx, d.cfg.HealthInterval)
+		}
+	}
+	d.ready.Store(true)
+	d.log.Info("serving CSI", "driver", DriverName, "version", d.cfg.Version, "mode", d.cfg.Mode, "endpoint", d.cfg.Endpoint, "node", d.cfg.NodeID)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("csi: serve: %w", err)
+	case <-ctx.Done():
+	}
+	d.ready.Store(false)
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		srv.Stop()
+	}
+	d.log.Info("stopped; mount processes keep running", "endpoint", d.cfg.Endpoint)
+	return nil
+}
+
+// listen opens a unix or tcp endpoint, replacing a stale unix socket.
+func listen(endpoint string) (net.Listener, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("csi: --endpoint %q: %w", endpoint, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		path := u.Path
+		if path == "" {
+			path = u.Opaque
+		}
+		if path == "" {
+			return nil, fmt.Errorf("csi: --endpoint %q: no socket path", endpoint)
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, fmt.Errorf("csi: endpoint: %w", err)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("csi: remove stale socket: %w", err)
+		}
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("csi: listen: %w", err)
+		}
+		return ln, nil
+	case "tcp":
+		ln, err := net.Listen("tcp", u.Host)
+		if err != nil {
+			return nil, fmt.Errorf("csi: listen: %w", err)
+		}
+		return ln, nil
+	}
+	return nil, fmt.Errorf("csi: --endpoint %q: want unix:///path or tcp://host:port", endpoint)
+}

@@ -1,0 +1,141 @@
+package csi_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/csi"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// buildBinaries builds cachefs and csi-driver once per test binary.
+func buildBinaries(t *testing.T) (cachefs, driver string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "epochfs-csi-bin-")
+		if buildErr != nil {
+			return
+		}
+		for _, c := range []string{"cachefs", "csi-driver"} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "../../cmd/"+c).CombinedOutput()
+			if err != nil {
+				buildErr = &buildError{cmd: c, out: string(out), err: err}
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "cachefs"), filepath.Join(binDir, "csi-driver")
+}
+
+type buildError struct {
+	cmd, out string
+	err      error
+}
+
+func (e *buildError) Error() string { return "go build " + e.cmd + ": " + e.err.Error() + "\n" + e.out }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// testDriver runs a Driver in this process on a unix socket and returns a
+// client connection; the driver stops and every mount it made is undone in
+// t.Cleanup.
+type testDriver struct {
+	sock     string
+	stateDir string
+	cacheDir string
+	conn     *grpc.ClientConn
+	stop     func()
+}
+
+func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	cachefs, _ := buildBinaries(t)
+	dir := t.TempDir()
+	td := &testDriver{sock: filepath.Join(dir, "csi.sock"), stateDir: filepath.Join(dir, "state"), cacheDir: filepath.Join(dir, "cache")}
+	cfg := csi.Config{
+		Endpoint:      "unix://" + td.sock,
+		NodeID:        "test-node",
+		Mode:          csi.ModeAll,
+		StateDir:      td.stateDir,
+		CacheRoot:     td.cacheDir,
+		CachefsBinary: cachefs,
+		MountTimeout:  30 * time.Second,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	d, err := csi.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	waitSocket(t, td.sock)
+	conn, err := grpc.NewClient("unix://"+td.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	td.conn = conn
+	td.stop = func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("driver: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		td.stop()
+		cleanupMounts(t, dir)
+	})
+	return td
+}
+
+func waitSocket(t *testing.T, sock string) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("socket %s did not appear", sock)
+}
+
+// cleanupMounts unmounts anything still mounted under dir and fails the
+// test if something was left behind by the code under test.
+func cleanupMounts(t *testing.T, dir string) {
+	t.Helper()
+	for _, m := range mountsUnder(t, dir) {
+		t.Errorf("left mounted after the test: %s", m)
+		_ = exec.Command("umount", "-l", m).Run()
+	}
+}
+
+func node(td *testDriver) csipb.NodeClient             { return csipb.NewNodeClient(td.conn) }
+func controller(td *testDriver) csipb.ControllerClient { return csipb.NewControllerClient(td.conn) }

@@ -1,0 +1,212 @@
+package csi
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
+)
+
+// Volume parameters: StorageClass parameters, PV volumeAttributes and inline
+// volume attributes all use these keys.
+const (
+	ParamSource    = "source"
+	ParamCacheSize = "cacheSize"
+	ParamManifest  = "manifest"
+	ParamPolicy    = "policy"
+
+	// Keys under this prefix are added by Kubernetes (external-provisioner
+	// --extra-create-metadata, podInfoOnMount) and are ignored.
+	k8sPrefix = "csi.storage.k8s.io/"
+	// ephemeralKey marks an inline ephemeral volume in NodePublish.
+	ephemeralKey = "csi.storage.k8s.io/ephemeral"
+)
+
+// Secret keys accepted in node-stage (and, for inline volumes, node-publish)
+// secrets. They reach the mount process through its environment only.
+var secretKeys = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
+
+// volumeParams are a volume's validated parameters.
+type volumeParams struct {
+	Source    string `json:"source"`
+	CacheSize int64  `json:"cacheSize"`
+	Manifest  string `json:"manifest,omitempty"`
+	Policy    string `json:"policy"`
+}
+
+// context returns the parameters as a CSI volume context.
+func (p volumeParams) context() map[string]string {
+	m := map[string]string{
+		ParamSource:    p.Source,
+		ParamCacheSize: strconv.FormatInt(p.CacheSize, 10),
+		ParamPolicy:    p.Policy,
+	}
+	if p.Manifest != "" {
+		m[ParamManifest] = p.Manifest
+	}
+	return m
+}
+
+// datasetKey names the mount process (and cache directory) serving these
+// parameters: volumes with equal parameters share one mount and one cache.
+func (p volumeParams) datasetKey() string {
+	h := sha256.New()
+	for _, s := range []string{p.Source, strconv.FormatInt(p.CacheSize, 10), p.Policy, p.Manifest} {
+		fmt.Fprintf(h, "%d:%s\n", len(s), s)
+	}
+	return "ds-" + hex.EncodeToString(h.Sum(nil))[:24]
+}
+
+// parseParams validates volume parameters. Errors are InvalidArgument and
+// name the bad parameter.
+func parseParams(in map[string]string, defaultCacheSize int64) (volumeParams, error) {
+	p := volumeParams{Policy: cache.PolicyNR, CacheSize: defaultCacheSize}
+	var unknown []string
+	for k, v := range in {
+		switch k {
+		case ParamSource:
+			src, err := backend.Parse(v)
+			if err != nil {
+				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %v", ParamSource, err)
+			}
+			p.Source = src.String()
+		case ParamCacheSize:
+			n, err := cache.ParseSize(v)
+			if err != nil {
+				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %v", ParamCacheSize, err)
+			}
+			p.CacheSize = n
+		case ParamManifest:
+			if v != "" && !filepath.IsAbs(v) && !strings.Contains(v, "://") {
+				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %q must be an absolute path or a URL", ParamManifest, v)
+			}
+			p.Manifest = v
+		case ParamPolicy:
+			if !slices.Contains(cache.Policies(), v) {
+				return p, status.Errorf(codes.InvalidArgument, "parameter %q: unknown policy %q (want one of %s)", ParamPolicy, v, strings.Join(cache.Policies(), ", "))
+			}
+			p.Policy = v
+		default:
+			if !strings.HasPrefix(k, k8sPrefix) {
+				unknown = append(unknown, k)
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return p, status.Errorf(codes.InvalidArgument, "unknown parameters %q (known: %s, %s, %s, %s)", unknown, ParamSource, ParamCacheSize, ParamManifest, ParamPolicy)
+	}
+	if p.Source == "" {
+		return p, status.Errorf(codes.InvalidArgument, "parameter %q is required (the dataset URL, e.g. s3://bucket/prefix or /mnt/nfs/dataset)", ParamSource)
+	}
+	return p, nil
+}
+
+// checkSecrets keeps only the known secret keys and rejects others by name
+// (never by value).
+func checkSecrets(in map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	var unknown []string
+	for k, v := range in {
+		if slices.Contains(secretKeys, k) {
+			out[k] = v
+		} else {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, status.Errorf(codes.InvalidArgument, "unknown secret keys %q (known: %s)", unknown, strings.Join(secretKeys, ", "))
+	}
+	if (out["AWS_ACCESS_KEY_ID"] == "") != (out["AWS_SECRET_ACCESS_KEY"] == "") {
+		return nil, status.Error(codes.InvalidArgument, "secrets must hold both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither")
+	}
+	return out, nil
+}
+
+// maxIDLen is the CSI size limit of string fields such as volume ids.
+const maxIDLen = 128
+
+// checkVolumeID accepts ids that are safe as file names: 1–128 bytes of
+// letters, digits, '.', '_', '-', not starting with '.'.
+func checkVolumeID(id string) error {
+	if id == "" {
+		return status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	if len(id) > maxIDLen {
+		return status.Errorf(codes.InvalidArgument, "volume id is %d bytes, over the %d-byte limit", len(id), maxIDLen)
+	}
+	if id[0] == '.' {
+		return status.Errorf(codes.InvalidArgument, "volume id %q must not start with '.'", id)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return status.Errorf(codes.InvalidArgument, "volume id %q holds %q: only letters, digits, '.', '_' and '-' are allowed", id, c)
+		}
+	}
+	return nil
+}
+
+// checkPath accepts an absolute, clean path without "..".
+func checkPath(what, p string) error {
+	if p == "" {
+		return status.Errorf(codes.InvalidArgument, "%s is required", what)
+	}
+	if !filepath.IsAbs(p) {
+		return status.Errorf(codes.InvalidArgument, "%s %q must be absolute", what, p)
+	}
+	if filepath.Clean(p) != p || slices.Contains(strings.Split(p, "/"), "..") {
+		return status.Errorf(codes.InvalidArgument, "%s %q must be a clean path without '..'", what, p)
+	}
+	if strings.ContainsRune(p, 0) {
+		return status.Errorf(codes.InvalidArgument, "%s holds a NUL byte", what)
+	}
+	return nil
+}
+
+// Access modes. Every mount is read-only at the VFS level, whatever the
+// mode. Multi-node writer modes are refused: a dataset volume shared by many
+// nodes can never take writes. Single-node writer modes are accepted as
+// read-only mounts by default, because kubelet asks for SINGLE_NODE_WRITER
+// for inline ephemeral volumes and ReadWriteOnce claims, and csi-sanity uses
+// it throughout; with StrictReadOnly they are accepted only in a publish
+// that asks for readonly.
+func (d *Driver) checkCapability(c *csipb.VolumeCapability, readonly, publish bool) error {
+	if c == nil {
+		return status.Error(codes.InvalidArgument, "volume capability is required")
+	}
+	if c.GetBlock() != nil {
+		return status.Error(codes.InvalidArgument, "block access is not supported: a dataset volume is a read-only file tree (use a mount capability)")
+	}
+	if c.GetMount() == nil {
+		return status.Error(codes.InvalidArgument, "volume capability must have the mount access type")
+	}
+	if fs := c.GetMount().GetFsType(); fs != "" && fs != "fuse.cachefs" && fs != "cachefs" {
+		return status.Errorf(codes.InvalidArgument, "fsType %q is not supported (leave it empty)", fs)
+	}
+	mode := c.GetAccessMode().GetMode()
+	switch mode {
+	case csipb.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+		return nil
+	case csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, csipb.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
+		csipb.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:
+		if !d.cfg.StrictReadOnly || (publish && readonly) || !publish {
+			return nil
+		}
+		return status.Errorf(codes.InvalidArgument, "access mode %s needs a readOnly publish: EpochFS volumes are read-only datasets (set readOnly: true on the volume)", mode)
+	case csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER, csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
+		return status.Errorf(codes.InvalidArgument, "access mode %s is a writer mode: EpochFS volumes are read-only datasets; use ReadOnlyMany (MULTI_NODE_READER_ONLY)", mode)
+	}
+	return status.Errorf(codes.InvalidArgument, "access mode %s is not supported; use ReadOnlyMany (MULTI_NODE_READER_ONLY)", mode)
+}
