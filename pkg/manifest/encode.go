@@ -1,0 +1,135 @@
+package manifest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/zeebo/xxh3"
+)
+
+// bodyWriter appends directory records to a body (see the package doc).
+type bodyWriter struct {
+	b    []byte
+	prev []byte
+}
+
+func (w *bodyWriter) dir(children int) {
+	w.b = binary.AppendUvarint(w.b, uint64(children))
+	w.prev = w.prev[:0]
+}
+
+// child appends one entry; ver is the encoded tag and payload of a file, nil
+// for a directory.
+func (w *bodyWriter) child(name []byte, ver []byte, size int64, sum []byte) {
+	shared := 0
+	for shared < len(name) && shared < len(w.prev) && name[shared] == w.prev[shared] {
+		shared++
+	}
+	w.b = binary.AppendUvarint(w.b, uint64(shared))
+	w.b = binary.AppendUvarint(w.b, uint64(len(name)-shared))
+	w.b = append(w.b, name[shared:]...)
+	w.prev = append(w.prev[:0], name...)
+	if ver == nil {
+		w.b = append(w.b, tagDir)
+		return
+	}
+	w.b = append(w.b, ver...)
+	w.b = binary.AppendUvarint(w.b, uint64(size))
+	w.b = append(w.b, sum...)
+}
+
+// body returns the uncompressed body of m.
+func (m *Manifest) body() []byte {
+	w := bodyWriter{b: make([]byte, 0, len(m.names)/2+len(m.vers)+len(m.sums)+8*len(m.size))}
+	for d := range m.dirEntry {
+		start, end := int(m.childStart[d]), int(m.childStart[d+1])
+		w.dir(end - start)
+		for i := start; i < end; i++ {
+			if m.IsDir(i) {
+				w.child(m.nameBytes(i), nil, 0, nil)
+				continue
+			}
+			w.child(m.nameBytes(i), m.vers[m.verEnd[i-1]:m.verEnd[i]], m.size[i], m.Checksum(i))
+		}
+	}
+	return w.b
+}
+
+// Encode serialises m in the current format version.
+func (m *Manifest) Encode() ([]byte, error) {
+	return encode(m.info, uint64(m.files), uint64(len(m.dirEntry)), uint64(m.bytes), m.body())
+}
+
+func encode(info Info, files, dirs, bytes uint64, body []byte) ([]byte, error) {
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
+	if err != nil {
+		return nil, fmt.Errorf("manifest: zstd: %w", err)
+	}
+	comp := enc.EncodeAll(body, nil)
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("manifest: zstd: %w", err)
+	}
+	out := make([]byte, 0, len(comp)+len(info.Source)+64)
+	out = append(out, Magic...)
+	out = binary.LittleEndian.AppendUint16(out, FormatVersion)
+	var flags uint16
+	if info.Checksums {
+		flags |= flagChecksums
+	}
+	out = binary.LittleEndian.AppendUint16(out, flags)
+	out = binary.AppendUvarint(out, files)
+	out = binary.AppendUvarint(out, dirs)
+	out = binary.AppendUvarint(out, bytes)
+	out = binary.AppendVarint(out, info.Created.UnixNano())
+	out = binary.AppendUvarint(out, uint64(len(info.Source)))
+	out = append(out, info.Source...)
+	out = binary.AppendUvarint(out, uint64(len(body)))
+	out = binary.AppendUvarint(out, uint64(len(comp)))
+	out = append(out, comp...)
+	sum := xxh3.Hash128(out).Bytes()
+	return append(out, sum[:]...), nil
+}
+
+// WriteFile writes m to path atomically (a temporary file in the same
+// directory, synced, then renamed) and returns the bytes written.
+func (m *Manifest) WriteFile(path string) (int64, error) {
+	data, err := m.Encode()
+	if err != nil {
+		return 0, err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	fail := func(err error) (int64, error) {
+		f.Close()
+		os.Remove(tmp)
+		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+	}
+	return int64(len(data)), nil
+}

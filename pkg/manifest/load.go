@@ -1,0 +1,413 @@
+package manifest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/zeebo/xxh3"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// Magic starts every manifest file.
+const Magic = "EPOCHFSM"
+
+// FormatVersion is the format version this build writes and reads.
+const FormatVersion = 1
+
+const (
+	flagChecksums = 1 << 0
+	fixedHeader   = len(Magic) + 2 + 2
+	trailerLen    = 16
+	// maxRatio bounds bodyLen / compLen: more is a decompression bomb.
+	maxRatio = 256
+	// DefaultMaxFileSize bounds the manifest files ReadFile and Fetch
+	// accept when the caller passes 0.
+	DefaultMaxFileSize = 2 << 30
+)
+
+type header struct {
+	flags   uint16
+	files   uint64
+	dirs    uint64
+	bytes   uint64
+	created int64
+	source  string
+	bodyLen uint64
+	compLen uint64
+}
+
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+}
+
+// Load parses a manifest. It returns a complete Manifest or an error
+// wrapping ErrCorrupt (or ErrUnsupported); it never panics on any input and
+// allocates at most a bounded multiple of len(data).
+func Load(data []byte) (*Manifest, error) {
+	h, body, err := parseEnvelope(data)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := decompress(body, h.bodyLen)
+	if err != nil {
+		return nil, err
+	}
+	return parseBody(raw, h)
+}
+
+func parseEnvelope(data []byte) (header, []byte, error) {
+	var h header
+	if len(data) < fixedHeader+trailerLen {
+		if len(data) >= len(Magic) && string(data[:len(Magic)]) != Magic {
+			return h, nil, corrupt("not a manifest (bad magic)")
+		}
+		return h, nil, corrupt("truncated: %d bytes", len(data))
+	}
+	if string(data[:len(Magic)]) != Magic {
+		return h, nil, corrupt("not a manifest (bad magic)")
+	}
+	if v := binary.LittleEndian.Uint16(data[8:]); v != FormatVersion {
+		return h, nil, fmt.Errorf("%w %d (this build reads version %d)", ErrUnsupported, v, FormatVersion)
+	}
+	h.flags = binary.LittleEndian.Uint16(data[10:])
+	if h.flags&^flagChecksums != 0 {
+		return h, nil, corrupt("unknown flags %#x", h.flags)
+	}
+	payload, trailer := data[:len(data)-trailerLen], data[len(data)-trailerLen:]
+	sum := xxh3.Hash128(payload).Bytes()
+	if string(sum[:]) != string(trailer) {
+		return h, nil, corrupt("checksum mismatch (truncated or corrupted file)")
+	}
+	r := reader{b: payload, pos: fixedHeader}
+	h.files = r.uvarint()
+	h.dirs = r.uvarint()
+	h.bytes = r.uvarint()
+	h.created = r.varint()
+	srcLen := r.uvarint()
+	if r.err == nil && srcLen > MaxSourceLen {
+		return h, nil, corrupt("source ID of %d bytes", srcLen)
+	}
+	h.source = string(r.bytes(srcLen))
+	h.bodyLen = r.uvarint()
+	h.compLen = r.uvarint()
+	if r.err != nil {
+		return h, nil, corrupt("header: %v", r.err)
+	}
+	if !backendIDValid(h.source) {
+		return h, nil, corrupt("source ID is not printable")
+	}
+	if rest := uint64(len(payload) - r.pos); h.compLen != rest {
+		return h, nil, corrupt("body is %d bytes, header says %d", rest, h.compLen)
+	}
+	if h.bodyLen > h.compLen*maxRatio+1024 {
+		return h, nil, corrupt("body of %d bytes from %d compressed bytes", h.bodyLen, h.compLen)
+	}
+	if err := h.validate(); err != nil {
+		return h, nil, err
+	}
+	return h, payload[r.pos:], nil
+}
+
+// validate checks the header fields that bound what parseBody allocates.
+func (h header) validate() error {
+	switch {
+	case h.dirs == 0:
+		return corrupt("no root directory")
+	case h.files > MaxEntries || h.dirs > MaxEntries || h.files+h.dirs > MaxEntries:
+		return corrupt("%d files and %d directories exceed the limit", h.files, h.dirs)
+	case h.bytes > math.MaxInt64:
+		return corrupt("total size overflows")
+	case h.bodyLen > maxBlob:
+		return corrupt("body of %d bytes", h.bodyLen)
+	case (h.files+h.dirs-1)*minEntrySize > h.bodyLen:
+		return corrupt("%d entries cannot fit in a %d-byte body", h.files+h.dirs-1, h.bodyLen)
+	case h.flags&flagChecksums != 0 && h.files*SumSize > h.bodyLen:
+		return corrupt("%d checksums cannot fit in a %d-byte body", h.files, h.bodyLen)
+	}
+	return nil
+}
+
+func backendIDValid(s string) bool { return ValidVersion(s) }
+
+func decompress(comp []byte, n uint64) ([]byte, error) {
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxMemory(max(n, 1<<20)), zstd.IgnoreChecksum(false))
+	if err != nil {
+		return nil, fmt.Errorf("manifest: zstd: %w", err)
+	}
+	defer dec.Close()
+	out, err := dec.DecodeAll(comp, make([]byte, 0, n))
+	if err != nil {
+		return nil, corrupt("body: %v", err)
+	}
+	if uint64(len(out)) != n {
+		return nil, corrupt("body decompresses to %d bytes, header says %d", len(out), n)
+	}
+	return out, nil
+}
+
+// reader reads varints from a byte slice, remembering the first error.
+type reader struct {
+	b   []byte
+	pos int
+	err error
+}
+
+var errTruncated = errors.New("truncated")
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Uvarint(r.b[r.pos:])
+	if k <= 0 {
+		r.err = errTruncated
+		if k < 0 {
+			r.err = errors.New("varint overflows")
+		}
+		return 0
+	}
+	r.pos += k
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Varint(r.b[r.pos:])
+	if k <= 0 {
+		r.err = errTruncated
+		return 0
+	}
+	r.pos += k
+	return v
+}
+
+func (r *reader) bytes(n uint64) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)-r.pos) {
+		r.err = errTruncated
+		return nil
+	}
+	b := r.b[r.pos : r.pos+int(n)]
+	r.pos += int(n)
+	return b
+}
+
+// parseBody decodes the decompressed body into a Manifest, validating every
+// entry; see the package doc for the layout.
+func parseBody(body []byte, h header) (*Manifest, error) {
+	checksums := h.flags&flagChecksums != 0
+	nEntries := int(h.files + h.dirs) // bounded by parseEnvelope
+	m := &Manifest{
+		info: Info{Source: h.source, Created: time.Unix(0, h.created), Checksums: checksums},
+		// Room for every entry the header announces (parseEnvelope checked
+		// that they fit in the body).
+		nameEnd:    make([]uint32, 1, nEntries),
+		size:       append(make([]int64, 0, nEntries), -1),
+		verEnd:     make([]uint32, 1, nEntries),
+		names:      make([]byte, 0, min(len(body), 64*nEntries)),
+		vers:       make([]byte, 0, min(len(body), 20*int(h.files))),
+		childStart: make([]uint32, 0, h.dirs+1),
+		dirEntry:   make([]uint32, 1, h.dirs),
+	}
+	if checksums {
+		m.sums = make([]byte, SumSize, SumSize*nEntries)
+	}
+	pathLen := make([]uint32, 1, h.dirs)
+	var total uint64
+	r := reader{b: body}
+	for d := 0; d < len(m.dirEntry); d++ {
+		m.childStart = append(m.childStart, uint32(len(m.size)))
+		n := r.uvarint()
+		if r.err == nil && n > uint64(len(body)-r.pos)/minEntrySize {
+			return nil, corrupt("directory %d: %d children cannot fit in the body", d, n)
+		}
+		prevStart, prevLen := 0, 0
+		for k := uint64(0); k < n; k++ {
+			if len(m.size) >= nEntries {
+				return nil, corrupt("more entries than the header's %d", nEntries)
+			}
+			shared := r.uvarint()
+			suffix := r.bytes(r.uvarint())
+			if r.err != nil {
+				return nil, corrupt("directory %d entry %d: %v", d, k, r.err)
+			}
+			if shared > uint64(prevLen) || shared+uint64(len(suffix)) > backend.MaxNameLen {
+				return nil, corrupt("directory %d entry %d: bad name lengths", d, k)
+			}
+			start := len(m.names)
+			m.names = append(m.names, m.names[prevStart:prevStart+int(shared)]...)
+			m.names = append(m.names, suffix...)
+			name := m.names[start:]
+			if !backend.ValidName(string(name)) {
+				return nil, corrupt("directory %d: invalid name %q", d, name)
+			}
+			if k > 0 && string(m.names[prevStart:prevStart+prevLen]) >= string(name) {
+				return nil, corrupt("directory %d: names not sorted at %q", d, name)
+			}
+			if len(m.names) > maxBlob {
+				return nil, corrupt("names exceed %d bytes", maxBlob)
+			}
+			plen := pathLen[d] + uint32(len(name))
+			if d != 0 {
+				plen++
+			}
+			if plen > MaxPathLen {
+				return nil, corrupt("directory %d: path of %d bytes at %q", d, plen, name)
+			}
+			prevStart, prevLen = start, len(name)
+			if r.pos >= len(body) {
+				return nil, corrupt("directory %d entry %q: truncated", d, name)
+			}
+			tag := body[r.pos]
+			if tag == tagDir {
+				r.pos++
+				if uint64(len(m.dirEntry)) >= h.dirs {
+					return nil, corrupt("more directories than the header's %d", h.dirs)
+				}
+				m.size = append(m.size, -int64(len(m.dirEntry))-1)
+				m.dirEntry = append(m.dirEntry, uint32(len(m.size)-1))
+				pathLen = append(pathLen, plen)
+				if checksums {
+					m.sums = append(m.sums, make([]byte, SumSize)...)
+				}
+			} else {
+				vlen, err := readVersion(tag, body[r.pos+1:])
+				if err != nil {
+					return nil, corrupt("file %q: %v", name, err)
+				}
+				m.vers = append(m.vers, body[r.pos:r.pos+1+vlen]...)
+				r.pos += 1 + vlen
+				size := r.uvarint()
+				if r.err != nil || size > math.MaxInt64 {
+					return nil, corrupt("file %q: bad size", name)
+				}
+				if total += size; total > math.MaxInt64 {
+					return nil, corrupt("total size overflows")
+				}
+				if checksums {
+					m.sums = append(m.sums, r.bytes(SumSize)...)
+					if r.err != nil {
+						return nil, corrupt("file %q: truncated checksum", name)
+					}
+				}
+				m.size = append(m.size, int64(size))
+				m.files++
+			}
+			if len(m.vers) > maxBlob {
+				return nil, corrupt("versions exceed %d bytes", maxBlob)
+			}
+			m.nameEnd = append(m.nameEnd, uint32(len(m.names)))
+			m.verEnd = append(m.verEnd, uint32(len(m.vers)))
+		}
+		if r.err != nil {
+			return nil, corrupt("directory %d: %v", d, r.err)
+		}
+	}
+	m.childStart = append(m.childStart, uint32(len(m.size)))
+	switch {
+	case r.pos != len(body):
+		return nil, corrupt("%d trailing bytes after the last directory", len(body)-r.pos)
+	case uint64(m.files) != h.files || uint64(len(m.dirEntry)) != h.dirs:
+		return nil, corrupt("%d files and %d directories, header says %d and %d", m.files, len(m.dirEntry), h.files, h.dirs)
+	case total != h.bytes:
+		return nil, corrupt("files total %d bytes, header says %d", total, h.bytes)
+	}
+	m.bytes = int64(total)
+	m.names = shrink(m.names)
+	m.vers = shrink(m.vers)
+	return m, nil
+}
+
+// shrink copies b into an exact-size slice when much of its capacity is
+// unused.
+func shrink(b []byte) []byte {
+	if cap(b)-len(b) <= len(b)/16 {
+		return b
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// ReadFile loads a manifest from a local file of at most maxSize bytes (0:
+// DefaultMaxFileSize).
+func ReadFile(path string, maxSize int64) (*Manifest, error) {
+	if maxSize <= 0 {
+		maxSize = DefaultMaxFileSize
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if fi.Size() > maxSize {
+		return nil, fmt.Errorf("%w: %s is %d bytes (limit %d)", ErrTooLarge, path, fi.Size(), maxSize)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("manifest: read %s: %w", path, err)
+	}
+	if int64(len(data)) > maxSize {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, path, maxSize)
+	}
+	m, err := Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w (file %s)", err, path)
+	}
+	return m, nil
+}
+
+// fetchChunk is the size of one ReadAt of Fetch.
+const fetchChunk = 8 << 20
+
+// Fetch loads the manifest stored at path in a backend (e.g. DefaultPath
+// next to the dataset), reading it with ReadAt only (no List or Stat), at
+// most maxSize bytes (0: DefaultMaxFileSize). A missing manifest returns an
+// error wrapping backend.ErrNotExist.
+func Fetch(ctx context.Context, b backend.Backend, path string, maxSize int64) (*Manifest, error) {
+	if maxSize <= 0 {
+		maxSize = DefaultMaxFileSize
+	}
+	var data []byte
+	for {
+		if int64(len(data)) > maxSize {
+			return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, path, maxSize)
+		}
+		chunk := make([]byte, fetchChunk)
+		n, err := b.ReadAt(ctx, path, "", chunk, int64(len(data)))
+		data = append(data, chunk[:n]...)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("manifest: fetch %s: %w", path, err)
+		}
+	}
+	if int64(len(data)) > maxSize {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, path, maxSize)
+	}
+	m, err := Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s in %s)", err, path, b.ID())
+	}
+	return m, nil
+}
+
+// DefaultPath is where a dataset keeps its manifest, relative to the
+// dataset root; mounts look for it there when not told otherwise.
+const DefaultPath = ".epochfs/manifest"

@@ -1,0 +1,139 @@
+package manifest
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Entry tags of the body (see the package doc).
+const (
+	tagDir       = 0
+	tagRaw       = 1
+	tagPosix     = 2
+	tagHex       = 3
+	tagHexN      = 4
+	maxHexBytes  = 64
+	minEntrySize = 4 // shared + suffixLen + ≥1 name byte + tag: the fewest body bytes an entry takes
+)
+
+// ValidVersion reports whether v can be stored as a version token: at most
+// MaxVersionLen bytes of valid UTF-8 without control characters (it becomes
+// an HTTP If-Match header for S3).
+func ValidVersion(v string) bool {
+	if len(v) > MaxVersionLen || !utf8.ValidString(v) {
+		return false
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}
+
+// appendVersion appends the tag and payload encoding version v of a file of
+// the given size. v must satisfy ValidVersion.
+func appendVersion(b []byte, v string, size int64) []byte {
+	if mt, s, ok := strings.Cut(v, "-"); ok && s == strconv.FormatInt(size, 10) {
+		if n, err := strconv.ParseInt(mt, 10, 64); err == nil && strconv.FormatInt(n, 10) == mt {
+			b = append(b, tagPosix)
+			return binary.AppendVarint(b, n)
+		}
+	}
+	h, rest, hasN := strings.Cut(v, "-")
+	if isLowerHex(h) {
+		raw, _ := hex.DecodeString(h)
+		if !hasN {
+			b = append(b, tagHex, byte(len(raw)))
+			return append(b, raw...)
+		}
+		if n, err := strconv.ParseUint(rest, 10, 64); err == nil && strconv.FormatUint(n, 10) == rest {
+			b = append(b, tagHexN, byte(len(raw)))
+			b = append(b, raw...)
+			return binary.AppendUvarint(b, n)
+		}
+	}
+	b = append(b, tagRaw)
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+func isLowerHex(s string) bool {
+	if s == "" || len(s)%2 != 0 || len(s) > 2*maxHexBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+var errVersion = errors.New("bad version encoding")
+
+// readVersion parses the payload of a file entry with the given tag from
+// b and returns the number of bytes it took. It validates everything a
+// later formatVersion relies on.
+func readVersion(tag byte, b []byte) (int, error) {
+	switch tag {
+	case tagRaw:
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > MaxVersionLen || uint64(len(b)-k) < n {
+			return 0, errVersion
+		}
+		if !ValidVersion(string(b[k : k+int(n)])) {
+			return 0, errVersion
+		}
+		return k + int(n), nil
+	case tagPosix:
+		_, k := binary.Varint(b)
+		if k <= 0 {
+			return 0, errVersion
+		}
+		return k, nil
+	case tagHex, tagHexN:
+		if len(b) < 1 || b[0] == 0 || b[0] > maxHexBytes || len(b) < 1+int(b[0]) {
+			return 0, errVersion
+		}
+		k := 1 + int(b[0])
+		if tag == tagHexN {
+			_, m := binary.Uvarint(b[k:])
+			if m <= 0 {
+				return 0, errVersion
+			}
+			k += m
+		}
+		return k, nil
+	}
+	return 0, errVersion
+}
+
+// formatVersion turns a stored tag+payload back into the version string.
+// enc was validated by readVersion.
+func formatVersion(enc []byte, size int64) string {
+	if len(enc) == 0 {
+		return ""
+	}
+	p := enc[1:]
+	switch enc[0] {
+	case tagRaw:
+		_, k := binary.Uvarint(p)
+		return string(p[k:])
+	case tagPosix:
+		n, _ := binary.Varint(p)
+		return strconv.FormatInt(n, 10) + "-" + strconv.FormatInt(size, 10)
+	case tagHex:
+		return hex.EncodeToString(p[1 : 1+int(p[0])])
+	case tagHexN:
+		k := 1 + int(p[0])
+		n, _ := binary.Uvarint(p[k:])
+		return hex.EncodeToString(p[1:k]) + "-" + strconv.FormatUint(n, 10)
+	}
+	return ""
+}
