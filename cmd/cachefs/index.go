@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/manifest"
+)
+
+// exitDrift is the exit code of `index --verify` when the dataset drifted.
+const exitDrift = 3
+
+// maxDriftLines bounds the paths printed per kind of drift.
+const maxDriftLines = 50
+
+type indexConfig struct {
+	source   string
+	output   string
+	verify   string
+	checksum bool
+	workers  int
+	progress string
+}
+
+func newIndexCmd(g *globalFlags) *cobra.Command {
+	var c indexConfig
+	cmd := &cobra.Command{
+		Use:   "index SOURCE (-o FILE | --verify FILE)",
+		Short: "Build a dataset manifest, or check one against the dataset",
+		Long: `Walk every directory of SOURCE (with --workers concurrent listings) and write a
+manifest: the sorted list of every file with its size and version (and sha256
+with --checksum). A mount with a manifest serves names and attributes without
+listing the backend, and is ready in seconds even at millions of files.
+
+-o writes a local file (atomically). Store it next to the dataset, at
+SOURCE/.epochfs/manifest, and 'cachefs mount' finds it without --manifest;
+for a directory source that is simply '-o /data/set/.epochfs/manifest'; for
+S3 upload the file to prefix/.epochfs/manifest (e.g. 'mc cp' or 'aws s3 cp').
+The .epochfs directory at the dataset root is never indexed.
+
+--verify FILE compares FILE with the dataset now and lists files that are
+missing, new, or changed (size, version, or sha256 when both sides have one);
+it exits 3 when anything drifted, 0 when nothing did.
+
+A progress line is drawn on a terminal (plain lines every 5s otherwise), then
+a summary: files, bytes, directories, skipped names, time, manifest size.
+Names that would escape the mount (.., NUL, control characters, components
+over 255 bytes) are skipped with a warning and counted.`,
+		Example: `  cachefs index /data/imagenet -o /data/imagenet/.epochfs/manifest
+  cachefs index 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' -o manifest --workers 64
+  cachefs index /data/imagenet --verify /data/imagenet/.epochfs/manifest`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c.source = args[0]
+			return runIndex(cmd.Context(), g, c, cmd.OutOrStdout(), os.Stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&c.output, "output", "o", "", "write the manifest to this local file")
+	f.StringVar(&c.verify, "verify", "", "compare this manifest with the dataset and report drift (exit 3 on drift)")
+	f.BoolVar(&c.checksum, "checksum", false, "read every file and record its sha256 (compared by --verify when both have one)")
+	f.IntVar(&c.workers, "workers", manifest.DefaultIndexWorkers, "concurrent directory listings (and file reads with --checksum)")
+	f.StringVar(&c.progress, "progress", "auto", "progress display: auto (a live line on a terminal, plain lines otherwise), lines, none")
+	return cmd
+}
+
+func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr io.Writer) error {
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.output == "" && c.verify == "":
+		return errors.New("index: give -o FILE to write a manifest or --verify FILE to check one")
+	case c.output != "" && c.verify != "":
+		return errors.New("index: -o and --verify are exclusive")
+	case c.workers < 1:
+		return fmt.Errorf("index: --workers %d: want at least 1", c.workers)
+	case c.progress != "auto" && c.progress != "lines" && c.progress != "none":
+		return fmt.Errorf("index: --progress %q: want auto, lines or none", c.progress)
+	}
+	var old *manifest.Manifest
+	if c.verify != "" {
+		if old, err = manifest.ReadFile(c.verify, 0); err != nil {
+			return fmt.Errorf("index: --verify: %w", err)
+		}
+	}
+	src, err := backend.Parse(c.source)
+	if err != nil {
+		return err
+	}
+	b, err := backend.Open(ctx, src, backend.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	prog := &manifest.Progress{}
+	stop := showProgress(stderr, c.progress, prog, c.checksum)
+	m, st, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: c.workers, Checksum: c.checksum, Progress: prog, Logger: log})
+	stop()
+	if err != nil {
+		return err
+	}
+	rate := float64(st.Files) / max(st.Elapsed.Seconds(), 1e-9)
+	fmt.Fprintf(stdout, "indexed %s: %d files, %s, %d directories, %d skipped names, in %s (%.0f files/s)\n",
+		src, st.Files, cache.FormatSize(st.Bytes), st.Dirs, st.Skipped, st.Elapsed.Round(time.Millisecond), rate)
+
+	if old != nil {
+		return reportDrift(stdout, c.verify, manifest.Diff(old, m))
+	}
+	n, err := m.WriteFile(c.output)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "manifest %s: %s (%.1f B/file), checksums: %v\n",
+		c.output, cache.FormatSize(n), float64(n)/float64(max(st.Files, 1)), c.checksum)
+	return nil
+}
+
+func reportDrift(w io.Writer, file string, d manifest.Drift) error {
+	list := func(kind string, paths []string) {
+		for i, p := range paths {
+			if i == maxDriftLines {
+				fmt.Fprintf(w, "%s: … and %d more\n", kind, len(paths)-maxDriftLines)
+				break
+			}
+			fmt.Fprintf(w, "%s: %q\n", kind, p)
+		}
+	}
+	list("missing", d.Missing)
+	list("new", d.New)
+	for i, ch := range d.Changed {
+		if i == maxDriftLines {
+			fmt.Fprintf(w, "changed: … and %d more\n", len(d.Changed)-maxDriftLines)
+			break
+		}
+		fmt.Fprintf(w, "changed: %q (%s)\n", ch.Path, ch.What)
+	}
+	if d.Empty() {
+		fmt.Fprintf(w, "verify %s: no drift\n", file)
+		return nil
+	}
+	return &exitError{code: exitDrift, err: fmt.Errorf("verify %s: drift: %d missing, %d new, %d changed",
+		file, len(d.Missing), len(d.New), len(d.Changed))}
+}
+
+// showProgress draws prog on w until the returned stop is called: a line
+// redrawn in place 5 times a second on a terminal, a plain line every 5s
+// otherwise (mode "lines", or "auto" without a terminal), nothing for
+// "none".
+func showProgress(w io.Writer, mode string, prog *manifest.Progress, checksum bool) (stop func()) {
+	if mode == "none" {
+		return func() {}
+	}
+	tty := mode == "auto" && isTerminal(w)
+	every := 5 * time.Second
+	if tty {
+		every = 200 * time.Millisecond
+	}
+	start := time.Now()
+	line := func() string {
+		el := time.Since(start)
+		files := prog.Files.Load()
+		s := fmt.Sprintf("listing: %d dirs, %d files, %s, %.0f files/s, %s",
+			prog.Dirs.Load(), files, cache.FormatSize(prog.Bytes.Load()),
+			float64(files)/max(el.Seconds(), 1e-9), el.Round(time.Second))
+		if checksum && prog.Summed.Load() > 0 {
+			s += fmt.Sprintf(" | sha256: %d/%d files, %s", prog.Summed.Load(), files, cache.FormatSize(prog.SummedBytes.Load()))
+		}
+		return s
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				if tty {
+					fmt.Fprintf(w, "\r\033[K%s\n", line())
+				}
+				return
+			case <-t.C:
+				if tty {
+					fmt.Fprintf(w, "\r\033[K%s", line())
+				} else {
+					fmt.Fprintln(w, line())
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil && !strings.EqualFold(os.Getenv("TERM"), "dumb")
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/pkg/manifest"
+)
+
+func TestIndexWriteAndVerify(t *testing.T) {
+	src := t.TempDir()
+	files, err := datagen.Write(src, datagen.Spec{Files: 120, Classes: 6, MedianSize: 2000, MinSize: 1, MaxSize: 20_000, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(src, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "bad\x01name"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := &globalFlags{logLevel: "error", logFormat: "text"}
+	out := filepath.Join(src, manifest.DefaultPath) // next to the dataset: never indexed itself
+	var stdout, stderr bytes.Buffer
+	cfg := indexConfig{source: src, output: out, checksum: true, workers: 4, progress: "lines"}
+	if err := runIndex(context.Background(), g, cfg, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "120 files") || !strings.Contains(stdout.String(), "1 skipped names") {
+		t.Errorf("summary: %s", stdout.String())
+	}
+	m, err := manifest.ReadFile(out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Files() != len(files) || !m.Info().Checksums || m.TotalBytes() != datagen.TotalSize(files) {
+		t.Fatalf("manifest: %d files, %d bytes, checksums %v", m.Files(), m.TotalBytes(), m.Info().Checksums)
+	}
+	for _, f := range files {
+		i, ok := m.Find(f.Path)
+		sum := datagen.Sum(f)
+		if !ok || m.Size(i) != f.Size || !bytes.Equal(m.Checksum(i), sum[:]) {
+			t.Fatalf("%s: missing or wrong size/sha256 in the manifest", f.Path)
+		}
+	}
+	if i, ok := m.Find("empty"); !ok || !m.IsDir(i) {
+		t.Error("empty directory not in the manifest")
+	}
+
+	verify := indexConfig{source: src, verify: out, checksum: true, workers: 4, progress: "none"}
+	stdout.Reset()
+	if err := runIndex(context.Background(), g, verify, &stdout, &stderr); err != nil {
+		t.Fatalf("verify of an unchanged dataset: %v\n%s", err, stdout.String())
+	}
+
+	// Drift: one file rewritten with the same size (only the sha256 and the
+	// mtime tell), one removed, one added.
+	changed := filepath.Join(src, files[0].Path)
+	data, err := os.ReadFile(changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[0] ^= 0xff
+	if err := os.WriteFile(changed, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(src, files[1].Path)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "new.jpg"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	err = runIndex(context.Background(), g, verify, &stdout, &stderr)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitDrift {
+		t.Fatalf("verify with drift: %v, want exit %d", err, exitDrift)
+	}
+	for _, want := range []string{`missing: "` + files[1].Path, `new: "new.jpg"`, `changed: "` + files[0].Path, "sha256"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("drift report lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+func TestIndexFlags(t *testing.T) {
+	g := &globalFlags{logLevel: "error", logFormat: "text"}
+	cases := []struct {
+		name string
+		cfg  indexConfig
+		want string
+	}{
+		{"no output", indexConfig{source: "/tmp", workers: 1, progress: "none"}, "-o FILE"},
+		{"both", indexConfig{source: "/tmp", output: "x", verify: "y", workers: 1, progress: "none"}, "exclusive"},
+		{"workers", indexConfig{source: "/tmp", output: "x", workers: 0, progress: "none"}, "--workers"},
+		{"progress", indexConfig{source: "/tmp", output: "x", workers: 1, progress: "bar"}, "--progress"},
+		{"bad source", indexConfig{source: "relative", output: "x", workers: 1, progress: "none"}, "absolute"},
+		{"corrupt manifest", indexConfig{source: "/tmp", verify: "/dev/null", workers: 1, progress: "none"}, "corrupt"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := runIndex(context.Background(), g, tc.cfg, &out, &out)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
