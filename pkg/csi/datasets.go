@@ -78,13 +78,14 @@ func (n *nodeState) healthy(ds *datasetMount) error {
 // credentials reach it through the environment only (from the 0600 secrets
 // file), never argv, never logs.
 func (n *nodeState) start(ds *datasetMount) error {
+	// A dead mount left at the mount point answers ENOTCONN: clear it first.
+	if err := unmountAll(ds.MountPoint); err != nil {
+		return err
+	}
 	for _, dir := range []string{ds.MountPoint, ds.CacheDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return fmt.Errorf("csi: %w", err)
 		}
-	}
-	if err := unmountAll(ds.MountPoint); err != nil {
-		return err
 	}
 	env, err := n.readSecrets(ds.Key)
 	if err != nil {

@@ -2,6 +2,7 @@ package csi_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,3 +140,7 @@ func cleanupMounts(t *testing.T, dir string) {
 
 func node(td *testDriver) csipb.NodeClient             { return csipb.NewNodeClient(td.conn) }
 func controller(td *testDriver) csipb.ControllerClient { return csipb.NewControllerClient(td.conn) }
+
+type cfgT = csi.Config
+
+func fmtSscan(s string, pid *int) (int, error) { return fmt.Sscan(s, pid) }

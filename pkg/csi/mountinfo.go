@@ -81,7 +81,9 @@ func isMounted(path string) (bool, string, error) {
 // errDeadMount: a FUSE mount whose server is gone (ENOTCONN).
 var errDeadMount = errors.New("mount is dead (transport endpoint is not connected)")
 
-// checkMount reports nil when path is a mount point that answers stat.
+// checkMount reports nil when path is a mount point that answers statfs.
+// statfs always reaches the FUSE server (stat may be answered from the
+// kernel's attribute cache, which outlives a dead server).
 func checkMount(path string) error {
 	ok, _, err := isMounted(path)
 	if err != nil {
@@ -90,11 +92,12 @@ func checkMount(path string) error {
 	if !ok {
 		return fmt.Errorf("%s is not mounted", path)
 	}
-	if _, err := os.Stat(path); err != nil {
-		if errors.Is(err, syscall.ENOTCONN) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		if errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) {
 			return fmt.Errorf("%s: %w", path, errDeadMount)
 		}
-		return err
+		return fmt.Errorf("statfs %s: %w", path, err)
 	}
 	return nil
 }

@@ -1,0 +1,393 @@
+package csi_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/epochfs/epochfs/internal/datagen"
+)
+
+var (
+	readerCap = &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
+	}
+	ctx = context.Background()
+)
+
+// dataset writes a small image-like dataset and returns its dir and files.
+func dataset(t *testing.T) (string, []datagen.File) {
+	t.Helper()
+	dir := t.TempDir()
+	files, err := datagen.Write(dir, datagen.Spec{Files: 40, Classes: 4, MedianSize: 20_000, MinSize: 100, MaxSize: 200_000, Seed: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, files
+}
+
+// checkFiles reads every file under root and compares it with the dataset.
+func checkFiles(t *testing.T, root string, files []datagen.File) {
+	t.Helper()
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, f.Path))
+		if err != nil {
+			t.Fatalf("read %s: %v", f.Path, err)
+		}
+		if sha256.Sum256(b) != datagen.Sum(f) {
+			t.Fatalf("%s under %s: wrong bytes", f.Path, root)
+		}
+	}
+}
+
+func stage(t *testing.T, td *testDriver, id, staging string, vctx map[string]string) {
+	t.Helper()
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	_, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: vctx,
+	})
+	if err != nil {
+		t.Fatalf("stage %s: %v", id, err)
+	}
+}
+
+func publish(t *testing.T, td *testDriver, id, staging, target string, vctx map[string]string) {
+	t.Helper()
+	_, err := node(td).NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+		VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: readerCap, Readonly: true, VolumeContext: vctx,
+	})
+	if err != nil {
+		t.Fatalf("publish %s at %s: %v", id, target, err)
+	}
+}
+
+func unpublish(t *testing.T, td *testDriver, id, target string) {
+	t.Helper()
+	if _, err := node(td).NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+		t.Fatalf("unpublish %s: %v", target, err)
+	}
+}
+
+func unstage(t *testing.T, td *testDriver, id, staging string) {
+	t.Helper()
+	if _, err := node(td).NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		t.Fatalf("unstage %s: %v", id, err)
+	}
+}
+
+// mountProcesses returns the pids of cachefs processes whose command line
+// mentions dir (the test's state dir).
+func mountProcesses(t *testing.T, dir string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		var pid int
+		if _, err := fmtSscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmd), "\x00")
+		if filepath.Base(args[0]) == "cachefs" && bytes.Contains(cmd, []byte(dir)) {
+			if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !bytes.Contains(st, []byte(") Z ")) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// TestStageOncePublishTwice is what kubelet does for two pods on one node:
+// one FUSE process, two read-only bind mounts with the same bytes.
+func TestStageOncePublishTwice(t *testing.T) {
+	td := startDriver(t, nil)
+	data, files := dataset(t)
+	work := t.TempDir()
+	staging := filepath.Join(work, "staging")
+	t1, t2 := filepath.Join(work, "pod1", "vol"), filepath.Join(work, "pod2", "vol")
+	vctx := map[string]string{"source": data, "cacheSize": "100MiB"}
+
+	stage(t, td, "vol-1", staging, vctx)
+	stage(t, td, "vol-1", staging, vctx) // idempotent
+	publish(t, td, "vol-1", staging, t1, vctx)
+	publish(t, td, "vol-1", staging, t2, vctx)
+	publish(t, td, "vol-1", staging, t2, vctx) // idempotent
+	checkFiles(t, t1, files)
+	checkFiles(t, t2, files)
+	if pids := mountProcesses(t, td.stateDir); len(pids) != 1 {
+		t.Errorf("%d cachefs processes, want 1", len(pids))
+	}
+	if _, err := os.Create(filepath.Join(t1, "new")); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("create in a published volume: %v, want EROFS", err)
+	}
+
+	st, err := node(td).NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: t2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := st.GetUsage()[0]; u.Total != 100<<20 || u.Used <= 0 || u.Used != datagen.TotalSize(files) {
+		t.Errorf("stats: total %d used %d, want 100MiB and %d (every file cached)", u.Total, u.Used, datagen.TotalSize(files))
+	}
+
+	unpublish(t, td, "vol-1", t1)
+	if _, err := os.Stat(t1); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("target %s still exists after unpublish: %v", t1, err)
+	}
+	checkFiles(t, t2, files) // the other pod still reads
+	unpublish(t, td, "vol-1", t2)
+	unpublish(t, td, "vol-1", t2) // idempotent
+	unstage(t, td, "vol-1", staging)
+	unstage(t, td, "vol-1", staging) // idempotent
+	if pids := mountProcesses(t, td.stateDir); len(pids) != 0 {
+		t.Errorf("cachefs processes %v still run after unstage", pids)
+	}
+	if m := mountsUnder(t, work); len(m) != 0 {
+		t.Errorf("still mounted: %v", m)
+	}
+}
+
+// TestTwoVolumesOneDataset: two volumes with the same parameters share one
+// mount process and one cache, which lives until the last is unstaged.
+func TestTwoVolumesOneDataset(t *testing.T) {
+	td := startDriver(t, nil)
+	data, files := dataset(t)
+	work := t.TempDir()
+	vctx := map[string]string{"source": data, "cacheSize": "100MiB"}
+	s1, s2 := filepath.Join(work, "s1"), filepath.Join(work, "s2")
+	stage(t, td, "vol-a", s1, vctx)
+	stage(t, td, "vol-b", s2, vctx)
+	if pids := mountProcesses(t, td.stateDir); len(pids) != 1 {
+		t.Fatalf("%d cachefs processes for two volumes of one dataset, want 1", len(pids))
+	}
+	unstage(t, td, "vol-a", s1)
+	checkFiles(t, s2, files)
+	unstage(t, td, "vol-b", s2)
+	if pids := mountProcesses(t, td.stateDir); len(pids) != 0 {
+		t.Errorf("cachefs processes %v still run", pids)
+	}
+}
+
+// TestInlineEphemeral: no stage call; publish mounts, unpublish cleans up.
+func TestInlineEphemeral(t *testing.T) {
+	td := startDriver(t, nil)
+	data, files := dataset(t)
+	target := filepath.Join(t.TempDir(), "pod", "vol")
+	vctx := map[string]string{"source": data, "cacheSize": "64MiB", "csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": "p"}
+	capSNW := &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	_, err := node(td).NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+		VolumeId: "csi-abc123", TargetPath: target, VolumeCapability: capSNW, Readonly: true, VolumeContext: vctx,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, target, files)
+	unpublish(t, td, "csi-abc123", target)
+	if pids := mountProcesses(t, td.stateDir); len(pids) != 0 {
+		t.Errorf("cachefs processes %v still run after the inline volume's unpublish", pids)
+	}
+}
+
+// TestDeadMountRepaired kills the mount process: the health check restarts
+// it and re-binds the staging path and targets; a publish repairs it too.
+func TestDeadMountRepaired(t *testing.T) {
+	for _, via := range []string{"health check", "publish"} {
+		t.Run(via, func(t *testing.T) {
+			interval := time.Duration(0)
+			if via == "health check" {
+				interval = 100 * time.Millisecond
+			}
+			td := startDriver(t, func(c *cfgT) { c.HealthInterval = interval })
+			data, files := dataset(t)
+			work := t.TempDir()
+			staging, t1, t2 := filepath.Join(work, "staging"), filepath.Join(work, "t1"), filepath.Join(work, "t2")
+			vctx := map[string]string{"source": data, "cacheSize": "64MiB"}
+			stage(t, td, "vol-r", staging, vctx)
+			publish(t, td, "vol-r", staging, t1, vctx)
+			checkFiles(t, t1, files)
+
+			pids := mountProcesses(t, td.stateDir)
+			if len(pids) != 1 {
+				t.Fatalf("%d mount processes, want 1", len(pids))
+			}
+			if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if via == "publish" {
+				waitFor(t, 5*time.Second, "the mount to die", func() bool {
+					_, err := os.ReadFile(filepath.Join(t1, files[1].Path))
+					return errors.Is(err, syscall.ENOTCONN)
+				})
+				publish(t, td, "vol-r", staging, t2, vctx)
+				checkFiles(t, t2, files)
+			}
+			waitFor(t, 15*time.Second, "the mount to be repaired", func() bool {
+				p := mountProcesses(t, td.stateDir)
+				_, err := os.ReadFile(filepath.Join(t1, files[1].Path))
+				return err == nil && len(p) == 1 && p[0] != pids[0]
+			})
+			checkFiles(t, t1, files)
+			checkFiles(t, staging, files)
+			if via == "publish" {
+				unpublish(t, td, "vol-r", t2)
+			}
+			unpublish(t, td, "vol-r", t1)
+			unstage(t, td, "vol-r", staging)
+		})
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestBadInput: each bad request is a clear gRPC error, mounts nothing and
+// starts nothing.
+func TestBadInput(t *testing.T) {
+	td := startDriver(t, nil)
+	data, _ := dataset(t)
+	work := t.TempDir()
+	staging := filepath.Join(work, "staging")
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	good := map[string]string{"source": data, "cacheSize": "64MiB"}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{}
+		for a, b := range good {
+			m[a] = b
+		}
+		if v == "" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return m
+	}
+	modeCap := func(m csipb.VolumeCapability_AccessMode_Mode) *csipb.VolumeCapability {
+		return &csipb.VolumeCapability{AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}}, AccessMode: &csipb.VolumeCapability_AccessMode{Mode: m}}
+	}
+	blockCap := &csipb.VolumeCapability{AccessType: &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}, AccessMode: readerCap.AccessMode}
+
+	stageCases := []struct {
+		name    string
+		req     *csipb.NodeStageVolumeRequest
+		code    codes.Code
+		message string
+	}{
+		{"no volume id", &csipb.NodeStageVolumeRequest{StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "volume id is required"},
+		{"volume id with slash", &csipb.NodeStageVolumeRequest{VolumeId: "a/b", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "only letters, digits"},
+		{"volume id dot-dot", &csipb.NodeStageVolumeRequest{VolumeId: "..", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "must not start with '.'"},
+		{"volume id too long", &csipb.NodeStageVolumeRequest{VolumeId: strings.Repeat("x", 129), StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "over the 128-byte limit"},
+		{"no staging path", &csipb.NodeStageVolumeRequest{VolumeId: "v", VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "staging target path is required"},
+		{"relative staging path", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: "rel/path", VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "must be absolute"},
+		{"staging path with dot-dot", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging + "/../x", VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "without '..'"},
+		{"no capability", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeContext: good}, codes.InvalidArgument, "volume capability is required"},
+		{"block", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: blockCap, VolumeContext: good}, codes.InvalidArgument, "block access is not supported"},
+		{"multi-node writer", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: modeCap(csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER), VolumeContext: good}, codes.InvalidArgument, "is a writer mode"},
+		{"multi-node single writer", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: modeCap(csipb.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER), VolumeContext: good}, codes.InvalidArgument, "is a writer mode"},
+		{"no source", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("source", "")}, codes.InvalidArgument, `parameter "source" is required`},
+		{"bad source URL", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("source", "s3:///prefix")}, codes.InvalidArgument, "bucket"},
+		{"relative source", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("source", "data/x")}, codes.InvalidArgument, `parameter "source"`},
+		{"unknown parameter", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("cachesize", "1Gi")}, codes.InvalidArgument, `unknown parameters ["cachesize"]`},
+		{"bad cache size", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("cacheSize", "lots")}, codes.InvalidArgument, `parameter "cacheSize"`},
+		{"bad policy", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("policy", "mru")}, codes.InvalidArgument, `unknown policy "mru"`},
+		{"unknown secret", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: good, Secrets: map[string]string{"password": "hunter2"}}, codes.InvalidArgument, `unknown secret keys ["password"]`},
+		{"missing source dir", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("source", filepath.Join(work, "nope"))}, codes.NotFound, "no such file or directory"},
+	}
+	for _, tc := range stageCases {
+		t.Run("stage/"+tc.name, func(t *testing.T) {
+			_, err := node(td).NodeStageVolume(ctx, tc.req)
+			expectCode(t, err, tc.code, tc.message)
+			if strings.Contains(status.Convert(err).Message(), "hunter2") {
+				t.Error("the error repeats a secret value")
+			}
+			if m := mountsUnder(t, work); len(m) != 0 {
+				t.Errorf("mounted after a bad request: %v", m)
+			}
+			if m := mountsUnder(t, td.stateDir); len(m) != 0 {
+				t.Errorf("mounted after a bad request: %v", m)
+			}
+			if pids := mountProcesses(t, td.stateDir); len(pids) != 0 {
+				t.Errorf("mount processes left: %v", pids)
+			}
+		})
+	}
+
+	publishCases := []struct {
+		name    string
+		req     *csipb.NodePublishVolumeRequest
+		code    codes.Code
+		message string
+	}{
+		{"relative target", &csipb.NodePublishVolumeRequest{VolumeId: "v", StagingTargetPath: staging, TargetPath: "pods/x", VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "target path \"pods/x\" must be absolute"},
+		{"no target", &csipb.NodePublishVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "target path is required"},
+		{"no staging path", &csipb.NodePublishVolumeRequest{VolumeId: "v", TargetPath: filepath.Join(work, "t"), VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "staging target path is required"},
+		{"not staged", &csipb.NodePublishVolumeRequest{VolumeId: "v", StagingTargetPath: staging, TargetPath: filepath.Join(work, "t"), VolumeCapability: readerCap, VolumeContext: good}, codes.FailedPrecondition, "is not staged"},
+		{"target with dot-dot", &csipb.NodePublishVolumeRequest{VolumeId: "v", StagingTargetPath: staging, TargetPath: work + "/../../etc", VolumeCapability: readerCap, VolumeContext: good}, codes.InvalidArgument, "without '..'"},
+	}
+	for _, tc := range publishCases {
+		t.Run("publish/"+tc.name, func(t *testing.T) {
+			_, err := node(td).NodePublishVolume(ctx, tc.req)
+			expectCode(t, err, tc.code, tc.message)
+			if m := mountsUnder(t, work); len(m) != 0 {
+				t.Errorf("mounted after a bad request: %v", m)
+			}
+		})
+	}
+
+	createCases := []struct {
+		name    string
+		req     *csipb.CreateVolumeRequest
+		code    codes.Code
+		message string
+	}{
+		{"no name", &csipb.CreateVolumeRequest{VolumeCapabilities: []*csipb.VolumeCapability{readerCap}, Parameters: good}, codes.InvalidArgument, "volume name is required"},
+		{"writer mode", &csipb.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: []*csipb.VolumeCapability{modeCap(csipb.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)}, Parameters: good}, codes.InvalidArgument, "EpochFS volumes are read-only datasets"},
+		{"bad source", &csipb.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: []*csipb.VolumeCapability{readerCap}, Parameters: with("source", "s3://bucket/x?foo=bar")}, codes.InvalidArgument, "foo"},
+		{"unknown parameter", &csipb.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: []*csipb.VolumeCapability{readerCap}, Parameters: with("size", "1")}, codes.InvalidArgument, `unknown parameters ["size"]`},
+	}
+	for _, tc := range createCases {
+		t.Run("create/"+tc.name, func(t *testing.T) {
+			_, err := controller(td).CreateVolume(ctx, tc.req)
+			expectCode(t, err, tc.code, tc.message)
+		})
+	}
+}
+
+func expectCode(t *testing.T, err error, code codes.Code, substr string) {
+	t.Helper()
+	st := status.Convert(err)
+	if err == nil || st.Code() != code || !strings.Contains(st.Message(), substr) {
+		t.Fatalf("got %v, want %s containing %q", err, code, substr)
+	}
+}
