@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,7 +40,8 @@ func run() error {
 	)
 	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
 	flag.StringVar(&cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
-	flag.StringVar(&cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all")
+	flag.StringVar(&cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all; or mounter (only start mount processes for a node plugin, see --mounter-endpoint)")
+	flag.StringVar(&cfg.MounterEndpoint, "mounter-endpoint", "", "unix:///path/mounter.sock: in node mode, ask the mounter there to start mount processes (so they live outside this container); in mounter mode, serve there")
 	flag.StringVar(&cfg.StateDir, "state-dir", "/var/lib/epochfs/state", "driver state (volumes, dataset mounts, mount logs, 0600 credential files); must survive driver restarts")
 	flag.StringVar(&cfg.CacheRoot, "cache-root", "/var/lib/epochfs/cache", "parent of the per-dataset NR cache directories")
 	flag.StringVar(&cfg.CachefsBinary, "cachefs-binary", defaultCachefs(), "the cachefs executable started for each dataset mount")
@@ -67,13 +69,20 @@ func run() error {
 		return fmt.Errorf("--default-cache-size: %w", err)
 	}
 	cfg.Version, cfg.Logger = version, log
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 
+	if cfg.Mode == "mounter" {
+		sock, ok := strings.CutPrefix(cfg.MounterEndpoint, "unix://")
+		if !ok {
+			return fmt.Errorf("--mode mounter needs --mounter-endpoint unix:///path/mounter.sock")
+		}
+		return csi.RunMounter(ctx, csi.MounterConfig{Socket: sock, CachefsBinary: cfg.CachefsBinary, StateDir: cfg.StateDir, Logger: log})
+	}
 	d, err := csi.New(cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	if *metricsAddr != "" {
 		if err := serveMetrics(ctx, *metricsAddr, d); err != nil {
 			return err

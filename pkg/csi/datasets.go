@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -25,8 +24,6 @@ type datasetMount struct {
 	PID        int          `json:"pid"`
 	StartTicks uint64       `json:"startTicks"` // guards against PID reuse
 	Users      []string     `json:"users"`      // volume ids
-
-	exited chan struct{} // closed when our child exits; nil when adopted
 }
 
 // Directory layout under the state dir.
@@ -73,10 +70,9 @@ func (n *nodeState) healthy(ds *datasetMount) error {
 	return checkMount(ds.MountPoint)
 }
 
-// start launches the mount process for ds and waits until the mount is live.
-// The process runs in its own session so that it outlives the driver; its
-// credentials reach it through the environment only (from the 0600 secrets
-// file), never argv, never logs.
+// start launches the mount process for ds (through the node's launcher) and
+// waits until the mount is live. Its credentials reach it through the
+// environment only (from the 0600 secrets file), never argv, never logs.
 func (n *nodeState) start(ds *datasetMount) error {
 	// A dead mount left at the mount point answers ENOTCONN: clear it first.
 	if err := unmountAll(ds.MountPoint); err != nil {
@@ -100,34 +96,22 @@ func (n *nodeState) start(ds *datasetMount) error {
 	if ds.Params.Manifest != "" {
 		args = append(args, "--manifest", ds.Params.Manifest)
 	}
-	logf, err := os.OpenFile(n.logPath(ds.Key), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logStart := int64(0)
+	if st, err := os.Stat(n.logPath(ds.Key)); err == nil {
+		logStart = st.Size()
+	}
+	pid, err := n.launcher.launch(args, env, n.logPath(ds.Key))
 	if err != nil {
-		return fmt.Errorf("csi: mount log: %w", err)
+		return err
 	}
-	defer logf.Close()
-	logStart, _ := logf.Seek(0, 2)
-
-	cmd := exec.Command(n.d.cfg.CachefsBinary, args...)
-	cmd.Env = os.Environ()
-	if len(env) > 0 {
-		cmd.Env = append(withoutAWSCredentials(cmd.Env), env...)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("csi: start %s: %w", n.d.cfg.CachefsBinary, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }() // reap our child
-	ds.PID, ds.exited = cmd.Process.Pid, exited
-	ds.StartTicks, _ = startTicks(ds.PID)
+	ds.PID = pid
+	ds.StartTicks, _ = startTicks(pid)
 
 	deadline := time.Now().Add(n.d.cfg.MountTimeout)
 	for {
-		select {
-		case <-exited:
+		time.Sleep(20 * time.Millisecond)
+		if !processAlive(ds.PID, ds.StartTicks) {
 			return fmt.Errorf("csi: cachefs mount of %s exited: %s", ds.Params.Source, n.logTail(ds.Key, logStart))
-		case <-time.After(20 * time.Millisecond):
 		}
 		if ok, fstype, _ := isMounted(ds.MountPoint); ok && strings.HasPrefix(fstype, "fuse") {
 			if checkMount(ds.MountPoint) == nil {
@@ -136,8 +120,7 @@ func (n *nodeState) start(ds *datasetMount) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-exited
+			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
 			_ = unmountAll(ds.MountPoint)
 			return fmt.Errorf("csi: cachefs mount of %s not live after %s: %s", ds.Params.Source, n.d.cfg.MountTimeout, n.logTail(ds.Key, logStart))
 		}
@@ -158,11 +141,8 @@ func (n *nodeState) stop(ds *datasetMount) error {
 			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
 		}
 	}
-	if ds.exited != nil {
-		select {
-		case <-ds.exited:
-		case <-time.After(5 * time.Second):
-		}
+	for i := 0; i < 250 && processAlive(ds.PID, ds.StartTicks); i++ {
+		time.Sleep(20 * time.Millisecond) // after SIGKILL: until the kernel has reaped it
 	}
 	if err := unmountAll(ds.MountPoint); err != nil {
 		return err

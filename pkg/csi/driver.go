@@ -55,6 +55,10 @@ type Config struct {
 	CacheRoot string
 	// CachefsBinary is the cachefs executable started for each mount.
 	CachefsBinary string
+	// MounterEndpoint, when set (unix:///path/mounter.sock), makes the node
+	// service ask a separate mounter process (RunMounter) to start mount
+	// processes, so that they live outside the driver's container.
+	MounterEndpoint string
 	// DefaultCacheSize applies when a volume has no cacheSize parameter.
 	DefaultCacheSize int64
 	// HealthInterval is the period of the dataset-mount health check;
@@ -127,11 +131,13 @@ func New(cfg Config) (*Driver, error) {
 		if cfg.CacheRoot == "" || !filepath.IsAbs(cfg.CacheRoot) {
 			return nil, fmt.Errorf("csi: --cache-root %q must be an absolute path", cfg.CacheRoot)
 		}
-		if cfg.CachefsBinary == "" {
-			return nil, errors.New("csi: --cachefs-binary is required in node mode")
-		}
-		if _, err := os.Stat(cfg.CachefsBinary); err != nil {
-			return nil, fmt.Errorf("csi: --cachefs-binary: %w", err)
+		if cfg.MounterEndpoint == "" { // else the mounter starts cachefs
+			if cfg.CachefsBinary == "" {
+				return nil, errors.New("csi: --cachefs-binary is required in node mode")
+			}
+			if _, err := os.Stat(cfg.CachefsBinary); err != nil {
+				return nil, fmt.Errorf("csi: --cachefs-binary: %w", err)
+			}
 		}
 		ns, err := newNodeState(d)
 		if err != nil {

@@ -27,8 +27,9 @@ import (
 // datasets and volumes; node calls are rare and a stage may wait for a
 // mount, so one lock keeps the state simple and consistent.
 type nodeState struct {
-	d   *Driver
-	dir string
+	d        *Driver
+	dir      string
+	launcher launcher
 
 	repairs atomic.Int64
 
@@ -70,6 +71,14 @@ func (n *nodeState) volumePath(id string) string { return filepath.Join(n.dir, "
 // the next stage/publish.
 func newNodeState(d *Driver) (*nodeState, error) {
 	n := &nodeState{d: d, dir: filepath.Join(d.cfg.StateDir, "node"), datasets: map[string]*datasetMount{}, volumes: map[string]*nodeVolume{}}
+	n.launcher = localLauncher{binary: d.cfg.CachefsBinary}
+	if d.cfg.MounterEndpoint != "" {
+		ml, err := newMounterLauncher(d.cfg.MounterEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		n.launcher = ml
+	}
 	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("csi: state dir: %w", err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,15 +44,24 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func runDriverProcess(t *testing.T, dir string) *driverProcess {
+// runDriverProcess starts csi-driver with extra flags; with mode "mounter"
+// it starts only the mounter (no CSI client).
+func runDriverProcess(t *testing.T, dir, mode string, extra ...string) *driverProcess {
 	t.Helper()
 	cachefs, driver := buildBinaries(t)
 	sock := filepath.Join(dir, "csi.sock")
+	if mode == "mounter" {
+		sock = filepath.Join(dir, "mounter.sock")
+	}
 	_ = os.Remove(sock)
 	log := &syncBuffer{}
-	cmd := exec.Command(driver, "--endpoint", "unix://"+sock, "--nodeid", "n1", "--mode", "all",
+	args := append([]string{"--endpoint", "unix://" + sock, "--nodeid", "n1", "--mode", mode,
 		"--state-dir", filepath.Join(dir, "state"), "--cache-root", filepath.Join(dir, "cache"),
-		"--cachefs-binary", cachefs, "--health-interval", "0", "--log-format", "text")
+		"--cachefs-binary", cachefs, "--health-interval", "0", "--log-format", "text"}, extra...)
+	if mode == "mounter" {
+		args = append(args, "--mounter-endpoint", "unix://"+sock)
+	}
+	cmd := exec.Command(driver, args...)
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -59,6 +69,13 @@ func runDriverProcess(t *testing.T, dir string) *driverProcess {
 	p := &driverProcess{cmd: cmd, done: make(chan struct{}), log: log}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	waitSocket(t, sock)
+	if mode == "mounter" {
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			<-p.done
+		})
+		return p
+	}
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +102,19 @@ func (p *driverProcess) kill9(t *testing.T) {
 // serving; a restarted driver re-adopts them from --state-dir, and
 // unpublish/unstage still work and clean everything up.
 func TestDriverKill9AndRestart(t *testing.T) {
+	t.Run("local launcher", func(t *testing.T) { testKill9AndRestart(t, false) })
+	t.Run("mounter", func(t *testing.T) { testKill9AndRestart(t, true) })
+}
+
+func testKill9AndRestart(t *testing.T, viaMounter bool) {
 	testenv.RequireFUSE(t)
 	dir := t.TempDir()
+	var extra []string
+	var mounter *driverProcess
+	if viaMounter {
+		mounter = runDriverProcess(t, dir, "mounter")
+		extra = []string{"--mounter-endpoint", "unix://" + filepath.Join(dir, "mounter.sock")}
+	}
 	data, files := dataset(t)
 	work := t.TempDir()
 	staging, target := filepath.Join(work, "staging"), filepath.Join(work, "pod", "vol")
@@ -98,13 +126,20 @@ func TestDriverKill9AndRestart(t *testing.T) {
 		}
 	})
 
-	p1 := runDriverProcess(t, dir)
+	p1 := runDriverProcess(t, dir, "all", extra...)
 	stage(t, p1.td, "vol-k", staging, vctx)
 	publish(t, p1.td, "vol-k", staging, target, vctx)
 	checkFiles(t, target, files[:10])
 	pids := mountProcesses(t, p1.td.stateDir)
 	if len(pids) != 1 {
 		t.Fatalf("%d mount processes, want 1", len(pids))
+	}
+	parent := p1.cmd.Process.Pid
+	if viaMounter {
+		parent = mounter.cmd.Process.Pid
+	}
+	if ppid := parentPID(t, pids[0]); ppid != parent {
+		t.Errorf("mount process %d has parent %d, want %d (mounter: %v)", pids[0], ppid, parent, viaMounter)
 	}
 
 	p1.kill9(t)
@@ -113,7 +148,7 @@ func TestDriverKill9AndRestart(t *testing.T) {
 		t.Fatalf("mount processes after kill -9 of the driver: %v, want %v", now, pids)
 	}
 
-	p2 := runDriverProcess(t, dir)
+	p2 := runDriverProcess(t, dir, "all", extra...)
 	st, err := node(p2.td).NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: "vol-k", VolumePath: target})
 	if err != nil {
 		t.Fatalf("stats after restart: %v\n%s", err, p2.log)
@@ -134,4 +169,15 @@ func TestDriverKill9AndRestart(t *testing.T) {
 	if now := mountProcesses(t, p2.td.stateDir); len(now) != 0 {
 		t.Errorf("adopted mount process %v still runs after unstage", now)
 	}
+}
+
+func parentPID(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }

@@ -1,0 +1,199 @@
+package csi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A launcher starts `cachefs` with args and env in its own session, its
+// output appended to logPath, and returns its pid. The process must not be
+// tied to the driver: the driver may be killed and restarted at any time.
+type launcher interface {
+	launch(args, env []string, logPath string) (int, error)
+}
+
+// localLauncher starts the mount process as a child of the driver, in its
+// own session, and reaps it. It survives the driver process (kill -9,
+// restart on the same host), but in Kubernetes it lives in the driver
+// container's cgroup and dies with that container; see mounterLauncher.
+type localLauncher struct{ binary string }
+
+func (l localLauncher) launch(args, env []string, logPath string) (int, error) {
+	return startDetached(l.binary, args, env, logPath)
+}
+
+func startDetached(binary string, args, env []string, logPath string) (int, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("csi: mount log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = os.Environ()
+	if len(env) > 0 {
+		cmd.Env = append(withoutAWSCredentials(cmd.Env), env...)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("csi: start %s: %w", binary, err)
+	}
+	go func() { _ = cmd.Wait() }() // reap our child when it exits
+	return cmd.Process.Pid, nil
+}
+
+// mounterLauncher asks a mounter (csi-driver --mode mounter, a separate,
+// long-lived container or DaemonSet on the node) to start mount processes,
+// so that they live outside the driver container: upgrading or restarting
+// the driver then leaves every mount serving.
+type mounterLauncher struct {
+	client *http.Client
+}
+
+func newMounterLauncher(endpoint string) (*mounterLauncher, error) {
+	sock, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok || !filepath.IsAbs(sock) {
+		return nil, fmt.Errorf("csi: --mounter-endpoint %q: want unix:///path/mounter.sock", endpoint)
+	}
+	return &mounterLauncher{client: &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}},
+	}}, nil
+}
+
+type launchRequest struct {
+	Args []string `json:"args"`
+	Env  []string `json:"env,omitempty"`
+	Log  string   `json:"log"`
+}
+
+type launchResponse struct {
+	PID   int    `json:"pid"`
+	Error string `json:"error,omitempty"`
+}
+
+func (m *mounterLauncher) launch(args, env []string, logPath string) (int, error) {
+	body, err := json.Marshal(launchRequest{Args: args, Env: env, Log: logPath})
+	if err != nil {
+		return 0, err
+	}
+	resp, err := m.client.Post("http://mounter/v1/launch", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, fmt.Errorf("csi: mounter: %w", err)
+	}
+	defer resp.Body.Close()
+	var out launchResponse
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return 0, fmt.Errorf("csi: mounter: bad answer (%s): %w", resp.Status, err)
+	}
+	if out.Error != "" {
+		return 0, fmt.Errorf("csi: mounter: %s", out.Error)
+	}
+	return out.PID, nil
+}
+
+// MounterConfig configures RunMounter.
+type MounterConfig struct {
+	// Socket is the unix socket path to serve on (0600, root only).
+	Socket string
+	// CachefsBinary is the only program the mounter starts.
+	CachefsBinary string
+	// StateDir is the driver's --state-dir; logs must be under it.
+	StateDir string
+	Logger   *slog.Logger
+}
+
+// RunMounter serves launch requests on cfg.Socket until ctx ends. It starts
+// only `cachefs mount …`, with only the known secret variables added to its
+// own environment, logging only under the state dir. Its children keep
+// running after it stops.
+func RunMounter(ctx context.Context, cfg MounterConfig) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Socket == "" || cfg.CachefsBinary == "" || !filepath.IsAbs(cfg.StateDir) {
+		return errors.New("csi: mounter needs a socket, --cachefs-binary and an absolute --state-dir")
+	}
+	logDir := filepath.Join(cfg.StateDir, "node", "logs")
+	if err := os.MkdirAll(logDir, 0o700); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Socket), 0o700); err != nil {
+		return err
+	}
+	_ = os.Remove(cfg.Socket)
+	ln, err := net.Listen("unix", cfg.Socket)
+	if err != nil {
+		return fmt.Errorf("csi: mounter: %w", err)
+	}
+	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("POST /v1/launch", func(w http.ResponseWriter, r *http.Request) {
+		var req launchRequest
+		resp := launchResponse{}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+			resp.Error = "bad request: " + err.Error()
+		} else if err := checkLaunch(req, logDir); err != nil {
+			resp.Error = err.Error()
+		} else if pid, err := startDetached(cfg.CachefsBinary, req.Args, req.Env, req.Log); err != nil {
+			resp.Error = err.Error()
+		} else {
+			resp.PID = pid
+			cfg.Logger.Info("launched mount process", "pid", pid, "mountpoint", req.Args[2])
+		}
+		if resp.Error != "" {
+			cfg.Logger.Warn("launch refused", "err", resp.Error)
+			w.WriteHeader(http.StatusBadRequest)
+		}
+		_ = json.NewEncoder(w).Encode(resp)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	cfg.Logger.Info("mounter serving", "socket", cfg.Socket, "cachefs", cfg.CachefsBinary)
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("csi: mounter: %w", err)
+	}
+	cfg.Logger.Info("mounter stopped; mount processes keep running")
+	return nil
+}
+
+// checkLaunch accepts only `mount SOURCE MOUNTPOINT --flags…` with known
+// secret variables and a log file under logDir.
+func checkLaunch(req launchRequest, logDir string) error {
+	if len(req.Args) < 3 || req.Args[0] != "mount" {
+		return errors.New("only `cachefs mount SOURCE MOUNTPOINT …` may be launched")
+	}
+	for _, kv := range req.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || !slices.Contains(secretKeys, k) {
+			return fmt.Errorf("environment variable %q is not allowed", k)
+		}
+	}
+	if filepath.Dir(filepath.Clean(req.Log)) != logDir || !strings.HasSuffix(req.Log, ".log") {
+		return fmt.Errorf("log %q must be a .log file in %s", req.Log, logDir)
+	}
+	return nil
+}
