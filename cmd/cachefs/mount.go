@@ -61,6 +61,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.StringVar(&cfg.CacheDir, "cache-dir", "", "cache directory (created if missing; one mount process per directory) (required)")
 	f.StringVar(&cacheSize, "cache-size", "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
 	f.StringVar(&cfg.Policy, "policy", "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
+	f.StringVar(&cfg.Manifest, "manifest", "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
 	f.BoolVar(&cfg.AllowOther, "allow-other", true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
 	f.StringVar(&wholeFileMax, "whole-file-max", fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")

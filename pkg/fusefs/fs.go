@@ -1,6 +1,8 @@
 // Package fusefs is the read-only FUSE file system of an EpochFS mount: a
-// go-fuse v2 node tree whose names and sizes come from the backend's
-// listings and whose bytes come through the NR cache.
+// go-fuse v2 node tree whose names and sizes come from a dataset manifest
+// (Options.Manifest: no List or Stat reaches the backend) or else from the
+// backend's listings (each directory listed once, on first use, and kept for
+// the mount's life), and whose bytes come through the NR cache.
 //
 // Small files (≤ Options.WholeFileMax, 8 MiB by default) are fetched whole on
 // first open through the cache; once cached, their cache file is handed to
@@ -14,7 +16,12 @@
 // lookup per open of a small file (its whole size) and one per block of a
 // large file read through a handle.
 //
-// The package knows the backend and the cache; it knows nothing of CSI.
+// A file that changed or vanished at the source since it was listed or
+// indexed reads as EIO with an error log line naming it; the rest of the
+// mount keeps serving.
+//
+// The package knows the manifest, the backend and the cache; it knows
+// nothing of CSI.
 package fusefs
 
 import (
@@ -33,6 +40,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/manifest"
 )
 
 // Defaults for Options.
@@ -48,6 +56,9 @@ const (
 type Options struct {
 	Backend backend.Backend // required
 	Store   *cache.Store    // required
+	// Manifest, when set, is the source of every name, size and version:
+	// the backend is only read, never listed or stat'ed.
+	Manifest *manifest.Manifest
 	// WholeFileMax: files up to this many bytes are fetched whole on open.
 	WholeFileMax int64
 	// BlockSize: larger files are cached in blocks of this many bytes.
@@ -65,16 +76,18 @@ type Options struct {
 
 // FS is a mountable read-only dataset tree.
 //
-// Immutable after New: opts, backend, store, log, ctx. inoMu guards inos.
+// Immutable after New: opts, backend, manifest, store, log, ctx. inoMu
+// guards inos.
 type FS struct {
-	opts    Options
-	backend backend.Backend
-	store   *cache.Store
-	log     *slog.Logger
-	dataset string
-	ctx     context.Context // parent of every backend fetch; cancelled by Close
-	cancel  context.CancelFunc
-	raSem   chan struct{} // bounds background readahead fetches
+	opts     Options
+	backend  backend.Backend
+	manifest *manifest.Manifest // nil: names come from backend listings
+	store    *cache.Store
+	log      *slog.Logger
+	dataset  string
+	ctx      context.Context // parent of every backend fetch; cancelled by Close
+	cancel   context.CancelFunc
+	raSem    chan struct{} // bounds background readahead fetches
 
 	inoMu sync.Mutex
 	inos  map[uint64]string // inode number → path, to resolve hash collisions
@@ -113,20 +126,26 @@ func New(opts Options) (*FS, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &FS{
-		opts:    opts,
-		backend: opts.Backend,
-		store:   opts.Store,
-		log:     opts.Logger,
-		dataset: opts.Backend.ID(),
-		ctx:     ctx,
-		cancel:  cancel,
-		raSem:   make(chan struct{}, 4*max(opts.Readahead, 1)),
-		inos:    map[uint64]string{1: ""},
+		opts:     opts,
+		backend:  opts.Backend,
+		manifest: opts.Manifest,
+		store:    opts.Store,
+		log:      opts.Logger,
+		dataset:  opts.Backend.ID(),
+		ctx:      ctx,
+		cancel:   cancel,
+		raSem:    make(chan struct{}, 4*max(opts.Readahead, 1)),
+		inos:     map[uint64]string{1: ""},
 	}, nil
 }
 
 // Root returns the root node, for fs.Mount or fs.NewNodeFS.
-func (f *FS) Root() fs.InodeEmbedder { return &dirNode{fsys: f, path: ""} }
+func (f *FS) Root() fs.InodeEmbedder {
+	if f.manifest != nil {
+		return &manifestDir{fsys: f, idx: manifest.Root}
+	}
+	return &dirNode{fsys: f, path: ""}
+}
 
 // Close cancels in-flight backend fetches. Call it after unmounting.
 func (f *FS) Close() { f.cancel() }
@@ -199,6 +218,14 @@ func (f *FS) errno(op, path string, err error) syscall.Errno {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, backend.ErrChanged):
+		f.log.Error("fusefs: file changed at the source since it was listed or indexed; refusing to serve other bytes (EIO)",
+			"op", op, "path", path, "err", err)
+		return syscall.EIO
+	case errors.Is(err, backend.ErrNotExist) && (op == "open" || op == "read"):
+		f.log.Error("fusefs: file vanished from the source since it was listed or indexed (EIO)",
+			"op", op, "path", path, "err", err)
+		return syscall.EIO
 	case errors.Is(err, backend.ErrNotExist):
 		return syscall.ENOENT
 	case errors.Is(err, backend.ErrNotDir):

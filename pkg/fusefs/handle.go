@@ -14,14 +14,37 @@ import (
 	"github.com/epochfs/epochfs/pkg/cache"
 )
 
+// file is one version of a dataset file, as opened: what the handles need.
+// Immutable.
+type file struct {
+	fsys    *FS
+	path    string
+	version string
+	size    int64
+}
+
+const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall.O_APPEND | syscall.O_CREAT
+
+// open opens f read-only: whole through the cache when small, in blocks
+// otherwise.
+func (n file) open(flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&writeFlags != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	if n.size <= n.fsys.opts.WholeFileMax {
+		return n.openWhole()
+	}
+	return newBlockHandle(n), fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
+}
+
 // openWhole fetches a small file whole through the cache and returns a
 // handle on its bytes: the cache file (passthrough-capable) or, when the
 // policy did not admit it, the bytes in memory.
-func (n *fileNode) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
+func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 	ctx, cancel := n.fsys.fetchCtx()
 	defer cancel()
-	key := cache.Key{Dataset: n.fsys.dataset, Path: n.path, Version: n.entry.Version}
-	res, err := n.fsys.store.Get(ctx, key, n.entry.Size, n.fsys.loader(n.path, n.entry.Version, 0))
+	key := cache.Key{Dataset: n.fsys.dataset, Path: n.path, Version: n.version}
+	res, err := n.fsys.store.Get(ctx, key, n.size, n.fsys.loader(n.path, n.version, 0))
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", n.path, err)
 	}
@@ -80,7 +103,7 @@ func sliceAt(b []byte, off int64, n int) []byte {
 //
 // node is immutable; mu guards blocks and closed.
 type blockHandle struct {
-	node *fileNode
+	node file
 
 	mu     sync.Mutex
 	blocks map[int64]*block // by block index (0-based)
@@ -106,12 +129,12 @@ var (
 	_ = (fs.FileReleaser)((*blockHandle)(nil))
 )
 
-func newBlockHandle(n *fileNode) *blockHandle {
+func newBlockHandle(n file) *blockHandle {
 	return &blockHandle{node: n, blocks: map[int64]*block{}}
 }
 
 func (h *blockHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	size := h.node.entry.Size
+	size := h.node.size
 	bs := h.node.fsys.opts.BlockSize
 	if off >= size {
 		return fuse.ReadResultData(nil), 0
@@ -205,11 +228,11 @@ func (h *blockHandle) fetch(idx int64, b *block) {
 	fsys := h.node.fsys
 	bs := fsys.opts.BlockSize
 	off := idx * bs
-	length := min(bs, h.node.entry.Size-off)
+	length := min(bs, h.node.size-off)
 	ctx, cancel := fsys.fetchCtx()
 	defer cancel()
-	key := cache.Key{Dataset: fsys.dataset, Path: h.node.path, Version: h.node.entry.Version, Block: idx + 1}
-	b.res, b.err = fsys.store.Get(ctx, key, length, fsys.loader(h.node.path, h.node.entry.Version, off))
+	key := cache.Key{Dataset: fsys.dataset, Path: h.node.path, Version: h.node.version, Block: idx + 1}
+	b.res, b.err = fsys.store.Get(ctx, key, length, fsys.loader(h.node.path, h.node.version, off))
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -229,7 +252,7 @@ func (h *blockHandle) put(b *block) {
 // readahead starts fetching the Readahead blocks from idx on.
 func (h *blockHandle) readahead(idx int64) {
 	bs := h.node.fsys.opts.BlockSize
-	last := (h.node.entry.Size - 1) / bs
+	last := (h.node.size - 1) / bs
 	for i := idx; i <= last && i < idx+int64(h.node.fsys.opts.Readahead); i++ {
 		h.get(i, false)
 	}

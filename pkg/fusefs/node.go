@@ -18,6 +18,7 @@ import (
 // fsys and path are immutable; mu guards loaded, children and names.
 type dirNode struct {
 	fs.Inode
+	readOnlyDir
 	fsys *FS
 	path string
 
@@ -68,7 +69,12 @@ func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrO
 }
 
 func (d *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	st := d.fsys.store.Stats()
+	return d.fsys.statfs(out)
+}
+
+// statfs reports the cache's capacity and free room as the file system's.
+func (f *FS) statfs(out *fuse.StatfsOut) syscall.Errno {
+	st := f.store.Stats()
 	const bsize = 4096
 	out.Bsize = bsize
 	out.Frsize = bsize
@@ -128,6 +134,7 @@ func dirAttr(a *fuse.Attr) {
 // fileNode is a file of the dataset. All fields are immutable.
 type fileNode struct {
 	fs.Inode
+	readOnlyFile
 	fsys  *FS
 	path  string
 	entry backend.Entry
@@ -154,14 +161,6 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 	return 0
 }
 
-const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall.O_APPEND | syscall.O_CREAT
-
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if flags&writeFlags != 0 {
-		return nil, 0, syscall.EROFS
-	}
-	if n.entry.Size <= n.fsys.opts.WholeFileMax {
-		return n.openWhole()
-	}
-	return newBlockHandle(n), fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
+	return file{fsys: n.fsys, path: n.path, version: n.entry.Version, size: n.entry.Size}.open(flags)
 }

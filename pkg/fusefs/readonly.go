@@ -10,7 +10,14 @@ import (
 
 // Every write-type call fails with EROFS. The mount is also read-only at the
 // VFS level (MS_RDONLY), so most of these never reach us; they are here so
-// that the answer does not depend on how the mount was made.
+// that the answer does not depend on how the mount was made. Directory and
+// file node types embed readOnlyDir and readOnlyFile.
+
+// readOnlyDir answers EROFS to the write-type calls on a directory.
+type readOnlyDir struct{}
+
+// readOnlyFile answers EROFS to the write-type calls on a file.
+type readOnlyFile struct{}
 
 var (
 	_ = (fs.NodeSetattrer)((*dirNode)(nil))
@@ -27,52 +34,67 @@ var (
 	_ = (fs.NodeSetattrer)((*fileNode)(nil))
 	_ = (fs.NodeSetxattrer)((*fileNode)(nil))
 	_ = (fs.NodeRemovexattrer)((*fileNode)(nil))
+
+	_ = (fs.NodeSetattrer)((*manifestDir)(nil))
+	_ = (fs.NodeCreater)((*manifestDir)(nil))
+	_ = (fs.NodeMkdirer)((*manifestDir)(nil))
+	_ = (fs.NodeMknoder)((*manifestDir)(nil))
+	_ = (fs.NodeUnlinker)((*manifestDir)(nil))
+	_ = (fs.NodeRmdirer)((*manifestDir)(nil))
+	_ = (fs.NodeRenamer)((*manifestDir)(nil))
+	_ = (fs.NodeSymlinker)((*manifestDir)(nil))
+	_ = (fs.NodeLinker)((*manifestDir)(nil))
+	_ = (fs.NodeSetxattrer)((*manifestDir)(nil))
+	_ = (fs.NodeRemovexattrer)((*manifestDir)(nil))
+	_ = (fs.NodeSetattrer)((*manifestFile)(nil))
+	_ = (fs.NodeSetxattrer)((*manifestFile)(nil))
+	_ = (fs.NodeRemovexattrer)((*manifestFile)(nil))
 )
 
-func (d *dirNode) Setattr(context.Context, fs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
+func (readOnlyDir) Setattr(context.Context, fs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
 	return syscall.EROFS
 }
 
-func (d *dirNode) Create(context.Context, string, uint32, uint32, *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+func (readOnlyDir) Create(context.Context, string, uint32, uint32, *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	return nil, nil, 0, syscall.EROFS
 }
 
-func (d *dirNode) Mkdir(context.Context, string, uint32, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (readOnlyDir) Mkdir(context.Context, string, uint32, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	return nil, syscall.EROFS
 }
 
-func (d *dirNode) Mknod(context.Context, string, uint32, uint32, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (readOnlyDir) Mknod(context.Context, string, uint32, uint32, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	return nil, syscall.EROFS
 }
 
-func (d *dirNode) Unlink(context.Context, string) syscall.Errno { return syscall.EROFS }
+func (readOnlyDir) Unlink(context.Context, string) syscall.Errno { return syscall.EROFS }
 
-func (d *dirNode) Rmdir(context.Context, string) syscall.Errno { return syscall.EROFS }
+func (readOnlyDir) Rmdir(context.Context, string) syscall.Errno { return syscall.EROFS }
 
-func (d *dirNode) Rename(context.Context, string, fs.InodeEmbedder, string, uint32) syscall.Errno {
+func (readOnlyDir) Rename(context.Context, string, fs.InodeEmbedder, string, uint32) syscall.Errno {
 	return syscall.EROFS
 }
 
-func (d *dirNode) Symlink(context.Context, string, string, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (readOnlyDir) Symlink(context.Context, string, string, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	return nil, syscall.EROFS
 }
 
-func (d *dirNode) Link(context.Context, fs.InodeEmbedder, string, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (readOnlyDir) Link(context.Context, fs.InodeEmbedder, string, *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	return nil, syscall.EROFS
 }
 
-func (d *dirNode) Setxattr(context.Context, string, []byte, uint32) syscall.Errno {
+func (readOnlyDir) Setxattr(context.Context, string, []byte, uint32) syscall.Errno {
 	return syscall.EROFS
 }
 
-func (d *dirNode) Removexattr(context.Context, string) syscall.Errno { return syscall.EROFS }
+func (readOnlyDir) Removexattr(context.Context, string) syscall.Errno { return syscall.EROFS }
 
-func (n *fileNode) Setattr(context.Context, fs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
+func (readOnlyFile) Setattr(context.Context, fs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
 	return syscall.EROFS
 }
 
-func (n *fileNode) Setxattr(context.Context, string, []byte, uint32) syscall.Errno {
+func (readOnlyFile) Setxattr(context.Context, string, []byte, uint32) syscall.Errno {
 	return syscall.EROFS
 }
 
-func (n *fileNode) Removexattr(context.Context, string) syscall.Errno { return syscall.EROFS }
+func (readOnlyFile) Removexattr(context.Context, string) syscall.Errno { return syscall.EROFS }

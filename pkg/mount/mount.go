@@ -1,5 +1,6 @@
 // Package mount runs one EpochFS mount: it opens the source backend and the
-// cache store, mounts the read-only FUSE tree, serves Prometheus metrics, and
+// cache store, loads the dataset manifest when there is one (Config.Manifest;
+// by default SOURCE/.epochfs/manifest), mounts the read-only FUSE tree, serves Prometheus metrics, and
 // unmounts cleanly when its context ends or the mount goes away. It is what
 // `cachefs mount` runs in the foreground and what the CSI node plugin starts,
 // one process per staged volume.
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,7 +24,17 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/metrics"
+)
+
+// Values of Config.Manifest besides a location.
+const (
+	// ManifestAuto looks for the manifest at manifest.DefaultPath in the
+	// dataset and mounts without one when it is missing.
+	ManifestAuto = ""
+	// ManifestNone mounts without a manifest (lazy backend listings).
+	ManifestNone = "none"
 )
 
 // Config of one mount. Validated by New.
@@ -35,6 +47,13 @@ type Config struct {
 
 	// MetricsAddr, when set, serves /metrics on HOST:PORT.
 	MetricsAddr string
+	// Manifest selects the dataset manifest that names, sizes and versions
+	// come from (then no List or Stat request reaches the backend):
+	// ManifestAuto ("") uses SOURCE/.epochfs/manifest when it exists;
+	// ManifestNone ("none") never uses one; anything else is a local file
+	// path or a source URL of the manifest object (e.g.
+	// s3://bucket/prefix/manifest?endpoint=…), which must load.
+	Manifest string
 	// AllowOther lets every uid read the mount (default true for
 	// `cachefs mount`: pods run as any user).
 	AllowOther bool
@@ -59,6 +78,7 @@ type Mount struct {
 	log *slog.Logger
 
 	backend     backend.Backend
+	manifest    *manifest.Manifest
 	store       *cache.Store
 	fsys        *fusefs.FS
 	server      *fuse.Server
@@ -114,9 +134,16 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		return err
 	}
 	cleanup = append(cleanup, func() { b.Close() })
-	// Fail before mounting if the dataset root is not there.
-	if _, err := b.List(ctx, ""); err != nil {
-		return fmt.Errorf("mount: source %s: %w", m.src, err)
+	man, err := m.loadManifest(ctx, b, bopts)
+	if err != nil {
+		return err
+	}
+	if man == nil {
+		// Fail before mounting if the dataset root is not there. (With a
+		// manifest, fetching it proved the dataset reachable.)
+		if _, err := b.List(ctx, ""); err != nil {
+			return fmt.Errorf("mount: source %s: %w", m.src, err)
+		}
 	}
 
 	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy, Logger: m.log})
@@ -142,6 +169,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	fsys, err := fusefs.New(fusefs.Options{
 		Backend:      b,
 		Store:        store,
+		Manifest:     man,
 		WholeFileMax: m.cfg.WholeFileMax,
 		BlockSize:    m.cfg.BlockSize,
 		Readahead:    m.cfg.Readahead,
@@ -164,12 +192,81 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		_ = server.Unmount()
 		return fmt.Errorf("mount: waiting for the mount: %w", err)
 	}
-	m.backend, m.store, m.fsys, m.server = b, store, fsys, server
+	m.backend, m.manifest, m.store, m.fsys, m.server = b, man, store, fsys, server
 	m.log.Info("mounted", "source", m.src.String(), "mountpoint", m.cfg.Mountpoint,
 		"cache_dir", m.cfg.CacheDir, "cache_size", m.cfg.CacheSize, "policy", store.Stats().Policy,
 		"metrics", m.metricsAddr)
 	return nil
 }
+
+// loadManifest returns the manifest selected by cfg.Manifest, or nil to
+// mount from backend listings.
+func (m *Mount) loadManifest(ctx context.Context, b backend.Backend, bopts backend.Options) (*manifest.Manifest, error) {
+	start := time.Now()
+	var (
+		man   *manifest.Manifest
+		where string
+		err   error
+	)
+	switch loc := m.cfg.Manifest; {
+	case loc == ManifestNone:
+		m.log.Info("no manifest: names come from backend listings", "reason", "--manifest none")
+		return nil, nil
+	case loc == ManifestAuto:
+		where = m.src.String() + "/" + manifest.DefaultPath
+		man, err = manifest.Fetch(ctx, b, manifest.DefaultPath, 0)
+		if errors.Is(err, backend.ErrNotExist) {
+			m.log.Info("no manifest: names come from backend listings", "looked_for", where)
+			return nil, nil
+		}
+	case strings.Contains(loc, "://"):
+		where = loc
+		man, err = fetchURL(ctx, loc, bopts)
+	default:
+		where = loc
+		man, err = manifest.ReadFile(loc, 0)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mount: manifest %s: %w", where, err)
+	}
+	info := man.Info()
+	m.log.Info("manifest loaded", "manifest", where, "files", man.Files(), "dirs", man.Dirs(),
+		"bytes", man.TotalBytes(), "created", info.Created, "checksums", info.Checksums,
+		"load_time", time.Since(start).Round(time.Millisecond),
+		"memory_overhead_bytes_per_file", float64(man.OverheadBytes())/float64(max(man.Files(), 1)))
+	if info.Source != b.ID() {
+		m.log.Warn("the manifest was built from another source; if its version tokens differ from this source's, every read fails with EIO",
+			"manifest_source", info.Source, "source", b.ID())
+	}
+	return man, nil
+}
+
+// fetchURL loads a manifest object named by a source URL: the URL of its
+// directory plus its name, e.g. s3://bucket/prefix/.epochfs/manifest?endpoint=….
+func fetchURL(ctx context.Context, loc string, bopts backend.Options) (*manifest.Manifest, error) {
+	p, query, _ := strings.Cut(loc, "?")
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 || i == len(p)-1 || strings.HasSuffix(p[:i], ":/") {
+		return nil, fmt.Errorf("%w: want a URL ending in the manifest's name", backend.ErrInvalidURL)
+	}
+	dir, name := p[:i], p[i+1:]
+	if query != "" {
+		dir += "?" + query
+	}
+	src, err := backend.Parse(dir)
+	if err != nil {
+		return nil, err
+	}
+	b, err := backend.Open(ctx, src, bopts)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	return manifest.Fetch(ctx, b, name, 0)
+}
+
+// Manifest returns the manifest the mount serves from, or nil (after Start).
+func (m *Mount) Manifest() *manifest.Manifest { return m.manifest }
 
 // MetricsAddr is the bound metrics address after Start ("" when disabled).
 func (m *Mount) MetricsAddr() string { return m.metricsAddr }

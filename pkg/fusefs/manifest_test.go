@@ -1,0 +1,255 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/manifest"
+)
+
+// countingBackend counts the calls that reach a backend.
+type countingBackend struct {
+	backend.Backend
+	lists, stats, reads atomic.Int64
+}
+
+func (b *countingBackend) List(ctx context.Context, p string) ([]backend.Entry, error) {
+	b.lists.Add(1)
+	return b.Backend.List(ctx, p)
+}
+
+func (b *countingBackend) Stat(ctx context.Context, p string) (backend.Entry, error) {
+	b.stats.Add(1)
+	return b.Backend.Stat(ctx, p)
+}
+
+func (b *countingBackend) ReadAt(ctx context.Context, p, v string, buf []byte, off int64) (int, error) {
+	b.reads.Add(1)
+	return b.Backend.ReadAt(ctx, p, v, buf, off)
+}
+
+// syncBuffer is a log sink shared by the FUSE server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type manifestMount struct {
+	dir     string
+	backend *countingBackend
+	logs    *syncBuffer
+}
+
+// mountManifest indexes the posix directory src, then mounts it from the
+// manifest through a counting backend.
+func mountManifest(t *testing.T, src string, capacity int64) *manifestMount {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	ctx := context.Background()
+	s, err := backend.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := backend.Open(ctx, s, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, _, err := manifest.Index(ctx, raw, manifest.IndexOptions{Workers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &countingBackend{Backend: raw}
+	store, err := cache.Open(cache.Options{Dir: t.TempDir(), Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	fsys, err := fusefs.New(fusefs.Options{Backend: b, Store: store, Manifest: man,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	server, err := fsys.Mount(mnt, fusefs.MountOptions{FsName: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.WaitMount(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := server.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+		server.Wait()
+		fsys.Close()
+		store.Close()
+		raw.Close()
+	})
+	return &manifestMount{dir: mnt, backend: b, logs: logs}
+}
+
+// walkTree returns every path under root with its type and size, in walk order.
+func walkTree(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == ".epochfs" {
+			return filepath.SkipDir
+		}
+		info, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		size := info.Size()
+		if info.IsDir() {
+			size = 0
+		}
+		out = append(out, fmt.Sprintf("%s %v %d", rel, info.Mode().Type(), size))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestManifestMountNoListOrStat: with a manifest, walking, stat'ing and
+// listing every directory and file sends no List or Stat to the backend;
+// reading does only ReadAt, and the bytes match.
+func TestManifestMountNoListOrStat(t *testing.T) {
+	src, files, want := genDataset(t, 300)
+	mustWrite(t, filepath.Join(src, "a", "y y ü.bin"), []byte("unicode"))
+	if err := os.MkdirAll(filepath.Join(src, "empty", "deeper"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := mountManifest(t, src, 1<<30)
+
+	if got, exp := walkTree(t, m.dir), walkTree(t, src); !slices.Equal(got, exp) {
+		t.Fatalf("walk through the mount differs from the source:\n got %q\nwant %q", got, exp)
+	}
+	for _, f := range files {
+		st, err := os.Stat(filepath.Join(m.dir, f.Path))
+		if err != nil || st.Size() != f.Size || st.Mode().Perm() != 0o444 {
+			t.Fatalf("stat %s: %v %v", f.Path, st, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(m.dir, "nope")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat of a missing name: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(m.dir, files[0].Path, "under-a-file")); !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("stat under a file: %v, want ENOTDIR", err)
+	}
+	if n := m.backend.lists.Load() + m.backend.stats.Load() + m.backend.reads.Load(); n != 0 {
+		t.Fatalf("metadata walk sent %d List, %d Stat, %d ReadAt calls to the backend, want none",
+			m.backend.lists.Load(), m.backend.stats.Load(), m.backend.reads.Load())
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(m.dir, f.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sha256.Sum256(b) != want[f.Path] {
+			t.Fatalf("%s: wrong bytes", f.Path)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(m.dir, "a", "y y ü.bin")); err != nil || string(got) != "unicode" {
+		t.Errorf("unicode name: %q %v", got, err)
+	}
+	if l, s, r := m.backend.lists.Load(), m.backend.stats.Load(), m.backend.reads.Load(); l+s != 0 || r < int64(len(files)) {
+		t.Errorf("after reading: %d List, %d Stat, %d ReadAt; want 0, 0, ≥ %d", l, s, r, len(files))
+	}
+	// Inode numbers are stable across mounts of the same manifest.
+	m2 := mountManifest(t, src, 1<<20)
+	for _, p := range []string{".", "a", files[5].Path, "empty/deeper"} {
+		if a, b := ino(t, filepath.Join(m.dir, p)), ino(t, filepath.Join(m2.dir, p)); a != b {
+			t.Errorf("%s: inode %d in one mount, %d in another", p, a, b)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(m.dir, "new"), 0o755); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("mkdir: %v, want EROFS", err)
+	}
+	if err := openClose(filepath.Join(m.dir, files[0].Path), os.O_WRONLY); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("open for writing: %v, want EROFS", err)
+	}
+}
+
+// TestManifestDriftIsEIO: files that changed or vanished since the manifest
+// was built read as EIO with a log line naming them; the others still read.
+func TestManifestDriftIsEIO(t *testing.T) {
+	src := t.TempDir()
+	for _, n := range []string{"changed", "gone", "same", "big"} {
+		mustWrite(t, filepath.Join(src, "d", n), []byte("version one of "+n))
+	}
+	big := bytes.Repeat([]byte("0123456789"), 200_000)
+	mustWrite(t, filepath.Join(src, "d", "big"), big)
+	m := mountManifest(t, src, 1<<30)
+
+	mustWrite(t, filepath.Join(src, "d", "changed"), []byte("version two, longer"))
+	future := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(src, "d", "changed"), future, future); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(src, "d", "gone")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"changed", "gone"} {
+		_, err := os.ReadFile(filepath.Join(m.dir, "d", n))
+		if !errors.Is(err, syscall.EIO) {
+			t.Errorf("read of %s: %v, want EIO", n, err)
+		}
+		if logs := m.logs.String(); !strings.Contains(logs, "path=d/"+n) {
+			t.Errorf("no log line names d/%s:\n%s", n, logs)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(m.dir, "d", "same")); err != nil || string(got) != "version one of same" {
+		t.Errorf("unchanged file: %q, %v", got, err)
+	}
+	f, err := os.Open(filepath.Join(m.dir, "d", "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1000)
+	if _, err := f.ReadAt(buf, 1_500_000); err != nil || !bytes.Equal(buf, big[1_500_000:1_501_000]) {
+		t.Errorf("block read of an unchanged file: %v", err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(m.dir, "d")); err != nil || len(ents) != 4 {
+		t.Errorf("readdir still serves the manifest: %d entries, %v", len(ents), err)
+	}
+}
