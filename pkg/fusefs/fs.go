@@ -91,6 +91,11 @@ type FS struct {
 
 	inoMu sync.Mutex
 	inos  map[uint64]string // inode number → path, to resolve hash collisions
+
+	listSem   chan struct{} // bounds background listings (prelist.go)
+	prelistMu sync.Mutex
+	prelisted map[string]*listing // background listings not yet taken
+	listed    map[string]bool     // directories whose node has taken its listing
 }
 
 // New validates opts and returns an FS ready to mount.
@@ -136,6 +141,10 @@ func New(opts Options) (*FS, error) {
 		cancel:   cancel,
 		raSem:    make(chan struct{}, 4*max(opts.Readahead, 1)),
 		inos:     map[uint64]string{1: ""},
+
+		listSem:   make(chan struct{}, DefaultPrelistWorkers),
+		prelisted: map[string]*listing{},
+		listed:    map[string]bool{},
 	}, nil
 }
 

@@ -88,6 +88,13 @@ func mountManifest(t *testing.T, src string, capacity int64) *manifestMount {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mountCounting(t, raw, man, capacity)
+}
+
+// mountCounting mounts raw (closed in t.Cleanup) through a counting
+// backend, from man when not nil.
+func mountCounting(t *testing.T, raw backend.Backend, man *manifest.Manifest, capacity int64) *manifestMount {
+	t.Helper()
 	b := &countingBackend{Backend: raw}
 	store, err := cache.Open(cache.Options{Dir: t.TempDir(), Capacity: capacity})
 	if err != nil {
@@ -251,5 +258,41 @@ func TestManifestDriftIsEIO(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(filepath.Join(m.dir, "d")); err != nil || len(ents) != 4 {
 		t.Errorf("readdir still serves the manifest: %d entries, %v", len(ents), err)
+	}
+}
+
+// TestListingOncePerDirectory: without a manifest, a full walk lists each
+// directory exactly once (background sibling listings included), whatever
+// the order the kernel asks in.
+func TestListingOncePerDirectory(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src := t.TempDir()
+	dirs := 1
+	for i := range 12 {
+		for j := range 3 {
+			mustWrite(t, filepath.Join(src, fmt.Sprintf("c%02d", i), fmt.Sprintf("s%d", j), "f.bin"), []byte("x"))
+			dirs++
+		}
+		dirs++
+	}
+	s, err := backend.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := backend.Open(context.Background(), s, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mountCounting(t, raw, nil, 1<<20)
+	for range 2 {
+		if got, exp := walkTree(t, m.dir), walkTree(t, src); !slices.Equal(got, exp) {
+			t.Fatalf("walk differs:\n got %q\nwant %q", got, exp)
+		}
+	}
+	if n := m.backend.lists.Load(); n != int64(dirs) {
+		t.Errorf("%d List calls for %d directories, want exactly one each", n, dirs)
+	}
+	if n := m.backend.stats.Load(); n != 0 {
+		t.Errorf("%d Stat calls, want 0", n)
 	}
 }

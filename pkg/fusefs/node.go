@@ -2,7 +2,9 @@ package fusefs
 
 import (
 	"context"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -13,19 +15,21 @@ import (
 )
 
 // dirNode is a directory of the dataset. Its listing is fetched from the
-// backend on first use and kept for the life of the mount.
+// backend on first use (or taken from a sibling prelisting, see prelist) and
+// kept for the life of the mount, as one slice sorted by name (no map: a
+// listed file costs its backend.Entry, about 72 bytes plus its name and
+// version strings).
 //
-// fsys and path are immutable; mu guards loaded, children and names.
+// fsys and path are immutable; mu guards loaded and entries.
 type dirNode struct {
 	fs.Inode
 	readOnlyDir
 	fsys *FS
 	path string
 
-	mu       sync.Mutex
-	loaded   bool
-	children map[string]backend.Entry
-	names    []string // sorted
+	mu      sync.Mutex
+	loaded  bool
+	entries []backend.Entry // sorted by Name, unique
 }
 
 var (
@@ -43,24 +47,27 @@ func (d *dirNode) load(ctx context.Context) syscall.Errno {
 	if d.loaded {
 		return 0
 	}
-	fctx, cancel := d.fsys.fetchCtx()
-	defer cancel()
-	entries, err := d.fsys.backend.List(fctx, d.path)
+	entries, err := d.fsys.list(d.path)
 	if err != nil {
 		return d.fsys.errno("list", d.path, err)
 	}
-	d.children = make(map[string]backend.Entry, len(entries))
-	d.names = make([]string, 0, len(entries))
-	for _, e := range entries {
-		if _, dup := d.children[e.Name]; dup {
-			continue // a key that is both a file and a prefix: the first wins
-		}
-		d.children[e.Name] = e
-		d.names = append(d.names, e.Name)
-	}
-	sort.Strings(d.names)
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+	// A key that is both a file and a prefix: the first wins.
+	d.entries = slices.CompactFunc(entries, func(a, b backend.Entry) bool { return a.Name == b.Name })
+	d.entries = slices.Clip(d.entries)
 	d.loaded = true
 	return 0
+}
+
+// child returns the entry named name.
+func (d *dirNode) child(name string) (backend.Entry, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i, ok := slices.BinarySearchFunc(d.entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
+	if !ok {
+		return backend.Entry{}, false
+	}
+	return d.entries[i], true
 }
 
 func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -89,9 +96,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if errno := d.load(ctx); errno != 0 {
 		return nil, errno
 	}
-	d.mu.Lock()
-	e, ok := d.children[name]
-	d.mu.Unlock()
+	e, ok := d.child(name)
 	if !ok {
 		return nil, syscall.ENOENT
 	}
@@ -115,14 +120,17 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	list := make([]fuse.DirEntry, 0, len(d.names))
-	for _, name := range d.names {
+	list := make([]fuse.DirEntry, 0, len(d.entries))
+	var subdirs []string
+	for _, e := range d.entries {
 		mode := uint32(syscall.S_IFREG)
-		if d.children[name].IsDir {
+		if e.IsDir {
 			mode = syscall.S_IFDIR
+			subdirs = append(subdirs, join(d.path, e.Name))
 		}
-		list = append(list, fuse.DirEntry{Name: name, Mode: mode, Ino: d.fsys.ino(join(d.path, name))})
+		list = append(list, fuse.DirEntry{Name: e.Name, Mode: mode, Ino: d.fsys.ino(join(d.path, e.Name))})
 	}
+	d.fsys.prelist(subdirs)
 	return fs.NewListDirStream(list), 0
 }
 
