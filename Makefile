@@ -11,6 +11,11 @@ LDFLAGS     := -X main.version=$(VERSION)
 
 MINIO_VERSION       := v0.0.0-20260212201848-7aac2a2c5b7c
 STATICCHECK_VERSION := v0.8.2
+HELM_VERSION        := v3.22.0
+# Kubernetes version helm v3.22.0 is built against (k8s.io/client-go v0.37.0 in its
+# go.mod); set like helm's own release build, else `helm template` assumes v1.20.
+HELM_K8S_MINOR      := 37
+CSI_SANITY_VERSION  := v5.6.0
 
 export PATH := $(TOOLS_BIN):$(PATH)
 export EPOCHFS_TOOLS_BIN := $(TOOLS_BIN)
@@ -35,7 +40,7 @@ test-short:
 demo: build
 	bin/cachefs demo
 
-tools: $(TOOLS_BIN)/minio $(TOOLS_BIN)/staticcheck
+tools: $(TOOLS_BIN)/minio $(TOOLS_BIN)/staticcheck $(TOOLS_BIN)/helm $(TOOLS_BIN)/csi-sanity
 
 $(TOOLS_BIN)/minio:
 	@mkdir -p $(TOOLS_BIN)
@@ -58,3 +63,21 @@ bench:
 
 clean:
 	rm -rf bin
+
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
+
+$(TOOLS_BIN)/helm:
+	@mkdir -p $(TOOLS_BIN)
+	@echo "installing helm $(HELM_VERSION) (a couple of minutes, once)"
+	GOBIN=$(TOOLS_BIN) $(GO) install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+$(TOOLS_BIN)/csi-sanity:
+	@mkdir -p $(TOOLS_BIN)
+	GOBIN=$(TOOLS_BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VERSION)
+
+.PHONY: deploy-check
+## deploy-check: render the kustomize base/examples/overlays and the Helm chart, lint, and check them (offline).
+deploy-check: $(TOOLS_BIN)/helm
+	HELM=$(TOOLS_BIN)/helm bash scripts/deploy-check.sh
