@@ -27,6 +27,7 @@ all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cachefs ./cmd/cachefs
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/csi-driver ./cmd/csi-driver
 
 ## test: every test, with -race, against real servers (MinIO) and real FUSE mounts (needs root).
 test: tools
@@ -77,7 +78,15 @@ $(TOOLS_BIN)/csi-sanity:
 	@mkdir -p $(TOOLS_BIN)
 	GOBIN=$(TOOLS_BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VERSION)
 
+.PHONY: csi-sanity
+## csi-sanity: the independently built csi-sanity binary against bin/csi-driver --mode all (needs root).
+csi-sanity: build $(TOOLS_BIN)/csi-sanity
+	CSI_SANITY=$(TOOLS_BIN)/csi-sanity bash scripts/csi-sanity.sh
+
 .PHONY: deploy-check
 ## deploy-check: render the kustomize base/examples/overlays and the Helm chart, lint, and check them (offline).
 deploy-check: $(TOOLS_BIN)/helm
 	HELM=$(TOOLS_BIN)/helm bash scripts/deploy-check.sh
+
+# More targets (and tools: prerequisites) live in mk/*.mk.
+-include $(wildcard mk/*.mk)

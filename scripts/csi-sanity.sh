@@ -10,7 +10,8 @@ SANITY=${CSI_SANITY:-.tools/bin/csi-sanity}
 work=$(mktemp -d /tmp/epochfs-sanity-XXXXXX)
 driver_pid=""
 cleanup() {
-  [ -n "$driver_pid" ] && kill "$driver_pid" 2>/dev/null && wait "$driver_pid" 2>/dev/null
+  set +e
+  if [ -n "$driver_pid" ]; then kill "$driver_pid" 2>/dev/null; wait "$driver_pid" 2>/dev/null; fi
   # unmount anything the run left behind under the work dir (there should be nothing)
   grep -o " $work[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" || true; done
   rm -rf "$work"
