@@ -5,12 +5,14 @@
 #   HELM=/path/to/helm scripts/deploy-check.sh
 #
 # Renders deploy/kustomize/{base,examples,overlays/production} with
-# `kubectl kustomize` and deploy/helm/epochfs with `helm template` (default values
-# and deploy/check/values-test.yaml), runs `helm lint --strict` on both value sets,
-# checks that the chart refuses unpinned images, then runs deploy/check/check.py
-# over the renderings: every document parses as a Kubernetes object; helm (default
-# values) renders exactly the kustomize base objects, field for field (bar the
-# Namespace); the CSIDriver, DaemonSet, controller, RBAC, metrics Service and
+# `kubectl kustomize` and deploy/helm/epochfs with `helm template` (default values,
+# deploy/check/values-test.yaml, and --set mounter.enabled=false), runs
+# `helm lint --strict` on each value set, checks that the chart refuses unpinned
+# images, then runs deploy/check/check.py over the renderings: every document
+# parses as a Kubernetes object; helm (default values) renders exactly the
+# kustomize base objects, field for field (bar the Namespace), and with
+# mounter.enabled=false the same minus the mounter container; the CSIDriver,
+# DaemonSet (incl. the mounter container), controller, RBAC, metrics Service and
 # examples have the properties the driver relies on; every image is pinned and
 # names no registry host.
 #
@@ -51,10 +53,12 @@ run kustomize-production.yaml kubectl kustomize deploy/kustomize/overlays/produc
 step "helm lint --strict ($("$HELM" version --template '{{.Version}}'))"
 run lint-default.txt "$HELM" lint --strict "$chart"
 run lint-test.txt "$HELM" lint --strict -f "$values_test" "$chart"
+run lint-nomounter.txt "$HELM" lint --strict --set mounter.enabled=false "$chart"
 
-step "helm template (default values, $values_test)"
+step "helm template (default values, $values_test, mounter.enabled=false)"
 run helm-default.yaml "$HELM" template epochfs "$chart" --namespace epochfs-system
 run helm-test.yaml "$HELM" template epochfs "$chart" --namespace epochfs-system -f "$values_test"
+run helm-nomounter.yaml "$HELM" template epochfs "$chart" --namespace epochfs-system --set mounter.enabled=false
 
 step "helm template refuses unpinned images and a StorageClass without a source"
 refuse() { # refuse WHAT --set ...: helm template must fail

@@ -6,8 +6,9 @@ Run by scripts/deploy-check.sh, which renders the manifests first:
   check.py RENDER_DIR VALUES_TEST_FILE REPO_ROOT
 
 RENDER_DIR holds kustomize-base.yaml, kustomize-examples.yaml,
-kustomize-production.yaml, helm-default.yaml and helm-test.yaml (the chart
-rendered with VALUES_TEST_FILE). Needs python3 and PyYAML only; never talks to a
+kustomize-production.yaml, helm-default.yaml, helm-test.yaml (the chart
+rendered with VALUES_TEST_FILE) and helm-nomounter.yaml (the chart rendered
+with --set mounter.enabled=false). Needs python3 and PyYAML only; never talks to a
 cluster. Prints every failure and exits 1 if there is any.
 """
 
@@ -232,8 +233,24 @@ def has_arg(where, c, arg):
         fail(where, f"container {c.get('name')} lacks argument {arg!r} (has {c.get('args')})")
 
 
+def flag_values(c, flag):
+    """Every value given to --flag (as --flag=V, --flag V, -flag=V or -flag V) in c's command and args."""
+    a, out = args_of(c), []
+    for i, x in enumerate(a):
+        for f in ("--" + flag, "-" + flag):
+            if x == f and i + 1 < len(a):
+                out.append(a[i + 1])
+            elif x.startswith(f + "="):
+                out.append(x[len(f) + 1:])
+    return out
+
+
+def mounter_socket(state_dir):
+    return "unix://" + state_dir.rstrip("/") + "/mounter.sock"
+
+
 def check_daemonset(where, objs, kubelet_dir=DEFAULT_KUBELET_DIR, state_dir=DEFAULT_STATE_DIR,
-                    cache_root=DEFAULT_CACHE_ROOT, update="RollingUpdate"):
+                    cache_root=DEFAULT_CACHE_ROOT, update="RollingUpdate", mounter=True):
     ds = one(where, objs, "DaemonSet", "epochfs-node")
     if not ds:
         return
@@ -266,16 +283,16 @@ def check_daemonset(where, objs, kubelet_dir=DEFAULT_KUBELET_DIR, state_dir=DEFA
             != "spec.nodeName":
         fail(w, "csi-driver needs env NODE_NAME from spec.nodeName")
 
-    def mount_of(hostpath, want_type):
+    def mount_of(hostpath, want_type, c=drv):
         vs = [n for n, v in vols.items() if (v.get("hostPath") or {}).get("path") == hostpath]
         if len(vs) != 1:
             fail(w, f"expected one hostPath volume {hostpath}, found {len(vs)}")
             return {}
         if want_type and vols[vs[0]]["hostPath"].get("type") != want_type:
             fail(w, f"hostPath {hostpath} must have type {want_type}")
-        ms = [m for m in drv.get("volumeMounts") or [] if m.get("name") == vs[0]]
+        ms = [m for m in c.get("volumeMounts") or [] if m.get("name") == vs[0]]
         if len(ms) != 1:
-            fail(w, f"csi-driver must mount hostPath {hostpath} once, found {len(ms)}")
+            fail(w, f"{c.get('name')} must mount hostPath {hostpath} once, found {len(ms)}")
             return {}
         if ms[0].get("mountPath") != hostpath:
             fail(w, f"hostPath {hostpath} must be mounted at the same path in the container "
@@ -296,6 +313,51 @@ def check_daemonset(where, objs, kubelet_dir=DEFAULT_KUBELET_DIR, state_dir=DEFA
     if probe.get("port") != "healthz" or "healthz" not in port_names:
         fail(w, "csi-driver liveness probe must use the healthz port (served by the livenessprobe sidecar)")
 
+    # The mounter: a container that starts the mount processes so that they live
+    # outside the csi-driver container's cgroup (docs/CSI.md, "Restarts and upgrades").
+    mounters = [c for c in pod.get("containers") or [] if c.get("name") == "mounter"]
+    drv_ep = flag_values(drv, "mounter-endpoint")
+    if not mounter:
+        if mounters:
+            fail(w, "mounter disabled, but the pod has a mounter container")
+        if drv_ep:
+            fail(w, f"mounter disabled, but csi-driver has --mounter-endpoint {drv_ep}")
+    else:
+        mnt = container(w, pod, "mounter")
+        if mnt:
+            msc = mnt.get("securityContext") or {}
+            if msc.get("privileged") is not True:
+                fail(w, "mounter container must be privileged (its FUSE mounts propagate to the host)")
+            if "SYS_ADMIN" not in ((msc.get("capabilities") or {}).get("add") or []):
+                fail(w, "mounter container must add capability SYS_ADMIN")
+            for probe_kind in ("livenessProbe", "startupProbe"):
+                if probe_kind in mnt:
+                    fail(w, f"mounter must have no {probe_kind}: restarting it kills every mount on the node")
+            if mnt.get("image") != drv.get("image"):
+                fail(w, f"mounter image {mnt.get('image')!r} must be the driver's {drv.get('image')!r}")
+            for a in ("--mode=mounter", f"--state-dir={state_dir}", "--cachefs-binary=/usr/local/bin/cachefs"):
+                has_arg(w, mnt, a)
+            if args_of(mnt)[:1] != ["/usr/local/bin/csi-driver"]:
+                fail(w, "mounter must run /usr/local/bin/csi-driver")
+            m_ep = flag_values(mnt, "mounter-endpoint")
+            want_ep = mounter_socket(state_dir)
+            if len(drv_ep) != 1 or len(m_ep) != 1 or drv_ep != m_ep:
+                fail(w, f"csi-driver and mounter must name the same --mounter-endpoint once each "
+                        f"(csi-driver {drv_ep}, mounter {m_ep})")
+            elif drv_ep[0] != want_ep:
+                fail(w, f"--mounter-endpoint must be {want_ep} (in the state dir, which both containers "
+                        f"mount), got {drv_ep[0]}")
+            msm = mount_of(state_dir, "DirectoryOrCreate", mnt)
+            if msm and msm.get("mountPropagation") != "Bidirectional":
+                fail(w, f"mounter must mount the state dir {state_dir} with mountPropagation: Bidirectional "
+                        "(its FUSE mounts must reach the host and csi-driver)")
+            mount_of(cache_root, "DirectoryOrCreate", mnt)
+            mount_of("/dev/fuse", "CharDevice", mnt)
+            lim = lambda c: ((c.get("resources") or {}).get("limits") or {}).get("memory")
+            if lim(mnt) and lim(drv) and quantity(lim(mnt)) <= quantity(lim(drv)):
+                fail(w, f"the mounter runs the mount processes: its memory limit ({lim(mnt)}) must exceed "
+                        f"csi-driver's ({lim(drv)})")
+
     reg = container(w, pod, "node-driver-registrar")
     plugin_dir = kubelet_dir.rstrip("/") + f"/plugins/{DRIVER}"
     has_arg(w, reg, f"--kubelet-registration-path={plugin_dir}/csi.sock")
@@ -308,6 +370,17 @@ def check_daemonset(where, objs, kubelet_dir=DEFAULT_KUBELET_DIR, state_dir=DEFA
     lp = container(w, pod, "liveness-probe")
     if port_names.get("healthz") and f"--health-port={port_names['healthz']}" not in args_of(lp):
         fail(w, f"liveness-probe must serve --health-port={port_names['healthz']} (the healthz port)")
+
+
+UNITS = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(q):
+    m = re.fullmatch(r"([0-9.]+)([kMGT]i?|Ki)?", str(q))
+    if not m:
+        fail("resources", f"cannot parse quantity {q!r}")
+        return 0
+    return float(m.group(1)) * UNITS[m.group(2) or ""]
 
 
 def check_controller(where, objs, replicas=2, provisioner_timeout="60s"):
@@ -378,7 +451,7 @@ def check_metrics_service(where, objs, port=9567):
 def check_install(where, objs, **kw):
     check_csidriver(where, objs)
     check_daemonset(where, objs, **{k: v for k, v in kw.items()
-                                    if k in ("kubelet_dir", "state_dir", "cache_root", "update")})
+                                    if k in ("kubelet_dir", "state_dir", "cache_root", "update", "mounter")})
     check_controller(where, objs, **{k: v for k, v in kw.items() if k in ("replicas", "provisioner_timeout")})
     check_rbac(where, objs)
     check_resources(where, objs)
@@ -521,7 +594,7 @@ def main():
     render_dir, values_file, root = sys.argv[1:4]
     r = lambda n: load(os.path.join(render_dir, n))
     base, examples, prod = r("kustomize-base.yaml"), r("kustomize-examples.yaml"), r("kustomize-production.yaml")
-    hdef, htest = r("helm-default.yaml"), r("helm-test.yaml")
+    hdef, htest, hnomnt = r("helm-default.yaml"), r("helm-test.yaml"), r("helm-nomounter.yaml")
     # What the chart sees: its values.yaml merged with the test values (maps merge
     # key by key, anything else is replaced, as in helm).
     with open(os.path.join(root, "deploy", "helm", "epochfs", "values.yaml")) as f:
@@ -542,6 +615,21 @@ def main():
     check_metrics_service("helm default values", hdef)
     check_install("kustomize production overlay", prod, update="OnDelete")
 
+    # mounter.enabled=false: the default rendering without the mounter container
+    # and --mounter-endpoint, the mount processes' resources back on csi-driver.
+    w = "helm mounter.enabled=false"
+    check_install(w, hnomnt, mounter=False)
+    expect = copy.deepcopy(hdef)
+    for o in expect:
+        if o["kind"] == "DaemonSet":
+            pod = o["spec"]["template"]["spec"]
+            pod["containers"] = [c for c in pod["containers"] if c.get("name") != "mounter"]
+            for c in pod["containers"]:
+                if c.get("name") == "csi-driver":
+                    c["args"] = [a for a in c["args"] if not a.startswith("--mounter-endpoint=")]
+                    c["resources"] = defaults["mounter"]["resources"]
+    compare(f"{w} vs default values without the mounter", expect, hnomnt)
+
     # Same objects, field for field: helm (defaults) == kustomize base, except the
     # Namespace, which `helm install --create-namespace` makes.
     compare("kustomize base vs helm default values", base, hdef)
@@ -557,10 +645,11 @@ def main():
     reg = tv["image"]["registry"].rstrip("/") + "/"
     sreg = tv["sidecars"]["registry"].rstrip("/") + "/"
     check_images(w, htest, prefix=lambda c: reg + tv["image"]["repository"] + ":" + tv["image"]["tag"]
-                 if c["name"] == "csi-driver" else sreg + "sig-storage/")
+                 if c["name"] in ("csi-driver", "mounter") else sreg + "sig-storage/")
     check_install(w, htest, kubelet_dir=tv["kubeletDir"].rstrip("/"), state_dir=tv["stateDir"],
                   cache_root=tv["cacheRoot"], update=tv["node"]["updateStrategy"]["type"],
-                  replicas=tv["controller"]["replicas"], provisioner_timeout=tv["sidecars"]["provisioner"]["timeout"])
+                  replicas=tv["controller"]["replicas"], provisioner_timeout=tv["sidecars"]["provisioner"]["timeout"],
+                  mounter=tv["mounter"]["enabled"])
     check_metrics_service(w, htest, port=tv["metrics"]["port"])
     compare("kustomize base vs helm test values (kinds/names)",
             [{"kind": o["kind"], "metadata": {"name": o["metadata"]["name"],
@@ -580,7 +669,8 @@ def main():
             "tolerations": (pod.get("tolerations"), tv["node"]["tolerations"]),
             "affinity": (pod.get("affinity"), tv["node"]["affinity"]),
             "priorityClassName": (pod.get("priorityClassName"), tv["node"]["priorityClassName"]),
-            "csi-driver resources": (drv.get("resources"), tv["node"]["resources"]),
+            "csi-driver resources": (drv.get("resources"),
+                                     tv["node"]["resources"] if tv["mounter"]["enabled"] else tv["mounter"]["resources"]),
             "imagePullSecrets": (pod.get("imagePullSecrets"), tv["imagePullSecrets"]),
             "imagePullPolicy": (drv.get("imagePullPolicy"), tv["image"]["pullPolicy"]),
             "terminationGracePeriodSeconds": (pod.get("terminationGracePeriodSeconds"),
@@ -590,6 +680,14 @@ def main():
         for what, (got, want) in checks.items():
             if got != want:
                 fail(w, f"DaemonSet {what}: got {got!r}, want {want!r}")
+        if tv["mounter"]["enabled"]:
+            mnt = container(w, pod, "mounter")
+            if mnt.get("resources") != tv["mounter"]["resources"]:
+                fail(w, f"DaemonSet mounter resources: got {mnt.get('resources')!r}, want {tv['mounter']['resources']!r}")
+            for a in (f"--log-format={tv['logFormat']}", f"--state-dir={tv['stateDir']}"):
+                has_arg(w, mnt, a)
+            if mnt.get("imagePullPolicy") != tv["image"]["pullPolicy"]:
+                fail(w, "DaemonSet mounter imagePullPolicy not applied")
         lp = container(w, pod, "liveness-probe")
         has_arg(w, lp, f"--health-port={tv['healthPort']}")
         reg_c = container(w, pod, "node-driver-registrar")
@@ -624,8 +722,8 @@ def main():
         for f in failures:
             print(f"  FAIL {f}", file=sys.stderr)
         return 1
-    n = sum(len(x) for x in (base, examples, prod, hdef, htest))
-    print(f"deploy-check: checks passed ({n} objects in 5 renderings)")
+    n = sum(len(x) for x in (base, examples, prod, hdef, htest, hnomnt))
+    print(f"deploy-check: checks passed ({n} objects in 6 renderings)")
     return 0
 
 

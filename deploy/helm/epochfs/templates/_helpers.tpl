@@ -33,3 +33,9 @@ app.kubernetes.io/part-of: epochfs
 {{- define "epochfs.pluginDir" -}}
 {{- printf "%s/plugins/cachefs.epochfs.io" (trimSuffix "/" .Values.kubeletDir) -}}
 {{- end -}}
+
+
+{{/* The mounter's socket: in the state dir, which csi-driver and mounter both mount. */}}
+{{- define "epochfs.mounterEndpoint" -}}
+{{- printf "unix://%s/mounter.sock" (trimSuffix "/" .Values.stateDir) -}}
+{{- end -}}
