@@ -27,8 +27,8 @@ func genFiles(n int, etags bool) []File {
 // disk and the memory it holds beyond the name bytes, per file; the goal is
 // at most 100 B/file.
 func TestOverheadPerFile1M(t *testing.T) {
-	if testing.Short() {
-		t.Skip("1M-file manifest skipped in -short mode")
+	if testing.Short() || raceEnabled {
+		t.Skip("1M-file manifest skipped in -short mode and under -race")
 	}
 	for _, etags := range []bool{false, true} {
 		files := genFiles(1_000_000, etags)
