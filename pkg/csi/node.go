@@ -279,10 +279,7 @@ func (d *Driver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb
 
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := checkVolumeID(id); err != nil {
-		return nil, err
-	}
-	if err := checkPath("staging target path", staging); err != nil {
+	if err := checkVolumeAndPath(id, "staging target path", staging); err != nil {
 		return nil, err
 	}
 	if err := d.checkCapability(req.GetVolumeCapability(), false, false); err != nil {
@@ -338,10 +335,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := checkVolumeID(id); err != nil {
-		return nil, err
-	}
-	if err := checkPath("staging target path", staging); err != nil {
+	if err := checkVolumeAndPath(id, "staging target path", staging); err != nil {
 		return nil, err
 	}
 	n := d.node
@@ -371,10 +365,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVo
 
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	id, target, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
-	if err := checkVolumeID(id); err != nil {
-		return nil, err
-	}
-	if err := checkPath("target path", target); err != nil {
+	if err := checkVolumeAndPath(id, "target path", target); err != nil {
 		return nil, err
 	}
 	if err := d.checkCapability(req.GetVolumeCapability(), req.GetReadonly(), true); err != nil {
@@ -453,10 +444,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if err := checkVolumeID(id); err != nil {
-		return nil, err
-	}
-	if err := checkPath("target path", target); err != nil {
+	if err := checkVolumeAndPath(id, "target path", target); err != nil {
 		return nil, err
 	}
 	n := d.node
@@ -528,4 +516,12 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolum
 			{Unit: csipb.VolumeUsage_BYTES, Total: info.CapacityBytes, Used: info.UsedBytes, Available: max(info.CapacityBytes-info.UsedBytes, 0)},
 		},
 	}, nil
+}
+
+// checkVolumeAndPath validates the volume id and path every node call takes.
+func checkVolumeAndPath(id, what, path string) error {
+	if err := checkVolumeID(id); err != nil {
+		return err
+	}
+	return checkPath(what, path)
 }

@@ -66,6 +66,10 @@ func NewRegistry(stats func() cache.Stats, src backend.Backend) (*prometheus.Reg
 		func(s cache.Stats) int64 { return s.Evictions })
 	counter("cachefs_cache_corrupt_dropped_total", "Entries dropped because their checksum did not match.",
 		func(s cache.Stats) int64 { return s.CorruptDropped })
+	counter("cachefs_cache_load_errors_total", "Misses whose backend read failed (the reader got EIO).",
+		func(s cache.Stats) int64 { return s.LoadErrors })
+	counter("cachefs_cache_write_errors_total", "Entries that could not be written to the cache disk (full, read-only); the reader was served from memory.",
+		func(s cache.Stats) int64 { return s.WriteErrors })
 	gauge("cachefs_cache_used_bytes", "Bytes held by cache entries.",
 		func(s cache.Stats) int64 { return s.UsedBytes })
 	gauge("cachefs_cache_capacity_bytes", "Cache capacity in bytes.",
