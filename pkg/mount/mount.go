@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"syscall"
 	"time"
 
@@ -32,9 +31,9 @@ import (
 const (
 	// ManifestAuto looks for the manifest at manifest.DefaultPath in the
 	// dataset and mounts without one when it is missing.
-	ManifestAuto = ""
+	ManifestAuto = manifest.LocAuto
 	// ManifestNone mounts without a manifest (lazy backend listings).
-	ManifestNone = "none"
+	ManifestNone = manifest.LocNone
 )
 
 // Config of one mount. Validated by New.
@@ -199,35 +198,20 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// loadManifest returns the manifest selected by cfg.Manifest, or nil to
-// mount from backend listings.
+// loadManifest returns the manifest selected by cfg.Manifest (see
+// manifest.Discover), or nil to mount from backend listings.
 func (m *Mount) loadManifest(ctx context.Context, b backend.Backend, bopts backend.Options) (*manifest.Manifest, error) {
 	start := time.Now()
-	var (
-		man   *manifest.Manifest
-		where string
-		err   error
-	)
-	switch loc := m.cfg.Manifest; {
-	case loc == ManifestNone:
+	man, where, err := manifest.Discover(ctx, b, m.cfg.Manifest, bopts)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("mount: %w", err)
+	case man == nil && m.cfg.Manifest == ManifestNone:
 		m.log.Info("no manifest: names come from backend listings", "reason", "--manifest none")
 		return nil, nil
-	case loc == ManifestAuto:
-		where = m.src.String() + "/" + manifest.DefaultPath
-		man, err = manifest.Fetch(ctx, b, manifest.DefaultPath, 0)
-		if errors.Is(err, backend.ErrNotExist) {
-			m.log.Info("no manifest: names come from backend listings", "looked_for", where)
-			return nil, nil
-		}
-	case strings.Contains(loc, "://"):
-		where = loc
-		man, err = fetchURL(ctx, loc, bopts)
-	default:
-		where = loc
-		man, err = manifest.ReadFile(loc, 0)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("mount: manifest %s: %w", where, err)
+	case man == nil:
+		m.log.Info("no manifest: names come from backend listings", "looked_for", where)
+		return nil, nil
 	}
 	info := man.Info()
 	m.log.Info("manifest loaded", "manifest", where, "files", man.Files(), "dirs", man.Dirs(),
@@ -239,30 +223,6 @@ func (m *Mount) loadManifest(ctx context.Context, b backend.Backend, bopts backe
 			"manifest_source", info.Source, "source", b.ID())
 	}
 	return man, nil
-}
-
-// fetchURL loads a manifest object named by a source URL: the URL of its
-// directory plus its name, e.g. s3://bucket/prefix/.epochfs/manifest?endpoint=….
-func fetchURL(ctx context.Context, loc string, bopts backend.Options) (*manifest.Manifest, error) {
-	p, query, _ := strings.Cut(loc, "?")
-	i := strings.LastIndexByte(p, '/')
-	if i < 0 || i == len(p)-1 || strings.HasSuffix(p[:i], ":/") {
-		return nil, fmt.Errorf("%w: want a URL ending in the manifest's name", backend.ErrInvalidURL)
-	}
-	dir, name := p[:i], p[i+1:]
-	if query != "" {
-		dir += "?" + query
-	}
-	src, err := backend.Parse(dir)
-	if err != nil {
-		return nil, err
-	}
-	b, err := backend.Open(ctx, src, bopts)
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
-	return manifest.Fetch(ctx, b, name, 0)
 }
 
 // Manifest returns the manifest the mount serves from, or nil (after Start).

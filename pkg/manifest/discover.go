@@ -1,0 +1,80 @@
+package manifest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// Values of Discover's loc besides a location.
+const (
+	// LocAuto looks for the manifest at DefaultPath in the dataset and
+	// returns none when it is missing.
+	LocAuto = ""
+	// LocNone never uses a manifest.
+	LocNone = "none"
+)
+
+// Discover returns the manifest that a mount or a prefetch of the dataset
+// served by b uses, selected by loc:
+//
+//   - LocAuto (""): DefaultPath inside the dataset, fetched through b;
+//     nil when it does not exist.
+//   - LocNone ("none"): nil.
+//   - a URL (anything with "://", e.g. s3://bucket/prefix/manifest?endpoint=…):
+//     the object it names, read through a backend opened with opts.
+//   - anything else: a local file.
+//
+// where describes the location looked at, for logs and errors ("" for
+// LocNone). A manifest that was asked for explicitly and cannot be loaded,
+// or an auto manifest that exists but does not load, is an error naming
+// where.
+func Discover(ctx context.Context, b backend.Backend, loc string, opts backend.Options) (m *Manifest, where string, err error) {
+	switch {
+	case loc == LocNone:
+		return nil, "", nil
+	case loc == LocAuto:
+		where = b.ID() + "/" + DefaultPath
+		m, err = Fetch(ctx, b, DefaultPath, 0)
+		if errors.Is(err, backend.ErrNotExist) {
+			return nil, where, nil
+		}
+	case strings.Contains(loc, "://"):
+		where = loc
+		m, err = fetchURL(ctx, loc, opts)
+	default:
+		where = loc
+		m, err = ReadFile(loc, 0)
+	}
+	if err != nil {
+		return nil, where, fmt.Errorf("manifest %s: %w", where, err)
+	}
+	return m, where, nil
+}
+
+// fetchURL loads a manifest object named by a source URL: the URL of its
+// directory plus its name, e.g. s3://bucket/prefix/.epochfs/manifest?endpoint=….
+func fetchURL(ctx context.Context, loc string, opts backend.Options) (*Manifest, error) {
+	p, query, _ := strings.Cut(loc, "?")
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 || i == len(p)-1 || strings.HasSuffix(p[:i], ":/") {
+		return nil, fmt.Errorf("%w: want a URL ending in the manifest's name", backend.ErrInvalidURL)
+	}
+	dir, name := p[:i], p[i+1:]
+	if query != "" {
+		dir += "?" + query
+	}
+	src, err := backend.Parse(dir)
+	if err != nil {
+		return nil, err
+	}
+	b, err := backend.Open(ctx, src, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	return Fetch(ctx, b, name, 0)
+}

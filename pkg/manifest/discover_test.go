@@ -1,0 +1,69 @@
+package manifest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+func TestDiscover(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src, err := backend.Parse(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(ctx, src, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	man := mustBuild(t, sampleFiles(), BuildOptions{Info: Info{Source: "test", Created: created}})
+	local := filepath.Join(t.TempDir(), "m")
+	if _, err := man.WriteFile(local); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad")
+	data := mustEncode(t, man)
+	if err := os.WriteFile(bad, data[:len(data)-1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	check := func(t *testing.T, loc string, wantFiles int, wantErr error) {
+		t.Helper()
+		m, where, err := Discover(ctx, b, loc, backend.Options{})
+		switch {
+		case wantErr != nil:
+			if !errors.Is(err, wantErr) {
+				t.Fatalf("Discover(%q): %v, want %v", loc, err, wantErr)
+			}
+			return
+		case err != nil:
+			t.Fatalf("Discover(%q): %v", loc, err)
+		case wantFiles < 0 && m != nil:
+			t.Fatalf("Discover(%q) found a manifest at %s", loc, where)
+		case wantFiles >= 0 && (m == nil || m.Files() != wantFiles):
+			t.Fatalf("Discover(%q) = %v at %s, want %d files", loc, m, where, wantFiles)
+		}
+	}
+	t.Run("none", func(t *testing.T) { check(t, LocNone, -1, nil) })
+	t.Run("auto without one", func(t *testing.T) { check(t, LocAuto, -1, nil) })
+	t.Run("local file", func(t *testing.T) { check(t, local, man.Files(), nil) })
+	t.Run("corrupt local file", func(t *testing.T) { check(t, bad, 0, ErrCorrupt) })
+	t.Run("missing local file", func(t *testing.T) { check(t, filepath.Join(dir, "nope"), 0, os.ErrNotExist) })
+	t.Run("bad URL", func(t *testing.T) { check(t, "s3://bucket/", 0, backend.ErrInvalidURL) })
+	t.Run("auto finds DefaultPath", func(t *testing.T) {
+		if _, err := man.WriteFile(filepath.Join(dir, DefaultPath)); err != nil {
+			t.Fatal(err)
+		}
+		check(t, LocAuto, man.Files(), nil)
+		check(t, "file://"+filepath.Join(dir, DefaultPath), man.Files(), nil)
+	})
+}
