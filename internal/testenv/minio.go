@@ -18,7 +18,8 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
-// MinIO is a MinIO server started for one test. Fields are read-only.
+// MinIO is a MinIO server started for one test. Exported fields are
+// read-only.
 type MinIO struct {
 	// Endpoint is "http://127.0.0.1:PORT".
 	Endpoint string
@@ -29,6 +30,13 @@ type MinIO struct {
 	SecretKey string
 
 	client *minio.Client
+	bin    string
+	data   string // server data dir, kept across Stop/Restart
+	ports  [2]int // API and console ports
+	out    *syncBuffer
+
+	mu   sync.Mutex
+	stop func() // kills the running server; nil when stopped
 }
 
 // minioReadyTimeout bounds the wait for /minio/health/ready.
@@ -46,30 +54,45 @@ func StartMinIO(t testing.TB) *MinIO {
 	}
 	var lastErr error
 	for range 3 { // a free port can be taken between FreePort and bind
-		m, err := startMinIO(t, bin)
-		if err == nil {
-			return m
+		m := &MinIO{
+			bin:       bin,
+			data:      t.TempDir(),
+			ports:     [2]int{FreePort(t), FreePort(t)},
+			AccessKey: "epochfs" + randHex(t, 8),
+			SecretKey: randHex(t, 20),
+			out:       &syncBuffer{},
 		}
-		lastErr = err
+		m.Host = "127.0.0.1:" + strconv.Itoa(m.ports[0])
+		m.Endpoint = "http://" + m.Host
+		if err := m.start(); err != nil {
+			lastErr = err
+			continue
+		}
+		t.Cleanup(func() {
+			m.Stop()
+			if t.Failed() {
+				t.Logf("minio output:\n%s", m.out.String())
+			}
+		})
+		client, err := minio.New(m.Host, &minio.Options{
+			Creds:  credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""),
+			Region: "us-east-1",
+		})
+		if err != nil {
+			t.Fatalf("testenv: minio client: %v", err)
+		}
+		m.client = client
+		return m
 	}
 	t.Fatalf("testenv: start minio: %v", lastErr)
 	return nil
 }
 
-func startMinIO(t testing.TB, bin string) (*MinIO, error) {
-	t.Helper()
-	port, consolePort := FreePort(t), FreePort(t)
-	host := "127.0.0.1:" + strconv.Itoa(port)
-	m := &MinIO{
-		Endpoint:  "http://" + host,
-		Host:      host,
-		AccessKey: "epochfs" + randHex(t, 8),
-		SecretKey: randHex(t, 20),
-	}
-	out := &syncBuffer{}
-	cmd := exec.Command(bin, "server", t.TempDir(),
-		"--address", host,
-		"--console-address", "127.0.0.1:"+strconv.Itoa(consolePort),
+// start runs the server on m's ports and data dir and waits until ready.
+func (m *MinIO) start() error {
+	cmd := exec.Command(m.bin, "server", m.data,
+		"--address", m.Host,
+		"--console-address", "127.0.0.1:"+strconv.Itoa(m.ports[1]),
 		"--quiet")
 	cmd.Env = append(os.Environ(),
 		"MINIO_ROOT_USER="+m.AccessKey,
@@ -77,9 +100,9 @@ func startMinIO(t testing.TB, bin string) (*MinIO, error) {
 		"MINIO_BROWSER=off",
 		"MINIO_UPDATE=off",
 	)
-	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Stdout, cmd.Stderr = m.out, m.out
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", bin, err)
+		return fmt.Errorf("%s: %w", m.bin, err)
 	}
 	exited := make(chan struct{})
 	var waitErr error
@@ -90,38 +113,51 @@ func startMinIO(t testing.TB, bin string) (*MinIO, error) {
 	}
 
 	deadline := time.Now().Add(minioReadyTimeout)
-	ready := false
-	for !ready && time.Now().Before(deadline) {
+	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return nil, fmt.Errorf("minio exited before ready (%v): %s", waitErr, out.String())
+			return fmt.Errorf("minio exited before ready (%v): %s", waitErr, m.out.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		resp, err := http.Get(m.Endpoint + "/minio/health/ready")
 		if err == nil {
 			resp.Body.Close()
-			ready = resp.StatusCode == http.StatusOK
+			if resp.StatusCode == http.StatusOK {
+				m.mu.Lock()
+				m.stop = stop
+				m.mu.Unlock()
+				return nil
+			}
 		}
 	}
-	if !ready {
+	stop()
+	return fmt.Errorf("minio not ready after %v: %s", minioReadyTimeout, m.out.String())
+}
+
+// Stop kills the server (a backend outage); its data stays for Restart.
+func (m *MinIO) Stop() {
+	m.mu.Lock()
+	stop := m.stop
+	m.stop = nil
+	m.mu.Unlock()
+	if stop != nil {
 		stop()
-		return nil, fmt.Errorf("minio not ready after %v: %s", minioReadyTimeout, out.String())
 	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("minio output:\n%s", out.String())
+}
+
+// Restart starts a stopped server again on the same port, data and
+// credentials, and waits until it is ready.
+func (m *MinIO) Restart(t testing.TB) {
+	t.Helper()
+	m.Stop()
+	var err error
+	for range 20 { // the port may linger briefly after the kill
+		if err = m.start(); err == nil {
+			return
 		}
-	})
-	client, err := minio.New(host, &minio.Options{
-		Creds:  credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""),
-		Region: "us-east-1",
-	})
-	if err != nil {
-		t.Fatalf("testenv: minio client: %v", err)
+		time.Sleep(100 * time.Millisecond)
 	}
-	m.client = client
-	return m, nil
+	t.Fatalf("testenv: restart minio: %v", err)
 }
 
 // Client returns a minio-go client with the root credentials, for test
