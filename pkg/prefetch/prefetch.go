@@ -1,0 +1,557 @@
+// Package prefetch warms a node's cache before training: it fills the set of
+// entries that a mount of the same dataset keeps under NR, up to the cache's
+// capacity, with parallel backend reads, and then says how much of the
+// dataset is cached.
+//
+// Files come from the dataset manifest when there is one, else from a
+// parallel walk of the backend (manifest.Index), and are taken in path order
+// — the manifest's order — so repeated runs converge on the same set. Each
+// file's entries are derived by cache.FileKeys with the mount's split (whole
+// files up to WholeFileMax, blocks of BlockSize beyond), under the backend's
+// ID as the dataset, so a later mount of the same source on the same cache
+// directory hits what a prefetch cached. Like NR, the plan admits every
+// entry that still fits, in order: an entry that does not fit is skipped
+// and smaller ones after it are still tried.
+//
+// Entries already held are skipped (a rerun resumes). Cancelling the
+// context stops the reads in flight; the store never holds a partial entry,
+// and the Summary reports what is really cached (it is computed from the
+// store at the end, never from intentions). A Summary is "complete" only
+// when every file of the dataset is cached.
+//
+// The package knows the backend, the manifest and the cache; it knows
+// nothing of FUSE, mounts or CSI (a mount process runs it against its own
+// store through its control socket, see pkg/mount).
+package prefetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/manifest"
+)
+
+// Defaults of Config.
+const (
+	DefaultWorkers     = 16
+	DefaultReadTimeout = 2 * time.Minute
+	// maxErrors bounds the error messages kept in a Summary.
+	maxErrors = 10
+)
+
+// States of a Summary.
+const (
+	// StateComplete: every file of the dataset is cached.
+	StateComplete = "complete"
+	// StateCacheFull: everything that fits is cached; the rest did not fit.
+	StateCacheFull = "cache-full"
+	// StateInterrupted: the context ended before the plan was done.
+	StateInterrupted = "interrupted"
+	// StateFailed: some files could not be read or cached (see Errors).
+	StateFailed = "failed"
+)
+
+// Phases of a Progress.
+const (
+	PhaseListing  = "listing"  // walking the backend (no manifest)
+	PhasePlanning = "planning" // checking which entries are held and which fit
+	PhaseFetching = "fetching" // reading and caching
+	PhaseDone     = "done"
+)
+
+// Config of one prefetch. Validated by New.
+type Config struct {
+	// Backend is the dataset's home; its ID() is the cache keys' dataset.
+	// Required.
+	Backend backend.Backend
+	// Store is the cache to fill. Required. The plan assumes the NR policy
+	// (admit while it fits, never evict).
+	Store *cache.Store
+	// Manifest, when set, names the files; otherwise the backend is walked.
+	Manifest *manifest.Manifest
+	// WholeFileMax and BlockSize must be the mount's (see cache.FileKeys);
+	// zero takes cache.DefaultWholeFileMax and cache.DefaultBlockSize.
+	WholeFileMax int64
+	BlockSize    int64
+	// Workers bounds the concurrent backend reads (and listings). Default
+	// DefaultWorkers. Each read holds one entry in memory (up to
+	// max(WholeFileMax, BlockSize) bytes).
+	Workers int
+	// ReadTimeout bounds the read of one entry, retries included. Default
+	// DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// Logger receives warnings (unreadable files). Default: discard.
+	Logger *slog.Logger
+}
+
+// Progress is a snapshot of a running prefetch. Byte and file counts of the
+// dataset are final once Phase is past listing.
+type Progress struct {
+	Phase        string `json:"phase"`
+	DatasetFiles int64  `json:"dataset_files"` // while listing: found so far
+	DatasetBytes int64  `json:"dataset_bytes"`
+	ListedDirs   int64  `json:"listed_dirs"`
+	// Already: entries held before this run (files whose every entry is).
+	AlreadyFiles int64 `json:"already_files"`
+	AlreadyBytes int64 `json:"already_bytes"`
+	// Planned: entries this run set out to fetch (they fit).
+	PlannedFiles int64 `json:"planned_files"`
+	PlannedBytes int64 `json:"planned_bytes"`
+	// Done: planned entries handled so far, cached or not.
+	DoneFiles int64 `json:"done_files"`
+	DoneBytes int64 `json:"done_bytes"`
+	// Fetched: bytes read and cached by this run so far.
+	FetchedBytes int64 `json:"fetched_bytes"`
+	FailedFiles  int64 `json:"failed_files"`
+	// ElapsedSeconds since Run started; BytesPerSecond and ETASeconds are
+	// about the fetch phase (ETASeconds is -1 when unknown).
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	BytesPerSecond float64 `json:"bytes_per_second"`
+	ETASeconds     float64 `json:"eta_seconds"`
+}
+
+// Summary is the outcome of a prefetch, computed from the store at the end.
+type Summary struct {
+	State   string `json:"state"`   // one of the State constants
+	Message string `json:"message"` // one line for people, e.g. "cache full at 49.9% of the dataset: …"
+	Dataset string `json:"dataset"` // the backend ID (the cache keys' dataset)
+	// Manifest tells whether the files came from a manifest (else a walk).
+	Manifest bool `json:"manifest"`
+
+	// The dataset (zero when a run was interrupted while listing).
+	Files int64 `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// Cached in total now: files whose every entry is held, and the bytes of
+	// every held entry (a partly cached large file counts its held blocks).
+	CachedFiles int64 `json:"cached_files"`
+	CachedBytes int64 `json:"cached_bytes"`
+	// PercentBytes = 100 × CachedBytes / Bytes, rounded down to 0.1 (an
+	// empty dataset is 100); PercentFiles likewise.
+	PercentBytes float64 `json:"percent_bytes"`
+	PercentFiles float64 `json:"percent_files"`
+	// Already cached before this run.
+	AlreadyFiles int64 `json:"already_files"`
+	AlreadyBytes int64 `json:"already_bytes"`
+	// Cached by this run: files now complete that were not before, and the
+	// bytes this run read and admitted.
+	FetchedFiles int64 `json:"fetched_files"`
+	FetchedBytes int64 `json:"fetched_bytes"`
+	// Files (and bytes of entries) that are not cached because they did not
+	// fit.
+	NotFitFiles int64 `json:"not_fit_files"`
+	NotFitBytes int64 `json:"not_fit_bytes"`
+	// Files that could not be read or written, with the first errors.
+	FailedFiles int64    `json:"failed_files"`
+	Errors      []string `json:"errors,omitempty"`
+
+	CapacityBytes  int64   `json:"capacity_bytes"`
+	UsedBytes      int64   `json:"used_bytes"`
+	WholeFileMax   int64   `json:"whole_file_max"`
+	BlockSize      int64   `json:"block_size"`
+	Workers        int     `json:"workers"`
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+}
+
+// Prefetcher runs one prefetch. Progress may be called from any goroutine
+// while Run runs.
+//
+// cfg, dataset and log are immutable after New; the counters are atomics;
+// mu guards phase, errs, fetchStart and ran.
+type Prefetcher struct {
+	cfg     Config
+	dataset string
+	log     *slog.Logger
+	start   time.Time
+
+	listing                    manifest.Progress
+	files, bytes               atomic.Int64
+	alreadyFiles, alreadyBytes atomic.Int64
+	plannedFiles, plannedBytes atomic.Int64
+	doneFiles, doneBytes       atomic.Int64
+	fetchedBytes, failedFiles  atomic.Int64
+
+	mu         sync.Mutex
+	phase      string
+	fetchStart time.Time
+	errs       []string
+	ran        bool
+}
+
+// New validates cfg and returns a Prefetcher ready to Run.
+func New(cfg Config) (*Prefetcher, error) {
+	switch {
+	case cfg.Backend == nil || cfg.Store == nil:
+		return nil, errors.New("prefetch: Backend and Store are required")
+	case cfg.WholeFileMax < 0:
+		return nil, fmt.Errorf("prefetch: WholeFileMax %d must not be negative", cfg.WholeFileMax)
+	case cfg.BlockSize < 0 || cfg.BlockSize > 0 && cfg.BlockSize < 4096:
+		return nil, fmt.Errorf("prefetch: BlockSize %d must be at least 4096", cfg.BlockSize)
+	case cfg.Workers < 0:
+		return nil, fmt.Errorf("prefetch: Workers %d must not be negative", cfg.Workers)
+	}
+	if cfg.WholeFileMax == 0 {
+		cfg.WholeFileMax = cache.DefaultWholeFileMax
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = cache.DefaultBlockSize
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Prefetcher{cfg: cfg, dataset: cfg.Backend.ID(), log: cfg.Logger, phase: PhaseListing}, nil
+}
+
+// Progress returns a snapshot of the counters.
+func (p *Prefetcher) Progress() Progress {
+	p.mu.Lock()
+	phase, fetchStart, start := p.phase, p.fetchStart, p.start
+	p.mu.Unlock()
+	pr := Progress{
+		Phase:        phase,
+		DatasetFiles: p.files.Load(),
+		DatasetBytes: p.bytes.Load(),
+		ListedDirs:   p.listing.Dirs.Load(),
+		AlreadyFiles: p.alreadyFiles.Load(),
+		AlreadyBytes: p.alreadyBytes.Load(),
+		PlannedFiles: p.plannedFiles.Load(),
+		PlannedBytes: p.plannedBytes.Load(),
+		DoneFiles:    p.doneFiles.Load(),
+		DoneBytes:    p.doneBytes.Load(),
+		FetchedBytes: p.fetchedBytes.Load(),
+		FailedFiles:  p.failedFiles.Load(),
+		ETASeconds:   -1,
+	}
+	if phase == PhaseListing && p.cfg.Manifest == nil {
+		pr.DatasetFiles, pr.DatasetBytes = p.listing.Files.Load(), p.listing.Bytes.Load()
+	}
+	if !start.IsZero() {
+		pr.ElapsedSeconds = time.Since(start).Seconds()
+	}
+	if !fetchStart.IsZero() {
+		if el := time.Since(fetchStart).Seconds(); el > 0 {
+			pr.BytesPerSecond = float64(pr.DoneBytes) / el
+		}
+		switch {
+		case pr.DoneBytes >= pr.PlannedBytes:
+			pr.ETASeconds = 0
+		case pr.BytesPerSecond > 0:
+			pr.ETASeconds = float64(pr.PlannedBytes-pr.DoneBytes) / pr.BytesPerSecond
+		}
+	}
+	return pr
+}
+
+func (p *Prefetcher) setPhase(ph string) {
+	p.mu.Lock()
+	p.phase = ph
+	if ph == PhaseFetching {
+		p.fetchStart = time.Now()
+	}
+	p.mu.Unlock()
+}
+
+// task is one entry to fetch: span number span of file number file (an
+// index into plan.files).
+type task struct {
+	file int32
+	span int32
+}
+
+// plan is what Run works from.
+type plan struct {
+	m         *manifest.Manifest
+	files     []int32 // manifest entry numbers of the files, in path order
+	tasks     []task
+	remaining []atomic.Int32 // per file: planned entries not yet done
+	failed    []atomic.Bool  // per file: an entry could not be cached
+	complete  []bool         // per file: every entry held before this run
+	handled   atomic.Int64   // tasks done, cached or not
+}
+
+// Run lists (unless a manifest was given), plans and fetches. It returns an
+// error only when the run cannot start or the listing fails; per-file
+// failures and interruptions are reported in the Summary (State). Run may
+// be called once.
+func (p *Prefetcher) Run(ctx context.Context) (Summary, error) {
+	p.mu.Lock()
+	if p.ran {
+		p.mu.Unlock()
+		return Summary{}, errors.New("prefetch: Run called twice")
+	}
+	p.ran, p.start = true, time.Now()
+	p.mu.Unlock()
+	defer p.setPhase(PhaseDone)
+
+	sum := Summary{
+		Dataset:      p.dataset,
+		Manifest:     p.cfg.Manifest != nil,
+		WholeFileMax: p.cfg.WholeFileMax,
+		BlockSize:    p.cfg.BlockSize,
+		Workers:      p.cfg.Workers,
+	}
+	m := p.cfg.Manifest
+	if m == nil {
+		var err error
+		m, _, err = manifest.Index(ctx, p.cfg.Backend, manifest.IndexOptions{Workers: p.cfg.Workers, Progress: &p.listing, Logger: p.log})
+		if err != nil {
+			if ctx.Err() != nil {
+				st := p.cfg.Store.Stats()
+				sum.State, sum.CapacityBytes, sum.UsedBytes = StateInterrupted, st.CapacityBytes, st.UsedBytes
+				sum.ElapsedSeconds = time.Since(p.start).Seconds()
+				sum.Message = "interrupted while listing the dataset: nothing fetched"
+				return sum, nil
+			}
+			return Summary{}, fmt.Errorf("prefetch: %w", err)
+		}
+	} else if src := m.Info().Source; src != p.dataset {
+		p.log.Warn("prefetch: the manifest was built from another source; if its version tokens differ from this source's, its files cannot be read",
+			"manifest_source", src, "source", p.dataset)
+	}
+
+	p.setPhase(PhasePlanning)
+	pl := p.plan(m)
+	p.setPhase(PhaseFetching)
+	p.fetch(ctx, pl)
+	interrupted := pl.handled.Load() < int64(len(pl.tasks))
+
+	// The truth, from the store.
+	sum.Files, sum.Bytes = int64(len(pl.files)), m.TotalBytes()
+	sum.AlreadyFiles, sum.AlreadyBytes = p.alreadyFiles.Load(), p.alreadyBytes.Load()
+	sum.FetchedBytes = p.fetchedBytes.Load()
+	sum.FailedFiles = p.failedFiles.Load()
+	p.mu.Lock()
+	sum.Errors = append([]string(nil), p.errs...)
+	p.mu.Unlock()
+	for fi := range pl.files {
+		var missing int64
+		held := true
+		for _, sp := range p.spans(m, pl.files[fi]) {
+			if p.cfg.Store.Contains(sp.Key) {
+				sum.CachedBytes += sp.Length
+			} else {
+				held = false
+				missing += sp.Length
+			}
+		}
+		switch {
+		case held:
+			sum.CachedFiles++
+			if !pl.complete[fi] {
+				sum.FetchedFiles++
+			}
+		case !pl.failed[fi].Load():
+			sum.NotFitFiles++
+			sum.NotFitBytes += missing
+		}
+	}
+	st := p.cfg.Store.Stats()
+	sum.CapacityBytes, sum.UsedBytes = st.CapacityBytes, st.UsedBytes
+	sum.PercentBytes = percent(sum.CachedBytes, sum.Bytes)
+	sum.PercentFiles = percent(sum.CachedFiles, sum.Files)
+	sum.ElapsedSeconds = time.Since(p.start).Seconds()
+	switch {
+	case sum.CachedFiles == sum.Files:
+		sum.State = StateComplete
+	case interrupted:
+		sum.State = StateInterrupted
+	case sum.FailedFiles > 0:
+		sum.State = StateFailed
+	default:
+		sum.State = StateCacheFull
+	}
+	sum.Message = message(sum)
+	return sum, nil
+}
+
+// percent returns 100·n/d rounded down to a tenth, so that it never
+// overstates (99.96 % is "99.9", never "100.0"); 100 when d is 0.
+func percent(n, d int64) float64 {
+	if d <= 0 {
+		return 100
+	}
+	return math.Floor(float64(n)*1000/float64(d)) / 10
+}
+
+func message(s Summary) string {
+	cached := fmt.Sprintf("%d of %d files, %s of %s (%.1f%% of the dataset); %d files, %s cached by this run, %d files, %s already cached",
+		s.CachedFiles, s.Files, cache.FormatSize(s.CachedBytes), cache.FormatSize(s.Bytes), s.PercentBytes,
+		s.FetchedFiles, cache.FormatSize(s.FetchedBytes), s.AlreadyFiles, cache.FormatSize(s.AlreadyBytes))
+	switch s.State {
+	case StateComplete:
+		return fmt.Sprintf("complete: all %d files, %s, are cached (%d files, %s by this run)",
+			s.Files, cache.FormatSize(s.Bytes), s.FetchedFiles, cache.FormatSize(s.FetchedBytes))
+	case StateCacheFull:
+		return fmt.Sprintf("cache full at %.1f%% of the dataset: %s; %d files (%s) did not fit in %s (%s free)",
+			s.PercentBytes, cached, s.NotFitFiles, cache.FormatSize(s.NotFitBytes),
+			cache.FormatSize(s.CapacityBytes), cache.FormatSize(max(s.CapacityBytes-s.UsedBytes, 0)))
+	case StateInterrupted:
+		return fmt.Sprintf("interrupted at %.1f%% of the dataset: %s", s.PercentBytes, cached)
+	}
+	first := ""
+	if len(s.Errors) > 0 {
+		first = "; first error: " + s.Errors[0]
+	}
+	return fmt.Sprintf("incomplete at %.1f%% of the dataset: %d files could not be cached%s; %s",
+		s.PercentBytes, s.FailedFiles, first, cached)
+}
+
+// spans returns the cache entries of manifest entry i.
+func (p *Prefetcher) spans(m *manifest.Manifest, i int32) []cache.KeySpan {
+	idx := int(i)
+	return cache.FileKeys(p.dataset, m.Path(idx), m.Version(idx), m.Size(idx), p.cfg.WholeFileMax, p.cfg.BlockSize)
+}
+
+// plan walks the files in path order and, like NR reading them in that
+// order, takes every entry that is not held and still fits.
+func (p *Prefetcher) plan(m *manifest.Manifest) *plan {
+	pl := &plan{m: m}
+	m.Walk(func(i int, _ string) bool {
+		pl.files = append(pl.files, int32(i))
+		return true
+	})
+	p.files.Store(int64(len(pl.files)))
+	p.bytes.Store(m.TotalBytes())
+	pl.remaining = make([]atomic.Int32, len(pl.files))
+	pl.failed = make([]atomic.Bool, len(pl.files))
+	pl.complete = make([]bool, len(pl.files))
+	st := p.cfg.Store.Stats()
+	room := st.CapacityBytes - st.UsedBytes
+	for fi, idx := range pl.files {
+		spans := p.spans(m, idx)
+		held, planned := 0, int32(0)
+		for si, sp := range spans {
+			switch {
+			case p.cfg.Store.Contains(sp.Key):
+				held++
+				p.alreadyBytes.Add(sp.Length)
+			case sp.Length <= room:
+				room -= sp.Length
+				pl.tasks = append(pl.tasks, task{file: int32(fi), span: int32(si)})
+				planned++
+				p.plannedBytes.Add(sp.Length)
+			}
+		}
+		if held == len(spans) {
+			pl.complete[fi] = true
+			p.alreadyFiles.Add(1)
+		}
+		if planned > 0 {
+			pl.remaining[fi].Store(planned)
+			p.plannedFiles.Add(1)
+		}
+	}
+	return pl
+}
+
+// fetch runs the tasks with Workers goroutines, in plan order, until they
+// are all handled or ctx ends.
+func (p *Prefetcher) fetch(ctx context.Context, pl *plan) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(p.cfg.Workers, max(len(pl.tasks), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lastFile := int32(-1)
+			var spans []cache.KeySpan
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(pl.tasks)) || ctx.Err() != nil {
+					return
+				}
+				t := pl.tasks[i]
+				if t.file != lastFile {
+					lastFile, spans = t.file, p.spans(pl.m, pl.files[t.file])
+				}
+				err := p.fetchOne(ctx, spans[t.span])
+				if err != nil && ctx.Err() != nil {
+					return // not handled: the run was interrupted
+				}
+				if err != nil && !pl.failed[t.file].Swap(true) {
+					p.failedFiles.Add(1)
+				}
+				pl.handled.Add(1)
+				p.doneBytes.Add(spans[t.span].Length)
+				if pl.remaining[t.file].Add(-1) == 0 {
+					p.doneFiles.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// fetchOne reads one entry through the store. An entry that no longer fits
+// (another reader of the store filled it) is not an error.
+func (p *Prefetcher) fetchOne(ctx context.Context, sp cache.KeySpan) error {
+	store := p.cfg.Store
+	if st := store.Stats(); st.UsedBytes+sp.Length > st.CapacityBytes {
+		// Another reader of the store (a mount) filled it meanwhile:
+		// reading would be in vain, NR would not admit it.
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, p.cfg.ReadTimeout)
+	defer cancel()
+	res, err := store.Get(fctx, sp.Key, sp.Length, p.loader(sp))
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return err
+	case err != nil:
+		p.fail(sp.Key, err)
+		return err
+	case res.File != nil:
+		_ = res.File.Close()
+		if !res.Hit {
+			p.fetchedBytes.Add(sp.Length)
+		}
+		return nil
+	}
+	// Read but not admitted: filled meanwhile by another reader, or the
+	// cache disk failed (the store logs that).
+	if st := store.Stats(); st.UsedBytes+sp.Length <= st.CapacityBytes {
+		err := errors.New("the cache did not admit it although it fits (cache disk full or failing? see the log)")
+		p.fail(sp.Key, err)
+		return err
+	}
+	return nil
+}
+
+// fail records an entry that could not be cached.
+func (p *Prefetcher) fail(key cache.Key, err error) {
+	msg := fmt.Sprintf("%s: %v", key.Path, err)
+	p.log.Warn("prefetch: cannot cache", "path", key.Path, "block", key.Block, "err", err)
+	p.mu.Lock()
+	if len(p.errs) < maxErrors {
+		p.errs = append(p.errs, msg)
+	}
+	p.mu.Unlock()
+}
+
+// loader reads one entry's bytes from the backend with the listed version.
+func (p *Prefetcher) loader(sp cache.KeySpan) cache.Loader {
+	return func(ctx context.Context, buf []byte) error {
+		n, err := p.cfg.Backend.ReadAt(ctx, sp.Key.Path, sp.Key.Version, buf, sp.Offset)
+		if n == len(buf) && (err == nil || errors.Is(err, io.EOF)) {
+			return nil
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%w: got %d of %d bytes at offset %d (the file shrank?)", io.ErrUnexpectedEOF, n, len(buf), sp.Offset)
+		}
+		return err
+	}
+}
