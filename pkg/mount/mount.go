@@ -1,7 +1,9 @@
 // Package mount runs one EpochFS mount: it opens the source backend and the
 // cache store, loads the dataset manifest when there is one (Config.Manifest;
 // by default SOURCE/.epochfs/manifest), mounts the read-only FUSE tree, serves Prometheus metrics, and
-// unmounts cleanly when its context ends or the mount goes away. It is what
+// unmounts cleanly when its context ends or the mount goes away. It also
+// serves a control socket in the cache directory (control.go) through which
+// `cachefs prefetch` runs pkg/prefetch against the mount's own store. It is what
 // `cachefs mount` runs in the foreground and what the CSI node plugin starts,
 // one process per staged volume.
 //
@@ -65,6 +67,10 @@ type Config struct {
 	Backend backend.Options
 	Debug   bool
 	Logger  *slog.Logger
+
+	// wrapBackend, when set, wraps the opened backend (tests only: slow or
+	// failing sources).
+	wrapBackend func(backend.Backend) backend.Backend
 }
 
 // Mount is one running (or ready-to-run) mount.
@@ -83,6 +89,7 @@ type Mount struct {
 	server      *fuse.Server
 	metricsAddr string
 	stopMetrics context.CancelFunc
+	control     *controlServer // nil when the control socket could not be served
 }
 
 // New validates cfg.
@@ -133,6 +140,9 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		return err
 	}
 	cleanup = append(cleanup, func() { b.Close() })
+	if m.cfg.wrapBackend != nil {
+		b = m.cfg.wrapBackend(b)
+	}
 	man, err := m.loadManifest(ctx, b, bopts)
 	if err != nil {
 		return err
@@ -192,6 +202,10 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("mount: waiting for the mount: %w", err)
 	}
 	m.backend, m.manifest, m.store, m.fsys, m.server = b, man, store, fsys, server
+	if m.control, err = m.startControl(); err != nil {
+		m.log.Warn("no control socket: `cachefs prefetch` cannot reach this mount", "err", err)
+		err = nil
+	}
 	m.log.Info("mounted", "source", m.src.String(), "mountpoint", m.cfg.Mountpoint,
 		"cache_dir", m.cfg.CacheDir, "cache_size", m.cfg.CacheSize, "policy", store.Stats().Policy,
 		"metrics", m.metricsAddr)
@@ -253,6 +267,9 @@ func (m *Mount) Unmount() error {
 }
 
 func (m *Mount) close() error {
+	if m.control != nil {
+		m.control.close() // cancels and waits for prefetches using the store
+	}
 	m.fsys.Close()
 	if m.stopMetrics != nil {
 		m.stopMetrics()

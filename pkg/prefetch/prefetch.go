@@ -141,8 +141,10 @@ type Summary struct {
 	// Already cached before this run.
 	AlreadyFiles int64 `json:"already_files"`
 	AlreadyBytes int64 `json:"already_bytes"`
-	// Cached by this run: files now complete that were not before, and the
-	// bytes this run read and admitted.
+	// Cached by this run: files now complete that were not before and of
+	// which this run admitted at least one entry (a concurrent reader of the
+	// same store may have admitted others), and the bytes this run read and
+	// admitted.
 	FetchedFiles int64 `json:"fetched_files"`
 	FetchedBytes int64 `json:"fetched_bytes"`
 	// Files (and bytes of entries) that are not cached because they did not
@@ -279,6 +281,7 @@ type plan struct {
 	tasks     []task
 	remaining []atomic.Int32 // per file: planned entries not yet done
 	failed    []atomic.Bool  // per file: an entry could not be cached
+	admitted  []atomic.Bool  // per file: this run admitted an entry
 	complete  []bool         // per file: every entry held before this run
 	handled   atomic.Int64   // tasks done, cached or not
 }
@@ -351,7 +354,7 @@ func (p *Prefetcher) Run(ctx context.Context) (Summary, error) {
 		switch {
 		case held:
 			sum.CachedFiles++
-			if !pl.complete[fi] {
+			if !pl.complete[fi] && pl.admitted[fi].Load() {
 				sum.FetchedFiles++
 			}
 		case !pl.failed[fi].Load():
@@ -428,6 +431,7 @@ func (p *Prefetcher) plan(m *manifest.Manifest) *plan {
 	p.bytes.Store(m.TotalBytes())
 	pl.remaining = make([]atomic.Int32, len(pl.files))
 	pl.failed = make([]atomic.Bool, len(pl.files))
+	pl.admitted = make([]atomic.Bool, len(pl.files))
 	pl.complete = make([]bool, len(pl.files))
 	st := p.cfg.Store.Stats()
 	room := st.CapacityBytes - st.UsedBytes
@@ -478,7 +482,10 @@ func (p *Prefetcher) fetch(ctx context.Context, pl *plan) {
 				if t.file != lastFile {
 					lastFile, spans = t.file, p.spans(pl.m, pl.files[t.file])
 				}
-				err := p.fetchOne(ctx, spans[t.span])
+				admitted, err := p.fetchOne(ctx, spans[t.span])
+				if admitted {
+					pl.admitted[t.file].Store(true)
+				}
 				if err != nil && ctx.Err() != nil {
 					return // not handled: the run was interrupted
 				}
@@ -496,39 +503,40 @@ func (p *Prefetcher) fetch(ctx context.Context, pl *plan) {
 	wg.Wait()
 }
 
-// fetchOne reads one entry through the store. An entry that no longer fits
-// (another reader of the store filled it) is not an error.
-func (p *Prefetcher) fetchOne(ctx context.Context, sp cache.KeySpan) error {
+// fetchOne reads one entry through the store and reports whether this run
+// admitted it. An entry that no longer fits (another reader of the store
+// filled it) is not an error.
+func (p *Prefetcher) fetchOne(ctx context.Context, sp cache.KeySpan) (admitted bool, err error) {
 	store := p.cfg.Store
 	if st := store.Stats(); st.UsedBytes+sp.Length > st.CapacityBytes {
 		// Another reader of the store (a mount) filled it meanwhile:
 		// reading would be in vain, NR would not admit it.
-		return nil
+		return false, nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, p.cfg.ReadTimeout)
 	defer cancel()
-	res, err := store.Get(fctx, sp.Key, sp.Length, p.loader(sp))
+	res, gerr := store.Get(fctx, sp.Key, sp.Length, p.loader(sp))
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return err
-	case err != nil:
-		p.fail(sp.Key, err)
-		return err
+	case gerr != nil && ctx.Err() != nil:
+		return false, gerr
+	case gerr != nil:
+		p.fail(sp.Key, gerr)
+		return false, gerr
 	case res.File != nil:
 		_ = res.File.Close()
 		if !res.Hit {
 			p.fetchedBytes.Add(sp.Length)
 		}
-		return nil
+		return !res.Hit, nil
 	}
 	// Read but not admitted: filled meanwhile by another reader, or the
 	// cache disk failed (the store logs that).
 	if st := store.Stats(); st.UsedBytes+sp.Length <= st.CapacityBytes {
-		err := errors.New("the cache did not admit it although it fits (cache disk full or failing? see the log)")
+		err = errors.New("the cache did not admit it although it fits (cache disk full or failing? see the log)")
 		p.fail(sp.Key, err)
-		return err
+		return false, err
 	}
-	return nil
+	return false, nil
 }
 
 // fail records an entry that could not be cached.
