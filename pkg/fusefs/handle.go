@@ -32,8 +32,13 @@ func (n file) open(flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 		return nil, 0, syscall.EROFS
 	}
 	if n.size <= n.fsys.opts.WholeFileMax {
-		return n.openWhole()
+		fh, fl, errno := n.openWhole()
+		if errno == 0 {
+			counters.opens.Add(1)
+		}
+		return fh, fl, errno
 	}
+	counters.opens.Add(1)
 	return newBlockHandle(n), fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }
 
@@ -50,7 +55,7 @@ func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 	}
 	flags := uint32(fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH)
 	if res.File != nil {
-		return &cachedFile{f: res.File}, flags, 0
+		return &cachedFile{f: res.File, size: n.size}, flags, 0
 	}
 	return &memFile{data: res.Data}, flags, 0
 }
@@ -58,7 +63,8 @@ func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 // cachedFile serves a cache entry. The kernel reads it directly when
 // passthrough is engaged; otherwise Read splices from the file.
 type cachedFile struct {
-	f *os.File // immutable; closed by Release
+	f    *os.File // immutable; closed by Release
+	size int64    // immutable
 }
 
 var (
@@ -70,6 +76,8 @@ var (
 func (h *cachedFile) PassthroughFd() (int, bool) { return int(h.f.Fd()), true }
 
 func (h *cachedFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	counters.cachedReads.Add(1)
+	counters.readBytes.Add(uint64(max(min(int64(len(dest)), h.size-off), 0)))
 	return fuse.ReadResultFd(h.f.Fd(), off, len(dest)), 0
 }
 
@@ -86,7 +94,10 @@ type memFile struct {
 var _ = (fs.FileReader)((*memFile)(nil))
 
 func (h *memFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	return fuse.ReadResultData(sliceAt(h.data, off, len(dest))), 0
+	b := sliceAt(h.data, off, len(dest))
+	counters.memReads.Add(1)
+	counters.readBytes.Add(uint64(len(b)))
+	return fuse.ReadResultData(b), 0
 }
 
 func sliceAt(b []byte, off int64, n int) []byte {
@@ -170,6 +181,8 @@ func (h *blockHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Re
 	}
 	h.readahead(off/bs + 1)
 	h.trim((end - 1) / bs)
+	counters.blockReads.Add(1)
+	counters.readBytes.Add(uint64(n))
 	return fuse.ReadResultData(dest[:n]), 0
 }
 

@@ -1,0 +1,458 @@
+// Command throughput is the throughput benchmark of issue 5. Each comparison
+// runs side by side in one run, interleaved A B A B … over -rounds rounds
+// (single runs on these shared VMs vary up to 5×), with N parallel readers
+// reading whole files in a shuffled order like a data loader
+// (internal/epoch, sha256 of every file), and the page cache dropped before
+// every run (as root).
+//
+//   - P2, cached epoch: files/s of an epoch through an EpochFS mount whose
+//     cache holds the whole dataset vs a native read of the same files from
+//     the same disk (goal ≥ 0.9×), and vs `rclone mount --vfs-cache-mode
+//     full` over the same source with the same cache size, also warm (goal
+//     ≥ 1.5×).
+//   - P3, cold epoch from MinIO: files/s of the first epoch through a mount
+//     with an empty cache vs a concurrent minio-go GET loop over the same
+//     objects with the same concurrency (goal ≥ 1.0×), and `cachefs
+//     prefetch` vs the same loop (goal ≥ 0.9×) when bin/cachefs has it.
+//
+// EpochFS mounts run in a child process of this binary that does exactly
+// what `cachefs mount` does (pkg/mount) and also serves /debug/pprof and the
+// fusefs request counters at /debug/vars (see child.go); the run reports how
+// many READ requests reached the daemon during cached epochs (0 when FUSE
+// passthrough is engaged).
+//
+//	go run ./bench/throughput -dir /var/tmp/epochfs-throughput -rounds 3
+//	go run ./bench/throughput -tiny     # 200 small files, 1 round: seconds (CI)
+//
+// Needs root (FUSE, dropping the page cache). rclone and MinIO come from
+// .tools/bin (make tools, bench/setup.sh); a missing one skips its column.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/pkg/fusefs"
+)
+
+// Config of one run.
+type Config struct {
+	Dir     string // work directory
+	Spec    datagen.Spec
+	Workers int // parallel readers (and GET loop / prefetch workers)
+	Rounds  int
+	Drop    bool   // drop the page cache before every run
+	RClone  string // rclone binary; "" skips the rclone comparison
+	MinIO   string // minio binary; "" skips P3
+	CacheFS string // cachefs binary with a prefetch command; "" skips the prefetch row
+	P2, P3  bool
+	Log     io.Writer
+}
+
+// Report holds every measurement.
+type Report struct {
+	Files int
+	Bytes int64
+	P2    []map[string]float64 // per round: reader → files/s
+	P3    []map[string]float64
+	// Daemon counters during the cached EpochFS epochs of P2.
+	CachedOpens, CachedReads, OtherReads uint64
+	Notes                                []string
+}
+
+// Reader names.
+const (
+	native   = "native"
+	epochfs  = "epochfs"
+	rcloneR  = "rclone"
+	mountCol = "mount cold"
+	getLoop  = "GET loop"
+	prefetch = "prefetch"
+)
+
+type dataset struct {
+	root  string
+	paths []string
+	want  map[string][sha256.Size]byte
+	bytes int64
+}
+
+// Bench runs cfg.
+func Bench(ctx context.Context, cfg Config) (*Report, error) {
+	logw := cfg.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	ds := dataset{root: filepath.Join(cfg.Dir, "data"), want: map[string][sha256.Size]byte{}}
+	if err := os.RemoveAll(ds.root); err != nil {
+		return nil, err
+	}
+	files, err := datagen.Write(ds.root, cfg.Spec)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		ds.paths = append(ds.paths, f.Path)
+		ds.want[f.Path] = datagen.Sum(f)
+	}
+	ds.bytes = datagen.TotalSize(files)
+	fmt.Fprintf(logw, "dataset: %d files, %.1f MB\n", len(files), float64(ds.bytes)/1e6)
+	rep := &Report{Files: len(files), Bytes: ds.bytes}
+	if cfg.P2 {
+		if err := benchP2(ctx, cfg, ds, rep, logw); err != nil {
+			return nil, fmt.Errorf("P2: %w", err)
+		}
+	}
+	if cfg.P3 {
+		if cfg.MinIO == "" {
+			rep.Notes = append(rep.Notes, "P3 not run: no minio binary (make tools)")
+		} else if err := benchP3(ctx, cfg, ds, rep, logw); err != nil {
+			return nil, fmt.Errorf("P3: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+// capacityFor is the cache size of the runs: the dataset plus 1/8, so that
+// everything fits with room for rclone's bookkeeping.
+func capacityFor(bytes int64) int64 { return bytes + bytes/8 }
+
+// readEpoch drops the page cache (if asked) and reads one epoch under root.
+func readEpoch(ctx context.Context, cfg Config, ds dataset, root string, seed uint64) (float64, error) {
+	if cfg.Drop {
+		if err := epoch.DropPageCache(); err != nil {
+			return 0, fmt.Errorf("drop the page cache: %w (run as root, or -drop-caches=false)", err)
+		}
+	}
+	res, err := epoch.Run(ctx, epoch.Options{Root: root, Paths: ds.paths, Workers: cfg.Workers, Seed: seed, Want: ds.want})
+	if err != nil {
+		return 0, err
+	}
+	if len(res.Mismatches) > 0 || res.Files != len(ds.paths) {
+		return 0, fmt.Errorf("%s: read %d of %d files, %d sha256 mismatches", root, res.Files, len(ds.paths), len(res.Mismatches))
+	}
+	return res.FilesPerSec(), nil
+}
+
+func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.Writer) error {
+	capacity := capacityFor(ds.bytes)
+	efsMnt, efsCache := filepath.Join(cfg.Dir, "mnt-epochfs"), filepath.Join(cfg.Dir, "cache-epochfs")
+	for _, d := range []string{efsCache, filepath.Join(cfg.Dir, "cache-rclone")} {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	efs, err := startEpochFS(ds.root, efsMnt, efsCache, capacity, nil)
+	if err != nil {
+		return err
+	}
+	defer efs.Stop()
+	readers := []struct {
+		name string
+		root string
+	}{{native, ds.root}, {epochfs, efsMnt}}
+	if cfg.RClone != "" {
+		rc, err := startRclone(cfg.RClone, ds.root, filepath.Join(cfg.Dir, "mnt-rclone"), filepath.Join(cfg.Dir, "cache-rclone"), capacity)
+		if err != nil {
+			return err
+		}
+		defer rc.Stop()
+		readers = append(readers, struct {
+			name string
+			root string
+		}{rcloneR, rc.mnt})
+	} else {
+		rep.Notes = append(rep.Notes, "rclone not run: no rclone binary (make bench-tools)")
+	}
+	// Epoch 1 fills both caches.
+	for _, r := range readers[1:] {
+		fps, err := readEpoch(ctx, cfg, ds, r.root, 1)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(logw, "P2 warm-up (epoch 1, fills the cache)  %-8s %7.0f files/s\n", r.name, fps)
+	}
+	var cached, other uint64
+	for round := 1; round <= cfg.Rounds; round++ {
+		row := map[string]float64{}
+		for _, r := range readers {
+			var before fusefs.Counters
+			if r.name == epochfs {
+				if before, err = efs.counters(); err != nil {
+					return err
+				}
+			}
+			fps, err := readEpoch(ctx, cfg, ds, r.root, uint64(1+round))
+			if err != nil {
+				return err
+			}
+			if r.name == epochfs {
+				after, err := efs.counters()
+				if err != nil {
+					return err
+				}
+				rep.CachedOpens += after.Opens - before.Opens
+				cached += after.CachedReads - before.CachedReads
+				other += after.MemReads + after.BlockReads - before.MemReads - before.BlockReads
+			}
+			row[r.name] = fps
+			fmt.Fprintf(logw, "P2 round %d  %-8s %7.0f files/s\n", round, r.name, fps)
+		}
+		rep.P2 = append(rep.P2, row)
+	}
+	rep.CachedReads, rep.OtherReads = cached, other
+	return nil
+}
+
+func (p *proc) counters() (fusefs.Counters, error) { return fetchCounters(p.debug) }
+
+func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.Writer) error {
+	mdir := filepath.Join(cfg.Dir, "minio")
+	if err := os.RemoveAll(mdir); err != nil {
+		return err
+	}
+	srv, err := startMinIO(cfg.MinIO, mdir)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	const bucket = "dataset"
+	start := time.Now()
+	if err := srv.upload(ctx, bucket, ds.root, ds.paths); err != nil {
+		return err
+	}
+	fmt.Fprintf(logw, "P3 uploaded %d objects in %.1fs\n", len(ds.paths), time.Since(start).Seconds())
+	capacity := capacityFor(ds.bytes)
+	client, err := newClient(srv.host, srv.access, srv.secret, cfg.Workers)
+	if err != nil {
+		return err
+	}
+	hasPrefetch := cfg.CacheFS != "" && exec.Command(cfg.CacheFS, "prefetch", "--help").Run() == nil
+	if !hasPrefetch {
+		rep.Notes = append(rep.Notes, "prefetch not measured yet: no `cachefs prefetch` in "+cfg.CacheFS)
+	}
+	for round := 1; round <= cfg.Rounds; round++ {
+		row := map[string]float64{}
+		// A: cold epoch through a mount with an empty cache.
+		cacheDir, mnt := filepath.Join(cfg.Dir, "cache-cold"), filepath.Join(cfg.Dir, "mnt-cold")
+		if err := os.RemoveAll(cacheDir); err != nil {
+			return err
+		}
+		m, err := startEpochFS(srv.url(bucket), mnt, cacheDir, capacity, srv.env())
+		if err != nil {
+			return err
+		}
+		fps, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round))
+		m.Stop()
+		if err != nil {
+			return err
+		}
+		row[mountCol] = fps
+		fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, mountCol, fps)
+
+		// B: the GET loop.
+		if cfg.Drop {
+			if err := epoch.DropPageCache(); err != nil {
+				return err
+			}
+		}
+		fps, err = getLoopEpoch(ctx, client, bucket, ds, cfg.Workers, uint64(100+round))
+		if err != nil {
+			return err
+		}
+		row[getLoop] = fps
+		fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, getLoop, fps)
+
+		// C: cachefs prefetch into an empty cache.
+		if hasPrefetch {
+			if err := os.RemoveAll(cacheDir); err != nil {
+				return err
+			}
+			if cfg.Drop {
+				if err := epoch.DropPageCache(); err != nil {
+					return err
+				}
+			}
+			cmd := exec.CommandContext(ctx, cfg.CacheFS, "prefetch", srv.url(bucket), "--cache-dir", cacheDir,
+				"--cache-size", fmt.Sprint(capacity), "--workers", fmt.Sprint(cfg.Workers), "--manifest", "none")
+			cmd.Env = append(os.Environ(), srv.env()...)
+			start := time.Now()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("cachefs prefetch: %v: %s", err, out)
+			}
+			fps := float64(len(ds.paths)) / time.Since(start).Seconds()
+			row[prefetch] = fps
+			fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, prefetch, fps)
+		}
+		rep.P3 = append(rep.P3, row)
+	}
+	return nil
+}
+
+// getLoopEpoch GETs every object once in a shuffled order with workers
+// concurrent requests, hashing each body with sha256 like the epoch reader
+// does, and returns files/s.
+func getLoopEpoch(ctx context.Context, c *minio.Client, bucket string, ds dataset, workers int, seed uint64) (float64, error) {
+	order := epoch.Shuffled(ds.paths, seed)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		n        int
+		next     = make(chan string, workers)
+	)
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 256<<10)
+			for p := range next {
+				err := getOne(ctx, c, bucket, p, buf, ds.want[p])
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				n++
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, p := range order {
+		next <- p
+	}
+	close(next)
+	wg.Wait()
+	el := time.Since(start)
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(n) / el.Seconds(), nil
+}
+
+func getOne(ctx context.Context, c *minio.Client, bucket, key string, buf []byte, want [sha256.Size]byte) error {
+	obj, err := c.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, obj, buf); err != nil {
+		return fmt.Errorf("GET %s: %w", key, err)
+	}
+	var got [sha256.Size]byte
+	h.Sum(got[:0])
+	if got != want {
+		return fmt.Errorf("GET %s: sha256 mismatch", key)
+	}
+	return nil
+}
+
+// Markdown renders the report's tables with per-round ratios and medians.
+func (rep *Report) Markdown(header string) string {
+	var b strings.Builder
+	b.WriteString(header)
+	if len(rep.P2) > 0 {
+		b.WriteString("\n### P2: cached epoch (epoch ≥ 2, everything cached), files/s\n\n")
+		cols := present(rep.P2, native, epochfs, rcloneR)
+		table(&b, rep.P2, cols, [][2]string{{epochfs, native}, {epochfs, rcloneR}})
+		fmt.Fprintf(&b, "\nDuring the cached EpochFS epochs: %d opens reached the daemon, %d READ requests on cached files "+
+			"(0 = FUSE passthrough engaged: the kernel reads the cache files directly), %d other READ requests.\n",
+			rep.CachedOpens, rep.CachedReads, rep.OtherReads)
+	}
+	if len(rep.P3) > 0 {
+		b.WriteString("\n### P3: cold epoch from MinIO on 127.0.0.1, files/s\n\n")
+		cols := present(rep.P3, mountCol, getLoop, prefetch)
+		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {prefetch, getLoop}})
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(&b, "\nNote: %s\n", n)
+	}
+	return b.String()
+}
+
+func present(rows []map[string]float64, names ...string) []string {
+	var out []string
+	for _, n := range names {
+		if _, ok := rows[0][n]; ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func table(b *strings.Builder, rows []map[string]float64, cols []string, ratios [][2]string) {
+	var rs [][2]string
+	for _, r := range ratios {
+		if slices.Contains(cols, r[0]) && slices.Contains(cols, r[1]) {
+			rs = append(rs, r)
+		}
+	}
+	b.WriteString("| round |")
+	for _, c := range cols {
+		fmt.Fprintf(b, " %s |", c)
+	}
+	for _, r := range rs {
+		fmt.Fprintf(b, " %s / %s |", r[0], r[1])
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)+len(rs)) + "\n")
+	ratioVals := make([][]float64, len(rs))
+	for i, row := range rows {
+		fmt.Fprintf(b, "| %d |", i+1)
+		for _, c := range cols {
+			fmt.Fprintf(b, " %.0f |", row[c])
+		}
+		for j, r := range rs {
+			v := row[r[0]] / row[r[1]]
+			ratioVals[j] = append(ratioVals[j], v)
+			fmt.Fprintf(b, " %.2f |", v)
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(b, "| median |%s", strings.Repeat(" |", len(cols)))
+	for j := range rs {
+		fmt.Fprintf(b, " **%.2f** |", median(ratioVals[j]))
+	}
+	b.WriteString("\n")
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// machine describes this host for the report header.
+func machine() string {
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		mem = strings.Join(strings.Fields(line)[1:], " ")
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return fmt.Sprintf("nproc %d, MemTotal %s, kernel %s", runtime.NumCPU(), mem, strings.TrimSpace(string(kernel)))
+}

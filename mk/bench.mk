@@ -1,0 +1,32 @@
+# Benchmarks of issue 5 (included by the main Makefile). Both need root
+# (FUSE mounts, dropping the page cache); results go in bench/RESULTS.md by
+# hand, with the machine and the command (the scripts print them).
+#
+#   make bench-hitratio      NR vs LRU/FIFO/Random/TinyLFU byte hit ratios through real mounts
+#   make bench-throughput    P2 (cached epoch vs native and rclone) and P3 (cold epoch from MinIO vs a GET loop)
+#
+# BENCH_ARGS passes flags (e.g. BENCH_ARGS=-tiny, BENCH_ARGS='-rounds 5').
+
+RCLONE_VERSION := v1.76.0
+BENCH_ARGS     ?=
+
+.PHONY: bench-hitratio bench-throughput bench-tools
+
+## bench-hitratio: table (bench/hitratio.md) and plot (bench/hitratio.png) of byte hit ratio per epoch per policy.
+bench-hitratio:
+	$(GO) build -o bin/bench-hitratio ./bench/hitratio
+	bin/bench-hitratio -md bench/hitratio.md -png bench/hitratio.png $(BENCH_ARGS)
+
+## bench-throughput: P2 and P3, interleaved rounds, report in bench/throughput.md.
+bench-throughput: build bench-tools
+	$(GO) build -o bin/bench-throughput ./bench/throughput
+	bin/bench-throughput -tools $(TOOLS_BIN) -cachefs bin/cachefs -md bench/throughput.md $(BENCH_ARGS)
+
+## bench-tools: rclone (pinned, from the Go module proxy), MinIO, and fuse3 for rclone mount.
+bench-tools: $(TOOLS_BIN)/rclone $(TOOLS_BIN)/minio
+	bash bench/setup.sh
+
+$(TOOLS_BIN)/rclone:
+	@mkdir -p $(TOOLS_BIN)
+	@echo "installing rclone $(RCLONE_VERSION) (a few minutes, once)"
+	GOBIN=$(TOOLS_BIN) $(GO) install github.com/rclone/rclone@$(RCLONE_VERSION)
