@@ -30,6 +30,12 @@ type Spec struct {
 	Sigma float64
 	// MinSize and MaxSize clamp sizes; defaults 16 KB and 5 MB.
 	MinSize, MaxSize int64
+	// TotalBytes, when > 0, replaces MedianSize by the median that brings
+	// the dataset's total size closest to TotalBytes (sizes keep the
+	// MinSize..MaxSize clamps, so it must lie in [Files×MinSize,
+	// Files×MaxSize]). The draws do not depend on the median, so the same
+	// Seed and TotalBytes always give the same files.
+	TotalBytes int64
 }
 
 // File is one generated file.
@@ -74,25 +80,86 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("datagen: size range [%d, %d] is empty", s.MinSize, s.MaxSize)
 	case s.Sigma < 0:
 		return errors.New("datagen: sigma must be positive")
+	case s.TotalBytes < 0:
+		return errors.New("datagen: total bytes must be positive")
+	case s.TotalBytes > 0 && (s.TotalBytes < int64(s.Files)*s.MinSize || s.TotalBytes > int64(s.Files)*s.MaxSize):
+		return fmt.Errorf("datagen: %d files of %d..%d bytes cannot total %d bytes (want %d..%d)",
+			s.Files, s.MinSize, s.MaxSize, s.TotalBytes, int64(s.Files)*s.MinSize, int64(s.Files)*s.MaxSize)
 	}
 	return nil
+}
+
+// draw is one file's random draws: its normal deviate and content seed.
+type draw struct {
+	z    float64
+	seed uint64
+}
+
+func (s Spec) draws() []draw {
+	rng := rand.New(rand.NewPCG(s.Seed, 0x9e3779b97f4a7c15))
+	ds := make([]draw, s.Files)
+	for i := range ds {
+		ds[i].z = rng.NormFloat64()
+		ds[i].seed = rng.Uint64()
+	}
+	return ds
+}
+
+func (s Spec) size(median int64, z float64) int64 {
+	size := int64(math.Exp(math.Log(float64(median)) + s.Sigma*z))
+	return min(max(size, s.MinSize), s.MaxSize)
+}
+
+// Median returns the log-normal median the dataset is drawn with:
+// MedianSize (or its default), or the one solved for TotalBytes.
+func (s Spec) Median() int64 {
+	s = s.withDefaults()
+	if s.TotalBytes <= 0 {
+		return s.MedianSize
+	}
+	return s.solveMedian(s.draws())
+}
+
+// solveMedian returns the median whose total is closest to TotalBytes.
+// The total grows with the median, so a binary search finds it.
+func (s Spec) solveMedian(ds []draw) int64 {
+	total := func(m int64) int64 {
+		var n int64
+		for _, d := range ds {
+			n += s.size(m, d.z)
+		}
+		return n
+	}
+	lo, hi := int64(1), s.MaxSize*1000 // total(hi) is Files×MaxSize for any sane Sigma
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if total(mid) < s.TotalBytes {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo > 1 && s.TotalBytes-total(lo-1) < total(lo)-s.TotalBytes {
+		lo--
+	}
+	return lo
 }
 
 // Plan returns the files of the dataset, in generation order. It does not
 // touch the disk.
 func (s Spec) Plan() []File {
 	s = s.withDefaults()
-	rng := rand.New(rand.NewPCG(s.Seed, 0x9e3779b97f4a7c15))
+	ds := s.draws()
+	median := s.MedianSize
+	if s.TotalBytes > 0 {
+		median = s.solveMedian(ds)
+	}
 	files := make([]File, s.Files)
-	mu := math.Log(float64(s.MedianSize))
-	for i := range files {
-		size := int64(math.Exp(mu + s.Sigma*rng.NormFloat64()))
-		size = min(max(size, s.MinSize), s.MaxSize)
-		class := i % s.Classes
+	for i, d := range ds {
 		files[i] = File{
-			Path: fmt.Sprintf("n%08d/img_%07d.jpg", class, i),
-			Size: size,
-			Seed: rng.Uint64(),
+			Path: fmt.Sprintf("n%08d/img_%07d.jpg", i%s.Classes, i),
+			Size: s.size(median, d.z),
+			Seed: d.seed,
 		}
 	}
 	return files
