@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -144,3 +145,4 @@ func controller(td *testDriver) csipb.ControllerClient { return csipb.NewControl
 type cfgT = csi.Config
 
 func fmtSscan(s string, pid *int) (int, error) { return fmt.Sscan(s, pid) }
+func itoa(n int) string                        { return strconv.Itoa(n) }

@@ -1,0 +1,44 @@
+package csi
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzRequestValidation feeds hostile volume ids, paths and parameters to
+// the validators of every CSI call: no panic, and whatever passes is safe to
+// use as a file name or mount path.
+func FuzzRequestValidation(f *testing.F) {
+	for _, seed := range [][3]string{
+		{"vol-1", "/var/lib/kubelet/pods/x/volumes/v", "s3://bucket/prefix?endpoint=http://127.0.0.1:9000"},
+		{"../../etc", "relative/path", "/data"},
+		{".hidden", "/a/../b", "s3:///x"},
+		{"a/b", "/a//b", "file:///data"},
+		{strings.Repeat("x", 200), "/\x00", "nfs://host/export"},
+		{"", "", "mirror:/a,/b"},
+	} {
+		f.Add(seed[0], seed[1], seed[2], "10Gi", "nr")
+	}
+	f.Fuzz(func(t *testing.T, id, path, source, size, policy string) {
+		if checkVolumeID(id) == nil {
+			if id == "" || len(id) > maxIDLen || strings.ContainsAny(id, "/\x00") || id[0] == '.' || filepath.Base(id) != id {
+				t.Fatalf("accepted volume id %q", id)
+			}
+		}
+		if checkPath("p", path) == nil {
+			if !filepath.IsAbs(path) || filepath.Clean(path) != path || strings.Contains(path, "..") && strings.Contains("/"+path+"/", "/../") || strings.ContainsRune(path, 0) {
+				t.Fatalf("accepted path %q", path)
+			}
+		}
+		p, err := parseParams(map[string]string{ParamSource: source, ParamCacheSize: size, ParamPolicy: policy}, 1<<30)
+		if err == nil {
+			if p.Source == "" || p.CacheSize <= 0 {
+				t.Fatalf("accepted %+v", p)
+			}
+			if k := p.datasetKey(); filepath.Base(k) != k || strings.ContainsAny(k, "/\x00") {
+				t.Fatalf("dataset key %q is not a safe file name", k)
+			}
+		}
+	})
+}
