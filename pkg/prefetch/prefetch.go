@@ -44,6 +44,9 @@ import (
 const (
 	DefaultWorkers     = 16
 	DefaultReadTimeout = 2 * time.Minute
+	// cancelGrace is how long reads in flight may go on after the run's
+	// context ends.
+	cancelGrace = 2 * time.Second
 	// maxErrors bounds the error messages kept in a Summary.
 	maxErrors = 10
 )
@@ -513,8 +516,16 @@ func (p *Prefetcher) fetchOne(ctx context.Context, sp cache.KeySpan) (admitted b
 		// reading would be in vain, NR would not admit it.
 		return false, nil
 	}
-	fctx, cancel := context.WithTimeout(ctx, p.cfg.ReadTimeout)
+	// The read outlives an interruption by up to cancelGrace, so that an
+	// entry being written when ctx ends is in the store (or not) before the
+	// summary counts what is cached.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.ReadTimeout)
 	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(cancelGrace, cancel)
+		context.AfterFunc(fctx, func() { t.Stop() })
+	})
+	defer stop()
 	res, gerr := store.Get(fctx, sp.Key, sp.Length, p.loader(sp))
 	switch {
 	case gerr != nil && ctx.Err() != nil:

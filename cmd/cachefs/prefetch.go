@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/prefetch"
+)
+
+// exitInterrupted is the exit code of an interrupted prefetch (128+SIGINT).
+const exitInterrupted = 130
+
+type prefetchConfig struct {
+	source       string
+	cacheDir     string
+	cacheSize    string
+	manifest     string
+	policy       string
+	wholeFileMax string
+	blockSize    string
+	workers      int
+	json         bool
+	progress     string
+	readTimeout  time.Duration
+	// splitSet: --whole-file-max or --block-size was given explicitly.
+	splitSet bool
+}
+
+func newPrefetchCmd(g *globalFlags) *cobra.Command {
+	var c prefetchConfig
+	cmd := &cobra.Command{
+		Use:   "prefetch SOURCE --cache-dir DIR --cache-size SIZE",
+		Short: "Warm a cache with the files a mount of SOURCE keeps under NR, up to capacity",
+		Long: `Read SOURCE's files into the cache directory before training, so that the
+first epoch of a later 'cachefs mount SOURCE … --cache-dir DIR' already hits.
+
+Files are taken in path order (from the manifest when there is one, else from a
+parallel walk of the source) and cached exactly as the mount caches them (whole
+up to --whole-file-max, in --block-size blocks beyond), with --workers parallel
+reads, until the cache is full: like NR, a file that does not fit is skipped
+and smaller ones after it are still tried. Files already cached are skipped, so
+a rerun resumes where an interrupted one stopped.
+
+When a mount is running on DIR (it holds the directory's lock), prefetch asks
+that mount, through DIR/control.sock, to run the same prefetch against its own
+cache, and shows its progress; the mount keeps serving meanwhile. The mount's
+own capacity, manifest and split apply then.
+
+Prints a progress line on a terminal (plain lines every 5s otherwise), then
+what is cached: "complete" only when every file is; "cache full at X% of the
+dataset" when the rest did not fit; "interrupted at X%" after Ctrl-C. --json
+prints the summary as JSON on stdout instead. Exit status: 0 complete or cache
+full, 1 error or files that could not be read, 130 interrupted.`,
+		Example: `  cachefs prefetch /data/imagenet --cache-dir /var/cache/epochfs --cache-size 50GiB
+  cachefs prefetch 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' \
+      --cache-dir /var/cache/epochfs --cache-size 100GiB --workers 64 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c.source = args[0]
+			c.splitSet = cmd.Flags().Changed("whole-file-max") || cmd.Flags().Changed("block-size")
+			return runPrefetch(cmd.Context(), g, c, cmd.OutOrStdout(), os.Stderr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.cacheDir, "cache-dir", "", "cache directory, the one the mount will use (required)")
+	f.StringVar(&c.cacheSize, "cache-size", "", "cache capacity, as for mount (required unless a mount is running on --cache-dir)")
+	f.StringVar(&c.manifest, "manifest", "", "dataset manifest: a local file or a URL; default: SOURCE/.epochfs/manifest when it exists; 'none' walks the source")
+	f.StringVar(&c.policy, "policy", cache.PolicyNR, "cache policy; only nr (prefetching into a replacing policy would evict what it fetched)")
+	f.StringVar(&c.wholeFileMax, "whole-file-max", fmt.Sprint(cache.DefaultWholeFileMax), "as for mount: files up to this size are cached whole")
+	f.StringVar(&c.blockSize, "block-size", fmt.Sprint(cache.DefaultBlockSize), "as for mount: larger files are cached in blocks of this size")
+	f.IntVar(&c.workers, "workers", prefetch.DefaultWorkers, "parallel reads from the source")
+	f.BoolVar(&c.json, "json", false, "print the final summary as JSON on stdout")
+	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a live line on a terminal, plain lines otherwise), lines, none")
+	f.DurationVar(&c.readTimeout, "read-timeout", prefetch.DefaultReadTimeout, "deadline of one read (a file or a block), retries included")
+	_ = cmd.MarkFlagRequired("cache-dir")
+	return cmd
+}
+
+func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, stderr io.Writer) error {
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.policy != cache.PolicyNR:
+		return fmt.Errorf("prefetch: --policy %q: only %q (a replacing policy would evict what it prefetched)", c.policy, cache.PolicyNR)
+	case c.workers < 1:
+		return fmt.Errorf("prefetch: --workers %d: want at least 1", c.workers)
+	case c.progress != "auto" && c.progress != "lines" && c.progress != "none":
+		return fmt.Errorf("prefetch: --progress %q: want auto, lines or none", c.progress)
+	}
+	whole, err := cache.ParseSize(c.wholeFileMax)
+	if err != nil {
+		return fmt.Errorf("--whole-file-max: %w", err)
+	}
+	block, err := cache.ParseSize(c.blockSize)
+	if err != nil {
+		return fmt.Errorf("--block-size: %w", err)
+	}
+	src, err := backend.Parse(c.source)
+	if err != nil {
+		return err
+	}
+
+	var capacity int64
+	if c.cacheSize != "" {
+		if capacity, err = cache.ParseSize(c.cacheSize); err != nil {
+			return fmt.Errorf("--cache-size: %w", err)
+		}
+	}
+	var (
+		sum prefetch.Summary
+		via string
+	)
+	remote := func() error {
+		req := mount.ControlRequest{Source: src.String(), Workers: c.workers}
+		if c.splitSet {
+			req.WholeFileMax, req.BlockSize = whole, block
+		}
+		var latest atomic.Pointer[prefetch.Progress]
+		stop := func() {}
+		sum, err = mount.RemotePrefetch(ctx, c.cacheDir, req, func(ev mount.ControlEvent) {
+			switch ev.Type {
+			case mount.EventStarted:
+				s := ev.Started
+				fmt.Fprintf(stderr, "%s is in use by a running mount (pid %d): prefetching through its control socket (capacity %s)\n",
+					c.cacheDir, s.Pid, cache.FormatSize(s.CapacityBytes))
+				stop = showPrefetchProgress(stderr, c.progress, func() prefetch.Progress {
+					if p := latest.Load(); p != nil {
+						return *p
+					}
+					return prefetch.Progress{Phase: prefetch.PhaseListing, ETASeconds: -1}
+				})
+			case mount.EventProgress:
+				latest.Store(ev.Progress)
+			}
+		})
+		stop()
+		via = "mount"
+		if err != nil && ctx.Err() != nil {
+			return &exitError{code: exitInterrupted, err: err}
+		}
+		return err
+	}
+
+	if capacity == 0 {
+		if err := remote(); err != nil {
+			if errors.Is(err, mount.ErrNoControl) {
+				return errors.New("prefetch: --cache-size is required (no mount is running on --cache-dir)")
+			}
+			return err
+		}
+	} else {
+		store, err := cache.Open(cache.Options{Dir: c.cacheDir, Capacity: capacity, Policy: c.policy, Logger: log})
+		switch {
+		case errors.Is(err, cache.ErrLocked):
+			if rerr := remote(); rerr != nil {
+				if errors.Is(rerr, mount.ErrNoControl) {
+					return fmt.Errorf("prefetch: %w, and no mount serves %s: %v", err, mount.ControlSocket(c.cacheDir), rerr)
+				}
+				return rerr
+			}
+		case err != nil:
+			return err
+		default:
+			sum, err = prefetchLocal(ctx, log, c, src, store, whole, block, stderr)
+			if cerr := store.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			via = "local"
+		}
+	}
+	return reportPrefetch(stdout, c.json, via, sum)
+}
+
+// prefetchLocal runs the prefetch in this process against store.
+func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src backend.Source, store *cache.Store, whole, block int64, stderr io.Writer) (prefetch.Summary, error) {
+	bopts := backend.Options{Logger: log}
+	b, err := backend.Open(ctx, src, bopts)
+	if err != nil {
+		return prefetch.Summary{}, err
+	}
+	defer b.Close()
+	man, where, err := manifest.Discover(ctx, b, c.manifest, bopts)
+	switch {
+	case err != nil:
+		return prefetch.Summary{}, fmt.Errorf("prefetch: %w", err)
+	case man != nil:
+		log.Info("manifest loaded", "manifest", where, "files", man.Files(), "bytes", man.TotalBytes())
+	case where != "":
+		log.Info("no manifest: walking the source", "looked_for", where)
+	}
+	p, err := prefetch.New(prefetch.Config{Backend: b, Store: store, Manifest: man, WholeFileMax: whole, BlockSize: block,
+		Workers: c.workers, ReadTimeout: c.readTimeout, Logger: log})
+	if err != nil {
+		return prefetch.Summary{}, err
+	}
+	stop := showPrefetchProgress(stderr, c.progress, p.Progress)
+	sum, err := p.Run(ctx)
+	stop()
+	return sum, err
+}
+
+// reportPrefetch prints the summary and maps its state to the exit status.
+func reportPrefetch(w io.Writer, asJSON bool, via string, s prefetch.Summary) error {
+	if asJSON {
+		out := struct {
+			prefetch.Summary
+			Via string `json:"via"` // "local": this process; "mount": the running mount, through its control socket
+		}{s, via}
+		b, err := json.MarshalIndent(out, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(w, string(b))
+	} else {
+		fmt.Fprintln(w, s.Message)
+		if s.Files > 0 || s.State != prefetch.StateInterrupted {
+			rate := float64(s.FetchedBytes) / max(s.ElapsedSeconds, 1e-9)
+			fmt.Fprintf(w, "dataset %s: %d files, %s (%s); cached in total %d files (%.1f%%), %s (%.1f%%); by this run %d files, %s in %.1fs (%s/s); already cached %d files, %s; cache %s used of %s\n",
+				s.Dataset, s.Files, cache.FormatSize(s.Bytes), map[bool]string{true: "manifest", false: "listed"}[s.Manifest],
+				s.CachedFiles, s.PercentFiles, cache.FormatSize(s.CachedBytes), s.PercentBytes,
+				s.FetchedFiles, cache.FormatSize(s.FetchedBytes), s.ElapsedSeconds, cache.FormatSize(int64(rate)),
+				s.AlreadyFiles, cache.FormatSize(s.AlreadyBytes), cache.FormatSize(s.UsedBytes), cache.FormatSize(s.CapacityBytes))
+		}
+		for _, e := range s.Errors {
+			fmt.Fprintln(w, "error:", e)
+		}
+	}
+	switch s.State {
+	case prefetch.StateInterrupted:
+		return &exitError{code: exitInterrupted, err: errors.New("prefetch: " + s.Message)}
+	case prefetch.StateFailed:
+		return &exitError{code: 1, err: errors.New("prefetch: " + s.Message)}
+	}
+	return nil
+}
+
+// showPrefetchProgress draws progress() on w until the returned stop is
+// called: a line redrawn in place 5 times a second on a terminal, a plain
+// line every 5s otherwise (mode "lines", or "auto" without a terminal),
+// nothing for "none".
+func showPrefetchProgress(w io.Writer, mode string, progress func() prefetch.Progress) (stop func()) {
+	if mode == "none" {
+		return func() {}
+	}
+	tty := mode == "auto" && isTerminal(w)
+	every := 5 * time.Second
+	if tty {
+		every = 200 * time.Millisecond
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				if tty {
+					fmt.Fprintf(w, "\r\033[K%s\n", progressLine(progress()))
+				}
+				return
+			case <-t.C:
+				if tty {
+					fmt.Fprintf(w, "\r\033[K%s", progressLine(progress()))
+				} else {
+					fmt.Fprintln(w, progressLine(progress()))
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func progressLine(p prefetch.Progress) string {
+	switch p.Phase {
+	case prefetch.PhaseListing:
+		return fmt.Sprintf("listing: %d dirs, %d files, %s, %s", p.ListedDirs, p.DatasetFiles,
+			cache.FormatSize(p.DatasetBytes), (time.Duration(p.ElapsedSeconds) * time.Second).String())
+	case prefetch.PhasePlanning:
+		return fmt.Sprintf("checking %d files (%s) against the cache", p.DatasetFiles, cache.FormatSize(p.DatasetBytes))
+	}
+	eta := "ETA ?"
+	if p.ETASeconds >= 0 {
+		eta = "ETA " + (time.Duration(p.ETASeconds) * time.Second).String()
+	}
+	s := fmt.Sprintf("prefetch: %d/%d files, %s/%s, %s/s, %s | already cached %d files, %s | dataset %d files, %s",
+		p.DoneFiles, p.PlannedFiles, cache.FormatSize(p.DoneBytes), cache.FormatSize(p.PlannedBytes),
+		cache.FormatSize(int64(p.BytesPerSecond)), eta, p.AlreadyFiles, cache.FormatSize(p.AlreadyBytes),
+		p.DatasetFiles, cache.FormatSize(p.DatasetBytes))
+	if p.FailedFiles > 0 {
+		s += fmt.Sprintf(" | %d failed", p.FailedFiles)
+	}
+	return s
+}
