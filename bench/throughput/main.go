@@ -30,6 +30,8 @@ func main() {
 	tools := flag.String("tools", ".tools/bin", "directory of rclone and minio")
 	cachefs := flag.String("cachefs", "bin/cachefs", "cachefs binary (for `cachefs prefetch`)")
 	md := flag.String("md", "", "also write the markdown report to this file")
+	profDir := flag.String("profile-dir", "", "write CPU profiles of the mount process during every EpochFS epoch here")
+	profSec := flag.Int("profile-seconds", 4, "length of each profile (keep it below an epoch's duration)")
 	flag.Parse()
 
 	cfg := Config{Spec: datagen.Spec{Files: 2000, Seed: 1}, Rounds: 3}
@@ -43,6 +45,7 @@ func main() {
 		cfg.Rounds = *rounds
 	}
 	cfg.Workers, cfg.Drop, cfg.Log = *workers, *drop, os.Stderr
+	cfg.ProfileDir, cfg.ProfileSeconds = *profDir, *profSec
 	cfg.P2, cfg.P3 = strings.Contains(*only, "p2"), strings.Contains(*only, "p3")
 	cfg.RClone = tool(*tools, "rclone")
 	cfg.MinIO = tool(*tools, "minio")

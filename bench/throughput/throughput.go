@@ -33,6 +33,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,6 +63,10 @@ type Config struct {
 	CacheFS string // cachefs binary with a prefetch command; "" skips the prefetch row
 	P2, P3  bool
 	Log     io.Writer
+	// ProfileDir, when set, receives a CPU profile of the mount process
+	// (ProfileSeconds long, from the start) of every EpochFS epoch.
+	ProfileDir     string
+	ProfileSeconds int
 }
 
 // Report holds every measurement.
@@ -200,11 +205,16 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 					return err
 				}
 			}
+			var prof func()
+			if r.name == epochfs {
+				prof = profile(cfg, efs, fmt.Sprintf("p2-cached-round%d", round))
+			}
 			fps, err := readEpoch(ctx, cfg, ds, r.root, uint64(1+round))
 			if err != nil {
 				return err
 			}
 			if r.name == epochfs {
+				prof()
 				after, err := efs.counters()
 				if err != nil {
 					return err
@@ -220,6 +230,31 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 	}
 	rep.CachedReads, rep.OtherReads = cached, other
 	return nil
+}
+
+// profile starts a CPU profile of a mount child when cfg.ProfileDir is set;
+// the returned func waits for it and writes DIR/name.pprof.
+func profile(cfg Config, p *proc, name string) func() {
+	if cfg.ProfileDir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.debug, max(cfg.ProfileSeconds, 1))
+		resp, err := http.Get(url)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(cfg.ProfileDir, name+".pprof"))
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(f, resp.Body)
+		f.Close()
+	}()
+	return func() { <-done }
 }
 
 func (p *proc) counters() (fusefs.Counters, error) { return fetchCounters(p.debug) }
@@ -260,7 +295,9 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		if err != nil {
 			return err
 		}
+		prof := profile(cfg, m, fmt.Sprintf("p3-cold-round%d", round))
 		fps, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round))
+		prof()
 		m.Stop()
 		if err != nil {
 			return err
@@ -292,7 +329,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 				}
 			}
 			cmd := exec.CommandContext(ctx, cfg.CacheFS, "prefetch", srv.url(bucket), "--cache-dir", cacheDir,
-				"--cache-size", fmt.Sprint(capacity), "--workers", fmt.Sprint(cfg.Workers), "--manifest", "none")
+				"--cache-size", fmt.Sprint(capacity), "--workers", fmt.Sprint(cfg.Workers), "--manifest", "none", "--progress", "none")
 			cmd.Env = append(os.Environ(), srv.env()...)
 			start := time.Now()
 			if out, err := cmd.CombinedOutput(); err != nil {
