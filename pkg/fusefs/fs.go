@@ -45,8 +45,8 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultWholeFileMax = 8 << 20
-	DefaultBlockSize    = 4 << 20
+	DefaultWholeFileMax = cache.DefaultWholeFileMax
+	DefaultBlockSize    = cache.DefaultBlockSize
 	DefaultReadahead    = 4
 	DefaultTimeout      = time.Hour
 	DefaultReadTimeout  = 2 * time.Minute
@@ -197,6 +197,12 @@ func (f *FS) Mount(mountpoint string, mo MountOptions) (*fuse.Server, error) {
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}
 	return server, nil
+}
+
+// spans returns a file's cache keys and byte ranges: the one key scheme
+// shared with prefetch (cache.FileKeys), so a prefetched cache hits.
+func (f *FS) spans(n file) []cache.KeySpan {
+	return cache.FileKeys(f.dataset, n.path, n.version, n.size, f.opts.WholeFileMax, f.opts.BlockSize)
 }
 
 // ino returns a stable inode number for path: a hash of the path, probed

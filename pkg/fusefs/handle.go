@@ -48,8 +48,8 @@ func (n file) open(flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 	ctx, cancel := n.fsys.fetchCtx()
 	defer cancel()
-	key := cache.Key{Dataset: n.fsys.dataset, Path: n.path, Version: n.version}
-	res, err := n.fsys.store.Get(ctx, key, n.size, n.fsys.loader(n.path, n.version, 0))
+	span := n.fsys.spans(n)[0] // a small file is one span: the whole file
+	res, err := n.fsys.store.Get(ctx, span.Key, span.Length, n.fsys.loader(n.path, n.version, span.Offset))
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", n.path, err)
 	}
@@ -114,7 +114,8 @@ func sliceAt(b []byte, off int64, n int) []byte {
 //
 // node is immutable; mu guards blocks and closed.
 type blockHandle struct {
-	node file
+	node  file
+	spans []cache.KeySpan // the file's blocks (cache.FileKeys); immutable
 
 	mu     sync.Mutex
 	blocks map[int64]*block // by block index (0-based)
@@ -141,7 +142,7 @@ var (
 )
 
 func newBlockHandle(n file) *blockHandle {
-	return &blockHandle{node: n, blocks: map[int64]*block{}}
+	return &blockHandle{node: n, spans: n.fsys.spans(n), blocks: map[int64]*block{}}
 }
 
 func (h *blockHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -239,13 +240,10 @@ func (h *blockHandle) get(idx int64, wait bool) *block {
 
 func (h *blockHandle) fetch(idx int64, b *block) {
 	fsys := h.node.fsys
-	bs := fsys.opts.BlockSize
-	off := idx * bs
-	length := min(bs, h.node.size-off)
+	span := h.spans[idx]
 	ctx, cancel := fsys.fetchCtx()
 	defer cancel()
-	key := cache.Key{Dataset: fsys.dataset, Path: h.node.path, Version: h.node.version, Block: idx + 1}
-	b.res, b.err = fsys.store.Get(ctx, key, length, fsys.loader(h.node.path, h.node.version, off))
+	b.res, b.err = fsys.store.Get(ctx, span.Key, span.Length, fsys.loader(h.node.path, h.node.version, span.Offset))
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
