@@ -155,21 +155,11 @@ func reportDrift(w io.Writer, file string, d manifest.Drift) error {
 		file, len(d.Missing), len(d.New), len(d.Changed))}
 }
 
-// showProgress draws prog on w until the returned stop is called: a line
-// redrawn in place 5 times a second on a terminal, a plain line every 5s
-// otherwise (mode "lines", or "auto" without a terminal), nothing for
-// "none".
+// showProgress draws the listing progress of prog on w until the returned
+// stop is called (see drawProgress).
 func showProgress(w io.Writer, mode string, prog *manifest.Progress, checksum bool) (stop func()) {
-	if mode == "none" {
-		return func() {}
-	}
-	tty := mode == "auto" && isTerminal(w)
-	every := 5 * time.Second
-	if tty {
-		every = 200 * time.Millisecond
-	}
 	start := time.Now()
-	line := func() string {
+	return drawProgress(w, mode, func() string {
 		el := time.Since(start)
 		files := prog.Files.Load()
 		s := fmt.Sprintf("listing: %d dirs, %d files, %s, %.0f files/s, %s",
@@ -179,6 +169,21 @@ func showProgress(w io.Writer, mode string, prog *manifest.Progress, checksum bo
 			s += fmt.Sprintf(" | sha256: %d/%d files, %s", prog.Summed.Load(), files, cache.FormatSize(prog.SummedBytes.Load()))
 		}
 		return s
+	})
+}
+
+// drawProgress draws line() on w until the returned stop is called: a line
+// redrawn in place 5 times a second on a terminal, a plain line every 5s
+// otherwise (mode "lines", or "auto" without a terminal), nothing for
+// "none".
+func drawProgress(w io.Writer, mode string, line func() string) (stop func()) {
+	if mode == "none" {
+		return func() {}
+	}
+	tty := mode == "auto" && isTerminal(w)
+	every := 5 * time.Second
+	if tty {
+		every = 200 * time.Millisecond
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})

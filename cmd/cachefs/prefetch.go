@@ -253,41 +253,9 @@ func reportPrefetch(w io.Writer, asJSON bool, via string, s prefetch.Summary) er
 }
 
 // showPrefetchProgress draws progress() on w until the returned stop is
-// called: a line redrawn in place 5 times a second on a terminal, a plain
-// line every 5s otherwise (mode "lines", or "auto" without a terminal),
-// nothing for "none".
+// called (see drawProgress).
 func showPrefetchProgress(w io.Writer, mode string, progress func() prefetch.Progress) (stop func()) {
-	if mode == "none" {
-		return func() {}
-	}
-	tty := mode == "auto" && isTerminal(w)
-	every := 5 * time.Second
-	if tty {
-		every = 200 * time.Millisecond
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				if tty {
-					fmt.Fprintf(w, "\r\033[K%s\n", progressLine(progress()))
-				}
-				return
-			case <-t.C:
-				if tty {
-					fmt.Fprintf(w, "\r\033[K%s", progressLine(progress()))
-				} else {
-					fmt.Fprintln(w, progressLine(progress()))
-				}
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
+	return drawProgress(w, mode, func() string { return progressLine(progress()) })
 }
 
 func progressLine(p prefetch.Progress) string {

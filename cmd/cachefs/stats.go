@@ -13,8 +13,8 @@ import (
 
 func newStatsCmd() *cobra.Command {
 	var (
-		dir     string
-		asJSON  bool
+		dir    string
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "stats --cache-dir DIR",

@@ -27,10 +27,12 @@ type datasetMount struct {
 }
 
 // Directory layout under the state dir.
-func (n *nodeState) datasetPath(key string) string { return filepath.Join(n.dir, "datasets", key+".json") }
-func (n *nodeState) secretPath(key string) string  { return filepath.Join(n.dir, "secrets", key+".env") }
-func (n *nodeState) logPath(key string) string     { return filepath.Join(n.dir, "logs", key+".log") }
-func (n *nodeState) mountPath(key string) string   { return filepath.Join(n.dir, "mnt", key) }
+func (n *nodeState) datasetPath(key string) string {
+	return filepath.Join(n.dir, "datasets", key+".json")
+}
+func (n *nodeState) secretPath(key string) string { return filepath.Join(n.dir, "secrets", key+".env") }
+func (n *nodeState) logPath(key string) string    { return filepath.Join(n.dir, "logs", key+".log") }
+func (n *nodeState) mountPath(key string) string  { return filepath.Join(n.dir, "mnt", key) }
 
 // processAlive reports whether pid still runs the process started at ticks.
 func processAlive(pid int, ticks uint64) bool {
