@@ -41,11 +41,21 @@ func mountDir(t *testing.T, src string, capacity int64, opts fusefs.Options) *te
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.Backend = b
+	mnt, store := mountFS(t, opts, capacity, b)
+	return &testMount{dir: mnt, store: store}
+}
+
+// mountFS mounts opts.Backend through a fresh cache of the given capacity
+// (opts.Store is set here) and, in t.Cleanup, unmounts and closes the store
+// and closer (the backend opts.Backend wraps, or opts.Backend itself).
+func mountFS(t *testing.T, opts fusefs.Options, capacity int64, closer backend.Backend) (string, *cache.Store) {
+	t.Helper()
 	store, err := cache.Open(cache.Options{Dir: t.TempDir(), Capacity: capacity})
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Backend, opts.Store = b, store
+	opts.Store = store
 	fsys, err := fusefs.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -66,9 +76,9 @@ func mountDir(t *testing.T, src string, capacity int64, opts fusefs.Options) *te
 		server.Wait()
 		fsys.Close()
 		store.Close()
-		b.Close()
+		closer.Close()
 	})
-	return &testMount{dir: mnt, store: store}
+	return mnt, store
 }
 
 func genDataset(t *testing.T, n int) (string, []datagen.File, map[string][sha256.Size]byte) {

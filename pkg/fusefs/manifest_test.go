@@ -20,7 +20,6 @@ import (
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 )
@@ -96,34 +95,8 @@ func mountManifest(t *testing.T, src string, capacity int64) *manifestMount {
 func mountCounting(t *testing.T, raw backend.Backend, man *manifest.Manifest, capacity int64) *manifestMount {
 	t.Helper()
 	b := &countingBackend{Backend: raw}
-	store, err := cache.Open(cache.Options{Dir: t.TempDir(), Capacity: capacity})
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &syncBuffer{}
-	fsys, err := fusefs.New(fusefs.Options{Backend: b, Store: store, Manifest: man,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := t.TempDir()
-	server, err := fsys.Mount(mnt, fusefs.MountOptions{FsName: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := server.WaitMount(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := server.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-		server.Wait()
-		fsys.Close()
-		store.Close()
-		raw.Close()
-	})
+	mnt, _ := mountFS(t, fusefs.Options{Backend: b, Manifest: man, Logger: slog.New(slog.NewTextHandler(logs, nil))}, capacity, raw)
 	return &manifestMount{dir: mnt, backend: b, logs: logs}
 }
 
