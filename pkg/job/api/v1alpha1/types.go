@@ -1,0 +1,357 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Mode says how the workers of a job find each other.
+// +kubebuilder:validation:Enum=standalone;pytorch;tensorflow;mpi
+type Mode string
+
+// Modes.
+const (
+	// ModeStandalone runs independent workers with no rendezvous environment.
+	ModeStandalone Mode = "standalone"
+	// ModePyTorch sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK
+	// (torch.distributed's env:// rendezvous); worker 0 is the master.
+	ModePyTorch Mode = "pytorch"
+	// ModeTensorFlow sets TF_CONFIG (workers, and parameter servers when
+	// parameterServers > 0).
+	ModeTensorFlow Mode = "tensorflow"
+	// ModeMPI mounts a hostfile listing every worker at /etc/mpi/hostfile
+	// (OMPI_MCA_orte_default_hostfile) and sets RANK; worker 0 launches.
+	ModeMPI Mode = "mpi"
+)
+
+// GangScheduler is the scheduler that places a job's pods all at once.
+// +kubebuilder:validation:Enum=volcano;scheduler-plugins
+type GangScheduler string
+
+// Gang schedulers.
+const (
+	// GangVolcano is Volcano (PodGroup scheduling.volcano.sh/v1beta1).
+	GangVolcano GangScheduler = "volcano"
+	// GangSchedulerPlugins is the coscheduling plugin of
+	// kubernetes-sigs/scheduler-plugins (PodGroup scheduling.x-k8s.io/v1alpha1).
+	GangSchedulerPlugins GangScheduler = "scheduler-plugins"
+)
+
+// CleanPodPolicy says which pods are deleted when a job finishes.
+// +kubebuilder:validation:Enum=All;Running;None
+type CleanPodPolicy string
+
+// Clean pod policies.
+const (
+	// CleanPodAll deletes every pod of the job (logs go with them).
+	CleanPodAll CleanPodPolicy = "All"
+	// CleanPodRunning deletes the pods still pending or running (e.g.
+	// parameter servers) and keeps finished ones for their logs.
+	CleanPodRunning CleanPodPolicy = "Running"
+	// CleanPodNone keeps every pod.
+	CleanPodNone CleanPodPolicy = "None"
+)
+
+// TrainingJobSpec is what a researcher submits.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.parameterServers) || self.parameterServers == 0 || self.mode == 'tensorflow'",message="parameterServers is only for mode tensorflow: remove it or set mode: tensorflow"
+// +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.minAvailable) || self.gang.minAvailable <= self.workers + (has(self.parameterServers) ? self.parameterServers : 0)",message="gang.minAvailable is larger than workers + parameterServers: lower it or add workers"
+// +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.queue) || size(self.gang.queue) == 0 || !has(self.gang.scheduler) || self.gang.scheduler == 'volcano'",message="gang.queue is a Volcano queue: remove it or set gang.scheduler: volcano"
+type TrainingJobSpec struct {
+	// Image is the container image of every worker.
+	// +kubebuilder:validation:XValidation:rule="size(self.trim()) > 0",message="image is empty: set the container image of the workers, e.g. image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
+	// +kubebuilder:validation:MaxLength=1024
+	Image string `json:"image"`
+
+	// ImagePullPolicy of the workers; Kubernetes' default when empty.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// Command overrides the image's entrypoint.
+	// +optional
+	Command []string `json:"command,omitempty"`
+
+	// Args are the arguments of Command (or of the image's entrypoint).
+	// +optional
+	Args []string `json:"args,omitempty"`
+
+	// Env is added to every worker's environment (after the mode's own
+	// variables, so it can override them).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Workers is the number of worker pods (one per completion index).
+	// +kubebuilder:validation:XValidation:rule="self >= 1",message="workers must be at least 1"
+	// +kubebuilder:validation:XValidation:rule="self <= 10000",message="workers must be at most 10000"
+	Workers int32 `json:"workers"`
+
+	// Mode is how workers find each other: standalone (default), pytorch,
+	// tensorflow or mpi.
+	// +kubebuilder:default=standalone
+	// +optional
+	Mode Mode `json:"mode,omitempty"`
+
+	// ParameterServers is the number of TensorFlow parameter-server pods
+	// (mode tensorflow only). They run until the workers finish.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	ParameterServers int32 `json:"parameterServers,omitempty"`
+
+	// Port is the rendezvous port: MASTER_PORT for pytorch (default 29500),
+	// the TF_CONFIG port for tensorflow (default 2222).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// Resources each worker requests.
+	// +optional
+	Resources WorkerResources `json:"resources,omitempty"`
+
+	// Datasets mounted read-only into every worker through EpochFS.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Datasets []Dataset `json:"datasets,omitempty"`
+
+	// Gang scheduling: all workers start together or none does. Enabled by
+	// default when the job has more than one pod.
+	// +optional
+	Gang *Gang `json:"gang,omitempty"`
+
+	// PriorityClassName of the workers (and of the PodGroup).
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// BackoffLimit is how many worker failures the job tolerates before it
+	// fails (default 3); a broken worker is not restarted forever.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=3
+	// +optional
+	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
+
+	// Cleanup of a finished job.
+	// +optional
+	Cleanup Cleanup `json:"cleanup,omitempty"`
+
+	// Tensorboard, when set, tells where the workers write event files;
+	// exported to them as TENSORBOARD_LOG_DIR.
+	// +optional
+	Tensorboard *Tensorboard `json:"tensorboard,omitempty"`
+}
+
+// WorkerResources are the requests of one worker. GPUs and Extra are set as
+// both requests and limits (extended resources need equal values).
+type WorkerResources struct {
+	// CPU request, e.g. "4" or "500m".
+	// +optional
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+	// Memory request (also the limit), e.g. "16Gi".
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+	// GPUs is the number of nvidia.com/gpu per worker.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	GPUs int32 `json:"gpus,omitempty"`
+	// Extra device resources passed through as-is, e.g.
+	// {"rdma/hca_shared_devices_a": "1"}.
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.contains('/'))",message="extra resources are extended resources with a domain, e.g. rdma/hca_shared_devices_a: set cpu, memory and gpus in their own fields"
+	// +optional
+	Extra map[corev1.ResourceName]resource.Quantity `json:"extra,omitempty"`
+}
+
+// Dataset is one read-only EpochFS volume of a job: either a source URL (the
+// controller creates a static PersistentVolume for the cachefs.epochfs.io
+// CSI driver and a ReadOnlyMany claim bound to it) or an existing claim.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.source) && size(self.source) > 0) != (has(self.existingClaim) && size(self.existingClaim) > 0)",message="set exactly one of source (a dataset URL such as s3://bucket/prefix) and existingClaim (a PersistentVolumeClaim name)"
+// +kubebuilder:validation:XValidation:rule="!has(self.existingClaim) || size(self.existingClaim) == 0 || !has(self.cacheSize)",message="cacheSize is set by the existing claim's volume: remove cacheSize or use source"
+type Dataset struct {
+	// Name of the dataset within the job: a DNS label.
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="dataset name must be lower-case letters, digits and '-' (a DNS label), e.g. imagenet"
+	Name string `json:"name"`
+	// Source is the dataset URL: /abs/path, s3://bucket/prefix?endpoint=…,
+	// cephfs://…, nfs://…, mirror:URL,URL (see the CSI driver's `source`).
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Source string `json:"source,omitempty"`
+	// ExistingClaim is a PersistentVolumeClaim of the job's namespace to
+	// mount instead of creating one.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ExistingClaim string `json:"existingClaim,omitempty"`
+	// MountPath is where the dataset appears in every worker.
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.contains(':')",message="mountPath must be an absolute path without ':', e.g. /data/imagenet"
+	// +kubebuilder:validation:MaxLength=1024
+	MountPath string `json:"mountPath"`
+	// CacheSize is the node cache capacity for this dataset (the CSI
+	// driver's `cacheSize`: 50Gi, 50GiB, 500GB, bytes); the driver's default
+	// when empty.
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	CacheSize string `json:"cacheSize,omitempty"`
+	// Prefetch asks for the node cache to be warmed before training. It is
+	// recorded on the volume (annotation jobs.epochfs.io/prefetch) for the
+	// node plugin.
+	// +optional
+	Prefetch bool `json:"prefetch,omitempty"`
+}
+
+// Gang configures all-or-nothing scheduling through a PodGroup.
+type Gang struct {
+	// Enabled turns gang scheduling on or off; when unset it is on for jobs
+	// of more than one pod.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Scheduler that implements the gang: volcano (default) or
+	// scheduler-plugins.
+	// +kubebuilder:default=volcano
+	// +optional
+	Scheduler GangScheduler `json:"scheduler,omitempty"`
+	// Queue is the Volcano queue.
+	// +optional
+	Queue string `json:"queue,omitempty"`
+	// MinAvailable is how many pods must be placeable together (default:
+	// all of them).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MinAvailable *int32 `json:"minAvailable,omitempty"`
+}
+
+// Cleanup says what happens to a finished job.
+type Cleanup struct {
+	// TTLSecondsAfterFinished deletes the TrainingJob (and through owner
+	// references everything it created) this long after it finished;
+	// never when unset.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+	// CleanPodPolicy says which pods are deleted as soon as the job
+	// finishes: All, Running (default: pending and running pods, such as
+	// parameter servers) or None.
+	// +kubebuilder:default=Running
+	// +optional
+	CleanPodPolicy CleanPodPolicy `json:"cleanPodPolicy,omitempty"`
+}
+
+// Tensorboard says where the workers write TensorBoard event files.
+type Tensorboard struct {
+	// LogDir is a path inside the workers (for example on a shared volume).
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') || self.contains('://')",message="tensorboard.logDir must be an absolute path or a URL such as s3://bucket/logs"
+	LogDir string `json:"logDir"`
+}
+
+// Phase is the coarse state of a TrainingJob.
+type Phase string
+
+// Phases.
+const (
+	PhasePending   Phase = "Pending"
+	PhaseRunning   Phase = "Running"
+	PhaseSucceeded Phase = "Succeeded"
+	PhaseFailed    Phase = "Failed"
+)
+
+// Condition types.
+const (
+	// ConditionValid is False when the spec has an error CEL cannot see
+	// (e.g. a malformed dataset URL); the message says what to change.
+	ConditionValid = "Valid"
+	// ConditionInsufficientResources is True while the cluster cannot fit
+	// the gang; the message names what is short. No pods are created.
+	ConditionInsufficientResources = "InsufficientResources"
+	// ConditionCreated is True once the Job and its companions exist.
+	ConditionCreated = "Created"
+	// ConditionRunning is True while enough workers are ready.
+	ConditionRunning = "Running"
+	// ConditionSucceeded and ConditionFailed are True once finished.
+	ConditionSucceeded = "Succeeded"
+	ConditionFailed    = "Failed"
+)
+
+// ReplicaStatus counts the pods of one replica type.
+type ReplicaStatus struct {
+	// Active pods (pending or running).
+	Active int32 `json:"active"`
+	// Ready pods.
+	Ready int32 `json:"ready"`
+	// Succeeded pods.
+	Succeeded int32 `json:"succeeded"`
+	// Failed pods (each counts against backoffLimit).
+	Failed int32 `json:"failed"`
+}
+
+// TrainingJobStatus is written by the controller.
+type TrainingJobStatus struct {
+	// Phase: Pending, Running, Succeeded or Failed.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Reason is a CamelCase word for the phase (e.g. InsufficientResources,
+	// BackoffLimitExceeded).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is a sentence a user can act on.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Conditions (Valid, InsufficientResources, Created, Running,
+	// Succeeded, Failed).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Workers counts the worker pods.
+	// +optional
+	Workers ReplicaStatus `json:"workers,omitempty"`
+	// ParameterServers counts the TensorFlow parameter-server pods.
+	// +optional
+	ParameterServers *ReplicaStatus `json:"parameterServers,omitempty"`
+	// StartTime is when the workers' Job started.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the job succeeded or failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// ObservedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// TrainingJob is a distributed training job whose workers read EpochFS
+// datasets. The controller turns it into a headless Service, an Indexed
+// batch/v1 Job, a PodGroup for gang scheduling and a read-only volume per
+// dataset, all owned by it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tj;tjob,categories=epochfs
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.spec.workers`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.workers.ready`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TrainingJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TrainingJobSpec   `json:"spec,omitempty"`
+	Status TrainingJobStatus `json:"status,omitempty"`
+}
+
+// TrainingJobList is a list of TrainingJobs.
+//
+// +kubebuilder:object:root=true
+type TrainingJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TrainingJob `json:"items"`
+}

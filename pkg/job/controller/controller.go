@@ -1,0 +1,377 @@
+// Package controller is the thin TrainingJob controller: it translates a
+// TrainingJob (pkg/job/api/v1alpha1) into a headless Service, an Indexed
+// batch/v1 Job (plus one for TensorFlow parameter servers), a PodGroup for
+// Volcano or scheduler-plugins, an MPI hostfile ConfigMap and a read-only
+// volume per dataset (a static PersistentVolume for the cachefs.epochfs.io
+// CSI driver and a ReadOnlyMany claim bound to it), all owned by the
+// TrainingJob; watches the Job and reports phase, conditions and counts; and
+// cleans up finished jobs.
+//
+// Kubernetes Jobs run the pods and the gang scheduler places them; this
+// package only translates, watches and cleans up. It knows the CSI driver
+// only by name and volume attributes (docs/CSI.md), and the Node cache
+// labels only through pkg/cachelabel.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+)
+
+// Config configures the controller. The zero value of every field but
+// Client, APIReader and Scheme means its default.
+type Config struct {
+	// Client reads (from the manager's cache) and writes.
+	Client client.Client
+	// APIReader reads directly from the API server: Nodes and Pods for the
+	// capacity check, so the manager need not cache every pod.
+	APIReader client.Reader
+	// Scheme knows TrainingJob and the core types.
+	Scheme *runtime.Scheme
+	// Recorder records Events on TrainingJobs; none when nil.
+	Recorder events.EventRecorder
+	// Schedulers names the gang schedulers (default "volcano" and
+	// "scheduler-plugins-scheduler").
+	Schedulers Schedulers
+	// CapacityRetry is how often a job waiting for capacity is checked
+	// again (default 30s).
+	CapacityRetry time.Duration
+	// SkipCapacityCheck turns the capacity pre-check off.
+	SkipCapacityCheck bool
+	// Now is the clock (default time.Now); tests replace it.
+	Now func() time.Time
+}
+
+// Reconciler reconciles TrainingJobs. Its fields are set by New and
+// read-only afterwards; it holds no other state, so Reconcile may run
+// concurrently for different jobs.
+type Reconciler struct {
+	cfg Config
+}
+
+// New validates cfg, applies defaults and returns a Reconciler.
+func New(cfg Config) (*Reconciler, error) {
+	if cfg.Client == nil || cfg.APIReader == nil || cfg.Scheme == nil {
+		return nil, errors.New("job controller: Client, APIReader and Scheme are required")
+	}
+	if cfg.Schedulers.Volcano == "" {
+		cfg.Schedulers.Volcano = "volcano"
+	}
+	if cfg.Schedulers.SchedulerPlugins == "" {
+		cfg.Schedulers.SchedulerPlugins = "scheduler-plugins-scheduler"
+	}
+	if cfg.CapacityRetry <= 0 {
+		cfg.CapacityRetry = 30 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Reconciler{cfg: cfg}, nil
+}
+
+// SetupWithManager registers the controller: it watches TrainingJobs and
+// the Jobs, Services, ConfigMaps and claims they own.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.TrainingJob{}).
+		Owns(&batchv1.Job{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		Named("trainingjob").
+		Complete(r)
+}
+
+// +kubebuilder:rbac:groups=jobs.epochfs.io,resources=trainingjobs,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=jobs.epochfs.io,resources=trainingjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=jobs.epochfs.io,resources=trainingjobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps;persistentvolumeclaims,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get;list;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=list
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;create
+// +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get;create
+
+// Reconcile brings one TrainingJob's objects and status up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	tj := &v1alpha1.TrainingJob{}
+	if err := r.cfg.Client.Get(ctx, req.NamespacedName, tj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !tj.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, tj)
+	}
+	old := tj.Status.DeepCopy()
+	res, err := r.reconcile(ctx, tj)
+	tj.Status.ObservedGeneration = tj.Generation
+	if !equalStatus(old, &tj.Status) {
+		if uerr := r.cfg.Client.Status().Update(ctx, tj); uerr != nil {
+			return ctrl.Result{}, errors.Join(err, fmt.Errorf("update status: %w", uerr))
+		}
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if res.deleteNow {
+		err := r.cfg.Client.Delete(ctx, tj, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{RequeueAfter: res.requeue}, nil
+}
+
+type result struct {
+	requeue   time.Duration
+	deleteNow bool
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (result, error) {
+	// The finalizer first: Update replaces tj, status included.
+	if needsVolumes(tj) && controllerutil.AddFinalizer(tj, FinalizerVolumes) {
+		if err := r.cfg.Client.Update(ctx, tj); err != nil {
+			return result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+	if tj.Status.Phase == "" {
+		tj.Status.Phase = v1alpha1.PhasePending
+	}
+	if finished(tj) {
+		return r.afterFinish(ctx, tj)
+	}
+	p, err := newPlan(tj, cache.ParseSize)
+	if err != nil {
+		setCondition(tj, v1alpha1.ConditionValid, false, "InvalidSpec", err.Error())
+		setPhase(tj, v1alpha1.PhaseFailed, "InvalidSpec", err.Error()+"; the job was not started: fix it and submit again")
+		tj.Status.CompletionTime = ptrTime(r.cfg.Now())
+		r.event(tj, corev1.EventTypeWarning, "InvalidSpec", err.Error())
+		return result{}, nil
+	}
+	setCondition(tj, v1alpha1.ConditionValid, true, "Valid", "the spec is valid")
+
+	worker := &batchv1.Job{}
+	err = r.cfg.Client.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: p.workerJobName()}, worker)
+	switch {
+	case apierrors.IsNotFound(err):
+		if res, wait, err := r.checkCapacity(ctx, tj, p); err != nil || wait {
+			return res, err
+		}
+		if err := r.create(ctx, tj, p); errors.Is(err, errWait) {
+			return result{requeue: r.cfg.CapacityRetry}, nil
+		} else if err != nil {
+			return result{}, err
+		}
+		setCondition(tj, v1alpha1.ConditionCreated, true, "Created", "the Job, Service, PodGroup and volumes exist")
+		setPhase(tj, v1alpha1.PhasePending, "Created", fmt.Sprintf("waiting for %d workers to be scheduled", tj.Spec.Workers))
+		r.event(tj, corev1.EventTypeNormal, "Created", "created Job "+p.workerJobName())
+		return result{}, nil
+	case err != nil:
+		return result{}, err
+	}
+	if !metav1.IsControlledBy(worker, tj) {
+		msg := fmt.Sprintf("a Job named %s exists and is not owned by this TrainingJob: delete it or rename the TrainingJob", worker.Name)
+		setPhase(tj, v1alpha1.PhasePending, "NameConflict", msg)
+		return result{requeue: r.cfg.CapacityRetry}, nil
+	}
+	var ps *batchv1.Job
+	if tj.Spec.ParameterServers > 0 {
+		ps = &batchv1.Job{}
+		if err := r.cfg.Client.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: p.psJobName()}, ps); err != nil {
+			return result{}, client.IgnoreNotFound(err)
+		}
+	}
+	r.updateStatus(tj, p, worker, ps)
+	if finished(tj) {
+		r.event(tj, eventType(tj), tj.Status.Reason, tj.Status.Message)
+		return r.afterFinish(ctx, tj)
+	}
+	return result{}, nil
+}
+
+// checkCapacity runs the pre-check before anything is created. wait means
+// the job must wait (status set, requeue in res).
+func (r *Reconciler) checkCapacity(ctx context.Context, tj *v1alpha1.TrainingJob, p *plan) (res result, wait bool, err error) {
+	if r.cfg.SkipCapacityCheck {
+		return result{}, false, nil
+	}
+	var nodes corev1.NodeList
+	if err := r.cfg.APIReader.List(ctx, &nodes); err != nil {
+		return result{}, false, fmt.Errorf("list nodes: %w", err)
+	}
+	var pods corev1.PodList
+	if err := r.cfg.APIReader.List(ctx, &pods); err != nil {
+		return result{}, false, fmt.Errorf("list pods: %w", err)
+	}
+	gang := p.gangPods()
+	what := fmt.Sprintf("%d pods", len(gang))
+	if tj.Spec.ParameterServers == 0 {
+		what = fmt.Sprintf("%d workers", len(gang))
+	}
+	if len(gang) == 1 {
+		what = "1 worker"
+	}
+	if per := formatList(p.workerReqs); per != "" {
+		what += " (each " + per + ")"
+	}
+	short := capacityShortfall(nodes.Items, pods.Items, gang, what)
+	if short == "" {
+		if meta.FindStatusCondition(tj.Status.Conditions, v1alpha1.ConditionInsufficientResources) != nil {
+			setCondition(tj, v1alpha1.ConditionInsufficientResources, false, "Fits", "the cluster has room for the job")
+		}
+		return result{}, false, nil
+	}
+	msg := short + fmt.Sprintf("; no pods are created, the job waits and checks again every %v", r.cfg.CapacityRetry)
+	if c := meta.FindStatusCondition(tj.Status.Conditions, v1alpha1.ConditionInsufficientResources); c == nil || c.Status != metav1.ConditionTrue || c.Message != msg {
+		r.event(tj, corev1.EventTypeWarning, v1alpha1.ConditionInsufficientResources, short)
+	}
+	setCondition(tj, v1alpha1.ConditionInsufficientResources, true, v1alpha1.ConditionInsufficientResources, msg)
+	setPhase(tj, v1alpha1.PhasePending, v1alpha1.ConditionInsufficientResources, msg)
+	return result{requeue: r.cfg.CapacityRetry}, true, nil
+}
+
+// create makes every object of the job, the Jobs last (they start pods):
+// volumes, hostfile, Service, PodGroup, parameter servers, workers. An
+// object that exists already is left alone if this job owns it.
+func (r *Reconciler) create(ctx context.Context, tj *v1alpha1.TrainingJob, p *plan) error {
+	pvs, pvcs := p.volumes()
+	for _, pv := range pvs {
+		if err := r.cfg.Client.Create(ctx, pv); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create PersistentVolume %s: %w", pv.Name, err)
+		}
+	}
+	var objs []client.Object
+	for _, pvc := range pvcs {
+		objs = append(objs, pvc)
+	}
+	if p.mode == v1alpha1.ModeMPI {
+		objs = append(objs, p.hostfile())
+	}
+	objs = append(objs, p.service())
+	if p.gang {
+		objs = append(objs, p.podGroup())
+	}
+	if tj.Spec.ParameterServers > 0 {
+		objs = append(objs, p.job(ReplicaPS, r.cfg.Schedulers))
+	}
+	objs = append(objs, p.job(ReplicaWorker, r.cfg.Schedulers))
+	for _, o := range objs {
+		if err := r.createOwned(ctx, tj, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) createOwned(ctx context.Context, tj *v1alpha1.TrainingJob, o client.Object) error {
+	err := r.cfg.Client.Create(ctx, o)
+	if err == nil {
+		return nil
+	}
+	kind := o.GetObjectKind().GroupVersionKind().Kind
+	if kind == "" {
+		if gvk, gerr := r.cfg.Client.GroupVersionKindFor(o); gerr == nil {
+			kind = gvk.Kind
+		}
+	}
+	if meta.IsNoMatchError(err) {
+		gvk := o.GetObjectKind().GroupVersionKind()
+		msg := fmt.Sprintf("gang scheduling needs the %s CRD (%s) in the cluster: install %s, or set gang.enabled: false",
+			gvk.Kind, gvk.GroupVersion(), p2name(gvk.Group))
+		setPhase(tj, v1alpha1.PhasePending, "GangSchedulerMissing", msg)
+		r.event(tj, corev1.EventTypeWarning, "GangSchedulerMissing", msg)
+		return errWait
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create %s %s: %w", kind, o.GetName(), err)
+	}
+	existing := &unstructured.Unstructured{}
+	gvk, gerr := r.cfg.Client.GroupVersionKindFor(o)
+	if gerr != nil {
+		return gerr
+	}
+	existing.SetGroupVersionKind(gvk)
+	if err := r.cfg.Client.Get(ctx, client.ObjectKeyFromObject(o), existing); err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(existing, tj) {
+		msg := fmt.Sprintf("a %s named %s exists and is not owned by this TrainingJob: delete it or rename the TrainingJob", gvk.Kind, o.GetName())
+		setPhase(tj, v1alpha1.PhasePending, "NameConflict", msg)
+		return errWait
+	}
+	return nil
+}
+
+func p2name(group string) string {
+	if group == VolcanoPodGroup.Group {
+		return "Volcano"
+	}
+	return "scheduler-plugins"
+}
+
+// finalize deletes the job's PersistentVolumes (cluster-scoped, so not
+// reached by owner references) and removes the finalizer.
+func (r *Reconciler) finalize(ctx context.Context, tj *v1alpha1.TrainingJob) error {
+	if !controllerutil.ContainsFinalizer(tj, FinalizerVolumes) {
+		return nil
+	}
+	var pvs corev1.PersistentVolumeList
+	if err := r.cfg.APIReader.List(ctx, &pvs, client.MatchingLabels{LabelOwnerUID: string(tj.UID)}); err != nil {
+		return fmt.Errorf("list PersistentVolumes: %w", err)
+	}
+	for i := range pvs.Items {
+		if err := r.cfg.Client.Delete(ctx, &pvs.Items[i]); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete PersistentVolume %s: %w", pvs.Items[i].Name, err)
+		}
+	}
+	controllerutil.RemoveFinalizer(tj, FinalizerVolumes)
+	return client.IgnoreNotFound(r.cfg.Client.Update(ctx, tj))
+}
+
+func (r *Reconciler) event(tj *v1alpha1.TrainingJob, typ, reason, msg string) {
+	if r.cfg.Recorder != nil {
+		r.cfg.Recorder.Eventf(tj, nil, typ, reason, "Reconcile", "%s", msg)
+	}
+}
+
+func eventType(tj *v1alpha1.TrainingJob) string {
+	if tj.Status.Phase == v1alpha1.PhaseFailed {
+		return corev1.EventTypeWarning
+	}
+	return corev1.EventTypeNormal
+}
+
+// errWait stops creation until a condition the status names is resolved.
+var errWait = errors.New("waiting")
+
+// needsVolumes reports whether the job creates PersistentVolumes (and so
+// needs the finalizer that deletes them).
+func needsVolumes(tj *v1alpha1.TrainingJob) bool {
+	for _, d := range tj.Spec.Datasets {
+		if d.Source != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	mt := metav1.NewTime(t)
+	return &mt
+}

@@ -1,0 +1,658 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/epochfs/epochfs/pkg/cachelabel"
+	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+)
+
+const imagenet = "s3://datasets/imagenet/train?endpoint=http://minio.storage:9000&region=us-east-1"
+
+func envMap(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
+
+func checkOwned(t *testing.T, tj *v1alpha1.TrainingJob, o metav1.Object) {
+	t.Helper()
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.UID != tj.UID || ref.Kind != "TrainingJob" || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+		t.Errorf("%s: controller reference %+v, want TrainingJob %s (uid %s) with blockOwnerDeletion", o.GetName(), ref, tj.Name, tj.UID)
+	}
+}
+
+// TestPyTorchLifecycle follows a 2-worker PyTorch job with GPUs and two
+// datasets through every phase, playing the Job controller and kubelet.
+func TestPyTorchLifecycle(t *testing.T) {
+	e := startEnv(t, "volcano")
+	ctx := context.Background()
+	ns := e.namespace(t)
+	key, _ := cachelabel.Key(imagenet)
+	e.node(t, "gpu-a", res("cpu", "32", "memory", "256Gi", "nvidia.com/gpu", "4"), map[string]string{key: "100"})
+	e.node(t, "gpu-b", res("cpu", "32", "memory", "256Gi", "nvidia.com/gpu", "4"), nil)
+
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "resnet", Namespace: ns},
+		Spec: v1alpha1.TrainingJobSpec{
+			Image: "pytorch/pytorch:2.4.0", Command: []string{"torchrun"}, Args: []string{"train.py"},
+			Env:     []corev1.EnvVar{{Name: "EPOCHS", Value: "90"}},
+			Workers: 2, Mode: v1alpha1.ModePyTorch,
+			Resources: v1alpha1.WorkerResources{CPU: ptr.To(resource.MustParse("8")), Memory: ptr.To(resource.MustParse("64Gi")), GPUs: 4,
+				Extra: map[corev1.ResourceName]resource.Quantity{"rdma/hca": resource.MustParse("1")}},
+			Datasets: []v1alpha1.Dataset{
+				{Name: "imagenet", Source: imagenet, MountPath: "/data/imagenet", CacheSize: "500Gi", Prefetch: true},
+				{Name: "labels", ExistingClaim: "shared-labels", MountPath: "/data/labels"},
+			},
+			Gang:              &v1alpha1.Gang{Queue: "research"},
+			PriorityClassName: "high",
+			BackoffLimit:      ptr.To[int32](2),
+			Tensorboard:       &v1alpha1.Tensorboard{LogDir: "/logs/resnet"},
+		},
+	}
+	// rdma/hca is not on the nodes: the capacity check waits for it.
+	if err := e.c.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitPhase(t, ns, "resnet", v1alpha1.PhasePending, v1alpha1.ConditionInsufficientResources)
+	if !strings.Contains(got.Status.Message, "rdma/hca: need 2, but no Ready node has any") {
+		t.Errorf("message %q does not name rdma/hca", got.Status.Message)
+	}
+	// Add the RDMA devices to the nodes (as a device plugin would).
+	for _, n := range []string{"gpu-a", "gpu-b"} {
+		node := &corev1.Node{}
+		if err := e.get(t, "", n, node); err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Allocatable["rdma/hca"] = resource.MustParse("1")
+		if err := e.c.Status().Update(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitJob(t, ns, "resnet")
+	got = e.waitPhase(t, ns, "resnet", v1alpha1.PhasePending, "")
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionCreated); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Created condition %+v", c)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionInsufficientResources); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("InsufficientResources condition %+v, want False", c)
+	}
+	if !slices.Contains(got.Finalizers, FinalizerVolumes) {
+		t.Errorf("finalizers %v, want %s", got.Finalizers, FinalizerVolumes)
+	}
+
+	// The Job.
+	job := e.waitJob(t, ns, "resnet")
+	checkOwned(t, got, job)
+	s := job.Spec
+	if *s.CompletionMode != batchv1.IndexedCompletion || *s.Completions != 2 || *s.Parallelism != 2 || *s.BackoffLimit != 2 {
+		t.Errorf("job spec: mode %v completions %d parallelism %d backoff %d", *s.CompletionMode, *s.Completions, *s.Parallelism, *s.BackoffLimit)
+	}
+	pod := s.Template.Spec
+	if pod.SchedulerName != "volcano" || s.Template.Annotations["scheduling.k8s.io/group-name"] != "resnet" ||
+		s.Template.Annotations["volcano.sh/queue-name"] != "research" {
+		t.Errorf("gang markers: scheduler %q annotations %v", pod.SchedulerName, s.Template.Annotations)
+	}
+	if pod.Subdomain != "resnet" || pod.RestartPolicy != corev1.RestartPolicyNever || pod.PriorityClassName != "high" {
+		t.Errorf("pod: subdomain %q restart %q priority %q", pod.Subdomain, pod.RestartPolicy, pod.PriorityClassName)
+	}
+	c := pod.Containers[0]
+	env := envMap(c)
+	for k, v := range map[string]string{
+		"MASTER_ADDR": "resnet-0.resnet", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "$(EPOCHFS_REPLICA_INDEX)",
+		"EPOCHS": "90", "TENSORBOARD_LOG_DIR": "/logs/resnet", "EPOCHFS_DATASET_IMAGENET": "/data/imagenet",
+	} {
+		if env[k] != v {
+			t.Errorf("env %s = %q, want %q", k, env[k], v)
+		}
+	}
+	if fp := c.Env[0].ValueFrom.FieldRef.FieldPath; c.Env[0].Name != "EPOCHFS_REPLICA_INDEX" || fp != "metadata.annotations['batch.kubernetes.io/job-completion-index']" {
+		t.Errorf("first env %s from %q", c.Env[0].Name, fp)
+	}
+	if g := c.Resources.Limits[ResourceGPU]; g.Value() != 4 {
+		t.Errorf("gpu limit %v", g)
+	}
+	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		t.Errorf("cpu limit set: %v", c.Resources.Limits)
+	}
+	if len(pod.Volumes) != 2 || pod.Volumes[0].PersistentVolumeClaim.ClaimName != "resnet-imagenet" ||
+		pod.Volumes[1].PersistentVolumeClaim.ClaimName != "shared-labels" || !pod.Volumes[0].PersistentVolumeClaim.ReadOnly {
+		t.Errorf("volumes %+v", pod.Volumes)
+	}
+	if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != "/data/imagenet" || !c.VolumeMounts[0].ReadOnly {
+		t.Errorf("mounts %+v", c.VolumeMounts)
+	}
+	// Cache-aware placement: graded preference for nodes holding imagenet.
+	terms := pod.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	if len(terms) != 4 || terms[0].Preference.MatchExpressions[0].Key != key ||
+		terms[0].Preference.MatchExpressions[0].Operator != corev1.NodeSelectorOpGt {
+		t.Errorf("affinity %+v", terms)
+	}
+	weight := int32(0)
+	for _, term := range terms {
+		weight += term.Weight
+	}
+	if weight != 100 {
+		t.Errorf("a fully cached node weighs %d, want 100", weight)
+	}
+
+	// Service, PodGroup, volumes.
+	svc := &corev1.Service{}
+	if err := e.get(t, ns, "resnet", svc); err != nil {
+		t.Fatal(err)
+	}
+	checkOwned(t, got, svc)
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector[LabelJobName] != "resnet" || !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("service %+v", svc.Spec)
+	}
+	pg, err := getUnstructured(e, t, "scheduling.volcano.sh/v1beta1", "PodGroup", ns, "resnet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOwned(t, got, pg)
+	spec := pg.Object["spec"].(map[string]any)
+	minRes := spec["minResources"].(map[string]any)
+	if spec["minMember"] != int64(2) || spec["queue"] != "research" || spec["priorityClassName"] != "high" ||
+		minRes["nvidia.com/gpu"] != "8" || minRes["cpu"] != "16" || minRes["memory"] != "128Gi" {
+		t.Errorf("podgroup spec %v", spec)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := e.get(t, ns, "resnet-imagenet", pvc); err != nil {
+		t.Fatal(err)
+	}
+	checkOwned(t, got, pvc)
+	pvName := "epochfs-" + ns + "-resnet-imagenet"
+	if pvc.Spec.VolumeName != pvName || pvc.Spec.AccessModes[0] != corev1.ReadOnlyMany || *pvc.Spec.StorageClassName != "" {
+		t.Errorf("pvc %+v", pvc.Spec)
+	}
+	pv := &corev1.PersistentVolume{}
+	if err := e.get(t, "", pvName, pv); err != nil {
+		t.Fatal(err)
+	}
+	csi := pv.Spec.CSI
+	if csi.Driver != "cachefs.epochfs.io" || !csi.ReadOnly || csi.VolumeAttributes["source"] != imagenet ||
+		csi.VolumeAttributes["cacheSize"] != "500Gi" || len(csi.VolumeAttributes) != 2 ||
+		pv.Spec.ClaimRef.Name != "resnet-imagenet" || pv.Spec.ClaimRef.Namespace != ns ||
+		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain ||
+		pv.Annotations[AnnotationPrefetch] != "true" || pv.Labels[LabelOwnerUID] != string(got.UID) {
+		t.Errorf("pv %+v %+v", pv.ObjectMeta, pv.Spec)
+	}
+
+	// Pods start: active but not ready is still Pending.
+	start := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	e.setJobStatus(t, ns, "resnet", func(st *batchv1.JobStatus) {
+		st.StartTime, st.Active, st.Ready = &start, 2, ptr.To[int32](1)
+	})
+	eventually(t, "counts", func() error {
+		got = e.waitPhase(t, ns, "resnet", v1alpha1.PhasePending, "Scheduling")
+		if got.Status.Workers.Active != 2 || got.Status.Workers.Ready != 1 || !got.Status.StartTime.Equal(&start) {
+			return fmt.Errorf("status %+v", got.Status)
+		}
+		return nil
+	})
+	e.setJobStatus(t, ns, "resnet", func(st *batchv1.JobStatus) { st.Ready = ptr.To[int32](2) })
+	got = e.waitPhase(t, ns, "resnet", v1alpha1.PhaseRunning, "Running")
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionRunning); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Running condition %+v", c)
+	}
+	// One worker finished: still Running.
+	e.setJobStatus(t, ns, "resnet", func(st *batchv1.JobStatus) {
+		st.Active, st.Ready, st.Succeeded = 1, ptr.To[int32](1), 1
+	})
+	eventually(t, "counts", func() error {
+		got = e.waitPhase(t, ns, "resnet", v1alpha1.PhaseRunning, "")
+		if got.Status.Workers.Succeeded != 1 {
+			return fmt.Errorf("workers %+v", got.Status.Workers)
+		}
+		return nil
+	})
+
+	// Pods as the Job controller would have made them: one still running
+	// (a straggler), one succeeded.
+	for i, phase := range []corev1.PodPhase{corev1.PodRunning, corev1.PodSucceeded} {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("resnet-%d-x", i), Namespace: ns, Labels: map[string]string{LabelJobName: "resnet"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
+		}
+		if err := e.c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Phase = phase
+		if err := e.c.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := metav1.NewTime(time.Now().Truncate(time.Second))
+	e.setJobStatus(t, ns, "resnet", func(st *batchv1.JobStatus) {
+		st.Active, st.Ready, st.Succeeded, st.CompletionTime = 0, ptr.To[int32](0), 2, &done
+		st.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: done},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done},
+		}
+	})
+	got = e.waitPhase(t, ns, "resnet", v1alpha1.PhaseSucceeded, "Succeeded")
+	if !got.Status.CompletionTime.Equal(&done) || got.Status.Workers.Succeeded != 2 {
+		t.Errorf("status %+v", got.Status)
+	}
+	// cleanPodPolicy Running (the default): the straggler goes, the
+	// finished pod stays for its logs.
+	eventually(t, "straggler deleted", func() error { return isGone(e.get(t, ns, "resnet-0-x", &corev1.Pod{})) })
+	if err := e.get(t, ns, "resnet-1-x", &corev1.Pod{}); err != nil {
+		t.Errorf("succeeded pod: %v", err)
+	}
+
+	// Deleting the TrainingJob removes its PersistentVolume (cluster-scoped,
+	// outside owner references) through the finalizer.
+	if err := e.c.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pv deleted", func() error { return pvDeleted(e, t, pvName) })
+	eventually(t, "TrainingJob deleted", func() error { return isGone(e.get(t, ns, "resnet", &v1alpha1.TrainingJob{})) })
+}
+
+// TestTensorFlowParameterServers: TF_CONFIG, the PS Job, a scheduler-plugins
+// PodGroup, the restart limit, and cleanup of running parameter servers.
+func TestTensorFlowParameterServers(t *testing.T) {
+	e := startEnv(t, "scheduler-plugins")
+	ctx := context.Background()
+	ns := e.namespace(t)
+	e.node(t, "cpu-a", res("cpu", "16", "memory", "64Gi"), nil)
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "wide", Namespace: ns},
+		Spec: v1alpha1.TrainingJobSpec{
+			Image: "tensorflow/tensorflow:2.17.0", Workers: 3, ParameterServers: 2, Mode: v1alpha1.ModeTensorFlow,
+			Resources:    v1alpha1.WorkerResources{CPU: ptr.To(resource.MustParse("2"))},
+			Gang:         &v1alpha1.Gang{Scheduler: v1alpha1.GangSchedulerPlugins, MinAvailable: ptr.To[int32](4)},
+			BackoffLimit: ptr.To[int32](1),
+		},
+	}
+	if err := e.c.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	worker, ps := e.waitJob(t, ns, "wide"), e.waitJob(t, ns, "wide-ps")
+	wantCluster := `{"ps":["wide-ps-0.wide:2222","wide-ps-1.wide:2222"],"worker":["wide-0.wide:2222","wide-1.wide:2222","wide-2.wide:2222"]}`
+	for _, tc := range []struct {
+		job     *batchv1.Job
+		typ     string
+		n       int32
+		backoff int32
+	}{{worker, "worker", 3, 1}, {ps, "ps", 2, 0}} {
+		tmpl := tc.job.Spec.Template
+		got := envMap(tmpl.Spec.Containers[0])["TF_CONFIG"]
+		want := `{"cluster":` + wantCluster + `,"task":{"type":"` + tc.typ + `","index":$(EPOCHFS_REPLICA_INDEX)}}`
+		if got != want {
+			t.Errorf("%s TF_CONFIG\n got %s\nwant %s", tc.typ, got, want)
+		}
+		// After the kubelet expands the index it is valid JSON.
+		var parsed map[string]any
+		if err := json.Unmarshal([]byte(strings.ReplaceAll(got, "$(EPOCHFS_REPLICA_INDEX)", "1")), &parsed); err != nil {
+			t.Errorf("TF_CONFIG is not JSON: %v", err)
+		}
+		if *tc.job.Spec.Completions != tc.n || *tc.job.Spec.BackoffLimit != tc.backoff || tmpl.Labels[LabelReplica] != tc.typ {
+			t.Errorf("%s job: completions %d backoff %d labels %v", tc.typ, *tc.job.Spec.Completions, *tc.job.Spec.BackoffLimit, tmpl.Labels)
+		}
+		if tmpl.Spec.SchedulerName != "scheduler-plugins-scheduler" || tmpl.Labels["scheduling.x-k8s.io/pod-group"] != "wide" {
+			t.Errorf("%s gang markers: %q %v", tc.typ, tmpl.Spec.SchedulerName, tmpl.Labels)
+		}
+	}
+	pg, err := getUnstructured(e, t, "scheduling.x-k8s.io/v1alpha1", "PodGroup", ns, "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// minAvailable 4 = 2 parameter servers + 2 workers, 2 CPUs each.
+	if spec := pg.Object["spec"].(map[string]any); spec["minMember"] != int64(4) || spec["minResources"].(map[string]any)["cpu"] != "8" {
+		t.Errorf("podgroup spec %v", spec)
+	}
+
+	e.setJobStatus(t, ns, "wide-ps", func(st *batchv1.JobStatus) { st.Active, st.Ready = 2, ptr.To[int32](2) })
+	e.setJobStatus(t, ns, "wide", func(st *batchv1.JobStatus) { st.Active, st.Ready = 3, ptr.To[int32](2) })
+	got := e.waitPhase(t, ns, "wide", v1alpha1.PhaseRunning, "Running")
+	if got.Status.ParameterServers == nil || got.Status.ParameterServers.Ready != 2 {
+		t.Errorf("ps status %+v", got.Status.ParameterServers)
+	}
+	// A worker fails twice: more than backoffLimit 1.
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	e.setJobStatus(t, ns, "wide", func(st *batchv1.JobStatus) {
+		st.Active, st.Ready, st.Failed = 0, ptr.To[int32](0), 2
+		st.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+		}
+	})
+	got = e.waitPhase(t, ns, "wide", v1alpha1.PhaseFailed, "BackoffLimitExceeded")
+	want := "2 worker pods failed, more than backoffLimit 1 allows, so the job stopped instead of restarting them: see `cachefs job logs wide`"
+	if !strings.Contains(got.Status.Message, want) || !got.Status.CompletionTime.Equal(&now) {
+		t.Errorf("status %q at %v, want %q", got.Status.Message, got.Status.CompletionTime, want)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionFailed); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Failed condition %+v", c)
+	}
+	// The parameter servers, still running, are stopped by suspending their Job.
+	eventually(t, "ps job suspended", func() error {
+		j := &batchv1.Job{}
+		if err := e.get(t, ns, "wide-ps", j); err != nil {
+			return err
+		}
+		if !ptr.Deref(j.Spec.Suspend, false) {
+			return fmt.Errorf("not suspended")
+		}
+		return nil
+	})
+}
+
+// TestMPIHostfile: the hostfile ConfigMap and its mount.
+func TestMPIHostfile(t *testing.T) {
+	e := startEnv(t, "volcano")
+	ns := e.namespace(t)
+	e.node(t, "gpu-a", res("cpu", "32", "nvidia.com/gpu", "8"), nil)
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "hvd", Namespace: ns},
+		Spec: v1alpha1.TrainingJobSpec{Image: "horovod/horovod:0.28.1", Workers: 2, Mode: v1alpha1.ModeMPI,
+			Resources: v1alpha1.WorkerResources{GPUs: 4}, Gang: &v1alpha1.Gang{Enabled: ptr.To(false)}},
+	}
+	if err := e.c.Create(context.Background(), tj); err != nil {
+		t.Fatal(err)
+	}
+	job := e.waitJob(t, ns, "hvd")
+	cm := &corev1.ConfigMap{}
+	if err := e.get(t, ns, "hvd-mpi", cm); err != nil {
+		t.Fatal(err)
+	}
+	if want := "hvd-0.hvd slots=4\nhvd-1.hvd slots=4\n"; cm.Data["hostfile"] != want {
+		t.Errorf("hostfile %q, want %q", cm.Data["hostfile"], want)
+	}
+	c := job.Spec.Template.Spec.Containers[0]
+	if env := envMap(c); env["OMPI_MCA_orte_default_hostfile"] != "/etc/mpi/hostfile" || env["RANK"] != "$(EPOCHFS_REPLICA_INDEX)" {
+		t.Errorf("env %v", env)
+	}
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/etc/mpi" {
+		t.Errorf("mounts %+v", c.VolumeMounts)
+	}
+	// Gang disabled: default scheduler, no PodGroup.
+	if s := job.Spec.Template.Spec.SchedulerName; s != "default-scheduler" {
+		t.Errorf("scheduler %q with gang disabled", s)
+	}
+	if _, err := getUnstructured(e, t, "scheduling.volcano.sh/v1beta1", "PodGroup", ns, "hvd"); isGone(err) != nil {
+		t.Errorf("podgroup with gang disabled: %v", err)
+	}
+}
+
+// TestCapacity: GPUs on a cluster without them, too few GPUs, fragmented
+// GPUs, pods already using them; then room appears and the job starts.
+func TestCapacity(t *testing.T) {
+	e := startEnv(t, "volcano")
+	ctx := context.Background()
+	ns := e.namespace(t)
+	e.node(t, "cpu-only", res("cpu", "64", "memory", "256Gi"), nil)
+	submit := func(name string, workers, gpus int32) {
+		tj := &v1alpha1.TrainingJob{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: workers, Mode: v1alpha1.ModePyTorch,
+				Resources: v1alpha1.WorkerResources{GPUs: gpus, CPU: ptr.To(resource.MustParse("1"))}},
+		}
+		if err := e.c.Create(ctx, tj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectWaiting := func(name, want string) {
+		t.Helper()
+		got := e.waitPhase(t, ns, name, v1alpha1.PhasePending, v1alpha1.ConditionInsufficientResources)
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionInsufficientResources)
+		if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, want) {
+			t.Errorf("%s: condition %+v, want message containing %q", name, c, want)
+		}
+		if err := e.get(t, ns, name, &batchv1.Job{}); isGone(err) != nil {
+			t.Errorf("%s: a Job exists while waiting for capacity: %v", name, err)
+		}
+	}
+	submit("nogpu", 2, 1)
+	expectWaiting("nogpu", "cannot fit 2 workers (each cpu=1, nvidia.com/gpu=1): nvidia.com/gpu: need 2, but no Ready node has any (no GPU nodes, or the NVIDIA device plugin is not running): remove gpus or add GPU nodes")
+
+	e.node(t, "gpu-a", res("cpu", "32", "nvidia.com/gpu", "4"), nil)
+	e.node(t, "gpu-b", res("cpu", "32", "nvidia.com/gpu", "4"), nil)
+	// Pods of someone else already hold 3 GPUs on gpu-a.
+	busy := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "busy", Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: "gpu-a", Containers: []corev1.Container{{Name: "c", Image: "x",
+			Resources: corev1.ResourceRequirements{Requests: res("nvidia.com/gpu", "2"), Limits: res("nvidia.com/gpu", "2")}}}},
+	}
+	if err := e.c.Create(ctx, busy); err != nil {
+		t.Fatal(err)
+	}
+	submit("big", 4, 2) // 8 GPUs wanted, 6 free
+	expectWaiting("big", "nvidia.com/gpu: need 8, 6 free of 8 allocatable on 3 Ready nodes")
+	submit("frag", 2, 3) // 6 GPUs wanted, 6 free, but as 2 + 4: only one pod fits
+	expectWaiting("frag", "the free resources are spread over the nodes so that only 1 of the 2 pods fit (per pod: cpu=1, nvidia.com/gpu=3)")
+	// "nogpu" (2 x 1 GPU) fits now: it starts.
+	e.waitJob(t, ns, "nogpu")
+
+	// The busy pod finishes: "frag" and "big" fit (the nogpu job has no pods
+	// here, so its GPUs are not counted).
+	busy.Status.Phase = corev1.PodSucceeded
+	if err := e.c.Status().Update(ctx, busy); err != nil {
+		t.Fatal(err)
+	}
+	e.waitJob(t, ns, "frag")
+	e.waitJob(t, ns, "big")
+}
+
+// TestInvalidSource: what CEL cannot check, the controller does: the job
+// fails with a message naming the bad part, and nothing is created.
+func TestInvalidSource(t *testing.T) {
+	e := startEnv(t)
+	ns := e.namespace(t)
+	for _, tc := range []struct {
+		name string
+		ds   v1alpha1.Dataset
+		want string
+	}{
+		{"bad-bucket", v1alpha1.Dataset{Name: "d", Source: "s3:///prefix", MountPath: "/d"}, `dataset "d": source "s3:///prefix": `},
+		{"bad-scheme", v1alpha1.Dataset{Name: "d", Source: "ftp://host/x", MountPath: "/d"}, `dataset "d": source "ftp://host/x": `},
+		{"bad-size", v1alpha1.Dataset{Name: "d", Source: "/data/x", MountPath: "/d", CacheSize: "lots"}, `dataset "d": cacheSize "lots"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tj := &v1alpha1.TrainingJob{
+				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: ns},
+				Spec:       v1alpha1.TrainingJobSpec{Image: "x", Workers: 1, Datasets: []v1alpha1.Dataset{tc.ds}},
+			}
+			if err := e.c.Create(context.Background(), tj); err != nil {
+				t.Fatal(err)
+			}
+			got := e.waitPhase(t, ns, tc.name, v1alpha1.PhaseFailed, "InvalidSpec")
+			if !strings.Contains(got.Status.Message, tc.want) || !strings.Contains(got.Status.Message, "fix it and submit again") {
+				t.Errorf("message %q, want it to contain %q", got.Status.Message, tc.want)
+			}
+			if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionValid); c == nil || c.Status != metav1.ConditionFalse {
+				t.Errorf("Valid condition %+v", c)
+			}
+			if err := e.get(t, ns, tc.name, &batchv1.Job{}); isGone(err) != nil {
+				t.Errorf("job created for an invalid spec: %v", err)
+			}
+			t.Logf("%s", got.Status.Message)
+		})
+	}
+}
+
+// TestRejectedByAPIServer: the CRD's schema and CEL rules refuse bad
+// TrainingJobs with messages that say what to change.
+func TestRejectedByAPIServer(t *testing.T) {
+	e := startEnv(t)
+	ns := e.namespace(t)
+	valid := func() *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "jobs.epochfs.io/v1alpha1", "kind": "TrainingJob",
+			"metadata": map[string]any{"name": "j", "namespace": ns},
+			"spec": map[string]any{"image": "x", "workers": int64(2), "mode": "pytorch",
+				"datasets": []any{map[string]any{"name": "imagenet", "source": "/data/imagenet", "mountPath": "/data"}}},
+		}}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(spec map[string]any)
+		want   string
+	}{
+		{"missing image", func(s map[string]any) { delete(s, "image") }, `spec.image: Required value`},
+		{"empty image", func(s map[string]any) { s["image"] = " " }, `image is empty: set the container image of the workers`},
+		{"zero workers", func(s map[string]any) { s["workers"] = int64(0) }, `workers must be at least 1`},
+		{"unknown mode", func(s map[string]any) { s["mode"] = "horovod" }, `spec.mode: Unsupported value: "horovod": supported values: "standalone", "pytorch", "tensorflow", "mpi"`},
+		{"ps without tensorflow", func(s map[string]any) { s["parameterServers"] = int64(1) }, `parameterServers is only for mode tensorflow`},
+		{"source and claim", func(s map[string]any) {
+			s["datasets"].([]any)[0].(map[string]any)["existingClaim"] = "c"
+		}, `set exactly one of source (a dataset URL such as s3://bucket/prefix) and existingClaim`},
+		{"neither source nor claim", func(s map[string]any) {
+			delete(s["datasets"].([]any)[0].(map[string]any), "source")
+		}, `set exactly one of source`},
+		{"relative mountPath", func(s map[string]any) {
+			s["datasets"].([]any)[0].(map[string]any)["mountPath"] = "data"
+		}, `mountPath must be an absolute path without ':'`},
+		{"bad dataset name", func(s map[string]any) {
+			s["datasets"].([]any)[0].(map[string]any)["name"] = "ImageNet_1k"
+		}, `dataset name must be lower-case letters, digits and '-'`},
+		{"duplicate dataset", func(s map[string]any) {
+			d := s["datasets"].([]any)
+			s["datasets"] = append(d, d[0])
+		}, `Duplicate value: map[string]interface {}{"name":"imagenet"}`},
+		{"minAvailable too big", func(s map[string]any) { s["gang"] = map[string]any{"minAvailable": int64(3)} }, `gang.minAvailable is larger than workers + parameterServers`},
+		{"queue without volcano", func(s map[string]any) {
+			s["gang"] = map[string]any{"scheduler": "scheduler-plugins", "queue": "q"}
+		}, `gang.queue is a Volcano queue`},
+		{"unknown scheduler", func(s map[string]any) { s["gang"] = map[string]any{"scheduler": "kueue"} }, `spec.gang.scheduler: Unsupported value: "kueue"`},
+		{"negative gpus", func(s map[string]any) { s["resources"] = map[string]any{"gpus": int64(-1)} }, `spec.resources.gpus: Invalid value: -1: spec.resources.gpus in body should be greater than or equal to 0`},
+		{"extra without domain", func(s map[string]any) {
+			s["resources"] = map[string]any{"extra": map[string]any{"gpu": "1"}}
+		}, `extra resources are extended resources with a domain`},
+		{"bad cleanPodPolicy", func(s map[string]any) { s["cleanup"] = map[string]any{"cleanPodPolicy": "Some"} }, `Unsupported value: "Some"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := valid()
+			tc.mutate(u.Object["spec"].(map[string]any))
+			err := e.c.Create(context.Background(), u)
+			if err == nil {
+				t.Fatalf("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error\n %v\nwant it to contain\n %s", err, tc.want)
+			}
+		})
+	}
+	// The valid one is accepted, and its spec cannot change afterwards.
+	u := valid()
+	if err := e.c.Create(context.Background(), u); err != nil {
+		t.Fatalf("valid job refused: %v", err)
+	}
+}
+
+// TestTTLAndCleanPodPolicyAll: a finished job with ttlSecondsAfterFinished
+// is deleted after the TTL, its pods first (cleanPodPolicy All).
+func TestTTLAndCleanPodPolicyAll(t *testing.T) {
+	e := startEnv(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "short", Namespace: ns},
+		Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: 1,
+			Datasets: []v1alpha1.Dataset{{Name: "d", Source: "/data/d", MountPath: "/d"}},
+			Cleanup:  v1alpha1.Cleanup{TTLSecondsAfterFinished: ptr.To[int32](3600), CleanPodPolicy: v1alpha1.CleanPodAll}},
+	}
+	if err := e.c.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	e.waitJob(t, ns, "short")
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "short-0-x", Namespace: ns, Labels: map[string]string{LabelJobName: "short"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
+	}
+	if err := e.c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if err := e.c.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	done := metav1.NewTime(time.Now().Truncate(time.Second))
+	e.setJobStatus(t, ns, "short", func(st *batchv1.JobStatus) {
+		st.StartTime, st.Succeeded, st.CompletionTime = &done, 1, &done
+		st.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: done},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done},
+		}
+	})
+	e.waitPhase(t, ns, "short", v1alpha1.PhaseSucceeded, "Succeeded")
+	eventually(t, "succeeded pod deleted (cleanPodPolicy All)", func() error { return isGone(e.get(t, ns, "short-0-x", &corev1.Pod{})) })
+	if err := e.get(t, ns, "short", &v1alpha1.TrainingJob{}); err != nil {
+		t.Fatalf("deleted before its TTL: %v", err)
+	}
+	// An hour later (the clock moves; a touch makes the controller look).
+	later := time.Now().Add(time.Hour + time.Second)
+	e.now.Store(&later)
+	eventually(t, "touch", func() error {
+		cur := &v1alpha1.TrainingJob{}
+		if err := e.get(t, ns, "short", cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations["touch"] = "1"
+		return e.c.Update(ctx, cur)
+	})
+	eventually(t, "TrainingJob deleted after its TTL", func() error { return isGone(e.get(t, ns, "short", &v1alpha1.TrainingJob{})) })
+	eventually(t, "its pv deleted", func() error {
+		return pvDeleted(e, t, "epochfs-"+ns+"-short-d")
+	})
+}
+
+// TestGangSchedulerMissing: without the PodGroup CRD the job waits with a
+// message saying what to install, and starts once it is there.
+func TestGangSchedulerMissing(t *testing.T) {
+	e := startEnv(t)
+	ns := e.namespace(t)
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns},
+		Spec:       v1alpha1.TrainingJobSpec{Image: "x", Workers: 2},
+	}
+	if err := e.c.Create(context.Background(), tj); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitPhase(t, ns, "g", v1alpha1.PhasePending, "GangSchedulerMissing")
+	if want := "gang scheduling needs the PodGroup CRD (scheduling.volcano.sh/v1beta1) in the cluster: install Volcano, or set gang.enabled: false"; got.Status.Message != want {
+		t.Errorf("message %q, want %q", got.Status.Message, want)
+	}
+	if err := e.get(t, ns, "g", &batchv1.Job{}); isGone(err) != nil {
+		t.Errorf("job created without its PodGroup: %v", err)
+	}
+	e.kube.InstallCRDs(t, crdPaths(t, "volcano")[1])
+	e.waitJob(t, ns, "g")
+}
+
+// pvDeleted reports whether a PersistentVolume is gone or being deleted:
+// its kubernetes.io/pv-protection finalizer is removed by
+// kube-controller-manager, which does not run here.
+func pvDeleted(e *env, t *testing.T, name string) error {
+	pv := &corev1.PersistentVolume{}
+	if err := e.get(t, "", name, pv); err != nil {
+		return isGone(err)
+	}
+	if pv.DeletionTimestamp.IsZero() {
+		return fmt.Errorf("PersistentVolume %s not deleted", name)
+	}
+	return nil
+}
