@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/job/controller"
+)
+
+func newJobLogsCmd(f *jobFlags) *cobra.Command {
+	var (
+		worker int
+		ps     bool
+		follow bool
+		tail   int64
+	)
+	cmd := &cobra.Command{
+		Use:   "logs NAME",
+		Short: "Print (or follow) the logs of one worker of a training job",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			jc, err := f.clients()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			tj := &v1alpha1.TrainingJob{}
+			if err := jc.c.Get(ctx, client.ObjectKey{Namespace: jc.namespace, Name: args[0]}, tj); err != nil {
+				return apiError(err, "get "+args[0])
+			}
+			replica, n := controller.ReplicaWorker, tj.Spec.Workers
+			if ps {
+				replica, n = controller.ReplicaPS, tj.Spec.ParameterServers
+			}
+			if worker < 0 || int32(worker) >= n {
+				return fmt.Errorf("--worker %d: %s has %d %s replicas (0..%d)", worker, tj.Name, n, replica, n-1)
+			}
+			var pods corev1.PodList
+			if err := jc.c.List(ctx, &pods, client.InNamespace(tj.Namespace), client.MatchingLabels{
+				controller.LabelJobName: tj.Name, controller.LabelReplica: replica, batchCompletionIndex: strconv.Itoa(worker),
+			}); err != nil {
+				return apiError(err, "list pods")
+			}
+			if len(pods.Items) == 0 {
+				return fmt.Errorf("%s %d of %s has no pod yet (job %s: %s)", replica, worker, tj.Name,
+					orDefault(string(tj.Status.Phase), "Pending"), orDefault(tj.Status.Message, "not started"))
+			}
+			// The newest pod of the index: earlier ones failed and were replaced.
+			sort.Slice(pods.Items, func(i, j int) bool {
+				return pods.Items[j].CreationTimestamp.Before(&pods.Items[i].CreationTimestamp)
+			})
+			pod := pods.Items[0]
+			if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodPending && !started(&pod) {
+				return fmt.Errorf("pod %s of %s %d has not started (%s): no logs yet", pod.Name, replica, worker, orDefault(string(pod.Status.Phase), "Pending"))
+			}
+			opts := &corev1.PodLogOptions{Container: controller.ContainerName, Follow: follow}
+			if tail >= 0 {
+				opts.TailLines = &tail
+			}
+			rc, err := jc.cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, opts).Stream(ctx)
+			if err != nil {
+				return fmt.Errorf("logs of pod %s: %w", pod.Name, err)
+			}
+			defer rc.Close()
+			if _, err := io.Copy(cmd.OutOrStdout(), rc); err != nil && !errors.Is(err, ctx.Err()) {
+				return fmt.Errorf("logs of pod %s: %w", pod.Name, err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&worker, "worker", 0, "completion index of the worker (0 is the master in pytorch mode)")
+	cmd.Flags().BoolVar(&ps, "ps", false, "a parameter server's logs instead of a worker's (--worker is then its index)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep streaming new lines")
+	cmd.Flags().Int64Var(&tail, "tail", -1, "only the last N lines")
+	return cmd
+}
+
+func started(p *corev1.Pod) bool {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running != nil || cs.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func newJobDeleteCmd(f *jobFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME...",
+		Short: "Delete training jobs with their pods, Jobs, Service, PodGroup and volumes (datasets are never touched)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			jc, err := f.clients()
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, name := range args {
+				tj := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Namespace: jc.namespace, Name: name}}
+				if err := jc.c.Delete(cmd.Context(), tj, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+					errs = append(errs, apiError(err, "delete "+name))
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s deleted\n", name)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+)
+
+type submitFlags struct {
+	image, mode, cpu, memory, priorityClass string
+	workers, ps, gpus, port                 int32
+	datasets, envs, extra                   []string
+	cacheSize                               string
+	prefetch                                bool
+	gangScheduler, queue                    string
+	noGang                                  bool
+	minAvailable                            int32
+	backoffLimit                            int32
+	ttl                                     int32
+	cleanPodPolicy                          string
+	tensorboard                             string
+	dryRun                                  bool
+	output                                  string
+}
+
+func newJobSubmitCmd(f *jobFlags) *cobra.Command {
+	s := &submitFlags{}
+	cmd := &cobra.Command{
+		Use:   "submit NAME --image IMAGE [flags] [-- COMMAND [ARGS...]]",
+		Short: "Submit a training job",
+		Example: `  cachefs job submit resnet --image pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime \
+      --workers 4 --gpus 8 --mode pytorch \
+      --dataset 'imagenet=s3://datasets/imagenet/train?endpoint=http://minio:9000:/data/imagenet' \
+      --env EPOCHS=90 -- torchrun train.py --data /data/imagenet`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, command := args[0], args[1:]
+			if dash := cmd.ArgsLenAtDash(); dash > 1 {
+				return fmt.Errorf("one NAME before --, got %q", args[:dash])
+			} else if dash == -1 && len(args) > 1 {
+				return fmt.Errorf("put the command after --: cachefs job submit %s [flags] -- %s", name, strings.Join(args[1:], " "))
+			}
+			if err := checkOutput(s.output, "yaml", "json"); err != nil {
+				return err
+			}
+			tj, err := s.trainingJob(name, command, cmd.Flags().Changed("backoff-limit"), cmd.Flags().Changed("ttl"))
+			if err != nil {
+				return err
+			}
+			if s.dryRun {
+				if f.namespace != "" {
+					tj.Namespace = f.namespace
+				}
+				return printSpec(cmd.OutOrStdout(), tj, orDefault(s.output, "yaml"))
+			}
+			jc, err := f.clients()
+			if err != nil {
+				return err
+			}
+			tj.Namespace = jc.namespace
+			if err := jc.c.Create(cmd.Context(), tj); err != nil {
+				return apiError(err, "submit "+name)
+			}
+			if s.output != "" {
+				return printObject(cmd.OutOrStdout(), tj, s.output)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s submitted to namespace %s; follow it with: cachefs job get %s -n %s\n",
+				name, jc.namespace, name, jc.namespace)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&s.image, "image", "", "container image of the workers (required)")
+	fl.Int32Var(&s.workers, "workers", 1, "number of worker pods")
+	fl.StringVar(&s.mode, "mode", "standalone", "how workers find each other: standalone, pytorch, tensorflow or mpi")
+	fl.Int32Var(&s.ps, "ps", 0, "TensorFlow parameter servers (mode tensorflow)")
+	fl.Int32Var(&s.gpus, "gpus", 0, "GPUs (nvidia.com/gpu) per worker")
+	fl.StringVar(&s.cpu, "cpu", "", "CPU request per worker, e.g. 8 or 500m")
+	fl.StringVar(&s.memory, "memory", "", "memory per worker, e.g. 64Gi")
+	fl.StringArrayVar(&s.extra, "device", nil, "extra device resource per worker, RESOURCE=COUNT (repeatable), e.g. rdma/hca=1")
+	fl.StringArrayVar(&s.datasets, "dataset", nil, "dataset NAME=SOURCE:MOUNTPATH or NAME=claim:PVC:MOUNTPATH (repeatable); SOURCE as for cachefs mount")
+	fl.StringVar(&s.cacheSize, "cache-size", "", "node cache size of every --dataset with a SOURCE, e.g. 500Gi")
+	fl.BoolVar(&s.prefetch, "prefetch", false, "ask for the datasets to be prefetched into the node caches")
+	fl.StringArrayVar(&s.envs, "env", nil, "environment variable K=V of every worker (repeatable)")
+	fl.StringVar(&s.gangScheduler, "gang-scheduler", "", "volcano (default) or scheduler-plugins")
+	fl.StringVar(&s.queue, "queue", "", "Volcano queue")
+	fl.BoolVar(&s.noGang, "no-gang", false, "start workers as they are scheduled, not all at once")
+	fl.Int32Var(&s.minAvailable, "min-available", 0, "pods that must be placeable together (default: all)")
+	fl.Int32Var(&s.port, "port", 0, "rendezvous port (default 29500 for pytorch, 2222 for tensorflow)")
+	fl.StringVar(&s.priorityClass, "priority-class", "", "PriorityClass of the workers")
+	fl.Int32Var(&s.backoffLimit, "backoff-limit", 3, "worker failures tolerated before the job fails")
+	fl.Int32Var(&s.ttl, "ttl", 0, "delete the job this many seconds after it finished (default: keep it)")
+	fl.StringVar(&s.cleanPodPolicy, "clean-pod-policy", "", "pods deleted when the job finishes: All, Running (default) or None")
+	fl.StringVar(&s.tensorboard, "tensorboard-logdir", "", "where workers write TensorBoard event files (TENSORBOARD_LOG_DIR)")
+	fl.BoolVar(&s.dryRun, "dry-run", false, "print the TrainingJob instead of submitting it")
+	fl.StringVarP(&s.output, "output", "o", "", "print the submitted TrainingJob as yaml or json")
+	return cmd
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// trainingJob builds the TrainingJob from the flags; it checks what the
+// API server cannot (dataset URLs) so that mistakes show before submitting.
+func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttlSet bool) (*v1alpha1.TrainingJob, error) {
+	tj := &v1alpha1.TrainingJob{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TrainingJob"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.TrainingJobSpec{
+			Image: s.image, Workers: s.workers, Mode: v1alpha1.Mode(s.mode), ParameterServers: s.ps,
+			Port: s.port, PriorityClassName: s.priorityClass,
+			Resources: v1alpha1.WorkerResources{GPUs: s.gpus},
+		},
+	}
+	if s.image == "" {
+		return nil, fmt.Errorf("--image is required: the container image of the workers")
+	}
+	switch tj.Spec.Mode {
+	case v1alpha1.ModeStandalone, v1alpha1.ModePyTorch, v1alpha1.ModeTensorFlow, v1alpha1.ModeMPI:
+	default:
+		return nil, fmt.Errorf("--mode %q: want standalone, pytorch, tensorflow or mpi", s.mode)
+	}
+	if len(command) > 0 {
+		tj.Spec.Command = command
+	}
+	for _, q := range []struct {
+		flag, v string
+		dst     **resource.Quantity
+	}{{"--cpu", s.cpu, &tj.Spec.Resources.CPU}, {"--memory", s.memory, &tj.Spec.Resources.Memory}} {
+		if q.v == "" {
+			continue
+		}
+		v, err := resource.ParseQuantity(q.v)
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: not a quantity (e.g. 8, 500m, 64Gi)", q.flag, q.v)
+		}
+		*q.dst = &v
+	}
+	for _, e := range s.extra {
+		k, v, ok := strings.Cut(e, "=")
+		q, err := resource.ParseQuantity(v)
+		if !ok || err != nil || !strings.Contains(k, "/") {
+			return nil, fmt.Errorf("--device %q: want RESOURCE=COUNT with a domain, e.g. rdma/hca=1", e)
+		}
+		if tj.Spec.Resources.Extra == nil {
+			tj.Spec.Resources.Extra = map[corev1.ResourceName]resource.Quantity{}
+		}
+		tj.Spec.Resources.Extra[corev1.ResourceName(k)] = q
+	}
+	for _, e := range s.envs {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--env %q: want NAME=VALUE", e)
+		}
+		tj.Spec.Env = append(tj.Spec.Env, corev1.EnvVar{Name: k, Value: v})
+	}
+	for _, d := range s.datasets {
+		ds, err := parseDatasetFlag(d)
+		if err != nil {
+			return nil, err
+		}
+		if ds.Source != "" {
+			ds.CacheSize, ds.Prefetch = s.cacheSize, s.prefetch
+		}
+		tj.Spec.Datasets = append(tj.Spec.Datasets, ds)
+	}
+	if s.noGang || s.gangScheduler != "" || s.queue != "" || s.minAvailable > 0 {
+		g := &v1alpha1.Gang{Scheduler: v1alpha1.GangScheduler(s.gangScheduler), Queue: s.queue}
+		if s.noGang {
+			g.Enabled = new(bool)
+		}
+		if s.minAvailable > 0 {
+			g.MinAvailable = &s.minAvailable
+		}
+		tj.Spec.Gang = g
+	}
+	if backoffSet {
+		tj.Spec.BackoffLimit = &s.backoffLimit
+	}
+	if ttlSet {
+		tj.Spec.Cleanup.TTLSecondsAfterFinished = &s.ttl
+	}
+	tj.Spec.Cleanup.CleanPodPolicy = v1alpha1.CleanPodPolicy(s.cleanPodPolicy)
+	if s.tensorboard != "" {
+		tj.Spec.Tensorboard = &v1alpha1.Tensorboard{LogDir: s.tensorboard}
+	}
+	return tj, nil
+}
+
+// parseDatasetFlag parses NAME=SOURCE:MOUNTPATH or NAME=claim:PVC:MOUNTPATH.
+// The mount path is after the last ":/" (a source URL has "://" and may
+// have ":port", never ":/" at its end).
+func parseDatasetFlag(v string) (v1alpha1.Dataset, error) {
+	usage := fmt.Errorf("--dataset %q: want NAME=SOURCE:MOUNTPATH (e.g. imagenet=s3://bucket/imagenet:/data/imagenet) or NAME=claim:PVC:MOUNTPATH", v)
+	name, rest, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return v1alpha1.Dataset{}, usage
+	}
+	i := strings.LastIndex(rest, ":/")
+	if i <= 0 || strings.HasPrefix(rest[i:], "://") {
+		return v1alpha1.Dataset{}, usage
+	}
+	src, mount := rest[:i], rest[i+1:]
+	ds := v1alpha1.Dataset{Name: name, MountPath: mount}
+	if claim, ok := strings.CutPrefix(src, "claim:"); ok {
+		if claim == "" {
+			return v1alpha1.Dataset{}, usage
+		}
+		ds.ExistingClaim = claim
+		return ds, nil
+	}
+	if _, err := backend.Parse(src); err != nil {
+		return v1alpha1.Dataset{}, fmt.Errorf("--dataset %s: %s", name, strings.TrimPrefix(err.Error(), "backend: "))
+	}
+	ds.Source = src
+	return ds, nil
+}
+
+// printSpec prints a TrainingJob that has not been submitted: without the
+// status and the empty creation timestamp.
+func printSpec(w io.Writer, tj *v1alpha1.TrainingJob, format string) error {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tj)
+	if err != nil {
+		return err
+	}
+	delete(m, "status")
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "creationTimestamp")
+	}
+	return printObject(w, &unstructured.Unstructured{Object: m}, format)
+}
