@@ -197,7 +197,7 @@ func startKube(t testing.TB, etcdBin, kasBin string, pki *kubePKI) (*Kube, error
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
-			t.Logf("kube-apiserver output (tail):\n%s", kas.tail(8000))
+			t.Logf("kube-apiserver output (tail):\n%s", kas.tail(3000))
 		}
 	})
 	k := &Kube{
