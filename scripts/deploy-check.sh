@@ -28,8 +28,12 @@ die() { echo "deploy-check: $*" >&2; exit 1; }
 HELM="${HELM:-${EPOCHFS_TOOLS_BIN:-$PWD/.tools/bin}/helm}"
 [ -x "$HELM" ] || die "helm not found at $HELM: run 'make deploy-check' (installs the pinned helm into .tools/bin) or set HELM"
 command -v kubectl >/dev/null || die "kubectl is required (for 'kubectl kustomize')"
-command -v python3 >/dev/null || die "python3 is required (apt-get install python3 python3-yaml)"
-python3 -c 'import yaml' 2>/dev/null || die "PyYAML is required (apt-get install python3-yaml)"
+# A python3 with PyYAML: the one on the PATH, else Debian's (python3-yaml).
+PY=python3
+if ! command -v python3 >/dev/null || ! python3 -c 'import yaml' 2>/dev/null; then
+  PY=/usr/bin/python3
+  "$PY" -c 'import yaml' 2>/dev/null || die "python3 with PyYAML is required (apt-get install python3 python3-yaml)"
+fi
 
 chart=deploy/helm/epochfs
 values_test=deploy/check/values-test.yaml
@@ -73,4 +77,4 @@ refuse "an untagged provisioner image" --set sidecars.provisioner.tag=
 refuse "a StorageClass without parameters.source" --set storageClass.create=true
 
 step "checking the renderings (deploy/check/check.py)"
-python3 deploy/check/check.py "$out" "$values_test" "$PWD"
+"$PY" deploy/check/check.py "$out" "$values_test" "$PWD"
