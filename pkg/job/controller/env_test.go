@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -70,6 +71,13 @@ func startEnv(t *testing.T, podGroups ...string) *env {
 		t.Skip("kube-apiserver test skipped in -short mode")
 	}
 	kube := testenv.StartKube(t, crdPaths(t, podGroups...)...)
+	return startController(t, kube, kube.Config)
+}
+
+// startController runs the controller against kube as the identity of
+// cfg; the env's client is the cluster admin.
+func startController(t *testing.T, kube *testenv.Kube, cfg *rest.Config) *env {
+	t.Helper()
 	scheme := newScheme(t)
 	e := &env{kube: kube}
 	c, err := client.New(kube.Config, client.Options{Scheme: scheme})
@@ -77,7 +85,7 @@ func startEnv(t *testing.T, podGroups ...string) *env {
 		t.Fatal(err)
 	}
 	e.c = c
-	mgr, err := ctrl.NewManager(kube.Config, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -229,4 +237,8 @@ func isGone(err error) error {
 		return fmt.Errorf("still exists")
 	}
 	return err
+}
+
+func newAdmin(kube *testenv.Kube) (client.Client, error) {
+	return client.New(kube.Config, client.Options{Scheme: clientgoscheme.Scheme})
 }

@@ -1,0 +1,191 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+)
+
+// renderDeploy renders the job controller's manifests with kustomize and
+// with Helm (jobController.enabled=true).
+func renderDeploy(t *testing.T) (kustomize, helm []byte) {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		testenv.RequireOrSkip(t, "kubectl not found", "install kubectl (for kubectl kustomize and apply)")
+	}
+	helmBin, err := testenv.FindTool("helm")
+	if err != nil {
+		testenv.RequireOrSkip(t, "helm not found", "run `make tools`")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, args ...string) []byte {
+		var out, stderr bytes.Buffer
+		cmd := exec.Command(name, args...)
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
+		}
+		return out.Bytes()
+	}
+	kustomize = run(kubectl, "kustomize", filepath.Join(root, "deploy", "kustomize", "base", "job-controller"))
+	args := []string{"template", "epochfs", filepath.Join(root, "deploy", "helm", "epochfs"), "--namespace", "epochfs-system",
+		"--set", "jobController.enabled=true"}
+	for _, f := range []string{"crd", "role", "rbac", "deployment"} {
+		args = append(args, "--show-only", "templates/job-controller-"+f+".yaml")
+	}
+	helm = run(helmBin, args...)
+	return kustomize, helm
+}
+
+func decodeAll(t *testing.T, b []byte) map[string]*unstructured.Unstructured {
+	t.Helper()
+	out := map[string]*unstructured.Unstructured{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err == io.EOF {
+			return out
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		out[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = u
+	}
+}
+
+// kubectlApply runs kubectl apply against kube with the manifests on stdin.
+func kubectlApply(t *testing.T, kube *testenv.Kube, manifests []byte, extra ...string) string {
+	t.Helper()
+	args := append([]string{"apply", "--kubeconfig", kube.Kubeconfig, "-f", "-"}, extra...)
+	cmd := exec.Command("kubectl", args...)
+	cmd.Stdin = bytes.NewReader(manifests)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestDeployManifests: the kustomize and Helm renderings of the job
+// controller are the same objects and pass a server-side dry run; then,
+// applied for real, their RBAC is enough for the controller, running as its
+// ServiceAccount, to take a job through its life.
+func TestDeployManifests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kube-apiserver test skipped in -short mode")
+	}
+	kustomize, helm := renderDeploy(t)
+	k, h := decodeAll(t, kustomize), decodeAll(t, helm)
+	var keys []string
+	for key := range k {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	if len(keys) != 7 {
+		t.Errorf("kustomize renders %d objects: %v", len(keys), keys)
+	}
+	for _, key := range keys {
+		if !reflect.DeepEqual(k[key].Object, h[key].Object) {
+			t.Errorf("%s differs between kustomize and helm:\nkustomize: %v\nhelm:      %v", key, k[key].Object, h[key].Object)
+		}
+	}
+	if len(h) != len(k) {
+		t.Errorf("helm renders %d objects, kustomize %d", len(h), len(k))
+	}
+
+	kube := testenv.StartKube(t, crdPaths(t, "volcano")[1:]...)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "epochfs-system"}}
+	admin, err := newAdmin(kube)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range map[string][]byte{"kustomize": kustomize, "helm": helm} {
+		out := kubectlApply(t, kube, m, "--dry-run=server")
+		if strings.Count(out, "(server dry run)") != 7 {
+			t.Errorf("%s dry run:\n%s", name, out)
+		}
+	}
+	kubectlApply(t, kube, kustomize)
+	kube.InstallCRDs(t, crdPaths(t)[0]) // waits until established
+
+	cfg := rest.CopyConfig(kube.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:epochfs-system:epochfs-job-controller",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:epochfs-system", "system:authenticated"},
+	}
+	// The identity is really constrained: it may not read Secrets.
+	sa, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sa.CoreV1().Secrets("default").List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the controller's ServiceAccount lists Secrets: %v", err)
+	}
+	e := startController(t, kube, cfg)
+	jobNS := e.namespace(t)
+	e.node(t, "gpu-a", res("cpu", "32", "nvidia.com/gpu", "4"), nil)
+	ctx := context.Background()
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "rbac", Namespace: jobNS},
+		Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: 2, Mode: v1alpha1.ModeMPI,
+			Resources: v1alpha1.WorkerResources{GPUs: 1},
+			Datasets:  []v1alpha1.Dataset{{Name: "d", Source: "/data/d", MountPath: "/d"}}},
+	}
+	if err := e.c.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	e.waitJob(t, jobNS, "rbac")
+	if _, err := getUnstructured(e, t, "scheduling.volcano.sh/v1beta1", "PodGroup", jobNS, "rbac"); err != nil {
+		t.Errorf("podgroup: %v", err)
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "rbac-0-x", Namespace: jobNS, Labels: map[string]string{LabelJobName: "rbac"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
+	}
+	if err := e.c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	done := metav1.Now()
+	e.setJobStatus(t, jobNS, "rbac", func(st *batchv1.JobStatus) {
+		st.StartTime, st.Succeeded, st.CompletionTime = &done, 2, &done
+		st.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: done},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done},
+		}
+	})
+	e.waitPhase(t, jobNS, "rbac", v1alpha1.PhaseSucceeded, "Succeeded")
+	eventually(t, "pending pod cleaned", func() error { return isGone(e.get(t, jobNS, "rbac-0-x", &corev1.Pod{})) })
+	if err := e.c.Delete(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pv deleted", func() error { return pvDeleted(e, t, "epochfs-"+jobNS+"-rbac-d") })
+	eventually(t, "TrainingJob deleted", func() error { return isGone(e.get(t, jobNS, "rbac", &v1alpha1.TrainingJob{})) })
+}
