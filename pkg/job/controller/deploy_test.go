@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -188,4 +189,31 @@ func TestDeployManifests(t *testing.T) {
 	}
 	eventually(t, "pv deleted", func() error { return pvDeleted(e, t, "epochfs-"+jobNS+"-rbac-d") })
 	eventually(t, "TrainingJob deleted", func() error { return isGone(e.get(t, jobNS, "rbac", &v1alpha1.TrainingJob{})) })
+}
+
+// TestGeneratedCopies: the CRD copies in kustomize and Helm are the one in
+// deploy/crds (make generate-job-api writes all of them).
+func TestGeneratedCopies(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(p ...string) string {
+		b, err := os.ReadFile(filepath.Join(append([]string{root}, p...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	crd := read("deploy", "crds", "jobs.epochfs.io_trainingjobs.yaml")
+	if got := read("deploy", "kustomize", "base", "job-controller", "crd.yaml"); got != crd {
+		t.Errorf("deploy/kustomize/base/job-controller/crd.yaml is stale: run make generate-job-api")
+	}
+	if got := read("deploy", "helm", "epochfs", "templates", "job-controller-crd.yaml"); !strings.Contains(got, crd) {
+		t.Errorf("templates/job-controller-crd.yaml is stale: run make generate-job-api")
+	}
+	role := read("deploy", "kustomize", "base", "job-controller", "role.yaml")
+	if got := read("deploy", "helm", "epochfs", "templates", "job-controller-role.yaml"); !strings.Contains(got, role) {
+		t.Errorf("templates/job-controller-role.yaml is stale: run make generate-job-api")
+	}
 }
