@@ -49,6 +49,8 @@ func run() error {
 	flag.DurationVar(&cfg.HealthInterval, "health-interval", 30*time.Second, "how often dataset mounts are checked and repaired (0 disables)")
 	flag.DurationVar(&cfg.MountTimeout, "mount-timeout", time.Minute, "how long a new dataset mount may take to become live")
 	flag.BoolVar(&cfg.StrictReadOnly, "strict-readonly", false, "refuse single-node writer access modes unless the publish is readOnly (csi-sanity and kubelet's inline volumes use SINGLE_NODE_WRITER)")
+	flag.BoolVar(&cfg.NodeLabels, "node-labels", false, "record on this node's Node object which datasets it holds cached (cache.epochfs.io/<dataset-id>=<percent>, for cache-aware job placement; needs nodes get/patch)")
+	flag.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig for --node-labels (default: the in-cluster config)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty)")
 	flag.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	flag.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")

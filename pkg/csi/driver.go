@@ -66,6 +66,11 @@ type Config struct {
 	HealthInterval time.Duration
 	// MountTimeout bounds waiting for a new mount to become live.
 	MountTimeout time.Duration
+	// NodeLabels makes the node service record on its Node object which
+	// datasets it holds cached (pkg/cachelabel), using Kubeconfig or, when
+	// empty, the in-cluster config.
+	NodeLabels bool
+	Kubeconfig string
 	// StrictReadOnly refuses single-node writer access modes unless a
 	// publish asks for readonly (see checkCapability).
 	StrictReadOnly bool

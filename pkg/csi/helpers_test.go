@@ -70,6 +70,7 @@ type testDriver struct {
 	stateDir string
 	cacheDir string
 	conn     *grpc.ClientConn
+	driver   *csi.Driver
 	stop     func()
 }
 
@@ -103,7 +104,7 @@ func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	td.conn = conn
+	td.conn, td.driver = conn, d
 	td.stop = func() {
 		conn.Close()
 		cancel()

@@ -30,6 +30,7 @@ type nodeState struct {
 	d        *Driver
 	dir      string
 	launcher launcher
+	labeler  *nodeLabeler // nil unless Config.NodeLabels
 
 	repairs atomic.Int64
 
@@ -78,6 +79,13 @@ func newNodeState(d *Driver) (*nodeState, error) {
 			return nil, err
 		}
 		n.launcher = ml
+	}
+	if d.cfg.NodeLabels {
+		client, err := kubeClient(d.cfg.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		n.labeler = &nodeLabeler{client: client, node: d.cfg.NodeID, sizes: map[string]int64{}}
 	}
 	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, sub), 0o700); err != nil {
@@ -242,6 +250,11 @@ func (n *nodeState) healthLoop(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	for {
 		n.checkAll()
+		if n.labeler != nil {
+			if err := n.labeler.sync(ctx, n); err != nil {
+				n.d.log.Warn("node cache labels not updated", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return

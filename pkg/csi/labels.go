@@ -1,0 +1,176 @@
+package csi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/cachelabel"
+	"github.com/epochfs/epochfs/pkg/manifest"
+)
+
+// nodeLabeler records on this node's Node object which datasets its caches
+// hold: `cache.epochfs.io/<dataset-id>` = the cached percent of the dataset
+// (pkg/cachelabel), for the job controller's cache-aware placement. The
+// percent needs the dataset's size, which comes from its manifest; a dataset
+// without one is not labelled. Labels of datasets no longer mounted here are
+// removed.
+//
+// client and node are immutable; mu guards sizes.
+type nodeLabeler struct {
+	client kubernetes.Interface
+	node   string
+
+	mu    sync.Mutex
+	sizes map[string]int64 // dataset key → bytes (-1: no manifest)
+}
+
+// kubeClient builds a client from kubeconfig, or the in-cluster config.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("csi: node labels: kube config: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// datasetBytes returns the dataset's size from its manifest, found as the
+// mount finds it (the manifest parameter, else SOURCE/.epochfs/manifest),
+// or -1 when it has none. Remembered per dataset.
+func (l *nodeLabeler) datasetBytes(ctx context.Context, n *nodeState, ds *datasetMount) int64 {
+	l.mu.Lock()
+	size, ok := l.sizes[ds.Key]
+	l.mu.Unlock()
+	if ok {
+		return size
+	}
+	size = -1
+	src, err := backend.Parse(ds.Params.Source)
+	if err != nil {
+		return size
+	}
+	opts := backend.Options{Logger: n.d.log}
+	if env, err := n.readSecrets(ds.Key); err == nil {
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "AWS_ACCESS_KEY_ID":
+				opts.Credentials.AccessKey = v
+			case "AWS_SECRET_ACCESS_KEY":
+				opts.Credentials.SecretKey = v
+			case "AWS_SESSION_TOKEN":
+				opts.Credentials.SessionToken = v
+			}
+		}
+	}
+	b, err := backend.Open(ctx, src, opts)
+	if err != nil {
+		n.d.log.Warn("node labels: cannot open the dataset to find its manifest", "key", ds.Key, "err", err)
+		return size // not remembered: retried next time
+	}
+	defer b.Close()
+	m, _, err := manifest.Discover(ctx, b, ds.Params.Manifest, opts)
+	switch {
+	case err != nil:
+		n.d.log.Warn("node labels: cannot load the dataset's manifest", "key", ds.Key, "err", err)
+		return size
+	case m != nil:
+		size = m.TotalBytes()
+	}
+	l.mu.Lock()
+	l.sizes[ds.Key] = size
+	l.mu.Unlock()
+	return size
+}
+
+// sync sets this node's cache labels to what its dataset mounts hold.
+func (l *nodeLabeler) sync(ctx context.Context, n *nodeState) error {
+	n.mu.Lock()
+	datasets := make([]*datasetMount, 0, len(n.datasets))
+	for _, ds := range n.datasets {
+		c := *ds
+		datasets = append(datasets, &c)
+	}
+	n.mu.Unlock()
+
+	pcts := map[string]int{}
+	for _, ds := range datasets {
+		key, err := cachelabel.Key(ds.Params.Source)
+		if err != nil {
+			continue
+		}
+		size := l.datasetBytes(ctx, n, ds)
+		if size < 0 {
+			continue // no manifest: the percent is unknown
+		}
+		info, err := cache.ReadInfo(ds.CacheDir)
+		if err != nil {
+			continue
+		}
+		pct := 100
+		if size > 0 {
+			pct = int(info.UsedBytes * 100 / size)
+		}
+		// Two volumes of one dataset with other cache sizes: the larger wins.
+		if old, ok := pcts[key]; !ok || old < pct {
+			pcts[key] = pct
+		}
+	}
+	want := map[string]string{}
+	for k, p := range pcts {
+		want[k] = cachelabel.FormatPercent(p)
+	}
+
+	node, err := l.client.CoreV1().Nodes().Get(ctx, l.node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("csi: node labels: get node %s: %w", l.node, err)
+	}
+	patch := map[string]any{}
+	for k, v := range node.Labels {
+		if _, keep := want[k]; strings.HasPrefix(k, cachelabel.Prefix) && !keep {
+			patch[k] = nil
+		} else if keep && v == want[k] {
+			delete(want, k)
+		}
+	}
+	for k, v := range want {
+		patch[k] = v
+	}
+	if len(patch) == 0 {
+		return nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patch}})
+	if err != nil {
+		return err
+	}
+	if _, err := l.client.CoreV1().Nodes().Patch(ctx, l.node, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("csi: node labels: patch node %s: %w", l.node, err)
+	}
+	n.d.log.Info("node cache labels updated", "node", l.node, "labels", patch)
+	return nil
+}
+
+// SyncNodeLabels updates this node's cache labels now (the health loop
+// does it every interval). It is a no-op unless Config.NodeLabels is set.
+func (d *Driver) SyncNodeLabels(ctx context.Context) error {
+	if d.node == nil || d.node.labeler == nil {
+		return nil
+	}
+	return d.node.labeler.sync(ctx, d.node)
+}
