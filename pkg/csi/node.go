@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/mount"
 )
 
 // nodeState is the node service's view of its volumes and dataset mounts,
@@ -31,12 +32,14 @@ type nodeState struct {
 	dir      string
 	launcher launcher
 	labeler  *nodeLabeler // nil unless Config.NodeLabels
+	ctx      context.Context // parent of background prefetches
 
 	repairs atomic.Int64
 
-	mu       sync.Mutex
-	datasets map[string]*datasetMount // by key
-	volumes  map[string]*nodeVolume   // by volume id
+	mu          sync.Mutex
+	datasets    map[string]*datasetMount      // by key
+	volumes     map[string]*nodeVolume        // by volume id
+	prefetching map[string]*prefetchRun // by dataset key, while a prefetch runs
 }
 
 // NodeStats counts what the node service manages.
@@ -71,7 +74,8 @@ func (n *nodeState) volumePath(id string) string { return filepath.Join(n.dir, "
 // processes still run; broken ones are repaired by the first health check or
 // the next stage/publish.
 func newNodeState(d *Driver) (*nodeState, error) {
-	n := &nodeState{d: d, dir: filepath.Join(d.cfg.StateDir, "node"), datasets: map[string]*datasetMount{}, volumes: map[string]*nodeVolume{}}
+	n := &nodeState{d: d, dir: filepath.Join(d.cfg.StateDir, "node"), datasets: map[string]*datasetMount{}, volumes: map[string]*nodeVolume{},
+		prefetching: map[string]*prefetchRun{}, ctx: context.Background()}
 	n.launcher = localLauncher{binary: d.cfg.CachefsBinary}
 	if d.cfg.MounterEndpoint != "" {
 		ml, err := newMounterLauncher(d.cfg.MounterEndpoint)
@@ -107,6 +111,9 @@ func newNodeState(d *Driver) (*nodeState, error) {
 			d.log.Warn("dataset mount needs repair", "key", ds.Key, "source", ds.Params.Source, "err", err)
 		} else {
 			d.log.Info("re-adopted dataset mount", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID)
+			if ds.Params.Prefetch {
+				n.startPrefetch(&ds) // resumes: what is cached is skipped
+			}
 		}
 	}
 	files, _ = filepath.Glob(filepath.Join(n.dir, "volumes", "*.json"))
@@ -157,10 +164,49 @@ func (n *nodeState) acquire(params volumeParams, secrets map[string]string, id s
 	if !slices.Contains(ds.Users, id) {
 		ds.Users = append(ds.Users, id)
 	}
+	if params.Prefetch && !ds.Params.Prefetch {
+		ds.Params.Prefetch = true
+	}
 	if err := n.saveDataset(ds); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	if ds.Params.Prefetch {
+		n.startPrefetch(ds)
+	}
 	return ds, nil
+}
+
+// prefetchRun is one background prefetch.
+type prefetchRun struct{ cancel context.CancelFunc }
+
+// startPrefetch fills ds's cache in the background through its mount's
+// control socket, unless a prefetch of it already runs. A driver restart
+// cancels it; the re-adopting driver starts it again, and it resumes.
+// Called with mu held, or before the node serves.
+func (n *nodeState) startPrefetch(ds *datasetMount) {
+	if _, running := n.prefetching[ds.Key]; running {
+		return
+	}
+	ctx, cancel := context.WithCancel(n.ctx)
+	run := &prefetchRun{cancel: cancel}
+	n.prefetching[ds.Key] = run
+	key, cacheDir, source := ds.Key, ds.CacheDir, ds.Params.Source
+	go func() {
+		defer func() {
+			n.mu.Lock()
+			if n.prefetching[key] == run {
+				delete(n.prefetching, key)
+			}
+			n.mu.Unlock()
+			cancel()
+		}()
+		sum, err := mount.RemotePrefetch(ctx, cacheDir, mount.ControlRequest{Source: source}, nil)
+		if err != nil {
+			n.d.log.Warn("prefetch stopped", "key", key, "source", source, "err", err)
+			return
+		}
+		n.d.log.Info("prefetch finished", "key", key, "source", source, "state", sum.State, "message", sum.Message)
+	}()
 }
 
 // mountError maps a failure to start a mount: a source that does not exist
@@ -188,6 +234,10 @@ func (n *nodeState) release(key, id string) error {
 	ds.Users = slices.DeleteFunc(ds.Users, func(u string) bool { return u == id })
 	if len(ds.Users) > 0 {
 		return n.saveDataset(ds)
+	}
+	if run, ok := n.prefetching[key]; ok {
+		run.cancel()
+		delete(n.prefetching, key)
 	}
 	if err := n.stop(ds); err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/pkg/cache"
 )
 
 var (
@@ -390,4 +391,28 @@ func expectCode(t *testing.T, err error, code codes.Code, substr string) {
 	if err == nil || st.Code() != code || !strings.Contains(st.Message(), substr) {
 		t.Fatalf("got %v, want %s containing %q", err, code, substr)
 	}
+}
+
+// TestPrefetchParameter: a volume with prefetch=true has its cache filled in
+// the background right after staging, without any reader.
+func TestPrefetchParameter(t *testing.T) {
+	td := startDriver(t, nil)
+	data, files := dataset(t)
+	staging := filepath.Join(t.TempDir(), "staging")
+	stage(t, td, "vol-p", staging, map[string]string{"source": data, "cacheSize": "1GiB", "prefetch": "true"})
+	want := datagen.TotalSize(files)
+	waitFor(t, 30*time.Second, "the prefetch to cache the whole dataset", func() bool {
+		caches, _ := filepath.Glob(filepath.Join(td.cacheDir, "ds-*"))
+		if len(caches) != 1 {
+			return false
+		}
+		info, err := cache.ReadInfo(caches[0])
+		return err == nil && info.UsedBytes == want
+	})
+	checkFiles(t, staging, files)
+	unstage(t, td, "vol-p", staging)
+
+	_, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{VolumeId: "vol-q", StagingTargetPath: staging,
+		VolumeCapability: readerCap, VolumeContext: map[string]string{"source": data, "prefetch": "yes please"}})
+	expectCode(t, err, codes.InvalidArgument, `parameter "prefetch"`)
 }

@@ -25,6 +25,7 @@ const (
 	ParamCacheSize = "cacheSize"
 	ParamManifest  = "manifest"
 	ParamPolicy    = "policy"
+	ParamPrefetch  = "prefetch"
 
 	// Keys under this prefix are added by Kubernetes (external-provisioner
 	// --extra-create-metadata, podInfoOnMount) and are ignored.
@@ -43,6 +44,10 @@ type volumeParams struct {
 	CacheSize int64  `json:"cacheSize"`
 	Manifest  string `json:"manifest,omitempty"`
 	Policy    string `json:"policy"`
+	// Prefetch fills the NR cache in the background once the dataset is
+	// mounted (through the mount's control socket). Not part of the
+	// dataset key: volumes that differ only here share a mount.
+	Prefetch bool `json:"prefetch,omitempty"`
 }
 
 // context returns the parameters as a CSI volume context.
@@ -54,6 +59,9 @@ func (p volumeParams) context() map[string]string {
 	}
 	if p.Manifest != "" {
 		m[ParamManifest] = p.Manifest
+	}
+	if p.Prefetch {
+		m[ParamPrefetch] = "true"
 	}
 	return m
 }
@@ -92,6 +100,12 @@ func parseParams(in map[string]string, defaultCacheSize int64) (volumeParams, er
 				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %q must be an absolute path or a URL", ParamManifest, v)
 			}
 			p.Manifest = v
+		case ParamPrefetch:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %q is not true or false", ParamPrefetch, v)
+			}
+			p.Prefetch = b
 		case ParamPolicy:
 			if !slices.Contains(cache.Policies(), v) {
 				return p, status.Errorf(codes.InvalidArgument, "parameter %q: unknown policy %q (want one of %s)", ParamPolicy, v, strings.Join(cache.Policies(), ", "))
@@ -105,7 +119,7 @@ func parseParams(in map[string]string, defaultCacheSize int64) (volumeParams, er
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return p, status.Errorf(codes.InvalidArgument, "unknown parameters %q (known: %s, %s, %s, %s)", unknown, ParamSource, ParamCacheSize, ParamManifest, ParamPolicy)
+		return p, status.Errorf(codes.InvalidArgument, "unknown parameters %q (known: %s, %s, %s, %s, %s)", unknown, ParamSource, ParamCacheSize, ParamManifest, ParamPolicy, ParamPrefetch)
 	}
 	if p.Source == "" {
 		return p, status.Errorf(codes.InvalidArgument, "parameter %q is required (the dataset URL, e.g. s3://bucket/prefix or /mnt/nfs/dataset)", ParamSource)

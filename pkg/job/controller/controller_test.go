@@ -189,10 +189,10 @@ func TestPyTorchLifecycle(t *testing.T) {
 	}
 	csi := pv.Spec.CSI
 	if csi.Driver != "cachefs.epochfs.io" || !csi.ReadOnly || csi.VolumeAttributes["source"] != imagenet ||
-		csi.VolumeAttributes["cacheSize"] != "500Gi" || len(csi.VolumeAttributes) != 2 ||
+		csi.VolumeAttributes["cacheSize"] != "500Gi" || len(csi.VolumeAttributes) != 3 ||
 		pv.Spec.ClaimRef.Name != "resnet-imagenet" || pv.Spec.ClaimRef.Namespace != ns ||
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain ||
-		pv.Annotations[AnnotationPrefetch] != "true" || pv.Labels[LabelOwnerUID] != string(got.UID) {
+		pv.Annotations[AnnotationPrefetch] != "true" || pv.Spec.CSI.VolumeAttributes["prefetch"] != "true" || pv.Labels[LabelOwnerUID] != string(got.UID) {
 		t.Errorf("pv %+v %+v", pv.ObjectMeta, pv.Spec)
 	}
 

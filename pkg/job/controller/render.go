@@ -284,6 +284,7 @@ func (p *plan) volumes() ([]*corev1.PersistentVolume, []*corev1.PersistentVolume
 		ann := map[string]string{AnnotationDatasetID: d.id}
 		if d.spec.Prefetch {
 			ann[AnnotationPrefetch] = "true"
+			attrs["prefetch"] = "true" // the CSI node plugin fills the cache once the dataset is staged
 		}
 		pv := &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{
