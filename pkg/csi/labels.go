@@ -26,11 +26,14 @@ import (
 // without one is not labelled. Labels of datasets no longer mounted here are
 // removed.
 //
-// client and node are immutable; mu guards sizes.
+// client and node are immutable.
 type nodeLabeler struct {
 	client kubernetes.Interface
 	node   string
+}
 
+// datasetSizes remembers each dataset's size from its manifest.
+type datasetSizes struct {
 	mu    sync.Mutex
 	sizes map[string]int64 // dataset key → bytes (-1: no manifest)
 }
@@ -53,7 +56,8 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 // datasetBytes returns the dataset's size from its manifest, found as the
 // mount finds it (the manifest parameter, else SOURCE/.epochfs/manifest),
 // or -1 when it has none. Remembered per dataset.
-func (l *nodeLabeler) datasetBytes(ctx context.Context, n *nodeState, ds *datasetMount) int64 {
+func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
+	l := &n.sizes
 	l.mu.Lock()
 	size, ok := l.sizes[ds.Key]
 	l.mu.Unlock()
@@ -115,7 +119,7 @@ func (l *nodeLabeler) sync(ctx context.Context, n *nodeState) error {
 		if err != nil {
 			continue
 		}
-		size := l.datasetBytes(ctx, n, ds)
+		size := n.datasetBytes(ctx, ds)
 		if size < 0 {
 			continue // no manifest: the percent is unknown
 		}

@@ -1,6 +1,7 @@
 package csi_test
 
 import (
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,6 +63,13 @@ func TestNodeCacheLabels(t *testing.T) {
 	}
 	if err := td.driver.SyncNodeLabels(ctx); err != nil {
 		t.Fatal(err)
+	}
+	st, err := node(td).NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: "vol-l", VolumePath: staging})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := st.GetUsage()[0]; u.Total != datagen.TotalSize(files) || u.Used != halfBytes || u.Available != u.Total-halfBytes {
+		t.Errorf("stats: total %d used %d available %d; want the dataset's size %d, %d cached", u.Total, u.Used, u.Available, datagen.TotalSize(files), halfBytes)
 	}
 	key, _ := cachelabel.Key(data)
 	labels := nodeLabels(t, client)

@@ -32,6 +32,7 @@ type nodeState struct {
 	dir      string
 	launcher launcher
 	labeler  *nodeLabeler // nil unless Config.NodeLabels
+	sizes    datasetSizes
 	ctx      context.Context // parent of background prefetches
 
 	repairs atomic.Int64
@@ -75,7 +76,7 @@ func (n *nodeState) volumePath(id string) string { return filepath.Join(n.dir, "
 // the next stage/publish.
 func newNodeState(d *Driver) (*nodeState, error) {
 	n := &nodeState{d: d, dir: filepath.Join(d.cfg.StateDir, "node"), datasets: map[string]*datasetMount{}, volumes: map[string]*nodeVolume{},
-		prefetching: map[string]*prefetchRun{}, ctx: context.Background()}
+		prefetching: map[string]*prefetchRun{}, ctx: context.Background(), sizes: datasetSizes{sizes: map[string]int64{}}}
 	n.launcher = localLauncher{binary: d.cfg.CachefsBinary}
 	if d.cfg.MounterEndpoint != "" {
 		ml, err := newMounterLauncher(d.cfg.MounterEndpoint)
@@ -89,7 +90,7 @@ func newNodeState(d *Driver) (*nodeState, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.labeler = &nodeLabeler{client: client, node: d.cfg.NodeID, sizes: map[string]int64{}}
+		n.labeler = &nodeLabeler{client: client, node: d.cfg.NodeID}
 	}
 	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, sub), 0o700); err != nil {
@@ -540,8 +541,9 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpubli
 	return &csipb.NodeUnpublishVolumeResponse{}, nil
 }
 
-// NodeGetVolumeStats reports the volume's cache: bytes used of capacity. A
-// dead mount is Unavailable (the health check repairs it).
+// NodeGetVolumeStats reports the dataset's size (from its manifest; else
+// the cache capacity) as the total, the bytes cached as used. A dead mount is
+// Unavailable (the health check repairs it).
 func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolumeStatsRequest) (*csipb.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
 	if err := checkVolumeID(id); err != nil {
@@ -574,9 +576,16 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolum
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "read cache %s: %v", ds.CacheDir, err)
 	}
+	// Total is the dataset's size when its manifest tells it, else the
+	// cache's capacity; Used is what the cache holds of it; Available is
+	// what it could still take.
+	total, room := info.CapacityBytes, info.CapacityBytes
+	if size := n.datasetBytes(ctx, ds); size >= 0 {
+		total, room = size, min(size, info.CapacityBytes)
+	}
 	return &csipb.NodeGetVolumeStatsResponse{
 		Usage: []*csipb.VolumeUsage{
-			{Unit: csipb.VolumeUsage_BYTES, Total: info.CapacityBytes, Used: info.UsedBytes, Available: max(info.CapacityBytes-info.UsedBytes, 0)},
+			{Unit: csipb.VolumeUsage_BYTES, Total: total, Used: info.UsedBytes, Available: max(room-info.UsedBytes, 0)},
 		},
 	}, nil
 }
