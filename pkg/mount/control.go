@@ -254,7 +254,10 @@ func (c *controlServer) prefetch(conn *net.UnixConn, req ControlRequest, send fu
 		fail("control: a prefetch is already running in this mount (pid %d)", os.Getpid())
 		return
 	}
-	defer c.busy.Store(false)
+	// Free the mount for the next prefetch before the final event, so that
+	// a client that asks again right after the summary is not refused.
+	release := sync.OnceFunc(func() { c.busy.Store(false) })
+	defer release()
 	p, err := prefetch.New(prefetch.Config{
 		Backend:      m.backend,
 		Store:        m.store,
@@ -307,6 +310,7 @@ func (c *controlServer) prefetch(conn *net.UnixConn, req ControlRequest, send fu
 				cancel() // the client is gone
 			}
 		case res := <-done:
+			release()
 			if res.err != nil {
 				m.log.Warn("control: prefetch failed", "err", res.err)
 				fail("%v", res.err)
