@@ -68,6 +68,9 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 	if c.cacheFraction <= 0 || math.IsNaN(c.cacheFraction) {
 		return errors.New("demo: --cache-fraction must be positive")
 	}
+	if !cmd.Flags().Changed("log-level") {
+		g.logLevel = "warn" // the demo prints its own report; logs only for trouble
+	}
 	log, err := g.logger()
 	if err != nil {
 		return err
