@@ -139,6 +139,15 @@ func (n *nodeState) usable() error {
 }
 
 func (n *nodeState) saveVolume(v *nodeVolume) error { return writeJSON(n.volumePath(v.ID), v) }
+
+// putVolume records v in memory and in the state dir. Called with mu held.
+func (n *nodeState) putVolume(v *nodeVolume) error {
+	n.volumes[v.ID] = v
+	if err := n.saveVolume(v); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return nil
+}
 func (n *nodeState) saveDataset(ds *datasetMount) error {
 	return writeJSON(n.datasetPath(ds.Key), ds)
 }
@@ -390,9 +399,8 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 		}
 		return nil, status.Errorf(codes.Internal, "stage: %v", err)
 	}
-	n.volumes[id] = v
-	if err := n.saveVolume(v); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	if err := n.putVolume(v); err != nil {
+		return nil, err
 	}
 	return &csipb.NodeStageVolumeResponse{}, nil
 }
@@ -499,9 +507,8 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 	if !slices.Contains(v.Targets, target) {
 		v.Targets = append(v.Targets, target)
 	}
-	n.volumes[id] = v
-	if err := n.saveVolume(v); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	if err := n.putVolume(v); err != nil {
+		return nil, err
 	}
 	return &csipb.NodePublishVolumeResponse{}, nil
 }
