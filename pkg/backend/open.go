@@ -44,6 +44,12 @@ type Options struct {
 	// Transport, when set, carries the HTTP requests of network backends
 	// (tests, fault injection, custom TLS). Default: minio-go's transport.
 	Transport http.RoundTripper
+
+	// Lazy skips the probe Open makes of network sources (one one-key
+	// listing), so a missing bucket or bad credentials surface at the first
+	// request instead. For callers that make a request of their own right
+	// away, such as a mount fetching its manifest.
+	Lazy bool
 }
 
 // Credentials are an access key pair with an optional session token. Their

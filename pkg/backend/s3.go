@@ -113,6 +113,9 @@ func openS3(ctx context.Context, src Source, opts Options) (Backend, error) {
 	}
 	// Probe: one key of the dataset, so that a missing bucket or bad
 	// credentials fail now, with a clear message, not at the first read.
+	if opts.Lazy {
+		return b, nil
+	}
 	if _, err := b.firstKey(ctx, b.prefix); err != nil {
 		return nil, b.mapErr("open", "", err)
 	}

@@ -135,6 +135,9 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	if bopts.Logger == nil {
 		bopts.Logger = m.log
 	}
+	// No probe at Open: fetching the manifest, or else listing the root,
+	// below proves the dataset reachable with one request fewer.
+	bopts.Lazy = true
 	b, err := backend.Open(ctx, m.src, bopts)
 	if err != nil {
 		return err
