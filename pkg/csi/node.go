@@ -38,9 +38,9 @@ type nodeState struct {
 	repairs atomic.Int64
 
 	mu          sync.Mutex
-	datasets    map[string]*datasetMount      // by key
-	volumes     map[string]*nodeVolume        // by volume id
-	prefetching map[string]*prefetchRun // by dataset key, while a prefetch runs
+	datasets    map[string]*datasetMount // by key
+	volumes     map[string]*nodeVolume   // by volume id
+	prefetching map[string]*prefetchRun  // by dataset key, while a prefetch runs
 }
 
 // NodeStats counts what the node service manages.
