@@ -56,6 +56,7 @@ vet:
 	$(GO) vet ./...
 
 lint: vet $(TOOLS_BIN)/staticcheck
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(TOOLS_BIN)/staticcheck ./...
 
 ## bench: Go benchmarks (results go in bench/RESULTS.md by hand, with the machine and command).
