@@ -27,6 +27,10 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
+	// A mount must outlive whoever reads its output: with SIGPIPE ignored, a
+	// closed stdout/stderr pipe makes writes fail instead of killing the
+	// process and leaving a dead mount behind.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	err := newRoot().ExecuteContext(ctx)

@@ -71,6 +71,10 @@ func run() error {
 		return fmt.Errorf("--default-cache-size: %w", err)
 	}
 	cfg.Version, cfg.Logger = version, log
+	// A mount must outlive whoever reads its output: with SIGPIPE ignored, a
+	// closed stdout/stderr pipe makes writes fail instead of killing the
+	// process and leaving a dead mount behind.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
