@@ -35,7 +35,8 @@ type nodeState struct {
 	sizes    datasetSizes
 	ctx      context.Context // parent of background prefetches
 
-	repairs atomic.Int64
+	repairs   atomic.Int64
+	lastStats atomic.Pointer[NodeStats] // counts as of the last NodeStats that got mu
 
 	mu          sync.Mutex
 	datasets    map[string]*datasetMount // by key
@@ -55,9 +56,18 @@ func (d *Driver) NodeStats() NodeStats {
 	if n == nil {
 		return NodeStats{}
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return NodeStats{DatasetMounts: len(n.datasets), Volumes: len(n.volumes), Repairs: n.repairs.Load()}
+	// A stage may hold mu for up to MountTimeout: a metrics scrape then gets
+	// the counts seen last instead of waiting.
+	if n.mu.TryLock() {
+		n.lastStats.Store(&NodeStats{DatasetMounts: len(n.datasets), Volumes: len(n.volumes)})
+		n.mu.Unlock()
+	}
+	st := NodeStats{}
+	if last := n.lastStats.Load(); last != nil {
+		st = *last
+	}
+	st.Repairs = n.repairs.Load()
+	return st
 }
 
 // nodeVolume is a staged or (inline) published volume on this node.

@@ -180,6 +180,9 @@ func TestTwoVolumesOneDataset(t *testing.T) {
 	if pids := mountProcesses(t, td.stateDir); len(pids) != 1 {
 		t.Fatalf("%d cachefs processes for two volumes of one dataset, want 1", len(pids))
 	}
+	if st := td.driver.NodeStats(); st.DatasetMounts != 1 || st.Volumes != 2 {
+		t.Errorf("NodeStats %+v, want 1 dataset mount and 2 volumes", st)
+	}
 	unstage(t, td, "vol-a", s1)
 	checkFiles(t, s2, files)
 	unstage(t, td, "vol-b", s2)
