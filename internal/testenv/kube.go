@@ -50,7 +50,7 @@ type Kube struct {
 	// Host is "https://127.0.0.1:PORT".
 	Host string
 
-	log *syncBuffer // kube-apiserver output
+	log *SyncBuffer // kube-apiserver output
 }
 
 // kubeReadyTimeout bounds the wait for etcd and for kube-apiserver's /readyz.
@@ -99,13 +99,13 @@ func StartKube(t testing.TB, crdPaths ...string) *Kube {
 type child struct {
 	name   string
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *SyncBuffer
 	exited chan struct{}
 	err    error
 }
 
 func startChild(name, bin string, args ...string) (*child, error) {
-	c := &child{name: name, out: &syncBuffer{}, exited: make(chan struct{})}
+	c := &child{name: name, out: &SyncBuffer{}, exited: make(chan struct{})}
 	c.cmd = exec.Command(bin, args...)
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
 	if err := c.cmd.Start(); err != nil {

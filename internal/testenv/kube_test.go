@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,16 +81,7 @@ func TestStartKube(t *testing.T) {
 	if host == "" {
 		return // skipped
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", host, 200*time.Millisecond)
-		if err != nil {
-			return
-		}
-		c.Close()
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Errorf("kube-apiserver still listening on %s after cleanup", host)
+	waitClosed(t, host, "kube-apiserver")
 }
 
 func TestStartKubeMissingBinary(t *testing.T) {

@@ -33,7 +33,7 @@ type MinIO struct {
 	bin    string
 	data   string // server data dir, kept across Stop/Restart
 	ports  [2]int // API and console ports
-	out    *syncBuffer
+	out    *SyncBuffer
 
 	mu   sync.Mutex
 	stop func() // kills the running server; nil when stopped
@@ -60,7 +60,7 @@ func StartMinIO(t testing.TB) *MinIO {
 			ports:     [2]int{FreePort(t), FreePort(t)},
 			AccessKey: "epochfs" + randHex(t, 8),
 			SecretKey: randHex(t, 20),
-			out:       &syncBuffer{},
+			out:       &SyncBuffer{},
 		}
 		m.Host = "127.0.0.1:" + strconv.Itoa(m.ports[0])
 		m.Endpoint = "http://" + m.Host
@@ -193,19 +193,21 @@ func randHex(t testing.TB, n int) string {
 	return hex.EncodeToString(b)
 }
 
-// syncBuffer collects a child's output from two pipes.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent writers (a child's two
+// pipes, a logger shared by goroutines) and readers. The zero value is ready.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

@@ -110,6 +110,17 @@ func TestStartMinIO(t *testing.T) {
 		return // skipped
 	}
 	// After the subtest's cleanup the server is gone.
+	waitClosed(t, host, "minio")
+}
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+func minioGetOpts() minio.GetObjectOptions { return minio.GetObjectOptions{} }
+
+// waitClosed fails the test unless nothing listens on host within 5 s: the
+// server a harness started is gone after its cleanup.
+func waitClosed(t *testing.T, host, what string) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", host, 200*time.Millisecond)
@@ -119,9 +130,5 @@ func TestStartMinIO(t *testing.T) {
 		c.Close()
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Errorf("minio still listening on %s after cleanup", host)
+	t.Errorf("%s still listening on %s after cleanup", what, host)
 }
-
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-
-func minioGetOpts() minio.GetObjectOptions { return minio.GetObjectOptions{} }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -23,25 +22,7 @@ type driverProcess struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	td   *testDriver
-	log  *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writes and our reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log  *testenv.SyncBuffer
 }
 
 // runDriverProcess starts csi-driver with extra flags; with mode "mounter"
@@ -54,7 +35,7 @@ func runDriverProcess(t *testing.T, dir, mode string, extra ...string) *driverPr
 		sock = filepath.Join(dir, "mounter.sock")
 	}
 	_ = os.Remove(sock)
-	log := &syncBuffer{}
+	log := &testenv.SyncBuffer{}
 	args := append([]string{"--endpoint", "unix://" + sock, "--nodeid", "n1", "--mode", mode,
 		"--state-dir", filepath.Join(dir, "state"), "--cache-root", filepath.Join(dir, "cache"),
 		"--cachefs-binary", cachefs, "--health-interval", "0", "--log-format", "text"}, extra...)

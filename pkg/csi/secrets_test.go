@@ -26,7 +26,7 @@ func TestSecretsNeverInArgsOrLogs(t *testing.T) {
 	for _, f := range files {
 		mi.Put(t, "secret", "ds/"+f.Path, datagen.Content(f))
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	td := startDriver(t, func(c *csi.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})

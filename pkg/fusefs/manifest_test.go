@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -45,28 +44,10 @@ func (b *countingBackend) ReadAt(ctx context.Context, p, v string, buf []byte, o
 	return b.Backend.ReadAt(ctx, p, v, buf, off)
 }
 
-// syncBuffer is a log sink shared by the FUSE server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type manifestMount struct {
 	dir     string
 	backend *countingBackend
-	logs    *syncBuffer
+	logs    *testenv.SyncBuffer
 }
 
 // mountManifest indexes the posix directory src, then mounts it from the
@@ -95,7 +76,7 @@ func mountManifest(t *testing.T, src string, capacity int64) *manifestMount {
 func mountCounting(t *testing.T, raw backend.Backend, man *manifest.Manifest, capacity int64) *manifestMount {
 	t.Helper()
 	b := &countingBackend{Backend: raw}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	mnt, _ := mountFS(t, fusefs.Options{Backend: b, Manifest: man, Logger: slog.New(slog.NewTextHandler(logs, nil))}, capacity, raw)
 	return &manifestMount{dir: mnt, backend: b, logs: logs}
 }
