@@ -40,9 +40,11 @@ func passthroughExpected() bool {
 // TestCountersAndPassthrough checks the request counters, and that a cached
 // whole file is read by the kernel without READ requests reaching this
 // process when passthrough is possible.
-func TestCountersAndPassthrough(t *testing.T) {
+func TestCountersAndPassthrough(t *testing.T) { eachMode(t, testCountersAndPassthrough) }
+
+func testCountersAndPassthrough(t *testing.T, mode string) {
 	src, files, _ := genDataset(t, 20)
-	m := mountDir(t, src, 1<<30, fusefs.Options{})
+	m := mountDir(t, mode, src, 1<<30, fusefs.Options{})
 	before := fusefs.ReadCounters()
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(m.dir, f.Path))

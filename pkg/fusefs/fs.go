@@ -148,14 +148,6 @@ func New(opts Options) (*FS, error) {
 	}, nil
 }
 
-// Root returns the root node, for fs.Mount or fs.NewNodeFS.
-func (f *FS) Root() fs.InodeEmbedder {
-	if f.manifest != nil {
-		return &manifestDir{fsys: f, idx: manifest.Root}
-	}
-	return &dirNode{fsys: f, path: ""}
-}
-
 // Close cancels in-flight backend fetches. Call it after unmounting.
 func (f *FS) Close() { f.cancel() }
 
@@ -192,8 +184,21 @@ func (f *FS) Mount(mountpoint string, mo MountOptions) (*fuse.Server, error) {
 			DisableXAttrs:    true,
 		},
 	}
-	server, err := fs.Mount(mountpoint, f.Root(), opts)
+	if f.manifest == nil {
+		server, err := fs.Mount(mountpoint, &dirNode{fsys: f, path: ""}, opts)
+		if err != nil {
+			return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
+		}
+		return server, nil
+	}
+	// From a manifest: the raw API, no per-inode state (manifest.go).
+	server, err := fuse.NewServer(newManifestFS(f), mountpoint, &opts.MountOptions)
 	if err != nil {
+		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		_ = server.Unmount()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}
 	return server, nil

@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,16 +22,32 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/manifest"
 )
 
+// The two ways a tree is served: from backend listings (the go-fuse node
+// tree) and from a manifest (the raw protocol API). Tests of what both must
+// do run in both.
+const (
+	modeListing  = "listing"
+	modeManifest = "manifest"
+)
+
+func eachMode(t *testing.T, test func(t *testing.T, mode string)) {
+	for _, mode := range []string{modeListing, modeManifest} {
+		t.Run(mode, func(t *testing.T) { test(t, mode) })
+	}
+}
+
 // testMount mounts src (a posix directory) through a fresh cache of the
-// given capacity and unmounts in t.Cleanup.
+// given capacity and unmounts in t.Cleanup. In modeManifest, src is indexed
+// first and mounted from the manifest.
 type testMount struct {
 	dir   string
 	store *cache.Store
 }
 
-func mountDir(t *testing.T, src string, capacity int64, opts fusefs.Options) *testMount {
+func mountDir(t *testing.T, mode, src string, capacity int64, opts fusefs.Options) *testMount {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	ctx := context.Background()
@@ -42,6 +60,13 @@ func mountDir(t *testing.T, src string, capacity int64, opts fusefs.Options) *te
 		t.Fatal(err)
 	}
 	opts.Backend = b
+	if mode == modeManifest {
+		man, _, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Manifest = man
+	}
 	mnt, store := mountFS(t, opts, capacity, b)
 	return &testMount{dir: mnt, store: store}
 }
@@ -106,10 +131,12 @@ func paths(files []datagen.File) []string {
 // TestEpochsMatchSourceAndHitCD reads shuffled epochs through a half-size NR
 // cache: every byte matches, epoch 1 hits nothing, later epochs hit what the
 // cache holds (≈ C/D).
-func TestEpochsMatchSourceAndHitCD(t *testing.T) {
+func TestEpochsMatchSourceAndHitCD(t *testing.T) { eachMode(t, testEpochsMatchSourceAndHitCD) }
+
+func testEpochsMatchSourceAndHitCD(t *testing.T, mode string) {
 	src, files, want := genDataset(t, 300)
 	total := datagen.TotalSize(files)
-	m := mountDir(t, src, total/2, fusefs.Options{})
+	m := mountDir(t, mode, src, total/2, fusefs.Options{})
 	for e := 1; e <= 3; e++ {
 		before := m.store.Stats()
 		res, err := epoch.Run(context.Background(), epoch.Options{Root: m.dir, Paths: paths(files), Workers: 8, Seed: uint64(e), Want: want})
@@ -139,7 +166,9 @@ func TestEpochsMatchSourceAndHitCD(t *testing.T) {
 	}
 }
 
-func TestReaddirAndStat(t *testing.T) {
+func TestReaddirAndStat(t *testing.T) { eachMode(t, testReaddirAndStat) }
+
+func testReaddirAndStat(t *testing.T, mode string) {
 	src := t.TempDir()
 	mustWrite(t, filepath.Join(src, "a", "x.bin"), []byte("hello"))
 	mustWrite(t, filepath.Join(src, "a", "y y ü.bin"), []byte("unicode"))
@@ -147,7 +176,30 @@ func TestReaddirAndStat(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(src, "empty"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m := mountDir(t, src, 1<<20, fusefs.Options{})
+	// Big enough that a listing takes many READDIR requests, each resuming
+	// at the previous one's offset.
+	var many []string
+	for i := range 3000 {
+		name := fmt.Sprintf("f%05d-%s", i, strings.Repeat("n", i%40))
+		many = append(many, name)
+		mustWrite(t, filepath.Join(src, "many", name), []byte{byte(i)})
+	}
+	m := mountDir(t, mode, src, 1<<20, fusefs.Options{})
+
+	list, err := os.ReadDir(filepath.Join(m.dir, "many"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, e := range list {
+		listed = append(listed, e.Name())
+		if !e.Type().IsRegular() {
+			t.Errorf("many/%s: type %v, want a regular file", e.Name(), e.Type())
+		}
+	}
+	if !equal(listed, many) {
+		t.Errorf("many/ lists %d names, want %d in order", len(listed), len(many))
+	}
 
 	ents, err := os.ReadDir(m.dir)
 	if err != nil {
@@ -157,7 +209,7 @@ func TestReaddirAndStat(t *testing.T) {
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	if got, want := names, []string{"a", "b.bin", "empty"}; !equal(got, want) {
+	if got, want := names, []string{"a", "b.bin", "empty", "many"}; !equal(got, want) {
 		t.Fatalf("root lists %q, want %q", got, want)
 	}
 	st, err := os.Stat(filepath.Join(m.dir, "b.bin"))
@@ -175,7 +227,7 @@ func TestReaddirAndStat(t *testing.T) {
 		t.Errorf("stat missing: %v, want ENOENT", err)
 	}
 	// Stable inode numbers: the same path has the same inode in a second mount.
-	m2 := mountDir(t, src, 1<<20, fusefs.Options{})
+	m2 := mountDir(t, mode, src, 1<<20, fusefs.Options{})
 	for _, p := range []string{"a", "a/x.bin", "b.bin"} {
 		if a, b := ino(t, filepath.Join(m.dir, p)), ino(t, filepath.Join(m2.dir, p)); a != b {
 			t.Errorf("%s: inode %d in one mount, %d in another", p, a, b)
@@ -184,13 +236,15 @@ func TestReaddirAndStat(t *testing.T) {
 }
 
 // TestWriteCallsFailEROFS tries every write-type call on the mount.
-func TestWriteCallsFailEROFS(t *testing.T) {
+func TestWriteCallsFailEROFS(t *testing.T) { eachMode(t, testWriteCallsFailEROFS) }
+
+func testWriteCallsFailEROFS(t *testing.T, mode string) {
 	src := t.TempDir()
 	mustWrite(t, filepath.Join(src, "f"), []byte("data"))
 	if err := os.Mkdir(filepath.Join(src, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m := mountDir(t, src, 1<<20, fusefs.Options{})
+	m := mountDir(t, mode, src, 1<<20, fusefs.Options{})
 	f := filepath.Join(m.dir, "f")
 	d := filepath.Join(m.dir, "d")
 	cases := []struct {
@@ -230,7 +284,9 @@ func TestWriteCallsFailEROFS(t *testing.T) {
 
 // TestLargeFileBlocks reads a file larger than WholeFileMax at random offsets
 // and sequentially, through small blocks with readahead.
-func TestLargeFileBlocks(t *testing.T) {
+func TestLargeFileBlocks(t *testing.T) { eachMode(t, testLargeFileBlocks) }
+
+func testLargeFileBlocks(t *testing.T, mode string) {
 	src := t.TempDir()
 	data := make([]byte, 5<<20+12345)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -239,7 +295,7 @@ func TestLargeFileBlocks(t *testing.T) {
 	}
 	mustWrite(t, filepath.Join(src, "big.bin"), data)
 	const bs = 256 << 10
-	m := mountDir(t, src, 2<<20, fusefs.Options{WholeFileMax: 1 << 20, BlockSize: bs, Readahead: 3})
+	m := mountDir(t, mode, src, 2<<20, fusefs.Options{WholeFileMax: 1 << 20, BlockSize: bs, Readahead: 3})
 	p := filepath.Join(m.dir, "big.bin")
 
 	got, err := os.ReadFile(p)
@@ -276,9 +332,11 @@ func TestLargeFileBlocks(t *testing.T) {
 
 // TestParallelReadersOneFile opens the same uncached files from many readers
 // at once: all see the right bytes and each file is fetched once.
-func TestParallelReadersOneFile(t *testing.T) {
+func TestParallelReadersOneFile(t *testing.T) { eachMode(t, testParallelReadersOneFile) }
+
+func testParallelReadersOneFile(t *testing.T, mode string) {
 	src, files, want := genDataset(t, 20)
-	m := mountDir(t, src, 1<<30, fusefs.Options{})
+	m := mountDir(t, mode, src, 1<<30, fusefs.Options{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 64*len(files))
 	for range 64 {
@@ -309,11 +367,13 @@ func TestParallelReadersOneFile(t *testing.T) {
 
 // TestChangedSourceIsEIO: a file that changes under the mount after it was
 // listed fails with EIO instead of serving bytes of another version.
-func TestChangedSourceIsEIO(t *testing.T) {
+func TestChangedSourceIsEIO(t *testing.T) { eachMode(t, testChangedSourceIsEIO) }
+
+func testChangedSourceIsEIO(t *testing.T, mode string) {
 	src := t.TempDir()
 	p := filepath.Join(src, "f")
 	mustWrite(t, p, []byte("version one"))
-	m := mountDir(t, src, 1<<20, fusefs.Options{})
+	m := mountDir(t, mode, src, 1<<20, fusefs.Options{})
 	if _, err := os.Stat(filepath.Join(m.dir, "f")); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,8 @@ import (
 // Every write-type call fails with EROFS. The mount is also read-only at the
 // VFS level (MS_RDONLY), so most of these never reach us; they are here so
 // that the answer does not depend on how the mount was made. Directory and
-// file node types embed readOnlyDir and readOnlyFile.
+// file node types embed readOnlyDir and readOnlyFile; the manifest file
+// system (manifest.go) answers the same calls itself.
 
 // readOnlyDir answers EROFS to the write-type calls on a directory.
 type readOnlyDir struct{}
@@ -34,21 +35,6 @@ var (
 	_ = (fs.NodeSetattrer)((*fileNode)(nil))
 	_ = (fs.NodeSetxattrer)((*fileNode)(nil))
 	_ = (fs.NodeRemovexattrer)((*fileNode)(nil))
-
-	_ = (fs.NodeSetattrer)((*manifestDir)(nil))
-	_ = (fs.NodeCreater)((*manifestDir)(nil))
-	_ = (fs.NodeMkdirer)((*manifestDir)(nil))
-	_ = (fs.NodeMknoder)((*manifestDir)(nil))
-	_ = (fs.NodeUnlinker)((*manifestDir)(nil))
-	_ = (fs.NodeRmdirer)((*manifestDir)(nil))
-	_ = (fs.NodeRenamer)((*manifestDir)(nil))
-	_ = (fs.NodeSymlinker)((*manifestDir)(nil))
-	_ = (fs.NodeLinker)((*manifestDir)(nil))
-	_ = (fs.NodeSetxattrer)((*manifestDir)(nil))
-	_ = (fs.NodeRemovexattrer)((*manifestDir)(nil))
-	_ = (fs.NodeSetattrer)((*manifestFile)(nil))
-	_ = (fs.NodeSetxattrer)((*manifestFile)(nil))
-	_ = (fs.NodeRemovexattrer)((*manifestFile)(nil))
 )
 
 func (readOnlyDir) Setattr(context.Context, fs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
