@@ -6,13 +6,22 @@
 // lstat of every file by -walkers goroutines, the first after mounting) and
 // the mount process's RSS before and after the walk.
 //
+// With -s3, the same files (the first -s3-files of them) are also uploaded
+// to a MinIO started here (kept in -dir and reused by later runs), indexed
+// from S3, the manifest stored next to the dataset at .epochfs/manifest, and
+// three mounts of the bucket are compared the same way in one run: EpochFS
+// finding that manifest by itself, EpochFS without a manifest (lazy
+// listings), and `rclone mount` (pinned, built by `make bench-tools`).
+//
 //	go run ./bench/meta -dir /var/tmp/epochfs-meta -files 1000000 -walkers 8
+//	go run ./bench/meta -dir /var/tmp/epochfs-meta -files 1000000 -s3 -s3-files 1000000
 //
 // The dataset is kept in -dir and reused when it already has -files files.
 // Needs root (FUSE).
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -28,6 +37,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
+	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
 )
@@ -37,22 +49,38 @@ func main() {
 	files := flag.Int("files", 1_000_000, "number of files")
 	perDir := flag.Int("per-dir", 1000, "files per directory")
 	walkers := flag.Int("walkers", 8, "parallel walkers")
-	rounds := flag.Int("rounds", 1, "interleaved rounds of (manifest, no manifest)")
+	rounds := flag.Int("rounds", 1, "interleaved rounds of (manifest, no manifest[, S3 modes])")
+	local := flag.Bool("local", true, "compare mounts of the local dataset")
+	s3 := flag.Bool("s3", false, "also compare mounts of the dataset in MinIO: EpochFS with and without a manifest, and rclone mount")
+	s3Files := flag.Int("s3-files", 0, "files uploaded to MinIO (0: -files)")
+	minioBin := flag.String("minio", ".tools/bin/minio", "minio binary (make tools)")
+	rcloneBin := flag.String("rclone", ".tools/bin/rclone", "rclone binary (make bench-tools)")
 	flag.Parse()
-	if err := run(*dir, *files, *perDir, *walkers, *rounds); err != nil {
+	data := filepath.Join(*dir, "data")
+	if err := generate(data, *files, *perDir); err != nil {
 		log.Fatal(err)
+	}
+	bin := filepath.Join(*dir, "cachefs")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachefs").CombinedOutput(); err != nil {
+		log.Fatalf("go build: %v\n%s", err, out)
+	}
+	if *local {
+		if err := runLocal(bin, *dir, data, *walkers, *rounds); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if *s3 {
+		n := *s3Files
+		if n == 0 {
+			n = *files
+		}
+		if err := runS3(bin, *dir, data, min(n, *files), *perDir, *walkers, *rounds, *minioBin, *rcloneBin); err != nil {
+			log.Fatal(err)
+		}
 	}
 }
 
-func run(dir string, files, perDir, walkers, rounds int) error {
-	data := filepath.Join(dir, "data")
-	if err := generate(data, files, perDir); err != nil {
-		return err
-	}
-	bin := filepath.Join(dir, "cachefs")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachefs").CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, out)
-	}
+func runLocal(bin, dir, data string, walkers, rounds int) error {
 
 	// Manifest build (library call, the same code as `cachefs index`).
 	ctx := context.Background()
@@ -84,20 +112,125 @@ func run(dir string, files, perDir, walkers, rounds int) error {
 	m = nil
 	runtime.GC()
 
-	fmt.Printf("\n| round | mode | mount→ready | walk (readdir + lstat, %d walkers) | lstat/s | RSS ready | RSS after walk | (after − ready)/file |\n|---|---|---|---|---|---|---|---|\n", walkers)
+	tableHeader(walkers)
 	for r := 1; r <= rounds; r++ {
 		for _, mode := range []string{manPath, "none"} {
-			res, err := measure(bin, dir, data, mode, walkers)
-			if err != nil {
-				return err
-			}
 			name := "manifest"
 			if mode == "none" {
 				name = "no manifest"
 			}
-			fmt.Printf("| %d | %s | %.2fs | %.2fs (%d files) | %.0f | %s | %s | %.0f B |\n", r, name,
-				res.ready.Seconds(), res.walk.Seconds(), res.files, float64(res.files)/res.walk.Seconds(),
-				mib(res.rssReady), mib(res.rssWalk), float64(res.rssWalk-res.rssReady)/float64(res.files))
+			res, err := measure(cachefsMount(bin, data, mode, nil), dir, walkers)
+			if err != nil {
+				return err
+			}
+			res.print(r, name)
+		}
+	}
+	return nil
+}
+
+func tableHeader(walkers int) {
+	fmt.Printf("\n| round | mode | mount→ready | walk (readdir + lstat, %d walkers) | lstat/s | RSS ready | RSS after walk | (after − ready)/file |\n|---|---|---|---|---|---|---|---|\n", walkers)
+}
+
+func (res result) print(round int, name string) {
+	fmt.Printf("| %d | %s | %.2fs | %.2fs (%d files) | %.0f | %s | %s | %.0f B |\n", round, name,
+		res.ready.Seconds(), res.walk.Seconds(), res.files, float64(res.files)/res.walk.Seconds(),
+		mib(res.rssReady), mib(res.rssWalk), float64(res.rssWalk-res.rssReady)/float64(res.files))
+}
+
+// runS3 uploads the first files files of data to MinIO (once: a marker
+// object records a finished upload), indexes the bucket into
+// .epochfs/manifest, and compares EpochFS with that manifest, EpochFS
+// without one, and rclone mount, interleaved.
+func runS3(bin, dir, data string, files, perDir, walkers, rounds int, minioBin, rcloneBin string) error {
+	for _, b := range []string{minioBin, rcloneBin} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("%w (run make tools bench-tools)", err)
+		}
+	}
+	srv, err := benchproc.StartMinIO(minioBin, filepath.Join(dir, "minio"))
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	ctx := context.Background()
+	const bucket = "meta"
+	marker := fmt.Sprintf(".bench/uploaded-%d-%d", files, perDir)
+	if _, err := srv.Client.StatObject(ctx, bucket, marker, minio.StatObjectOptions{}); err != nil {
+		var paths []string
+		for i := range files {
+			paths = append(paths, fmt.Sprintf("d%04d/f%07d.jpg", i/perDir, i))
+		}
+		start := time.Now()
+		err := srv.Upload(ctx, bucket, data, paths, 32, func(done int) {
+			if done%100_000 == 0 {
+				fmt.Printf("upload: %d/%d files, %.0f files/s\n", done, files, float64(done)/time.Since(start).Seconds())
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := srv.Client.PutObject(ctx, bucket, marker, strings.NewReader(""), 0, minio.PutObjectOptions{}); err != nil {
+			return err
+		}
+		fmt.Printf("uploaded %d files to MinIO in %.1fs\n", files, time.Since(start).Seconds())
+	}
+
+	// Index from S3 with the library (the code of `cachefs index`), and
+	// store the manifest where mounts look for it by themselves.
+	url := srv.URL(bucket)
+	src, err := backend.Parse(url)
+	if err != nil {
+		return err
+	}
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
+	b, err := backend.Open(ctx, src, backend.Options{})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	m, st, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: 16})
+	b.Close()
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	enc, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	if _, err := srv.Client.PutObject(ctx, bucket, manifest.DefaultPath, bytes.NewReader(enc), int64(len(enc)), minio.PutObjectOptions{}); err != nil {
+		return err
+	}
+	fmt.Printf("\nS3 dataset: %d files in %d directories in MinIO\n", st.Files, st.Dirs)
+	fmt.Printf("index from S3: %.2fs (%.0f files/s, 16 listing workers), manifest %d bytes (%.1f B/file), stored at %s\n",
+		took.Seconds(), float64(st.Files)/took.Seconds(), len(enc), float64(len(enc))/float64(st.Files), manifest.DefaultPath)
+	m = nil
+	runtime.GC()
+
+	tableHeader(walkers)
+	for r := 1; r <= rounds; r++ {
+		for _, mode := range []string{"epochfs, manifest found in the bucket", "epochfs, no manifest", "rclone mount"} {
+			var start starter
+			switch mode {
+			case "rclone mount":
+				start = func(mnt, cache string) (*benchproc.Proc, error) {
+					return benchproc.StartRclone(rcloneBin, srv.RcloneRemote(bucket), mnt, cache, 1<<30, srv.Env())
+				}
+			case "epochfs, no manifest":
+				start = cachefsMount(bin, url, "none", srv.Env())
+			default:
+				start = cachefsMount(bin, url, "", srv.Env())
+			}
+			res, err := measure(start, dir, walkers)
+			if err != nil {
+				return fmt.Errorf("%s: %w", mode, err)
+			}
+			res.print(r, "S3, "+mode)
 		}
 	}
 	return nil
@@ -159,9 +292,34 @@ type result struct {
 	rssReady, rssWalk int64
 }
 
-// measure mounts data with --manifest mode, waits until the mount answers,
-// walks it, and unmounts.
-func measure(bin, dir, data, mode string, walkers int) (result, error) {
+// starter starts a mount at mnt with its cache in cache and waits until it
+// is mounted.
+type starter func(mnt, cache string) (*benchproc.Proc, error)
+
+// cachefsMount starts `cachefs mount source` with --manifest manifest ("":
+// the default, found next to the dataset).
+func cachefsMount(bin, source, man string, env []string) starter {
+	return func(mnt, cache string) (*benchproc.Proc, error) {
+		args := []string{"mount", source, mnt, "--cache-dir", cache, "--cache-size", "1GiB", "--log-level", "warn"}
+		if man != "" {
+			args = append(args, "--manifest", man)
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		p, err := benchproc.Start("cachefs mount", cmd, mnt)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.WaitMounted(5 * time.Minute); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+}
+
+// measure mounts with start on a fresh cache, waits until the mount
+// answers, walks it, and unmounts.
+func measure(start starter, dir string, walkers int) (result, error) {
 	var res result
 	mnt := filepath.Join(dir, "mnt")
 	cache := filepath.Join(dir, "cache")
@@ -170,36 +328,25 @@ func measure(bin, dir, data, mode string, walkers int) (result, error) {
 		return res, err
 	}
 	dropCaches()
-	start := time.Now()
-	cmd := exec.Command(bin, "mount", data, mnt, "--cache-dir", cache, "--cache-size", "1GiB", "--manifest", mode, "--log-level", "warn")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	t0 := time.Now()
+	p, err := start(mnt, cache)
+	if err != nil {
 		return res, err
 	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
-	for !isMounted(mnt) {
-		if time.Since(start) > 5*time.Minute {
-			return res, fmt.Errorf("mount not ready after 5 minutes")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	defer p.Stop()
 	if _, err := os.ReadDir(mnt); err != nil {
 		return res, err
 	}
-	res.ready = time.Since(start)
-	res.rssReady = rss(cmd.Process.Pid)
+	res.ready = time.Since(t0)
+	res.rssReady = rss(p.Cmd.Process.Pid)
 
-	start = time.Now()
+	t0 = time.Now()
 	n, err := walk(mnt, walkers)
 	if err != nil {
 		return res, err
 	}
-	res.walk, res.files = time.Since(start), n
-	runtime.GC()
-	res.rssWalk = rss(cmd.Process.Pid)
+	res.walk, res.files = time.Since(t0), n
+	res.rssWalk = rss(p.Cmd.Process.Pid)
 	return res, nil
 }
 
@@ -248,14 +395,6 @@ func walk(root string, walkers int) (int64, error) {
 	close(queue)
 	wg.Wait()
 	return files.Load(), firstErr
-}
-
-func isMounted(mnt string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	return strings.Contains(string(b), " "+mnt+" ")
 }
 
 // rss returns the resident set of a process in bytes.
