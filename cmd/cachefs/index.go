@@ -26,6 +26,7 @@ const maxDriftLines = 50
 type indexConfig struct {
 	source   string
 	output   string
+	upload   bool
 	verify   string
 	checksum bool
 	workers  int
@@ -35,18 +36,19 @@ type indexConfig struct {
 func newIndexCmd(g *globalFlags) *cobra.Command {
 	var c indexConfig
 	cmd := &cobra.Command{
-		Use:   "index SOURCE (-o FILE | --verify FILE)",
+		Use:   "index SOURCE (-o FILE|URL | --upload | --verify FILE)",
 		Short: "Build a dataset manifest, or check one against the dataset",
 		Long: `Walk every directory of SOURCE (with --workers concurrent listings) and write a
 manifest: the sorted list of every file with its size and version (and sha256
 with --checksum). A mount with a manifest serves names and attributes without
 listing the backend, and is ready in seconds even at millions of files.
 
--o writes a local file (atomically). Store it next to the dataset, at
-SOURCE/.epochfs/manifest, and 'cachefs mount' finds it without --manifest;
-for a directory source that is simply '-o /data/set/.epochfs/manifest'; for
-S3 upload the file to prefix/.epochfs/manifest (e.g. 'mc cp' or 'aws s3 cp').
-The .epochfs directory at the dataset root is never indexed.
+--upload stores the manifest next to the dataset, at SOURCE/.epochfs/manifest
+(a directory or an S3 prefix; with the same credentials as the listing), where
+'cachefs mount', 'cachefs prefetch' and the CSI driver find it without
+--manifest. -o writes a local file (atomically) or, given a URL
+(s3://bucket/prefix/name?endpoint=…), that object; -o and --upload may be
+combined. The .epochfs directory at the dataset root is never indexed.
 
 --verify FILE compares FILE with the dataset now and lists files that are
 missing, new, or changed (size, version, or sha256 when both sides have one);
@@ -56,7 +58,8 @@ A progress line is drawn on a terminal (plain lines every 5s otherwise), then
 a summary: files, bytes, directories, skipped names, time, manifest size.
 Names that would escape the mount (.., NUL, control characters, components
 over 255 bytes) are skipped with a warning and counted.`,
-		Example: `  cachefs index /data/imagenet -o /data/imagenet/.epochfs/manifest
+		Example: `  cachefs index /data/imagenet --upload
+  cachefs index 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' --upload --workers 64
   cachefs index 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' -o manifest --workers 64
   cachefs index /data/imagenet --verify /data/imagenet/.epochfs/manifest`,
 		Args: cobra.ExactArgs(1),
@@ -66,7 +69,8 @@ over 255 bytes) are skipped with a warning and counted.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&c.output, "output", "o", "", "write the manifest to this local file")
+	f.StringVarP(&c.output, "output", "o", "", "write the manifest to this local file, or to the object a URL names")
+	f.BoolVar(&c.upload, "upload", false, "store the manifest next to the dataset, at SOURCE/.epochfs/manifest, where mounts find it")
 	f.StringVar(&c.verify, "verify", "", "compare this manifest with the dataset and report drift (exit 3 on drift)")
 	f.BoolVar(&c.checksum, "checksum", false, "read every file and record its sha256 (compared by --verify when both have one)")
 	f.IntVar(&c.workers, "workers", manifest.DefaultIndexWorkers, "concurrent directory listings (and file reads with --checksum)")
@@ -80,10 +84,10 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 		return err
 	}
 	switch {
-	case c.output == "" && c.verify == "":
-		return errors.New("index: give -o FILE to write a manifest or --verify FILE to check one")
-	case c.output != "" && c.verify != "":
-		return errors.New("index: -o and --verify are exclusive")
+	case c.output == "" && !c.upload && c.verify == "":
+		return errors.New("index: give -o FILE (or URL) or --upload to write a manifest, or --verify FILE to check one")
+	case (c.output != "" || c.upload) && c.verify != "":
+		return errors.New("index: -o/--upload and --verify are exclusive")
 	case c.workers < 1:
 		return fmt.Errorf("index: --workers %d: want at least 1", c.workers)
 	case c.progress != "auto" && c.progress != "lines" && c.progress != "none":
@@ -99,7 +103,8 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	if err != nil {
 		return err
 	}
-	b, err := backend.Open(ctx, src, backend.Options{Logger: log})
+	bopts := backend.Options{Logger: log}
+	b, err := backend.Open(ctx, src, bopts)
 	if err != nil {
 		return err
 	}
@@ -119,12 +124,25 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	if old != nil {
 		return reportDrift(stdout, c.verify, manifest.Diff(old, m))
 	}
-	n, err := m.WriteFile(c.output)
+	data, err := m.Encode()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "manifest %s: %s (%.1f B/file), checksums: %v\n",
-		c.output, cache.FormatSize(n), float64(n)/float64(max(st.Files, 1)), c.checksum)
+	var locs []string
+	if c.output != "" {
+		locs = append(locs, c.output)
+	}
+	if c.upload {
+		locs = append(locs, manifest.LocAuto)
+	}
+	for _, loc := range locs {
+		where, err := manifest.Store(ctx, b, loc, bopts, data)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "manifest %s: %s (%.1f B/file), checksums: %v\n",
+			where, cache.FormatSize(int64(len(data))), float64(len(data))/float64(max(st.Files, 1)), c.checksum)
+	}
 	return nil
 }
 

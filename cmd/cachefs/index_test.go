@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
 )
 
@@ -97,6 +100,7 @@ func TestIndexFlags(t *testing.T) {
 		want string
 	}{
 		{"no output", indexConfig{source: "/tmp", workers: 1, progress: "none"}, "-o FILE"},
+		{"upload and verify", indexConfig{source: "/tmp", upload: true, verify: "y", workers: 1, progress: "none"}, "exclusive"},
 		{"both", indexConfig{source: "/tmp", output: "x", verify: "y", workers: 1, progress: "none"}, "exclusive"},
 		{"workers", indexConfig{source: "/tmp", output: "x", workers: 0, progress: "none"}, "--workers"},
 		{"progress", indexConfig{source: "/tmp", output: "x", workers: 1, progress: "bar"}, "--progress"},
@@ -111,5 +115,58 @@ func TestIndexFlags(t *testing.T) {
 				t.Errorf("got %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestIndexUploadS3: --upload stores the manifest next to an S3 dataset,
+// where a mount finds it by itself (manifest.Discover with the default
+// location), and -o URL stores it at any object.
+func TestIndexUploadS3(t *testing.T) {
+	mi := testenv.StartMinIO(t)
+	mi.MakeBucket(t, "datasets")
+	files := datagen.Spec{Files: 40, Classes: 4, MedianSize: 500, MinSize: 1, MaxSize: 4000, Seed: 9}.Plan()
+	for _, f := range files {
+		mi.Put(t, "datasets", "set/"+f.Path, datagen.Content(f))
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", mi.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", mi.SecretKey)
+	src := "s3://datasets/set?endpoint=" + mi.Endpoint + "&region=us-east-1"
+	elsewhere := "s3://datasets/manifests/set.manifest?endpoint=" + mi.Endpoint + "&region=us-east-1"
+	g := &globalFlags{logLevel: "error", logFormat: "text"}
+	var stdout bytes.Buffer
+	cfg := indexConfig{source: src, output: elsewhere, upload: true, workers: 4, progress: "none"}
+	if err := runIndex(context.Background(), g, cfg, &stdout, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(stdout.String(), "manifest "); got != 2 {
+		t.Errorf("want two 'manifest' lines (the URL and the upload):\n%s", stdout.String())
+	}
+
+	ctx := context.Background()
+	s, err := backend.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(ctx, s, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, loc := range []string{manifest.LocAuto, elsewhere} {
+		m, where, err := manifest.Discover(ctx, b, loc, backend.Options{})
+		if err != nil || m == nil {
+			t.Fatalf("discover %q: %v, %v", loc, m, err)
+		}
+		if m.Files() != len(files) || m.TotalBytes() != datagen.TotalSize(files) {
+			t.Errorf("%s: %d files, %d bytes; want %d, %d", where, m.Files(), m.TotalBytes(), len(files), datagen.TotalSize(files))
+		}
+	}
+	// Re-indexing does not index the stored manifest itself.
+	stdout.Reset()
+	if err := runIndex(ctx, g, indexConfig{source: src, upload: true, workers: 4, progress: "none"}, &stdout, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), fmt.Sprintf("%d files", len(files))) {
+		t.Errorf("re-index: %s", stdout.String())
 	}
 }

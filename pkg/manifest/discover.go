@@ -58,10 +58,21 @@ func Discover(ctx context.Context, b backend.Backend, loc string, opts backend.O
 // fetchURL loads a manifest object named by a source URL: the URL of its
 // directory plus its name, e.g. s3://bucket/prefix/.epochfs/manifest?endpoint=….
 func fetchURL(ctx context.Context, loc string, opts backend.Options) (*Manifest, error) {
+	b, name, err := openURLDir(ctx, loc, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	return Fetch(ctx, b, name, 0)
+}
+
+// openURLDir opens the backend of the directory of the object a URL names,
+// and returns the object's name in it.
+func openURLDir(ctx context.Context, loc string, opts backend.Options) (backend.Backend, string, error) {
 	p, query, _ := strings.Cut(loc, "?")
 	i := strings.LastIndexByte(p, '/')
 	if i < 0 || i == len(p)-1 || strings.HasSuffix(p[:i], ":/") {
-		return nil, fmt.Errorf("%w: want a URL ending in the manifest's name", backend.ErrInvalidURL)
+		return nil, "", fmt.Errorf("%w: want a URL ending in the manifest's name", backend.ErrInvalidURL)
 	}
 	dir, name := p[:i], p[i+1:]
 	if query != "" {
@@ -69,12 +80,43 @@ func fetchURL(ctx context.Context, loc string, opts backend.Options) (*Manifest,
 	}
 	src, err := backend.Parse(dir)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	b, err := backend.Open(ctx, src, opts)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	defer b.Close()
-	return Fetch(ctx, b, name, 0)
+	return b, name, nil
+}
+
+// Store writes an encoded manifest where Discover with the same loc finds
+// it, and returns where:
+//
+//   - LocAuto (""): DefaultPath inside the dataset served by b (b must be
+//     able to store objects: a directory or S3, see backend.Putter).
+//   - a URL: the object it names, through a backend opened with opts.
+//   - anything else: a local file, written atomically.
+func Store(ctx context.Context, b backend.Backend, loc string, opts backend.Options, data []byte) (where string, err error) {
+	switch {
+	case loc == LocNone:
+		return "", fmt.Errorf("manifest: cannot store to %q", loc)
+	case loc == LocAuto:
+		where = b.ID() + "/" + DefaultPath
+		err = backend.Put(ctx, b, DefaultPath, data)
+	case strings.Contains(loc, "://"):
+		where = loc
+		var d backend.Backend
+		var name string
+		if d, name, err = openURLDir(ctx, loc, opts); err == nil {
+			err = backend.Put(ctx, d, name, data)
+			d.Close()
+		}
+	default:
+		where = loc
+		err = writeFileAtomic(loc, data)
+	}
+	if err != nil {
+		return where, fmt.Errorf("store manifest %s: %w", where, err)
+	}
+	return where, nil
 }

@@ -100,19 +100,28 @@ func (m *Manifest) WriteFile(path string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := writeFileAtomic(path, data); err != nil {
+		return 0, err
+	}
+	return int64(len(data)), nil
+}
+
+// writeFileAtomic writes data to path through a synced temporary file in
+// the same directory, renamed over path.
+func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+		return fmt.Errorf("manifest: write %s: %w", path, err)
 	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
-		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+		return fmt.Errorf("manifest: write %s: %w", path, err)
 	}
 	tmp := f.Name()
-	fail := func(err error) (int64, error) {
+	fail := func(err error) error {
 		f.Close()
 		os.Remove(tmp)
-		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+		return fmt.Errorf("manifest: write %s: %w", path, err)
 	}
 	if _, err := f.Write(data); err != nil {
 		return fail(err)
@@ -125,11 +134,11 @@ func (m *Manifest) WriteFile(path string) (int64, error) {
 	}
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
-		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+		return fmt.Errorf("manifest: write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return 0, fmt.Errorf("manifest: write %s: %w", path, err)
+		return fmt.Errorf("manifest: write %s: %w", path, err)
 	}
-	return int64(len(data)), nil
+	return nil
 }
