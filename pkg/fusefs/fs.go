@@ -1,8 +1,10 @@
-// Package fusefs is the read-only FUSE file system of an EpochFS mount: a
-// go-fuse v2 node tree whose names and sizes come from a dataset manifest
-// (Options.Manifest: no List or Stat reaches the backend) or else from the
-// backend's listings (each directory listed once, on first use, and kept for
-// the mount's life), and whose bytes come through the NR cache.
+// Package fusefs is the read-only FUSE file system of an EpochFS mount,
+// whose bytes come through the NR cache and whose names and sizes come
+// either from a dataset manifest (Options.Manifest: no List or Stat reaches
+// the backend; served on go-fuse's raw API with no per-inode state, see
+// manifest.go) or else from the backend's listings (a go-fuse node tree;
+// each directory listed on first use and kept within a budget, see
+// listcache.go and prelist.go).
 //
 // Small files (≤ Options.WholeFileMax, 8 MiB by default) are fetched whole on
 // first open through the cache; once cached, their cache file is handed to
@@ -50,6 +52,8 @@ const (
 	DefaultReadahead    = 4
 	DefaultTimeout      = time.Hour
 	DefaultReadTimeout  = 2 * time.Minute
+	// DefaultListingCacheEntries: about 150 MiB of listings.
+	DefaultListingCacheEntries = 1 << 20
 )
 
 // Options configure an FS. Zero fields take the defaults above.
@@ -71,6 +75,10 @@ type Options struct {
 	// ReadTimeout bounds one backend fetch (a whole small file or a block),
 	// retries included; a fetch that takes longer fails with EIO.
 	ReadTimeout time.Duration
+	// ListingCacheEntries bounds the directory entries a mount without a
+	// manifest keeps from its listings (listcache.go). About 150 bytes each
+	// with S3 names and ETags.
+	ListingCacheEntries int
 	Logger      *slog.Logger
 }
 
@@ -92,6 +100,7 @@ type FS struct {
 	inoMu sync.Mutex
 	inos  map[uint64]string // inode number → path, to resolve hash collisions
 
+	listings  *listingLRU   // bounds the listings held (listcache.go)
 	listSem   chan struct{} // bounds background listings (prelist.go)
 	prelistMu sync.Mutex
 	prelisted map[string]*listing // background listings not yet taken
@@ -118,6 +127,9 @@ func New(opts Options) (*FS, error) {
 	if opts.ReadTimeout == 0 {
 		opts.ReadTimeout = DefaultReadTimeout
 	}
+	if opts.ListingCacheEntries == 0 {
+		opts.ListingCacheEntries = DefaultListingCacheEntries
+	}
 	switch {
 	case opts.WholeFileMax < 0:
 		return nil, fmt.Errorf("fusefs: WholeFileMax %d must be positive", opts.WholeFileMax)
@@ -125,6 +137,8 @@ func New(opts Options) (*FS, error) {
 		return nil, fmt.Errorf("fusefs: BlockSize %d must be at least 4096", opts.BlockSize)
 	case opts.Readahead < 0:
 		return nil, fmt.Errorf("fusefs: Readahead %d must not be negative", opts.Readahead)
+	case opts.ListingCacheEntries < 0:
+		return nil, fmt.Errorf("fusefs: ListingCacheEntries %d must not be negative", opts.ListingCacheEntries)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -142,11 +156,16 @@ func New(opts Options) (*FS, error) {
 		raSem:    make(chan struct{}, 4*max(opts.Readahead, 1)),
 		inos:     map[uint64]string{1: ""},
 
+		listings:  newListingLRU(opts.ListingCacheEntries),
 		listSem:   make(chan struct{}, DefaultPrelistWorkers),
 		prelisted: map[string]*listing{},
 		listed:    map[string]bool{},
 	}, nil
 }
+
+// ListingStats returns what the listings of a mount without a manifest hold
+// (zero with a manifest).
+func (f *FS) ListingStats() ListingStats { return f.listings.stats() }
 
 // Close cancels in-flight backend fetches. Call it after unmounting.
 func (f *FS) Close() { f.cancel() }

@@ -67,14 +67,14 @@ func mountDir(t *testing.T, mode, src string, capacity int64, opts fusefs.Option
 		}
 		opts.Manifest = man
 	}
-	mnt, store := mountFS(t, opts, capacity, b)
+	mnt, store, _ := mountFS(t, opts, capacity, b)
 	return &testMount{dir: mnt, store: store}
 }
 
 // mountFS mounts opts.Backend through a fresh cache of the given capacity
 // (opts.Store is set here) and, in t.Cleanup, unmounts and closes the store
 // and closer (the backend opts.Backend wraps, or opts.Backend itself).
-func mountFS(t *testing.T, opts fusefs.Options, capacity int64, closer backend.Backend) (string, *cache.Store) {
+func mountFS(t *testing.T, opts fusefs.Options, capacity int64, closer backend.Backend) (string, *cache.Store, *fusefs.FS) {
 	t.Helper()
 	store, err := cache.Open(cache.Options{Dir: t.TempDir(), Capacity: capacity})
 	if err != nil {
@@ -103,7 +103,7 @@ func mountFS(t *testing.T, opts fusefs.Options, capacity int64, closer backend.B
 		store.Close()
 		closer.Close()
 	})
-	return mnt, store
+	return mnt, store, fsys
 }
 
 func genDataset(t *testing.T, n int) (string, []datagen.File, map[string][sha256.Size]byte) {

@@ -46,6 +46,7 @@ func (b *countingBackend) ReadAt(ctx context.Context, p, v string, buf []byte, o
 
 type manifestMount struct {
 	dir     string
+	fsys    *fusefs.FS
 	backend *countingBackend
 	logs    *testenv.SyncBuffer
 }
@@ -75,10 +76,17 @@ func mountManifest(t *testing.T, src string, capacity int64) *manifestMount {
 // backend, from man when not nil.
 func mountCounting(t *testing.T, raw backend.Backend, man *manifest.Manifest, capacity int64) *manifestMount {
 	t.Helper()
+	return mountCountingOpts(t, raw, fusefs.Options{Manifest: man}, capacity)
+}
+
+func mountCountingOpts(t *testing.T, raw backend.Backend, opts fusefs.Options, capacity int64) *manifestMount {
+	t.Helper()
 	b := &countingBackend{Backend: raw}
 	logs := &testenv.SyncBuffer{}
-	mnt, _ := mountFS(t, fusefs.Options{Backend: b, Manifest: man, Logger: slog.New(slog.NewTextHandler(logs, nil))}, capacity, raw)
-	return &manifestMount{dir: mnt, backend: b, logs: logs}
+	opts.Backend = b
+	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	mnt, _, fsys := mountFS(t, opts, capacity, raw)
+	return &manifestMount{dir: mnt, fsys: fsys, backend: b, logs: logs}
 }
 
 // walkTree returns every path under root with its type and size, in walk order.
@@ -249,4 +257,49 @@ func TestListingOncePerDirectory(t *testing.T) {
 	if n := m.backend.stats.Load(); n != 0 {
 		t.Errorf("%d Stat calls, want 0", n)
 	}
+}
+
+// TestListingCacheBounded: without a manifest, the listings kept stay within
+// ListingCacheEntries (but for the directory being used); dropped
+// directories are listed again when needed and every walk stays correct.
+func TestListingCacheBounded(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src := t.TempDir()
+	dirs := 1
+	for i := range 12 {
+		for j := range 3 {
+			mustWrite(t, filepath.Join(src, fmt.Sprintf("c%02d", i), fmt.Sprintf("s%d", j), "f.bin"), []byte("x"))
+			mustWrite(t, filepath.Join(src, fmt.Sprintf("c%02d", i), fmt.Sprintf("s%d", j), "g.bin"), []byte("yy"))
+			dirs++
+		}
+		dirs++
+	}
+	s, err := backend.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := backend.Open(context.Background(), s, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 8 // entries; the root alone has 12
+	m := mountCountingOpts(t, raw, fusefs.Options{ListingCacheEntries: budget, Timeout: time.Millisecond}, 1<<20)
+	want := walkTree(t, src)
+	for range 3 {
+		if got := walkTree(t, m.dir); !slices.Equal(got, want) {
+			t.Fatalf("walk differs:\n got %q\nwant %q", got, want)
+		}
+		st := m.fsys.ListingStats()
+		if st.Entries > max(budget, 12) {
+			t.Errorf("listings hold %d entries in %d dirs, budget %d (12 for the biggest directory)", st.Entries, st.Dirs, budget)
+		}
+	}
+	st := m.fsys.ListingStats()
+	if st.Evicted == 0 {
+		t.Error("no listing was dropped with a budget smaller than the tree")
+	}
+	if n := m.backend.lists.Load(); n <= int64(dirs) {
+		t.Errorf("%d List calls for %d directories over 3 walks with a tiny budget: dropped listings were not listed again?", n, dirs)
+	}
+	t.Logf("%d List calls for %d directories; %+v", m.backend.lists.Load(), dirs, st)
 }

@@ -16,9 +16,10 @@ import (
 
 // dirNode is a directory of the dataset. Its listing is fetched from the
 // backend on first use (or taken from a sibling prelisting, see prelist) and
-// kept for the life of the mount, as one slice sorted by name (no map: a
-// listed file costs its backend.Entry, about 72 bytes plus its name and
-// version strings).
+// kept, as one slice sorted by name (no map: a listed file costs its
+// backend.Entry, about 72 bytes plus its name and version strings), until
+// the mount's listing budget drops it (listcache.go); then it is listed
+// again when next needed.
 //
 // fsys and path are immutable; mu guards loaded and entries.
 type dirNode struct {
@@ -42,27 +43,49 @@ var (
 // load lists the directory once. A failed listing is not remembered, so a
 // later call retries.
 func (d *dirNode) load(ctx context.Context) syscall.Errno {
+	lru := d.fsys.listings
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.loaded {
+		d.mu.Unlock()
+		lru.touch(d)
 		return 0
 	}
 	entries, err := d.fsys.list(d.path)
 	if err != nil {
+		d.mu.Unlock()
 		return d.fsys.errno("list", d.path, err)
 	}
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
 	// A key that is both a file and a prefix: the first wins.
-	d.entries = slices.CompactFunc(entries, func(a, b backend.Entry) bool { return a.Name == b.Name })
-	d.entries = slices.Clip(d.entries)
+	entries = slices.CompactFunc(entries, func(a, b backend.Entry) bool { return a.Name == b.Name })
+	lru.add(d, len(entries))
+	d.entries = slices.Clip(entries)
 	d.loaded = true
+	d.mu.Unlock()
+	lru.trim(d)
 	return 0
 }
 
-// child returns the entry named name.
-func (d *dirNode) child(name string) (backend.Entry, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// child returns the entry named name. The listing may have been dropped
+// since load (listcache.go): then it is loaded again.
+func (d *dirNode) child(ctx context.Context, name string) (backend.Entry, syscall.Errno, bool) {
+	for {
+		if errno := d.load(ctx); errno != 0 {
+			return backend.Entry{}, errno, false
+		}
+		d.mu.Lock()
+		if !d.loaded {
+			d.mu.Unlock()
+			continue
+		}
+		e, ok := d.find(name)
+		d.mu.Unlock()
+		return e, 0, ok
+	}
+}
+
+// find returns the loaded entry named name. d.mu must be held.
+func (d *dirNode) find(name string) (backend.Entry, bool) {
 	i, ok := slices.BinarySearchFunc(d.entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
 	if !ok {
 		return backend.Entry{}, false
@@ -93,10 +116,10 @@ func (f *FS) statfs(out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if errno := d.load(ctx); errno != 0 {
+	e, errno, ok := d.child(ctx, name)
+	if errno != 0 {
 		return nil, errno
 	}
-	e, ok := d.child(name)
 	if !ok {
 		return nil, syscall.ENOENT
 	}
@@ -115,10 +138,16 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 }
 
 func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	if errno := d.load(ctx); errno != 0 {
-		return nil, errno
+	for {
+		if errno := d.load(ctx); errno != 0 {
+			return nil, errno
+		}
+		d.mu.Lock()
+		if d.loaded {
+			break
+		}
+		d.mu.Unlock() // dropped meanwhile (listcache.go): load again
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
 	list := make([]fuse.DirEntry, 0, len(d.entries))
 	var subdirs []string

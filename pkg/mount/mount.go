@@ -63,6 +63,9 @@ type Config struct {
 	BlockSize    int64
 	Readahead    int
 	ReadTimeout  time.Duration
+	// ListingCacheEntries bounds the directory entries kept from listings
+	// when mounting without a manifest.
+	ListingCacheEntries int
 	// Backend options (credentials, retries); zero takes the defaults.
 	Backend backend.Options
 	Debug   bool
@@ -187,6 +190,8 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		Readahead:    m.cfg.Readahead,
 		ReadTimeout:  m.cfg.ReadTimeout,
 		Logger:       m.log,
+
+		ListingCacheEntries: m.cfg.ListingCacheEntries,
 	})
 	if err != nil {
 		return err
