@@ -26,7 +26,15 @@ const (
 	formatVersion = 1
 	sumMagic      = "epochfs-sum"
 	sumAlgo       = "xxh3-128"
+	// sumXattr is the extended attribute of an entry's data file that
+	// holds its checksum record (the same text as a .sum sidecar).
+	sumXattr = "user.epochfs.sum"
+	// maxRecord bounds a checksum record; a longer one is malformed.
+	maxRecord = 256
 )
+
+// errNoXattr: the cache filesystem does not support user xattrs.
+var errNoXattr = errors.New("cache: the filesystem does not support user xattrs")
 
 // meta is the content of epochfs-cache.json.
 type meta struct {
@@ -138,6 +146,9 @@ func formatSum(h xxh3.Uint128, size int64) []byte {
 
 func parseSum(b []byte) (xxh3.Uint128, int64, error) {
 	var h xxh3.Uint128
+	if len(b) == 0 || b[len(b)-1] != '\n' {
+		return h, 0, fmt.Errorf("malformed checksum record %q (no final newline: truncated?)", b)
+	}
 	f := strings.Fields(string(b))
 	if len(f) != 5 || f[0] != sumMagic || f[1] != strconv.Itoa(formatVersion) || f[2] != sumAlgo || len(f[3]) != 32 {
 		return h, 0, fmt.Errorf("malformed checksum record %q", b)
@@ -151,10 +162,17 @@ func parseSum(b []byte) (xxh3.Uint128, int64, error) {
 	return xxh3.Uint128{Hi: hi, Lo: lo}, size, nil
 }
 
-// verifyEntry checks the entry's bytes against its sidecar record and
-// returns the entry size the record gives.
+// verifyEntry checks the entry's bytes against its checksum record and
+// returns the entry size the record gives. The record is read from the
+// open data file itself (its xattr) when it has one, else from the .sum
+// sidecar, so it always belongs to the inode being hashed.
 func verifyEntry(dataPath string) (int64, error) {
-	rec, err := os.ReadFile(dataPath + sumSuffix)
+	f, err := os.Open(dataPath)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	rec, err := readRecord(f, dataPath)
 	if err != nil {
 		return 0, err
 	}
@@ -162,11 +180,6 @@ func verifyEntry(dataPath string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	f, err := os.Open(dataPath)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
 	h := xxh3.New()
 	n, err := io.CopyBuffer(h, f, make([]byte, 256<<10))
 	if err != nil {
@@ -181,6 +194,45 @@ func verifyEntry(dataPath string) (int64, error) {
 	return size, nil
 }
 
+// readRecord returns the checksum record of the entry whose data file f
+// (at dataPath) is: the file's sumXattr when it has one, else the content
+// of dataPath + sumSuffix (entries written without xattrs, and every entry
+// written before the record moved into the xattr).
+func readRecord(f *os.File, dataPath string) ([]byte, error) {
+	buf := make([]byte, maxRecord)
+	n, err := unix.Fgetxattr(int(f.Fd()), sumXattr, buf)
+	switch {
+	case err == nil:
+		return buf[:n], nil
+	case errors.Is(err, unix.ERANGE):
+		return nil, fmt.Errorf("malformed checksum record: xattr %s longer than %d bytes", sumXattr, maxRecord)
+	case !errors.Is(err, unix.ENODATA) && !isNoXattr(err):
+		return nil, fmt.Errorf("read xattr %s: %w", sumXattr, err)
+	}
+	return os.ReadFile(dataPath + sumSuffix)
+}
+
+// setRecord stores rec as f's checksum record; errNoXattr when the
+// filesystem has no user xattrs.
+func setRecord(f *os.File, rec []byte) error {
+	err := unix.Fsetxattr(int(f.Fd()), sumXattr, rec, 0)
+	if isNoXattr(err) {
+		return fmt.Errorf("%w: %w", errNoXattr, err)
+	}
+	return err
+}
+
+// hasRecordXattr reports whether the file at p carries a checksum xattr
+// (whatever it holds: an empty or garbled one fails verification).
+func hasRecordXattr(p string) bool {
+	_, err := unix.Lgetxattr(p, sumXattr, nil)
+	return err == nil
+}
+
+func isNoXattr(err error) bool {
+	return errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
 // fileStat is what the scan keeps of an entry's data file.
 type fileStat struct {
 	size  int64
@@ -190,16 +242,22 @@ type fileStat struct {
 // scanResult is one pass over <dir>/entries.
 type scanResult struct {
 	data  map[string]fileStat // id -> data file
+	xattr map[string]bool     // ids whose data file carries its record (sumXattr)
 	sums  map[string]bool     // ids with a .sum sidecar
 	tmps  []string            // paths of *.tmp files
 	other []string            // paths of names the store does not own; left alone
 }
 
+// complete reports whether data file id has a checksum record (xattr or
+// sidecar). Whether the record is right is checked when the entry is first
+// served (verifyEntry).
+func (r *scanResult) complete(id string) bool { return r.xattr[id] || r.sums[id] }
+
 // scanEntries lists entriesDir. Files that vanish during the scan (a live
 // store evicting, or renaming a tmp file) are skipped, so it is safe to run
 // against a directory in use.
 func scanEntries(entriesDir string) (*scanResult, error) {
-	r := &scanResult{data: map[string]fileStat{}, sums: map[string]bool{}}
+	r := &scanResult{data: map[string]fileStat{}, xattr: map[string]bool{}, sums: map[string]bool{}}
 	shards, err := os.ReadDir(entriesDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, nil
@@ -239,6 +297,9 @@ func scanEntries(entriesDir string) (*scanResult, error) {
 					return nil, fmt.Errorf("cache: scan %s: %w", p, err)
 				}
 				r.data[id] = fileStat{size: info.Size(), mtime: info.ModTime()}
+				if hasRecordXattr(p) {
+					r.xattr[id] = true
+				}
 			}
 		}
 	}
@@ -290,7 +351,7 @@ func ReadInfo(dir string) (Info, error) {
 		return info, err
 	}
 	for id, d := range sc.data {
-		if sc.sums[id] {
+		if sc.complete(id) {
 			info.Entries++
 			info.UsedBytes += d.size
 		}

@@ -4,8 +4,11 @@
 // A Store keeps whole files (or fixed-size blocks of large files) of
 // read-only datasets in a local directory. On a miss it calls a Loader given
 // by the caller, and when the policy admits the entry it writes the bytes to
-// a temporary file, records an xxh3-128 checksum in a sidecar file and
-// renames both into place, so an entry is either complete or absent. Entry
+// a temporary file, records an xxh3-128 checksum in that file's extended
+// attribute user.epochfs.sum and renames it into place (one file, one
+// rename), so an entry is either complete or absent. On a filesystem
+// without user xattrs the record goes to a .sum sidecar file instead,
+// renamed into place before the data. Entry
 // files are byte-exact copies of the dataset bytes (offset 0 is byte 0 of the
 // entry) so that a caller can hand the descriptor to the kernel, e.g. for
 // FUSE passthrough.
@@ -28,9 +31,19 @@
 //
 //	<dir>/LOCK                     flock target; holds the owner's pid
 //	<dir>/epochfs-cache.json       format version, policy and capacity
-//	<dir>/entries/<xx>/<id>        entry bytes, <xx> = first 2 hex digits of <id>
-//	<dir>/entries/<xx>/<id>.sum    "epochfs-sum 1 xxh3-128 <32 hex> <size>\n"
+//	<dir>/entries/<xx>/<id>        entry bytes, <xx> = first 2 hex digits of <id>;
+//	                               xattr user.epochfs.sum = "epochfs-sum 1 xxh3-128 <32 hex> <size>\n"
+//	<dir>/entries/<xx>/<id>.sum    the same record, for a data file without the xattr
 //	<dir>/entries/<xx>/*.tmp       writes in progress (removed at Open)
+//
+// An entry's record is its data file's xattr when it has one, else its
+// sidecar. Sidecar-only entries are what builds before the xattr record
+// wrote (they are still recovered and verified); such builds treat an
+// xattr-only entry as data without a record and remove it, so a cache
+// directory moved back and forth between versions loses entries, never
+// serves wrong bytes. The format version in epochfs-cache.json is therefore
+// unchanged (1). Copying a cache directory without its xattrs (cp without
+// --preserve=xattr, rsync without -X) likewise empties it at the next Open.
 //
 // where <id> is the hex SHA-256 of the length-prefixed key fields, so no key
 // (whatever bytes its path holds) names a file outside the directory.

@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/zeebo/xxh3"
+	"golang.org/x/sys/unix"
 )
 
 // content returns the deterministic bytes of key: size bytes from a
@@ -134,6 +136,48 @@ func xxh3Stream(b []byte) xxh3.Uint128 {
 	h := xxh3.New()
 	h.Write(b)
 	return h.Sum128()
+}
+
+// formats are the two ways an entry's checksum record is stored.
+var formats = []struct {
+	name          string
+	sidecar       bool
+	filesPerEntry int
+}{
+	{"xattr", false, 1},
+	{"sidecar", true, 2},
+}
+
+// recordOf returns the checksum record of the entry at dataPath.
+func recordOf(t testing.TB, dataPath string, sidecar bool) []byte {
+	t.Helper()
+	if sidecar {
+		b, err := os.ReadFile(dataPath + sumSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	buf := make([]byte, maxRecord)
+	n, err := unix.Getxattr(dataPath, sumXattr, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
+}
+
+// setRecordFile replaces the checksum record of the entry at dataPath.
+func setRecordFile(t testing.TB, dataPath string, sidecar bool, rec []byte) {
+	t.Helper()
+	var err error
+	if sidecar {
+		err = os.WriteFile(dataPath+sumSuffix, rec, 0o600)
+	} else {
+		err = unix.Setxattr(dataPath, sumXattr, rec, 0)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // fastTempDir returns a temporary directory on a fresh tmpfs when this host

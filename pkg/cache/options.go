@@ -37,6 +37,10 @@ type Options struct {
 
 	// seed seeds the random policy; 0 picks a random seed. Tests only.
 	seed uint64
+	// sidecar writes checksum records to .sum sidecar files, as on a
+	// filesystem without user xattrs (and as before records moved into
+	// the xattr). Tests and benchmarks only.
+	sidecar bool
 }
 
 // validate checks o and returns a copy with defaults filled in.

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -35,7 +36,9 @@ const (
 // Loader fills p completely with the bytes of the entry (len(p) == the
 // entry size), or returns an error. A Loader that cannot fill p (a short
 // read) must return an error such as io.ErrUnexpectedEOF: the store cannot
-// tell a partly filled p from a complete one.
+// tell a partly filled p from a complete one (p is not cleared: it may
+// hold another entry's bytes). A Loader must not use p after it returns:
+// the store reuses its buffers.
 type Loader func(ctx context.Context, p []byte) error
 
 // Result is what Get returns: exactly one of File and Data is set.
@@ -96,6 +99,11 @@ type Store struct {
 	lockFile   *os.File           // the flocked <dir>/LOCK; released by Close
 	flights    singleflight.Group // keyed by entry id; coalesces fills
 
+	// sidecar: write checksum records to .sum files, not to the data
+	// file's xattr (set at Open for tests, or once the filesystem turned
+	// out to have no user xattrs; never cleared).
+	sidecar atomic.Bool
+
 	// ops counts Gets and fills in progress; Close waits for it. Add(1)
 	// happens only in begin, with mu held and closed false.
 	ops sync.WaitGroup
@@ -117,7 +125,8 @@ type Store struct {
 
 // Open opens (creating it if needed) the cache directory opts.Dir, takes
 // its lock, and recovers the entries already there: *.tmp files and
-// orphans (data without its checksum record or the reverse) are removed,
+// orphans (data without a checksum record, in its xattr or a .sum sidecar,
+// or a sidecar without data) are removed,
 // used bytes are recomputed from the files, and the policy is seeded with
 // the entries oldest first (by mtime). If the capacity shrank below what is
 // held, NR keeps everything and admits nothing; the other policies evict
@@ -147,6 +156,7 @@ func Open(opts Options) (*Store, error) {
 		lockFile:   lf,
 		entries:    map[string]*entry{},
 	}
+	s.sidecar.Store(opts.sidecar)
 	if err := s.open(opts); err != nil {
 		if c, ok := s.policy.(io.Closer); ok {
 			_ = c.Close()
@@ -210,14 +220,16 @@ func (s *Store) recover() error {
 	}
 	var rs []recovered
 	for id, d := range sc.data {
-		if !sc.sums[id] {
+		if !sc.complete(id) {
 			remove(s.dataPath(id))
 			continue
 		}
 		rs = append(rs, recovered{id, d})
 	}
 	for id := range sc.sums {
-		if _, ok := sc.data[id]; !ok {
+		// A sidecar is debris without its data file, and redundant (never
+		// read: see readRecord) when the data file carries the record.
+		if _, ok := sc.data[id]; !ok || sc.xattr[id] {
 			remove(s.dataPath(id) + sumSuffix)
 		}
 	}
@@ -260,13 +272,8 @@ func (s *Store) dataPath(id string) string {
 // admitted. A failure of the cache disk is never returned: the loaded bytes
 // come back in Result.Data instead.
 func (s *Store) Get(ctx context.Context, key Key, size int64, load Loader) (Result, error) {
-	switch {
-	case size < 0:
-		return Result{}, fmt.Errorf("cache: get %s: negative size %d", key, size)
-	case key.Block < 0:
-		return Result{}, fmt.Errorf("cache: get %s: negative block %d", key, key.Block)
-	case load == nil:
-		return Result{}, fmt.Errorf("cache: get %s: nil loader", key)
+	if err := checkArgs("get", key, size, load); err != nil {
+		return Result{}, err
 	}
 	if err := s.begin(); err != nil {
 		return Result{}, err
@@ -281,6 +288,65 @@ func (s *Store) Get(ctx context.Context, key Key, size int64, load Loader) (Resu
 		s.missBytes.Add(size)
 	}
 	return res, err
+}
+
+func checkArgs(op string, key Key, size int64, load Loader) error {
+	switch {
+	case size < 0:
+		return fmt.Errorf("cache: %s %s: negative size %d", op, key, size)
+	case key.Block < 0:
+		return fmt.Errorf("cache: %s %s: negative block %d", op, key, key.Block)
+	case load == nil:
+		return fmt.Errorf("cache: %s %s: nil loader", op, key)
+	}
+	return nil
+}
+
+// FillResult is what Fill returns.
+type FillResult struct {
+	// Cached is true when the entry is in the cache after the call.
+	Cached bool
+	// Loaded is true when the fill that answered this call (its own, or
+	// one it joined) called a Loader; with Cached it means "admitted by
+	// that fill", without it "read, but not admitted".
+	Loaded bool
+}
+
+// Fill makes sure key, which is size bytes long, is in the cache: it
+// loads and admits it like a miss of Get when it is not held, and does
+// nothing when it is. It is for warming the cache (prefetch, readahead):
+// unlike Get it counts no hit and no miss, adds nothing to HitBytes or
+// MissBytes, opens no file and leaves an entry that is already held and
+// verified as it is (no policy touch: warming is not an access). Admissions, Rejections, LoadErrors and WriteErrors
+// count as for Get. Fills and Gets of one key are coalesced into one load.
+//
+// Errors are Get's: a load error is returned wrapped and nothing is
+// admitted; a failing cache disk is not an error (Cached is false).
+func (s *Store) Fill(ctx context.Context, key Key, size int64, load Loader) (FillResult, error) {
+	if err := checkArgs("fill", key, size, load); err != nil {
+		return FillResult{}, err
+	}
+	if err := s.begin(); err != nil {
+		return FillResult{}, err
+	}
+	defer s.ops.Done()
+	id := key.id()
+	if s.held(id, size) {
+		return FillResult{Cached: true}, nil
+	}
+	out, err := s.flight(ctx, key, id, size, load)
+	if err != nil {
+		return FillResult{}, err
+	}
+	return FillResult{Cached: out.cached, Loaded: !out.hit}, nil
+}
+
+// held reports whether id is a ready, verified entry of the given size.
+func (s *Store) held(id string, size int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[id]
+	return e != nil && e.ready && e.verified && e.size == size
 }
 
 // begin registers an operation, unless the store is closed.
@@ -298,7 +364,7 @@ func (s *Store) begin() error {
 type fillResult struct {
 	hit    bool   // the entry was in the cache; load was not called
 	cached bool   // an entry file exists: hit, or admitted by this fill
-	data   []byte // the loaded bytes; nil on a hit
+	data   []byte // the loaded bytes when not cached (read through); else nil
 }
 
 func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Loader) (Result, error) {
@@ -306,6 +372,36 @@ func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Lo
 		if f := s.openHit(id, size); f != nil {
 			return Result{File: f, Hit: true}, nil
 		}
+		out, err := s.flight(ctx, key, id, size, load)
+		if err != nil {
+			return Result{}, err
+		}
+		if !out.cached {
+			return Result{Data: out.data}, nil
+		}
+		f, err := os.Open(s.dataPath(id))
+		switch {
+		case err == nil:
+			return Result{File: f, Hit: out.hit}, nil
+		case errors.Is(err, fs.ErrNotExist) && attempt < maxAttempts:
+			continue // evicted between the fill and the open
+		}
+		// An entry we cannot open (EMFILE, EACCES, or evicted again and
+		// again): read through.
+		s.log.Warn("cache: cannot open entry, reading through", "key", key.String(), "err", err)
+		buf := make([]byte, size)
+		if err := load(ctx, buf); err != nil {
+			s.loadErrors.Add(1)
+			return Result{}, fmt.Errorf("cache: load %s: %w", key, err)
+		}
+		return Result{Data: buf}, nil
+	}
+}
+
+// flight runs the fill of id, or joins the one in progress, and waits for
+// it. A joined fill whose own caller's context ended is tried again.
+func (s *Store) flight(ctx context.Context, key Key, id string, size int64, load Loader) (*fillResult, error) {
+	for attempt := 1; ; attempt++ {
 		ch := s.flights.DoChan(id, func() (any, error) {
 			// The fill runs on its own goroutine and may outlive a caller
 			// whose ctx ended, so it registers itself with Close.
@@ -319,36 +415,16 @@ func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Lo
 		select {
 		case r = <-ch:
 		case <-ctx.Done():
-			return Result{}, fmt.Errorf("cache: get %s: %w", key, context.Cause(ctx))
+			return nil, fmt.Errorf("cache: get %s: %w", key, context.Cause(ctx))
 		}
 		if r.Err != nil {
 			if r.Shared && ctx.Err() == nil && attempt < maxAttempts &&
 				(errors.Is(r.Err, context.Canceled) || errors.Is(r.Err, context.DeadlineExceeded)) {
 				continue // the leader's context ended, not ours
 			}
-			return Result{}, r.Err
+			return nil, r.Err
 		}
-		out := r.Val.(*fillResult)
-		if !out.cached {
-			return Result{Data: out.data}, nil
-		}
-		f, err := os.Open(s.dataPath(id))
-		switch {
-		case err == nil:
-			return Result{File: f, Hit: out.hit}, nil
-		case out.data != nil:
-			return Result{Data: out.data}, nil // admitted, then evicted or unopenable
-		case errors.Is(err, fs.ErrNotExist) && attempt < maxAttempts:
-			continue // evicted between the fill and the open
-		}
-		// A hit we cannot open (EMFILE, EACCES, ...): read through.
-		s.log.Warn("cache: cannot open entry, reading through", "key", key.String(), "err", err)
-		buf := make([]byte, size)
-		if err := load(ctx, buf); err != nil {
-			s.loadErrors.Add(1)
-			return Result{}, fmt.Errorf("cache: load %s: %w", key, err)
-		}
-		return Result{Data: buf}, nil
+		return r.Val.(*fillResult), nil
 	}
 }
 
@@ -375,12 +451,45 @@ func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load L
 	if s.checkCached(key, id, size) {
 		return &fillResult{hit: true, cached: true}, nil
 	}
-	buf := make([]byte, size)
+	// A pooled buffer when the bytes will probably be admitted (written,
+	// then the buffer is free again); an exact one when they will
+	// probably be read through and handed to the callers.
+	pooled := s.mayAdmit(size)
+	var buf []byte
+	if pooled {
+		buf = getBuf(size)
+	} else {
+		buf = make([]byte, size)
+	}
 	if err := load(ctx, buf); err != nil {
 		s.loadErrors.Add(1)
+		if pooled {
+			putBuf(buf)
+		}
 		return nil, fmt.Errorf("cache: load %s: %w", key, err)
 	}
-	return &fillResult{cached: s.admit(key, id, buf), data: buf}, nil
+	if s.admit(key, id, buf) {
+		if pooled {
+			putBuf(buf)
+		}
+		return &fillResult{cached: true}, nil
+	}
+	if pooled {
+		// Read through after all: the callers get (and keep) the bytes.
+		data := bytes.Clone(buf)
+		putBuf(buf)
+		buf = data
+	}
+	return &fillResult{data: buf}, nil
+}
+
+// mayAdmit guesses whether an entry of size bytes will be admitted: it
+// fits in the free room and admissions are not paused. (Only a guess: the
+// policy decides, and other fills change the room meanwhile.)
+func (s *Store) mayAdmit(size int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used+size <= s.capacity && !time.Now().Before(s.pausedUntil)
 }
 
 // checkCached reports whether id is held, servable and of the given size.
@@ -480,12 +589,57 @@ func (s *Store) admit(key Key, id string, data []byte) bool {
 	return true
 }
 
-// writeEntry writes data as entry id: data to a tmp file, the checksum
-// record to another, then renames the record and then the data into place,
-// so a data file never exists without its record. On error it removes what
-// it wrote. There is no fsync: after a crash an entry may be short or hold
-// garbage, which the verification of recovered entries catches.
-func (s *Store) writeEntry(id string, data []byte) (err error) {
+// writeEntry writes data as entry id: into a tmp file that also gets the
+// checksum record as its xattr (sumXattr), then renamed into place, so the
+// data file and its record appear together, in one rename. On a filesystem
+// without user xattrs the record goes to a .sum sidecar instead
+// (writeEntrySidecar). On error it removes what it wrote. There is no
+// fsync: after a crash an entry may be short, hold garbage or have lost
+// its record; the verification of recovered entries before they are first
+// served catches all of these.
+func (s *Store) writeEntry(id string, data []byte) error {
+	rec := formatSum(xxh3.Hash128(data), int64(len(data)))
+	if !s.sidecar.Load() {
+		err := s.writeEntryXattr(id, data, rec)
+		if !errors.Is(err, errNoXattr) {
+			return err
+		}
+		if !s.sidecar.Swap(true) {
+			s.log.Info("cache: the cache filesystem has no user xattrs; checksum records go to .sum files", "dir", s.dir, "err", err)
+		}
+	}
+	return s.writeEntrySidecar(id, data, rec)
+}
+
+// writeEntryXattr is writeEntry with the record in the data file's xattr.
+func (s *Store) writeEntryXattr(id string, data, rec []byte) (err error) {
+	dst := s.dataPath(id)
+	f, err := os.CreateTemp(filepath.Dir(dst), id+".*"+tmpSuffix)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	err = setRecord(f, rec) // first: no data written in vain without xattrs
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), dst)
+}
+
+// writeEntrySidecar is writeEntry with the record in a .sum sidecar: data
+// to a tmp file, the record to another, then the record and then the data
+// renamed into place, so a data file never exists without its record.
+func (s *Store) writeEntrySidecar(id string, data, rec []byte) (err error) {
 	dst := s.dataPath(id)
 	var tmps []string
 	defer func() {
@@ -511,7 +665,7 @@ func (s *Store) writeEntry(id string, data []byte) (err error) {
 	if err != nil {
 		return err
 	}
-	sumTmp, err := write(id+sumSuffix+".*"+tmpSuffix, formatSum(xxh3.Hash128(data), int64(len(data))))
+	sumTmp, err := write(id+sumSuffix+".*"+tmpSuffix, rec)
 	if err != nil {
 		return err
 	}

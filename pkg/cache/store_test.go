@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func key(path string) Key {
@@ -155,14 +157,18 @@ func TestKeyIDs(t *testing.T) {
 		}
 		seen[id] = k
 	}
-	dir := t.TempDir()
-	s := testStore(t, Options{Dir: dir, Capacity: 1 << 20})
-	var ld countingLoader
-	for _, k := range keys {
-		checkBytes(t, k, readResult(t, mustGet(t, s, k, 100, ld.load(k))), 100)
-	}
-	if files := listFiles(t, dir); len(files) != 2*len(keys) {
-		t.Fatalf("entries dir holds %d files, want %d: %v", len(files), 2*len(keys), files)
+	for _, f := range formats {
+		t.Run(f.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := testStore(t, Options{Dir: dir, Capacity: 1 << 20, sidecar: f.sidecar})
+			var ld countingLoader
+			for _, k := range keys {
+				checkBytes(t, k, readResult(t, mustGet(t, s, k, 100, ld.load(k))), 100)
+			}
+			if files := listFiles(t, dir); len(files) != f.filesPerEntry*len(keys) {
+				t.Fatalf("entries dir holds %d files, want %d: %v", len(files), f.filesPerEntry*len(keys), files)
+			}
+		})
 	}
 }
 
@@ -272,32 +278,91 @@ func TestRecovery(t *testing.T) {
 }
 
 // TestCorruption: a damaged entry is never served; it is dropped and loaded
-// again.
+// again. Records live in the data file's xattr or, in the sidecar format
+// (no xattrs, or written before records moved into the xattr), in a .sum
+// file.
 func TestCorruption(t *testing.T) {
 	tests := []struct {
 		name   string
-		damage func(t *testing.T, dataPath string)
+		damage func(t *testing.T, dataPath string, sidecar bool)
 	}{
-		{"flipped byte", func(t *testing.T, p string) {
+		{"flipped byte", func(t *testing.T, p string, _ bool) {
 			b, _ := os.ReadFile(p)
 			b[len(b)/2] ^= 0x01
 			os.WriteFile(p, b, 0o600)
 		}},
-		{"truncated", func(t *testing.T, p string) { os.Truncate(p, 10) }},
-		{"extended", func(t *testing.T, p string) {
+		{"truncated", func(t *testing.T, p string, _ bool) { os.Truncate(p, 10) }},
+		{"truncated to zero", func(t *testing.T, p string, _ bool) { os.Truncate(p, 0) }},
+		{"extended", func(t *testing.T, p string, _ bool) {
 			f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
 			f.Write([]byte{0})
 			f.Close()
 		}},
-		{"garbage record", func(t *testing.T, p string) { os.WriteFile(p+sumSuffix, []byte("hello"), 0o600) }},
-		{"record of another size", func(t *testing.T, p string) {
-			os.WriteFile(p+sumSuffix, formatSum(xxh3Sum(content(key("victim"), 10)), 10), 0o600)
+		{"garbage record", func(t *testing.T, p string, sidecar bool) { setRecordFile(t, p, sidecar, []byte("hello")) }},
+		{"empty record", func(t *testing.T, p string, sidecar bool) { setRecordFile(t, p, sidecar, nil) }},
+		{"truncated record", func(t *testing.T, p string, sidecar bool) {
+			rec := recordOf(t, p, sidecar)
+			setRecordFile(t, p, sidecar, rec[:len(rec)-2]) // the size loses its last digit
+		}},
+		{"record without final newline", func(t *testing.T, p string, sidecar bool) {
+			rec := recordOf(t, p, sidecar)
+			setRecordFile(t, p, sidecar, rec[:len(rec)-1])
+		}},
+		{"record of another size", func(t *testing.T, p string, sidecar bool) {
+			setRecordFile(t, p, sidecar, formatSum(xxh3Sum(content(key("victim"), 10)), 10))
+		}},
+		{"record of other bytes", func(t *testing.T, p string, sidecar bool) {
+			setRecordFile(t, p, sidecar, formatSum(xxh3Sum(content(key("other"), 3000)), 3000))
+		}},
+		{"oversized record", func(t *testing.T, p string, sidecar bool) {
+			setRecordFile(t, p, sidecar, append(recordOf(t, p, sidecar), bytes.Repeat([]byte(" "), maxRecord)...))
 		}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, f := range formats {
+		for _, tt := range tests {
+			t.Run(f.name+"/"+tt.name, func(t *testing.T) {
+				dir := t.TempDir()
+				s, err := Open(Options{Dir: dir, Capacity: 1 << 20, sidecar: f.sidecar})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ld countingLoader
+				victim, other := key("victim"), key("other")
+				readResult(t, mustGet(t, s, victim, 3000, ld.load(victim)))
+				readResult(t, mustGet(t, s, other, 3000, ld.load(other)))
+				s.Close()
+				tt.damage(t, filepath.Join(dir, entriesName, victim.id()[:2], victim.id()), f.sidecar)
+
+				// Reopened by this build (which writes xattr records): old
+				// sidecar entries are checked the same way.
+				s = testStore(t, Options{Dir: dir, Capacity: 1 << 20})
+				ld.calls.Store(0)
+				r := mustGet(t, s, victim, 3000, ld.load(victim))
+				if r.Hit || ld.calls.Load() != 1 {
+					t.Fatalf("damaged entry: Hit=%v, load called %d times; want a miss that loads once", r.Hit, ld.calls.Load())
+				}
+				checkBytes(t, victim, readResult(t, r), 3000)
+				if r := mustGet(t, s, victim, 3000, failLoader(t)); !r.Hit {
+					t.Fatal("re-fetched entry: want a hit")
+				} else {
+					checkBytes(t, victim, readResult(t, r), 3000)
+				}
+				checkBytes(t, other, readResult(t, mustGet(t, s, other, 3000, failLoader(t))), 3000)
+				if st := s.Stats(); st.CorruptDropped != 1 || st.Entries != 2 || st.UsedBytes != 6000 {
+					t.Fatalf("Stats: %+v, want CorruptDropped 1, 2 entries, 6000 bytes", st)
+				}
+			})
+		}
+	}
+}
+
+// TestLostRecord: a data file whose record is gone (a crash lost the
+// xattr, or the sidecar) is debris: removed at Open, never served.
+func TestLostRecord(t *testing.T) {
+	for _, f := range formats {
+		t.Run(f.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := Open(Options{Dir: dir, Capacity: 1 << 20})
+			s, err := Open(Options{Dir: dir, Capacity: 1 << 20, sidecar: f.sidecar})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -306,25 +371,159 @@ func TestCorruption(t *testing.T) {
 			readResult(t, mustGet(t, s, victim, 3000, ld.load(victim)))
 			readResult(t, mustGet(t, s, other, 3000, ld.load(other)))
 			s.Close()
-			tt.damage(t, filepath.Join(dir, entriesName, victim.id()[:2], victim.id()))
+			p := filepath.Join(dir, entriesName, victim.id()[:2], victim.id())
+			if f.sidecar {
+				err = os.Remove(p + sumSuffix)
+			} else {
+				err = unix.Removexattr(p, sumXattr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info, err := ReadInfo(dir); err != nil || info.Entries != 1 || info.UsedBytes != 3000 {
+				t.Fatalf("ReadInfo: %+v, %v; want 1 entry of 3000 bytes", info, err)
+			}
 
 			s = testStore(t, Options{Dir: dir, Capacity: 1 << 20})
+			if st := s.Stats(); st.Entries != 1 || st.UsedBytes != 3000 || s.Contains(victim) {
+				t.Fatalf("after reopen: %+v, holds victim %v; want only the other entry", st, s.Contains(victim))
+			}
+			if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("data without a record not removed: %v", err)
+			}
 			ld.calls.Store(0)
 			r := mustGet(t, s, victim, 3000, ld.load(victim))
 			if r.Hit || ld.calls.Load() != 1 {
-				t.Fatalf("damaged entry: Hit=%v, load called %d times; want a miss that loads once", r.Hit, ld.calls.Load())
+				t.Fatalf("Hit=%v, %d loads; want a miss that loads", r.Hit, ld.calls.Load())
 			}
 			checkBytes(t, victim, readResult(t, r), 3000)
-			if r := mustGet(t, s, victim, 3000, failLoader(t)); !r.Hit {
-				t.Fatal("re-fetched entry: want a hit")
-			} else {
-				checkBytes(t, victim, readResult(t, r), 3000)
-			}
-			checkBytes(t, other, readResult(t, mustGet(t, s, other, 3000, failLoader(t))), 3000)
-			if st := s.Stats(); st.CorruptDropped != 1 || st.Entries != 2 || st.UsedBytes != 6000 {
-				t.Fatalf("Stats: %+v, want CorruptDropped 1, 2 entries, 6000 bytes", st)
-			}
 		})
+	}
+}
+
+// TestOldFormatRecovered: a cache written with .sum sidecars (the format
+// before records moved into the xattr) is recovered and served by this
+// build, which then writes new entries with xattr records next to them;
+// a reopen serves both kinds.
+func TestOldFormatRecovered(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, Capacity: 1 << 20, sidecar: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ld countingLoader
+	var old, fresh []Key
+	for i := range 10 {
+		k := key(fmt.Sprintf("old%d", i))
+		old = append(old, k)
+		readResult(t, mustGet(t, s, k, int64(1000+i), ld.load(k)))
+	}
+	s.Close()
+	if files := listFiles(t, dir); len(files) != 20 {
+		t.Fatalf("sidecar format: %d files, want 20", len(files))
+	}
+	for round := range 2 {
+		s := testStore(t, Options{Dir: dir, Capacity: 1 << 20})
+		for i, k := range old {
+			r := mustGet(t, s, k, int64(1000+i), failLoader(t))
+			if !r.Hit {
+				t.Fatalf("round %d: old entry %s not a hit", round, k)
+			}
+			checkBytes(t, k, readResult(t, r), int64(1000+i))
+		}
+		if round == 0 {
+			for i := range 10 {
+				k := key(fmt.Sprintf("new%d", i))
+				fresh = append(fresh, k)
+				readResult(t, mustGet(t, s, k, int64(2000+i), ld.load(k)))
+			}
+		}
+		for i, k := range fresh {
+			r := mustGet(t, s, k, int64(2000+i), failLoader(t))
+			if !r.Hit {
+				t.Fatalf("round %d: new entry %s not a hit", round, k)
+			}
+			checkBytes(t, k, readResult(t, r), int64(2000+i))
+		}
+		if st := s.Stats(); st.Entries != 20 || st.CorruptDropped != 0 {
+			t.Fatalf("round %d: %+v", round, st)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if files := listFiles(t, dir); len(files) != 30 {
+		t.Fatalf("%d files, want 30 (10 old entries with sidecars, 10 new ones without): %v", len(files), files)
+	}
+}
+
+// TestStaleSidecar: an entry with an xattr record is checked against it,
+// never against a .sum file next to it (debris of an older entry of the
+// same id), which Open removes.
+func TestStaleSidecar(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, Capacity: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ld countingLoader
+	k := key("f")
+	readResult(t, mustGet(t, s, k, 3000, ld.load(k)))
+	s.Close()
+	p := filepath.Join(dir, entriesName, k.id()[:2], k.id())
+	if err := os.WriteFile(p+sumSuffix, formatSum(xxh3Sum([]byte("stale")), 5), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = testStore(t, Options{Dir: dir, Capacity: 1 << 20})
+	if _, err := os.Stat(p + sumSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("redundant sidecar not removed at Open: %v", err)
+	}
+	r := mustGet(t, s, k, 3000, failLoader(t))
+	if !r.Hit {
+		t.Fatal("entry with a good xattr record: not a hit")
+	}
+	checkBytes(t, k, readResult(t, r), 3000)
+}
+
+// TestNoXattrFilesystem: on a filesystem without user xattrs (ramfs) the
+// store falls back to .sum sidecars, and recovers them.
+func TestNoXattrFilesystem(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "ramfs", "-o", "mode=0700", "ramfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a ramfs here (%v: %s)", err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	if err := unix.Setxattr(dir, "user.x", []byte("1"), 0); err == nil || !isNoXattr(err) {
+		t.Skipf("this ramfs takes user xattrs (%v)", err)
+	}
+	s, err := Open(Options{Dir: dir, Capacity: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ld countingLoader
+	for i := range 5 {
+		k := key(fmt.Sprint(i))
+		r := mustGet(t, s, k, 4000, ld.load(k))
+		if r.File == nil {
+			t.Fatalf("%s not admitted", k)
+		}
+		checkBytes(t, k, readResult(t, r), 4000)
+	}
+	if st := s.Stats(); st.WriteErrors != 0 || st.Entries != 5 {
+		t.Fatalf("Stats: %+v", st)
+	}
+	s.Close()
+	if files := listFiles(t, dir); len(files) != 10 {
+		t.Fatalf("%d files, want 5 entries with sidecars: %v", len(files), files)
+	}
+	s = testStore(t, Options{Dir: dir, Capacity: 1 << 20})
+	for i := range 5 {
+		k := key(fmt.Sprint(i))
+		r := mustGet(t, s, k, 4000, failLoader(t))
+		if !r.Hit {
+			t.Fatalf("%s: not a hit after reopen", k)
+		}
+		checkBytes(t, k, readResult(t, r), 4000)
 	}
 }
 
