@@ -526,19 +526,20 @@ func (p *Prefetcher) fetchOne(ctx context.Context, sp cache.KeySpan) (admitted b
 		context.AfterFunc(fctx, func() { t.Stop() })
 	})
 	defer stop()
-	res, gerr := store.Get(fctx, sp.Key, sp.Length, p.loader(sp))
+	// Fill, not Get: a warm-up is not a lookup (a mount's hit and miss
+	// counters stay the readers'), and nothing needs the entry opened.
+	res, gerr := store.Fill(fctx, sp.Key, sp.Length, p.loader(sp))
 	switch {
 	case gerr != nil && ctx.Err() != nil:
 		return false, gerr
 	case gerr != nil:
 		p.fail(sp.Key, gerr)
 		return false, gerr
-	case res.File != nil:
-		_ = res.File.Close()
-		if !res.Hit {
+	case res.Cached:
+		if res.Loaded {
 			p.fetchedBytes.Add(sp.Length)
 		}
-		return !res.Hit, nil
+		return res.Loaded, nil
 	}
 	// Read but not admitted: filled meanwhile by another reader, or the
 	// cache disk failed (the store logs that).
