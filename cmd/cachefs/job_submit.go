@@ -20,6 +20,7 @@ type submitFlags struct {
 	image, mode, cpu, memory, priorityClass string
 	workers, ps, gpus, port                 int32
 	datasets, envs, extra                   []string
+	nodeSelector, tolerations               []string
 	cacheSize                               string
 	prefetch                                bool
 	gangScheduler, queue                    string
@@ -98,6 +99,8 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.Int32Var(&s.minAvailable, "min-available", 0, "pods that must be placeable together (default: all)")
 	fl.Int32Var(&s.port, "port", 0, "rendezvous port (default 29500 for pytorch, 2222 for tensorflow)")
 	fl.StringVar(&s.priorityClass, "priority-class", "", "PriorityClass of the workers")
+	fl.StringArrayVar(&s.nodeSelector, "node-selector", nil, "node label LABEL=VALUE the workers need (repeatable)")
+	fl.StringArrayVar(&s.tolerations, "toleration", nil, "taint the workers tolerate, KEY[=VALUE][:EFFECT] (repeatable), e.g. dedicated=ml:NoSchedule; GPU workers tolerate nvidia.com/gpu:NoSchedule on their own")
 	fl.Int32Var(&s.backoffLimit, "backoff-limit", 3, "worker failures tolerated before the job fails")
 	fl.Int32Var(&s.ttl, "ttl", 0, "delete the job this many seconds after it finished (default: keep it)")
 	fl.StringVar(&s.cleanPodPolicy, "clean-pod-policy", "", "pods deleted when the job finishes: All, Running (default) or None")
@@ -168,6 +171,23 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 		}
 		tj.Spec.Env = append(tj.Spec.Env, corev1.EnvVar{Name: k, Value: v})
 	}
+	for _, e := range s.nodeSelector {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--node-selector %q: want LABEL=VALUE, e.g. pool=h100", e)
+		}
+		if tj.Spec.NodeSelector == nil {
+			tj.Spec.NodeSelector = map[string]string{}
+		}
+		tj.Spec.NodeSelector[k] = v
+	}
+	for _, e := range s.tolerations {
+		tol, err := parseTolerationFlag(e)
+		if err != nil {
+			return nil, err
+		}
+		tj.Spec.Tolerations = append(tj.Spec.Tolerations, tol)
+	}
 	for _, d := range s.datasets {
 		ds, err := parseDatasetFlag(d)
 		if err != nil {
@@ -199,6 +219,27 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 		tj.Spec.Tensorboard = &v1alpha1.Tensorboard{LogDir: s.tensorboard}
 	}
 	return tj, nil
+}
+
+// parseTolerationFlag parses KEY[=VALUE][:EFFECT]: without a value the
+// toleration matches any value (operator Exists), without an effect any
+// effect.
+func parseTolerationFlag(v string) (corev1.Toleration, error) {
+	rest, effect, _ := strings.Cut(v, ":")
+	key, value, hasValue := strings.Cut(rest, "=")
+	t := corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffect(effect)}
+	if hasValue {
+		t.Operator, t.Value = corev1.TolerationOpEqual, value
+	}
+	switch t.Effect {
+	case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+	default:
+		return t, fmt.Errorf("--toleration %q: effect %q: want NoSchedule, PreferNoSchedule or NoExecute", v, effect)
+	}
+	if key == "" {
+		return t, fmt.Errorf("--toleration %q: want KEY[=VALUE][:EFFECT], e.g. dedicated=ml:NoSchedule", v)
+	}
+	return t, nil
 }
 
 // parseDatasetFlag parses NAME=SOURCE:MOUNTPATH or NAME=claim:PVC:MOUNTPATH.

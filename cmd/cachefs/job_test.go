@@ -73,7 +73,8 @@ func TestJobSubmitDryRun(t *testing.T) {
 		"--dataset", "imagenet=s3://datasets/imagenet/train?endpoint=http://minio.storage:9000&region=us-east-1:/data/imagenet",
 		"--dataset", "labels=claim:shared-labels:/data/labels", "--cache-size", "500Gi", "--prefetch",
 		"--env", "EPOCHS=90", "--queue", "research", "--backoff-limit", "2", "--ttl", "3600", "--clean-pod-policy", "All",
-		"--tensorboard-logdir", "/logs/resnet", "--dry-run",
+		"--tensorboard-logdir", "/logs/resnet", "--node-selector", "pool=h100", "--toleration", "dedicated=ml:NoSchedule",
+		"--toleration", "spot", "--dry-run",
 		"--", "torchrun", "--nproc-per-node=8", "train.py", "--data", "/data/imagenet")
 	if err != nil {
 		t.Fatal(err)
@@ -131,6 +132,9 @@ func TestJobCLI(t *testing.T) {
 		{"submit", "x", "-n", ns, "--image", "i", "--dataset", "d=/data"},
 		{"submit", "x", "-n", ns, "--image", "i", "--ps", "2"},
 		{"submit", "x", "-n", ns, "--image", "i", "python", "train.py"},
+		{"submit", "x", "-n", ns, "--image", "i", "--node-selector", "pool"},
+		{"submit", "x", "-n", ns, "--image", "i", "--toleration", "dedicated=ml:NoScheduel"},
+		{"submit", "x", "-n", ns, "--image", "i", "--toleration", "=ml"},
 		{"submit", "resnet", "-n", ns, "--image", "i"},
 		{"get", "nosuch", "-n", ns},
 		{"logs", "resnet", "-n", ns},

@@ -2,41 +2,67 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// capacityShortfall reports whether the pods (their requests, in order)
-// can be placed together on the cluster's nodes now: each node offers its
-// allocatable minus the requests of the pods bound to it that have not
-// finished. Only nodes that are Ready and schedulable count; taints are not
-// considered. It returns "" when the pods fit, else a sentence naming what
-// is short.
+// capacityRequest is what the pre-check asks: can these pods start now?
+type capacityRequest struct {
+	// what names the pods in messages, e.g. "2 workers (each nvidia.com/gpu=4)".
+	what string
+	// pods are the requests of the pods that must fit together (the gang).
+	pods []corev1.ResourceList
+	// spec is their pod template: its nodeSelector and tolerations say
+	// which nodes count.
+	spec *corev1.PodSpec
+}
+
+// reservation is an admitted TrainingJob whose pods are not all placed yet
+// (not created, or created and not bound to a node): the check holds their
+// requests for it, so that two jobs admitted one after the other do not
+// both count the same free GPUs.
+type reservation struct {
+	job  string // namespace/name, for messages
+	pods []corev1.ResourceList
+	spec *corev1.PodSpec
+}
+
+// capacityShortfall reports whether req's pods can be placed together on
+// the cluster's nodes now. A node counts when it is Ready, not cordoned,
+// carries the labels of the pods' nodeSelector and has no NoSchedule or
+// NoExecute taint they do not tolerate; it offers its allocatable minus
+// the requests of the unfinished pods bound to it, minus what the reserved
+// jobs hold. It returns "" when the pods fit, else a sentence naming what
+// is short and which nodes were not counted.
 //
 // Placement is first-fit over nodes sorted by name, pods largest first: a
 // check, not a scheduler, so it may refuse a packing a scheduler would
-// find only when resources are fragmented, and says so.
-func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, gang []corev1.ResourceList, what string) string {
-	if len(gang) == 0 || allEmpty(gang) {
+// find only when resources are fragmented, and says so. Reserved pods are
+// placed first on their own; those that do not fit even alone (a job stuck
+// behind a lost node, say) hold nothing, so one stuck job does not block
+// every later one. Then the held pods and req's pods are placed together.
+func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, req capacityRequest, reserved []reservation) string {
+	if len(req.pods) == 0 || allEmpty(req.pods) {
 		return ""
 	}
 	free := map[string]corev1.ResourceList{}
 	alloc := map[string]corev1.ResourceList{}
-	var names []string
+	byName := map[string]*corev1.Node{}
+	var all []string
 	for i := range nodes {
 		n := &nodes[i]
-		if n.Spec.Unschedulable || !nodeReady(n) {
-			continue
-		}
-		names = append(names, n.Name)
+		all = append(all, n.Name)
+		byName[n.Name] = n
 		free[n.Name] = n.Status.Allocatable.DeepCopy()
 		alloc[n.Name] = n.Status.Allocatable
 	}
-	sort.Strings(names)
+	sort.Strings(all)
 	for i := range pods {
 		p := &pods[i]
 		f, ok := free[p.Spec.NodeName]
@@ -49,26 +75,66 @@ func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, gang []corev1.Res
 			f[k] = q
 		}
 	}
-	if len(names) == 0 {
-		return fmt.Sprintf("no node is Ready and schedulable, so %s cannot start", what)
+
+	// The nodes req's pods may use, and why the others do not count.
+	var names, skipped []string
+	for _, n := range all {
+		if why := nodeRefuses(byName[n], req.spec); why != "" {
+			skipped = append(skipped, n+" ("+why+")")
+			continue
+		}
+		names = append(names, n)
 	}
+	notCounted := ""
+	if len(skipped) > 0 {
+		if len(skipped) > 5 {
+			skipped = append(skipped[:5], fmt.Sprintf("and %d more", len(skipped)-5))
+		}
+		notCounted = "; nodes not counted: " + strings.Join(skipped, ", ")
+	}
+	if len(names) == 0 {
+		if len(all) == 0 {
+			return fmt.Sprintf("no node is registered, so %s cannot start", req.what)
+		}
+		return fmt.Sprintf("no node is Ready, schedulable and open to the pods (nodeSelector, tolerations), so %s cannot start%s", req.what, notCounted)
+	}
+
+	// Reserved pods alone: those that fit are held.
+	var held []item
+	for _, r := range reserved {
+		for _, reqs := range r.pods {
+			held = append(held, item{reqs: reqs, spec: r.spec, job: r.job})
+		}
+	}
+	afterHeld := cloneFree(free)
+	held = place(held, all, byName, afterHeld)
+	var holders []string
+	for _, it := range held {
+		if !slices.Contains(holders, it.job) {
+			holders = append(holders, it.job)
+		}
+	}
+	slices.Sort(holders)
 
 	// Whole-cluster sums first: they name the resource that is short.
 	need := corev1.ResourceList{}
-	for _, r := range gang {
+	for _, r := range req.pods {
 		addTimes(need, r, 1)
 	}
 	var short []string
 	for _, k := range sortedNames(need) {
 		v := need[k]
-		var totalFree, totalAlloc resource.Quantity
+		var totalFree, totalAlloc, totalHeld resource.Quantity
 		for _, n := range names {
-			if q, ok := free[n][k]; ok && q.Sign() > 0 {
+			if q, ok := afterHeld[n][k]; ok && q.Sign() > 0 {
 				totalFree.Add(q)
 			}
 			if q, ok := alloc[n][k]; ok {
 				totalAlloc.Add(q)
 			}
+			h := free[n][k]
+			h.Sub(afterHeld[n][k])
+			totalHeld.Add(h)
 		}
 		if totalFree.Cmp(v) >= 0 {
 			continue
@@ -78,39 +144,121 @@ func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, gang []corev1.Res
 			if k == ResourceGPU {
 				hint = " (no GPU nodes, or the NVIDIA device plugin is not running): remove gpus or add GPU nodes"
 			}
-			short = append(short, fmt.Sprintf("%s: need %s, but no Ready node has any%s", k, v.String(), hint))
+			short = append(short, fmt.Sprintf("%s: need %s, but no eligible node has any%s", k, v.String(), hint))
 			continue
 		}
-		short = append(short, fmt.Sprintf("%s: need %s, %s free of %s allocatable on %d Ready nodes",
-			k, v.String(), totalFree.String(), totalAlloc.String(), len(names)))
+		msg := fmt.Sprintf("%s: need %s, %s free of %s allocatable on %d eligible nodes", k, v.String(), totalFree.String(), totalAlloc.String(), len(names))
+		if totalHeld.Sign() > 0 {
+			msg += fmt.Sprintf(" (%s of it held for admitted jobs whose pods are not placed yet: %s)", totalHeld.String(), strings.Join(holders, ", "))
+		}
+		short = append(short, msg)
 	}
 	if len(short) > 0 {
-		return fmt.Sprintf("cannot fit %s: %s", what, strings.Join(short, "; "))
+		return fmt.Sprintf("cannot fit %s: %s%s", req.what, strings.Join(short, "; "), notCounted)
 	}
 
-	// Then placement: the sums fit, but do the pods fit node by node?
-	order := make([]corev1.ResourceList, len(gang))
-	copy(order, gang)
-	sort.SliceStable(order, func(i, j int) bool { return weight(order[i]) > weight(order[j]) })
-	placed := 0
-	for _, r := range order {
-		for _, n := range names {
-			if fits(free[n], r) {
-				for k, v := range r {
-					q := free[n][k]
-					q.Sub(v)
-					free[n][k] = q
-				}
-				placed++
-				break
-			}
+	// Then placement: the sums fit, but do the pods fit node by node,
+	// together with the held ones?
+	items := append([]item(nil), held...)
+	for _, r := range req.pods {
+		items = append(items, item{reqs: r, spec: req.spec})
+	}
+	placed := place(items, all, byName, cloneFree(free))
+	mine := 0
+	for _, it := range placed {
+		if it.job == "" {
+			mine++
 		}
 	}
-	if placed < len(gang) {
-		return fmt.Sprintf("cannot fit %s: the free resources are spread over the nodes so that only %d of the %d pods fit (per pod: %s)",
-			what, placed, len(gang), formatList(gang[len(gang)-1]))
+	if len(placed) < len(items) {
+		also := ""
+		if len(held) > 0 {
+			also = fmt.Sprintf(", next to the %d pods held for %s", len(held), strings.Join(holders, ", "))
+		}
+		return fmt.Sprintf("cannot fit %s: the free resources are spread over the nodes so that only %d of the %d pods fit (per pod: %s)%s%s",
+			req.what, mine, len(req.pods), formatList(req.pods[len(req.pods)-1]), also, notCounted)
 	}
 	return ""
+}
+
+// item is one pod to place: its requests, its template (which nodes it
+// may use) and the job holding it ("" for the job being checked).
+type item struct {
+	reqs corev1.ResourceList
+	spec *corev1.PodSpec
+	job  string
+}
+
+// place puts items first-fit, largest first, onto the nodes (names in
+// order) that accept them, subtracting from free, and returns the items
+// that were placed.
+func place(items []item, names []string, nodes map[string]*corev1.Node, free map[string]corev1.ResourceList) []item {
+	order := append([]item(nil), items...)
+	sort.SliceStable(order, func(i, j int) bool { return weight(order[i].reqs) > weight(order[j].reqs) })
+	var placed []item
+	for _, it := range order {
+		for _, n := range names {
+			if nodeRefuses(nodes[n], it.spec) != "" || !fits(free[n], it.reqs) {
+				continue
+			}
+			for k, v := range it.reqs {
+				q := free[n][k]
+				q.Sub(v)
+				free[n][k] = q
+			}
+			placed = append(placed, it)
+			break
+		}
+	}
+	return placed
+}
+
+func cloneFree(free map[string]corev1.ResourceList) map[string]corev1.ResourceList {
+	out := make(map[string]corev1.ResourceList, len(free))
+	for n, r := range free {
+		out[n] = r.DeepCopy()
+	}
+	return out
+}
+
+// nodeRefuses says why a pod with spec cannot run on n ("" when it can):
+// cordoned, not Ready, a nodeSelector label missing, or a NoSchedule or
+// NoExecute taint not tolerated.
+func nodeRefuses(n *corev1.Node, spec *corev1.PodSpec) string {
+	switch {
+	case n.Spec.Unschedulable:
+		return "cordoned"
+	case !nodeReady(n):
+		return "not Ready"
+	}
+	if spec == nil {
+		return ""
+	}
+	for _, k := range slices.Sorted(maps.Keys(spec.NodeSelector)) {
+		if v, ok := n.Labels[k]; !ok || v != spec.NodeSelector[k] {
+			return fmt.Sprintf("no label %s=%s of the nodeSelector", k, spec.NodeSelector[k])
+		}
+	}
+	for i := range n.Spec.Taints {
+		t := &n.Spec.Taints[i]
+		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		if !tolerates(spec.Tolerations, t) {
+			return "taint " + t.ToString() + " not tolerated"
+		}
+	}
+	return ""
+}
+
+// tolerates reports whether one of tols tolerates taint.
+func tolerates(tols []corev1.Toleration, taint *corev1.Taint) bool {
+	for i := range tols {
+		if tols[i].ToleratesTaint(logr.Discard(), taint, false) {
+			return true
+		}
+	}
+	return false
 }
 
 func allEmpty(rs []corev1.ResourceList) bool {

@@ -230,7 +230,12 @@ func (r *Reconciler) checkCapacity(ctx context.Context, tj *v1alpha1.TrainingJob
 	if per := formatList(p.workerReqs); per != "" {
 		what += " (each " + per + ")"
 	}
-	short := capacityShortfall(nodes.Items, pods.Items, gang, what)
+	reserved, err := r.reservations(ctx, tj, pods.Items)
+	if err != nil {
+		return result{}, false, err
+	}
+	spec := p.job(ReplicaWorker, r.cfg.Schedulers).Spec.Template.Spec
+	short := capacityShortfall(nodes.Items, pods.Items, capacityRequest{what: what, pods: gang, spec: &spec}, reserved)
 	if short == "" {
 		if meta.FindStatusCondition(tj.Status.Conditions, v1alpha1.ConditionInsufficientResources) != nil {
 			setCondition(tj, v1alpha1.ConditionInsufficientResources, false, "Fits", "the cluster has room for the job")
@@ -244,6 +249,57 @@ func (r *Reconciler) checkCapacity(ctx context.Context, tj *v1alpha1.TrainingJob
 	setCondition(tj, v1alpha1.ConditionInsufficientResources, true, v1alpha1.ConditionInsufficientResources, msg)
 	setPhase(tj, v1alpha1.PhasePending, v1alpha1.ConditionInsufficientResources, msg)
 	return result{requeue: r.cfg.CapacityRetry}, true, nil
+}
+
+// reservations are the other TrainingJobs that passed the check (their
+// Jobs exist: condition Created) and have not finished, with the requests
+// of their gang pods that are not yet placed: not created, or created and
+// not bound to a node. Bound pods are counted on their nodes; succeeded
+// ones need nothing more.
+func (r *Reconciler) reservations(ctx context.Context, self *v1alpha1.TrainingJob, pods []corev1.Pod) ([]reservation, error) {
+	var tjs v1alpha1.TrainingJobList
+	if err := r.cfg.APIReader.List(ctx, &tjs); err != nil {
+		return nil, fmt.Errorf("list TrainingJobs: %w", err)
+	}
+	type key struct{ ns, name, replica string }
+	placed := map[key]int32{}
+	for i := range pods {
+		pod := &pods[i]
+		name, ok := pod.Labels[LabelJobName]
+		if !ok {
+			continue
+		}
+		if (pod.Spec.NodeName != "" && pod.Status.Phase != corev1.PodFailed) || pod.Status.Phase == corev1.PodSucceeded {
+			placed[key{pod.Namespace, name, pod.Labels[LabelReplica]}]++
+		}
+	}
+	var out []reservation
+	for i := range tjs.Items {
+		tj := &tjs.Items[i]
+		if tj.UID == self.UID || finished(tj) || !tj.DeletionTimestamp.IsZero() ||
+			!meta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.ConditionCreated) {
+			continue
+		}
+		p, err := newPlan(tj, cache.ParseSize)
+		if err != nil {
+			continue
+		}
+		gang := int32(len(p.gangPods()))
+		nPS := min(tj.Spec.ParameterServers, gang)
+		var want []corev1.ResourceList
+		for range nPS - min(nPS, placed[key{tj.Namespace, tj.Name, ReplicaPS}]) {
+			want = append(want, p.psReqs)
+		}
+		for range (gang - nPS) - min(gang-nPS, placed[key{tj.Namespace, tj.Name, ReplicaWorker}]) {
+			want = append(want, p.workerReqs)
+		}
+		if allEmpty(want) {
+			continue
+		}
+		spec := p.job(ReplicaWorker, r.cfg.Schedulers).Spec.Template.Spec
+		out = append(out, reservation{job: tj.Namespace + "/" + tj.Name, pods: want, spec: &spec})
+	}
+	return out, nil
 }
 
 // create makes every object of the job, the Jobs last (they start pods):

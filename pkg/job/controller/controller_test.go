@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -73,7 +74,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := e.waitPhase(t, ns, "resnet", v1alpha1.PhasePending, v1alpha1.ConditionInsufficientResources)
-	if !strings.Contains(got.Status.Message, "rdma/hca: need 2, but no Ready node has any") {
+	if !strings.Contains(got.Status.Message, "rdma/hca: need 2, but no eligible node has any") {
 		t.Errorf("message %q does not name rdma/hca", got.Status.Message)
 	}
 	// Add the RDMA devices to the nodes (as a device plugin would).
@@ -88,7 +89,14 @@ func TestPyTorchLifecycle(t *testing.T) {
 		}
 	}
 	e.waitJob(t, ns, "resnet")
-	got = e.waitPhase(t, ns, "resnet", v1alpha1.PhasePending, "")
+	// The status is written after the Job is created: wait for it.
+	eventually(t, "condition Created", func() error {
+		got = e.waitPhase(t, ns, "resnet", v1alpha1.PhasePending, "")
+		if !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionCreated) {
+			return fmt.Errorf("conditions %+v", got.Status.Conditions)
+		}
+		return nil
+	})
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionCreated); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Created condition %+v", c)
 	}
@@ -113,6 +121,14 @@ func TestPyTorchLifecycle(t *testing.T) {
 	}
 	if pod.Subdomain != "resnet" || pod.RestartPolicy != corev1.RestartPolicyNever || pod.PriorityClassName != "high" {
 		t.Errorf("pod: subdomain %q restart %q priority %q", pod.Subdomain, pod.RestartPolicy, pod.PriorityClassName)
+	}
+	// Extended resources are tolerated as ExtendedResourceToleration would.
+	wantTol := []corev1.Toleration{
+		{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: "rdma/hca", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+	}
+	if !reflect.DeepEqual(pod.Tolerations, wantTol) || pod.NodeSelector != nil {
+		t.Errorf("tolerations %+v, want %+v; nodeSelector %v", pod.Tolerations, wantTol, pod.NodeSelector)
 	}
 	c := pod.Containers[0]
 	env := envMap(c)
@@ -396,7 +412,8 @@ func TestMPIHostfile(t *testing.T) {
 }
 
 // TestCapacity: GPUs on a cluster without them, too few GPUs, fragmented
-// GPUs, pods already using them; then room appears and the job starts.
+// GPUs, pods already using them, GPUs held for admitted jobs whose pods do
+// not exist yet; then room appears and the job starts.
 func TestCapacity(t *testing.T) {
 	e := startEnv(t, "volcano")
 	ctx := context.Background()
@@ -424,11 +441,12 @@ func TestCapacity(t *testing.T) {
 		}
 	}
 	submit("nogpu", 2, 1)
-	expectWaiting("nogpu", "cannot fit 2 workers (each cpu=1, nvidia.com/gpu=1): nvidia.com/gpu: need 2, but no Ready node has any (no GPU nodes, or the NVIDIA device plugin is not running): remove gpus or add GPU nodes")
+	expectWaiting("nogpu", "cannot fit 2 workers (each cpu=1, nvidia.com/gpu=1): nvidia.com/gpu: need 2, but no eligible node has any (no GPU nodes, or the NVIDIA device plugin is not running): remove gpus or add GPU nodes")
+	if err := e.c.Delete(ctx, &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: "nogpu", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
 
-	e.node(t, "gpu-a", res("cpu", "32", "nvidia.com/gpu", "4"), nil)
-	e.node(t, "gpu-b", res("cpu", "32", "nvidia.com/gpu", "4"), nil)
-	// Pods of someone else already hold 3 GPUs on gpu-a.
+	// Pods of someone else already hold 2 GPUs on gpu-a.
 	busy := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "busy", Namespace: ns},
 		Spec: corev1.PodSpec{NodeName: "gpu-a", Containers: []corev1.Container{{Name: "c", Image: "x",
@@ -437,21 +455,179 @@ func TestCapacity(t *testing.T) {
 	if err := e.c.Create(ctx, busy); err != nil {
 		t.Fatal(err)
 	}
+	e.node(t, "gpu-a", res("cpu", "32", "nvidia.com/gpu", "4"), nil)
+	e.node(t, "gpu-b", res("cpu", "32", "nvidia.com/gpu", "4"), nil)
 	submit("big", 4, 2) // 8 GPUs wanted, 6 free
-	expectWaiting("big", "nvidia.com/gpu: need 8, 6 free of 8 allocatable on 3 Ready nodes")
+	expectWaiting("big", "nvidia.com/gpu: need 8, 6 free of 8 allocatable on 3 eligible nodes")
 	submit("frag", 2, 3) // 6 GPUs wanted, 6 free, but as 2 + 4: only one pod fits
 	expectWaiting("frag", "the free resources are spread over the nodes so that only 1 of the 2 pods fit (per pod: cpu=1, nvidia.com/gpu=3)")
-	// "nogpu" (2 x 1 GPU) fits now: it starts.
-	e.waitJob(t, ns, "nogpu")
+	// 2 x 1 GPU fits: it starts, and holds 2 GPUs while it has no pods.
+	submit("small", 2, 1)
+	e.waitJob(t, ns, "small")
 
-	// The busy pod finishes: "frag" and "big" fit (the nogpu job has no pods
-	// here, so its GPUs are not counted).
+	// The busy pod finishes: "frag" fits next to the 2 GPUs held for
+	// "small" (as 3+1 on each node); "big" does not any more.
 	busy.Status.Phase = corev1.PodSucceeded
 	if err := e.c.Status().Update(ctx, busy); err != nil {
 		t.Fatal(err)
 	}
 	e.waitJob(t, ns, "frag")
+	expectWaitingNow := func(name, want string) {
+		t.Helper()
+		eventually(t, name+" waits with "+want, func() error {
+			got := &v1alpha1.TrainingJob{}
+			if err := e.get(t, ns, name, got); err != nil {
+				return err
+			}
+			if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionInsufficientResources); c == nil || !strings.Contains(c.Message, want) {
+				return fmt.Errorf("condition %+v", c)
+			}
+			return nil
+		})
+		expectWaiting(name, want)
+	}
+	expectWaitingNow("big", "nvidia.com/gpu: need 8, 0 free of 8 allocatable on 3 eligible nodes (8 of it held for admitted jobs whose pods are not placed yet: "+ns+"/frag, "+ns+"/small)")
+
+	// frag's pods are bound: they count on their nodes, not twice.
+	for i, node := range []string{"gpu-a", "gpu-b"} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("frag-%d-x", i), Namespace: ns,
+				Labels: map[string]string{LabelJobName: "frag", LabelReplica: ReplicaWorker}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "x",
+				Resources: corev1.ResourceRequirements{Requests: res("nvidia.com/gpu", "3"), Limits: res("nvidia.com/gpu", "3")}}}},
+		}
+		if err := e.c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectWaitingNow("big", "nvidia.com/gpu: need 8, 0 free of 8 allocatable on 3 eligible nodes (2 of it held for admitted jobs whose pods are not placed yet: "+ns+"/small)")
+
+	// Both are deleted: "big" starts.
+	for _, name := range []string{"frag", "small"} {
+		if err := e.c.Delete(ctx, &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		// Grace period 0: there is no kubelet to confirm the pod stopped.
+		if err := e.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("frag-%d-x", i), Namespace: ns}}, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.waitJob(t, ns, "big")
+}
+
+// TestCapacityNodes: the pre-check counts only the nodes the workers may
+// use: not cordoned, Ready, matching the nodeSelector, and without a
+// NoSchedule/NoExecute taint they do not tolerate (GPU workers tolerate
+// the nvidia.com/gpu taint on their own); PreferNoSchedule taints count.
+func TestCapacityNodes(t *testing.T) {
+	e := startEnv(t, "volcano")
+	ctx := context.Background()
+	ns := e.namespace(t)
+	gpus8 := res("cpu", "32", "nvidia.com/gpu", "8")
+	e.node(t, "a-cordoned", gpus8, nil)
+	e.node(t, "b-notready", gpus8, nil)
+	e.node(t, "c-tainted", gpus8, nil)
+	e.node(t, "d-h100", res("cpu", "32", "nvidia.com/gpu", "4"), map[string]string{"pool": "h100"})
+	e.node(t, "e-a100", gpus8, map[string]string{"pool": "a100"})
+	edit := func(name string, mutate func(*corev1.Node), status bool) {
+		t.Helper()
+		eventually(t, "edit node "+name, func() error {
+			n := &corev1.Node{}
+			if err := e.get(t, "", name, n); err != nil {
+				return err
+			}
+			mutate(n)
+			if status {
+				return e.c.Status().Update(ctx, n)
+			}
+			return e.c.Update(ctx, n)
+		})
+	}
+	edit("a-cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, false)
+	edit("b-notready", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }, true)
+	edit("c-tainted", func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "infra", Effect: corev1.TaintEffectNoExecute}}
+	}, false)
+	edit("d-h100", func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+	}, false)
+	edit("e-a100", func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "spot", Value: "true", Effect: corev1.TaintEffectPreferNoSchedule}}
+	}, false)
+
+	submit := func(name string, workers, gpus int32, mutate func(*v1alpha1.TrainingJobSpec)) {
+		t.Helper()
+		tj := &v1alpha1.TrainingJob{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec:       v1alpha1.TrainingJobSpec{Image: "x", Workers: workers, Resources: v1alpha1.WorkerResources{GPUs: gpus}},
+		}
+		if mutate != nil {
+			mutate(&tj.Spec)
+		}
+		if err := e.c.Create(ctx, tj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectWaiting := func(name, want string) {
+		t.Helper()
+		eventually(t, name+" waits with the right message", func() error {
+			got := &v1alpha1.TrainingJob{}
+			if err := e.get(t, ns, name, got); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionInsufficientResources)
+			if got.Status.Phase != v1alpha1.PhasePending || c == nil || c.Status != metav1.ConditionTrue || c.Message != want {
+				return fmt.Errorf("phase %s, condition %+v\nwant message %q", got.Status.Phase, c, want)
+			}
+			return nil
+		})
+		if err := e.get(t, ns, name, &batchv1.Job{}); isGone(err) != nil {
+			t.Errorf("%s: a Job exists while waiting for capacity: %v", name, err)
+		}
+	}
+	h100 := func(s *v1alpha1.TrainingJobSpec) { s.NodeSelector = map[string]string{"pool": "h100"} }
+	const retry = "; no pods are created, the job waits and checks again every 300ms"
+
+	// 1 worker x 4 GPUs on the h100 pool: its only node is tainted
+	// nvidia.com/gpu, which GPU workers tolerate.
+	submit("h100", 1, 4, h100)
+	j := e.waitJob(t, ns, "h100")
+	pod := j.Spec.Template.Spec
+	if pod.NodeSelector["pool"] != "h100" || len(pod.Tolerations) != 1 || pod.Tolerations[0] != (corev1.Toleration{
+		Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}) {
+		t.Errorf("h100 pod template: nodeSelector %v, tolerations %+v", pod.NodeSelector, pod.Tolerations)
+	}
+	// A second one does not fit: the pool's GPUs are held for h100.
+	submit("h100-wide", 2, 4, h100)
+	expectWaiting("h100-wide", "cannot fit 2 workers (each nvidia.com/gpu=4): nvidia.com/gpu: need 8, 0 free of 4 allocatable on 1 eligible nodes "+
+		"(4 of it held for admitted jobs whose pods are not placed yet: "+ns+"/h100); nodes not counted: a-cordoned (cordoned), b-notready (not Ready), "+
+		"c-tainted (no label pool=h100 of the nodeSelector), e-a100 (no label pool=h100 of the nodeSelector)"+retry)
+
+	// 2 x 8 GPUs: without a toleration only e-a100 takes one.
+	submit("notol", 2, 8, func(s *v1alpha1.TrainingJobSpec) { s.Gang = &v1alpha1.Gang{Enabled: ptr.To(false)} })
+	expectWaiting("notol", "cannot fit 2 workers (each nvidia.com/gpu=8): nvidia.com/gpu: need 16, 8 free of 12 allocatable on 2 eligible nodes "+
+		"(4 of it held for admitted jobs whose pods are not placed yet: "+ns+"/h100); nodes not counted: a-cordoned (cordoned), b-notready (not Ready), "+
+		"c-tainted (taint dedicated=infra:NoExecute not tolerated)"+retry)
+	// With it, c-tainted and e-a100 take one each.
+	submit("infra", 2, 8, func(s *v1alpha1.TrainingJobSpec) {
+		s.Gang = &v1alpha1.Gang{Enabled: ptr.To(false)}
+		s.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infra"}}
+	})
+	j = e.waitJob(t, ns, "infra")
+	if got := j.Spec.Template.Spec.Tolerations; len(got) != 2 || got[0].Key != "dedicated" || got[1].Key != "nvidia.com/gpu" {
+		t.Errorf("infra tolerations: %+v", got)
+	}
+
+	// No node at all for a selector nothing matches.
+	submit("nowhere", 1, 0, func(s *v1alpha1.TrainingJobSpec) {
+		s.NodeSelector = map[string]string{"pool": "tpu"}
+		s.Resources.CPU = ptr.To(resource.MustParse("1"))
+	})
+	expectWaiting("nowhere", "no node is Ready, schedulable and open to the pods (nodeSelector, tolerations), so 1 worker (each cpu=1) cannot start; "+
+		"nodes not counted: a-cordoned (cordoned), b-notready (not Ready), c-tainted (no label pool=tpu of the nodeSelector), "+
+		"d-h100 (no label pool=tpu of the nodeSelector), e-a100 (no label pool=tpu of the nodeSelector)"+retry)
 }
 
 // TestInvalidSource: what CEL cannot check, the controller does: the job

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -139,13 +140,22 @@ func (e *env) namespace(t *testing.T) string {
 }
 
 // node creates a Ready node with the given allocatable resources and
-// labels, as a kubelet would register it.
+// labels, as a kubelet would register it, and removes the
+// node.kubernetes.io/not-ready taint that the TaintNodesByCondition
+// admission plugin puts on a new Node, as the node lifecycle controller
+// does once the node is Ready.
 func (e *env) node(t *testing.T, name string, alloc corev1.ResourceList, labels map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	if err := e.c.Create(ctx, n); err != nil {
 		t.Fatal(err)
+	}
+	if len(n.Spec.Taints) > 0 {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+		if err := e.c.Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n.Status = corev1.NodeStatus{
 		Capacity: alloc, Allocatable: alloc,

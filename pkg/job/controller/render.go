@@ -402,6 +402,8 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		Subdomain:         p.serviceName(),
 		PriorityClassName: s.PriorityClassName,
 		Affinity:          p.affinity(),
+		NodeSelector:      s.NodeSelector,
+		Tolerations:       tolerations(s.Tolerations, reqs),
 	}
 	for _, d := range p.datasets {
 		vol := "dataset-" + d.spec.Name
@@ -446,6 +448,37 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			Template:       corev1.PodTemplateSpec{ObjectMeta: tmplMeta, Spec: pod},
 		},
 	}
+}
+
+// tolerations returns the spec's tolerations plus, for each extended
+// resource in reqs that none of them tolerates, {key: resource, operator:
+// Exists, effect: NoSchedule}: what the ExtendedResourceToleration admission
+// plugin adds, so that GPU nodes tainted nvidia.com/gpu:NoSchedule (a common
+// way to keep other pods off them) take the workers whether or not the
+// cluster runs that plugin, and the capacity check sees the same thing.
+func tolerations(spec []corev1.Toleration, reqs corev1.ResourceList) []corev1.Toleration {
+	out := append([]corev1.Toleration(nil), spec...)
+	for _, name := range sortedNames(reqs) {
+		if !isExtendedResource(name) {
+			continue
+		}
+		taint := corev1.Taint{Key: string(name), Effect: corev1.TaintEffectNoSchedule}
+		if tolerates(out, &taint) {
+			continue
+		}
+		out = append(out, corev1.Toleration{Key: string(name), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// isExtendedResource: a resource with a domain outside kubernetes.io, as
+// the ExtendedResourceToleration plugin counts them.
+func isExtendedResource(name corev1.ResourceName) bool {
+	domain, _, ok := strings.Cut(string(name), "/")
+	return ok && domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
 }
 
 // env returns the rendezvous environment of a replica type. $(VAR)

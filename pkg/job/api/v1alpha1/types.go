@@ -125,6 +125,21 @@ type TrainingJobSpec struct {
 	// +optional
 	Gang *Gang `json:"gang,omitempty"`
 
+	// NodeSelector restricts the workers (and parameter servers) to nodes
+	// with these labels, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}.
+	// The capacity pre-check counts only those nodes.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations let the workers onto tainted nodes. A toleration of each
+	// extended resource the workers request (e.g. nvidia.com/gpu, effect
+	// NoSchedule) is added as Kubernetes' ExtendedResourceToleration
+	// admission plugin would. The capacity pre-check skips nodes with a
+	// NoSchedule or NoExecute taint the workers do not tolerate.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
 	// PriorityClassName of the workers (and of the PodGroup).
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
