@@ -12,10 +12,12 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -734,6 +736,86 @@ func TestRejectedByAPIServer(t *testing.T) {
 	if err := e.c.Create(context.Background(), u); err != nil {
 		t.Fatalf("valid job refused: %v", err)
 	}
+	checkEdits(t, e, ns, "j")
+}
+
+// checkEdits edits job name (pytorch, 2 workers, one dataset with a
+// source, no resources, env, gang or cleanup) with JSON merge patches, as
+// kubectl edit/patch would: every field but cleanup is refused with a
+// message saying so; cleanup, no-op edits (absent to empty) and metadata
+// are accepted; and the controller's own updates (its finalizer) pass.
+func checkEdits(t *testing.T, e *env, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "the controller adds its finalizer (its own Update passes the rules)", func() error {
+		tj := &v1alpha1.TrainingJob{}
+		if err := e.get(t, ns, name, tj); err != nil {
+			return err
+		}
+		if !slices.Contains(tj.Finalizers, FinalizerVolumes) {
+			return fmt.Errorf("finalizers %v", tj.Finalizers)
+		}
+		return nil
+	})
+	patch := func(spec string) error {
+		tj := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+		return e.c.Patch(ctx, tj, client.RawPatch(types.MergePatchType, []byte(`{"spec":`+spec+`}`)))
+	}
+	const imm = " cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	for _, tc := range []struct{ field, spec string }{
+		{"image", `{"image":"y"}`},
+		{"workers", `{"workers":3}`},
+		{"mode", `{"mode":"mpi"}`},
+		{"datasets", `{"datasets":[{"name":"imagenet","source":"/data/imagenet","mountPath":"/data"},{"name":"labels","existingClaim":"l","mountPath":"/labels"}]}`},
+		{"datasets", `{"datasets":null}`},
+		{"resources", `{"resources":{"gpus":4}}`},
+		{"env", `{"env":[{"name":"EPOCHS","value":"1"}]}`},
+		{"command", `{"command":["python"]}`},
+		{"gang", `{"gang":{"enabled":false}}`},
+		{"backoffLimit", `{"backoffLimit":5}`},
+		{"nodeSelector", `{"nodeSelector":{"pool":"h100"}}`},
+		{"tolerations", `{"tolerations":[{"key":"k","operator":"Exists"}]}`},
+		{"priorityClassName", `{"priorityClassName":"high"}`},
+		{"tensorboard", `{"tensorboard":{"logDir":"/logs"}}`},
+		{"port", `{"port":1234}`},
+	} {
+		err := patch(tc.spec)
+		if err == nil {
+			t.Errorf("edit %s accepted", tc.spec)
+			continue
+		}
+		if want := tc.field + imm; !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("edit %s:\n %v\nwant it to contain\n %s", tc.spec, err, want)
+		}
+	}
+	for _, spec := range []string{
+		`{"cleanup":{"ttlSecondsAfterFinished":3600,"cleanPodPolicy":"All"}}`,
+		`{"resources":{},"env":[],"nodeSelector":{}}`,
+		`{"resources":{"gpus":0}}`,
+		`{"image":"x","workers":2}`,
+		`{"priorityClassName":""}`,
+	} {
+		if err := patch(spec); err != nil {
+			t.Errorf("edit %s refused: %v", spec, err)
+		}
+	}
+	// resources exist now ({"gpus":0}): a change inside is refused too.
+	if err := patch(`{"resources":{"gpus":2,"cpu":"1"}}`); err == nil || !strings.Contains(err.Error(), "resources"+imm) {
+		t.Errorf("edit of resources.gpus: %v", err)
+	}
+	tj := &v1alpha1.TrainingJob{}
+	if err := e.get(t, ns, name, tj); err != nil {
+		t.Fatal(err)
+	}
+	if c := tj.Spec.Cleanup; c.TTLSecondsAfterFinished == nil || *c.TTLSecondsAfterFinished != 3600 || c.CleanPodPolicy != v1alpha1.CleanPodAll {
+		t.Errorf("cleanup after the edit: %+v", c)
+	}
+	// A typed client's update (the whole object, as the controller sends it)
+	// passes too.
+	tj.Labels = map[string]string{"edited": "yes"}
+	if err := e.c.Update(ctx, tj); err != nil {
+		t.Errorf("update of metadata refused: %v", err)
+	}
 }
 
 // TestTTLAndCleanPodPolicyAll: a finished job with ttlSecondsAfterFinished
@@ -794,6 +876,65 @@ func TestTTLAndCleanPodPolicyAll(t *testing.T) {
 	eventually(t, "its pv deleted", func() error {
 		return pvDeleted(e, t, "epochfs-"+ns+"-short-d")
 	})
+}
+
+// TestEditCleanup: cleanup is the one part of the spec that may change
+// after submission, and the controller applies the new value: a finished
+// job's pods go when cleanPodPolicy becomes All, and the job itself when
+// a TTL is set that has passed.
+func TestEditCleanup(t *testing.T) {
+	e := startEnv(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep", Namespace: ns},
+		Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: 1,
+			Cleanup: v1alpha1.Cleanup{CleanPodPolicy: v1alpha1.CleanPodNone}},
+	}
+	if err := e.c.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	e.waitJob(t, ns, "keep")
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep-0-x", Namespace: ns, Labels: map[string]string{LabelJobName: "keep"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
+	}
+	if err := e.c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if err := e.c.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	done := metav1.NewTime(time.Now().Truncate(time.Second))
+	e.setJobStatus(t, ns, "keep", func(st *batchv1.JobStatus) {
+		st.StartTime, st.Succeeded, st.CompletionTime = &done, 1, &done
+		st.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: done},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done},
+		}
+	})
+	e.waitPhase(t, ns, "keep", v1alpha1.PhaseSucceeded, "Succeeded")
+	patch := func(spec string) {
+		t.Helper()
+		err := e.c.Patch(ctx, &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: "keep", Namespace: ns}},
+			client.RawPatch(types.MergePatchType, []byte(`{"spec":`+spec+`}`)))
+		if err != nil {
+			t.Fatalf("patch %s: %v", spec, err)
+		}
+	}
+	// cleanPodPolicy None: the pod stays (give the controller a moment).
+	time.Sleep(500 * time.Millisecond)
+	if err := e.get(t, ns, "keep-0-x", &corev1.Pod{}); err != nil {
+		t.Fatalf("pod deleted with cleanPodPolicy None: %v", err)
+	}
+	patch(`{"cleanup":{"cleanPodPolicy":"All","ttlSecondsAfterFinished":3600}}`)
+	eventually(t, "pod deleted once cleanPodPolicy is All", func() error { return isGone(e.get(t, ns, "keep-0-x", &corev1.Pod{})) })
+	if err := e.get(t, ns, "keep", &v1alpha1.TrainingJob{}); err != nil {
+		t.Fatalf("deleted before its TTL: %v", err)
+	}
+	patch(`{"cleanup":{"ttlSecondsAfterFinished":0}}`)
+	eventually(t, "TrainingJob deleted once its TTL is 0", func() error { return isGone(e.get(t, ns, "keep", &v1alpha1.TrainingJob{})) })
 }
 
 // TestGangSchedulerMissing: without the PodGroup CRD the job waits with a

@@ -58,10 +58,28 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.parameterServers) || self.parameterServers == 0 || self.mode == 'tensorflow'",message="parameterServers is only for mode tensorflow: remove it or set mode: tensorflow"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.minAvailable) || self.gang.minAvailable <= self.workers + (has(self.parameterServers) ? self.parameterServers : 0)",message="gang.minAvailable is larger than workers + parameterServers: lower it or add workers"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.queue) || size(self.gang.queue) == 0 || !has(self.gang.scheduler) || self.gang.scheduler == 'volcano'",message="gang.queue is a Volcano queue: remove it or set gang.scheduler: volcano"
+//
+// Only cleanup can be edited once a job is submitted: everything else is
+// rendered into objects created once (a Job's pod template is immutable),
+// so the API server refuses the edit instead of the controller ignoring it.
+// +kubebuilder:validation:XValidation:rule="(has(self.imagePullPolicy) ? self.imagePullPolicy : \"\") == (has(oldSelf.imagePullPolicy) ? oldSelf.imagePullPolicy : \"\")",message="imagePullPolicy cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.command) ? self.command : []) == (has(oldSelf.command) ? oldSelf.command : [])",message="command cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.args) ? self.args : []) == (has(oldSelf.args) ? oldSelf.args : [])",message="args cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.env) ? self.env : []) == (has(oldSelf.env) ? oldSelf.env : [])",message="env cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.parameterServers) ? self.parameterServers : 0) == (has(oldSelf.parameterServers) ? oldSelf.parameterServers : 0)",message="parameterServers cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.port) ? self.port : 0) == (has(oldSelf.port) ? oldSelf.port : 0)",message="port cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.datasets) ? self.datasets : []) == (has(oldSelf.datasets) ? oldSelf.datasets : [])",message="datasets cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.nodeSelector) ? self.nodeSelector : {}) == (has(oldSelf.nodeSelector) ? oldSelf.nodeSelector : {})",message="nodeSelector cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.tolerations) ? self.tolerations : []) == (has(oldSelf.tolerations) ? oldSelf.tolerations : [])",message="tolerations cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.priorityClassName) ? self.priorityClassName : \"\") == (has(oldSelf.priorityClassName) ? oldSelf.priorityClassName : \"\")",message="priorityClassName cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.gang) == has(oldSelf.gang)",message="gang cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.tensorboard) == has(oldSelf.tensorboard)",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.resources) == has(oldSelf.resources) || (has(self.resources) ? (!has(self.resources.cpu) && !has(self.resources.memory) && (!has(self.resources.gpus) || self.resources.gpus == 0) && (!has(self.resources.extra) || size(self.resources.extra) == 0)) : (!has(oldSelf.resources.cpu) && !has(oldSelf.resources.memory) && (!has(oldSelf.resources.gpus) || oldSelf.resources.gpus == 0) && (!has(oldSelf.resources.extra) || size(oldSelf.resources.extra) == 0)))",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 type TrainingJobSpec struct {
 	// Image is the container image of every worker.
 	// +kubebuilder:validation:XValidation:rule="size(self.trim()) > 0",message="image is empty: set the container image of the workers, e.g. image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="image cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 	Image string `json:"image"`
 
 	// ImagePullPolicy of the workers; Kubernetes' default when empty.
@@ -87,12 +105,14 @@ type TrainingJobSpec struct {
 	// Workers is the number of worker pods (one per completion index).
 	// +kubebuilder:validation:XValidation:rule="self >= 1",message="workers must be at least 1"
 	// +kubebuilder:validation:XValidation:rule="self <= 10000",message="workers must be at most 10000"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="workers cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 	Workers int32 `json:"workers"`
 
 	// Mode is how workers find each other: standalone (default), pytorch,
 	// tensorflow or mpi.
 	// +kubebuilder:default=standalone
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="mode cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 	Mode Mode `json:"mode,omitempty"`
 
 	// ParameterServers is the number of TensorFlow parameter-server pods
@@ -111,6 +131,7 @@ type TrainingJobSpec struct {
 
 	// Resources each worker requests.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="has(self.cpu) == has(oldSelf.cpu) && (!has(self.cpu) || self.cpu == oldSelf.cpu) && has(self.memory) == has(oldSelf.memory) && (!has(self.memory) || self.memory == oldSelf.memory) && (has(self.gpus) ? self.gpus : 0) == (has(oldSelf.gpus) ? oldSelf.gpus : 0) && (has(self.extra) ? self.extra : {}) == (has(oldSelf.extra) ? oldSelf.extra : {})",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 	Resources WorkerResources `json:"resources,omitempty"`
 
 	// Datasets mounted read-only into every worker through EpochFS.
@@ -123,6 +144,7 @@ type TrainingJobSpec struct {
 	// Gang scheduling: all workers start together or none does. Enabled by
 	// default when the job has more than one pod.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="gang cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 	Gang *Gang `json:"gang,omitempty"`
 
 	// NodeSelector restricts the workers (and parameter servers) to nodes
@@ -150,15 +172,19 @@ type TrainingJobSpec struct {
 	// +kubebuilder:validation:Maximum=100
 	// +kubebuilder:default=3
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="backoffLimit cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
 
-	// Cleanup of a finished job.
+	// Cleanup of a finished job. The one part of the spec that can be
+	// edited after submission; the controller applies the current value
+	// when the job finishes and after.
 	// +optional
 	Cleanup Cleanup `json:"cleanup,omitempty"`
 
 	// Tensorboard, when set, tells where the workers write event files;
 	// exported to them as TENSORBOARD_LOG_DIR.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 	Tensorboard *Tensorboard `json:"tensorboard,omitempty"`
 }
 
