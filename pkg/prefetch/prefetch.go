@@ -86,8 +86,10 @@ type Config struct {
 	WholeFileMax int64
 	BlockSize    int64
 	// Workers bounds the concurrent backend reads (and listings). Default
-	// DefaultWorkers. Each read holds one entry in memory (up to
-	// max(WholeFileMax, BlockSize) bytes).
+	// DefaultWorkers. Writing an entry into the cache does not hold a read
+	// slot: up to Workers entries are being read and up to Workers more
+	// written at a time, each held in memory (up to max(WholeFileMax,
+	// BlockSize) bytes).
 	Workers int
 	// ReadTimeout bounds the read of one entry, retries included. Default
 	// DefaultReadTimeout.
@@ -465,12 +467,15 @@ func (p *Prefetcher) plan(m *manifest.Manifest) *plan {
 	return pl
 }
 
-// fetch runs the tasks with Workers goroutines, in plan order, until they
-// are all handled or ctx ends.
+// fetch runs the tasks in plan order, until they are all handled or ctx
+// ends, with 2×Workers goroutines of which at most Workers read from the
+// backend at a time (see loader): the others are writing what they read
+// into the cache, so the backend is kept busy while entries are written.
 func (p *Prefetcher) fetch(ctx context.Context, pl *plan) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(p.cfg.Workers, max(len(pl.tasks), 1)) {
+	reads := make(chan struct{}, p.cfg.Workers)
+	for range min(2*p.cfg.Workers, max(len(pl.tasks), 1)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -485,7 +490,7 @@ func (p *Prefetcher) fetch(ctx context.Context, pl *plan) {
 				if t.file != lastFile {
 					lastFile, spans = t.file, p.spans(pl.m, pl.files[t.file])
 				}
-				admitted, err := p.fetchOne(ctx, spans[t.span])
+				admitted, err := p.fetchOne(ctx, spans[t.span], reads)
 				if admitted {
 					pl.admitted[t.file].Store(true)
 				}
@@ -509,7 +514,7 @@ func (p *Prefetcher) fetch(ctx context.Context, pl *plan) {
 // fetchOne reads one entry through the store and reports whether this run
 // admitted it. An entry that no longer fits (another reader of the store
 // filled it) is not an error.
-func (p *Prefetcher) fetchOne(ctx context.Context, sp cache.KeySpan) (admitted bool, err error) {
+func (p *Prefetcher) fetchOne(ctx context.Context, sp cache.KeySpan, reads chan struct{}) (admitted bool, err error) {
 	store := p.cfg.Store
 	if st := store.Stats(); st.UsedBytes+sp.Length > st.CapacityBytes {
 		// Another reader of the store (a mount) filled it meanwhile:
@@ -528,7 +533,7 @@ func (p *Prefetcher) fetchOne(ctx context.Context, sp cache.KeySpan) (admitted b
 	defer stop()
 	// Fill, not Get: a warm-up is not a lookup (a mount's hit and miss
 	// counters stay the readers'), and nothing needs the entry opened.
-	res, gerr := store.Fill(fctx, sp.Key, sp.Length, p.loader(sp))
+	res, gerr := store.Fill(fctx, sp.Key, sp.Length, p.loader(sp, reads))
 	switch {
 	case gerr != nil && ctx.Err() != nil:
 		return false, gerr
@@ -562,10 +567,17 @@ func (p *Prefetcher) fail(key cache.Key, err error) {
 	p.mu.Unlock()
 }
 
-// loader reads one entry's bytes from the backend with the listed version.
-func (p *Prefetcher) loader(sp cache.KeySpan) cache.Loader {
+// loader reads one entry's bytes from the backend with the listed version,
+// holding one of the read slots (a buffered channel of Workers) meanwhile.
+func (p *Prefetcher) loader(sp cache.KeySpan, reads chan struct{}) cache.Loader {
 	return func(ctx context.Context, buf []byte) error {
+		select {
+		case reads <- struct{}{}:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 		n, err := p.cfg.Backend.ReadAt(ctx, sp.Key.Path, sp.Key.Version, buf, sp.Offset)
+		<-reads
 		if n == len(buf) && (err == nil || errors.Is(err, io.EOF)) {
 			return nil
 		}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -415,5 +416,60 @@ func TestNewRejectsBadConfig(t *testing.T) {
 				t.Errorf("New: %v, want an error about %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// peakBackend records the most reads in flight at once; the first reads
+// wait until want of them are in flight together, and every read yields
+// the processor a while before it returns, so that goroutines that may
+// start another read get the chance to.
+type peakBackend struct {
+	backend.Backend
+	want     int64
+	inflight atomic.Int64
+	peak     atomic.Int64
+	full     chan struct{}
+	once     sync.Once
+}
+
+func (b *peakBackend) ReadAt(ctx context.Context, path, version string, p []byte, off int64) (int, error) {
+	n := b.inflight.Add(1)
+	defer b.inflight.Add(-1)
+	for {
+		old := b.peak.Load()
+		if n <= old || b.peak.CompareAndSwap(old, n) {
+			break
+		}
+	}
+	if n >= b.want {
+		b.once.Do(func() { close(b.full) })
+	}
+	select {
+	case <-b.full:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	for range 200 {
+		runtime.Gosched()
+	}
+	return b.Backend.ReadAt(ctx, path, version, p, off)
+}
+
+// TestWorkersBoundReads: Workers reads run at once, never more, although
+// more goroutines fetch (the others write into the cache).
+func TestWorkersBoundReads(t *testing.T) {
+	d := makeDataset(t)
+	const workers = 3
+	b := &peakBackend{Backend: openBackend(t, d.dir), want: workers, full: make(chan struct{})}
+	s := openStore(t, t.TempDir(), 2*d.total)
+	sum := run(t, context.Background(), prefetch.Config{Backend: b, Store: s, WholeFileMax: wholeMax, BlockSize: blockSize, Workers: workers})
+	if sum.State != prefetch.StateComplete {
+		t.Fatalf("state %q", sum.State)
+	}
+	if got := b.peak.Load(); got != workers {
+		t.Fatalf("%d reads in flight at the peak, want exactly Workers = %d", got, workers)
+	}
+	if held, _ := cachedBytes(t, s, b.Backend, d); held != d.total {
+		t.Fatalf("store holds %d of %d bytes", held, d.total)
 	}
 }
