@@ -2,8 +2,8 @@
 // runs side by side in one run, interleaved A B A B … over -rounds rounds
 // (single runs on these shared VMs vary up to 5×), with N parallel readers
 // reading whole files in a shuffled order like a data loader
-// (internal/epoch, sha256 of every file), and the page cache dropped before
-// every run (as root).
+// (internal/epoch, sha256 of every file), and dirty pages written back and
+// the page cache dropped before every run (as root).
 //
 //   - P2, cached epoch: files/s of an epoch through an EpochFS mount whose
 //     cache holds the whole dataset vs a native read of the same files from
@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"golang.org/x/sys/unix"
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
@@ -140,10 +141,19 @@ func Bench(ctx context.Context, cfg Config) (*Report, error) {
 // everything fits with room for rclone's bookkeeping.
 func capacityFor(bytes int64) int64 { return bytes + bytes/8 }
 
+// dropPageCache writes dirty pages back (sync) and drops the page cache, so
+// that a run neither starts with another run's data cached nor pays for the
+// writeback of what the run before it wrote (a cold mount or prefetch
+// leaves the whole dataset dirty in the cache directory).
+func dropPageCache() error {
+	unix.Sync()
+	return epoch.DropPageCache()
+}
+
 // readEpoch drops the page cache (if asked) and reads one epoch under root.
 func readEpoch(ctx context.Context, cfg Config, ds dataset, root string, seed uint64) (float64, error) {
 	if cfg.Drop {
-		if err := epoch.DropPageCache(); err != nil {
+		if err := dropPageCache(); err != nil {
 			return 0, fmt.Errorf("drop the page cache: %w (run as root, or -drop-caches=false)", err)
 		}
 	}
@@ -307,7 +317,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 
 		// B: the GET loop.
 		if cfg.Drop {
-			if err := epoch.DropPageCache(); err != nil {
+			if err := dropPageCache(); err != nil {
 				return err
 			}
 		}
@@ -324,7 +334,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 				return err
 			}
 			if cfg.Drop {
-				if err := epoch.DropPageCache(); err != nil {
+				if err := dropPageCache(); err != nil {
 					return err
 				}
 			}
