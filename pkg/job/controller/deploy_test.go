@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +21,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
@@ -215,5 +217,66 @@ func TestGeneratedCopies(t *testing.T) {
 	role := read("deploy", "kustomize", "base", "job-controller", "role.yaml")
 	if got := read("deploy", "helm", "epochfs", "templates", "job-controller-role.yaml"); !strings.Contains(got, role) {
 		t.Errorf("templates/job-controller-role.yaml is stale: run make generate-job-api")
+	}
+}
+
+// TestHelmUninstallKeepsCRD: the chart's CRD carries
+// helm.sh/resource-policy=keep, so `helm uninstall` leaves the CRD and
+// every TrainingJob in place, and a later `helm install` of the same
+// release adopts the CRD again. Real helm against the real API server.
+func TestHelmUninstallKeepsCRD(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kube-apiserver test skipped in -short mode")
+	}
+	helmBin, err := testenv.FindTool("helm")
+	if err != nil {
+		testenv.RequireOrSkip(t, "helm not found", "run `make tools`")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := testenv.StartKube(t)
+	helm := func(args ...string) string {
+		t.Helper()
+		args = append(args, "--kubeconfig", kube.Kubeconfig, "--namespace", "epochfs-system")
+		cmd := exec.Command(helmBin, args...)
+		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	install := []string{"install", "epochfs", filepath.Join(root, "deploy", "helm", "epochfs"), "--create-namespace",
+		"--set", "jobController.enabled=true"}
+	helm(install...)
+
+	e := &env{kube: kube}
+	if e.c, err = client.New(kube.Config, client.Options{Scheme: newScheme(t)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := e.namespace(t)
+	tj := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: "survivor", Namespace: ns},
+		Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: 1}}
+	eventually(t, "create a TrainingJob once the chart's CRD is served", func() error { return e.c.Create(ctx, tj) })
+
+	if err := e.get(t, "epochfs-system", "epochfs-job-controller", &appsv1.Deployment{}); err != nil {
+		t.Fatalf("the chart's controller Deployment: %v", err)
+	}
+	out := helm("uninstall", "epochfs")
+	if !strings.Contains(out, "kept due to the resource policy") || !strings.Contains(out, "trainingjobs.jobs.epochfs.io") {
+		t.Errorf("helm uninstall does not report the kept CRD:\n%s", out)
+	}
+	if err := isGone(e.get(t, "epochfs-system", "epochfs-job-controller", &appsv1.Deployment{})); err != nil {
+		t.Errorf("the controller Deployment after helm uninstall: %v", err)
+	}
+	if err := e.get(t, ns, "survivor", &v1alpha1.TrainingJob{}); err != nil {
+		t.Fatalf("the TrainingJob did not survive helm uninstall: %v", err)
+	}
+	helm(install...) // adopts the kept CRD
+	if err := e.get(t, ns, "survivor", &v1alpha1.TrainingJob{}); err != nil {
+		t.Fatalf("the TrainingJob did not survive a reinstall: %v", err)
 	}
 }

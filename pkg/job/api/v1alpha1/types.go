@@ -366,6 +366,10 @@ type TrainingJobStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
+// The CRD carries helm.sh/resource-policy=keep (the metadata marker below):
+// `helm uninstall` of the chart leaves it, and so every TrainingJob, in
+// place. kubectl and kustomize ignore the annotation.
+
 // TrainingJob is a distributed training job whose workers read EpochFS
 // datasets. The controller turns it into a headless Service, an Indexed
 // batch/v1 Job, a PodGroup for gang scheduling and a read-only volume per
@@ -373,6 +377,7 @@ type TrainingJobStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:metadata:annotations="helm.sh/resource-policy=keep"
 // +kubebuilder:resource:shortName=tj;tjob,categories=epochfs
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
