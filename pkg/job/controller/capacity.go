@@ -16,10 +16,11 @@ import (
 type capacityRequest struct {
 	// what names the pods in messages, e.g. "2 workers (each nvidia.com/gpu=4)".
 	what string
-	// pods are the requests of the pods that must fit together (the gang).
-	pods []corev1.ResourceList
-	// spec is their pod template: its nodeSelector and tolerations say
-	// which nodes count.
+	// pods are the pods that must fit together (the gang), each with its
+	// requests and pod template.
+	pods []item
+	// spec is the workers' pod template: its nodeSelector and tolerations
+	// say which nodes count in the sums and the messages.
 	spec *corev1.PodSpec
 }
 
@@ -29,8 +30,7 @@ type capacityRequest struct {
 // both count the same free GPUs.
 type reservation struct {
 	job  string // namespace/name, for messages
-	pods []corev1.ResourceList
-	spec *corev1.PodSpec
+	pods []item
 }
 
 // capacityShortfall reports whether req's pods can be placed together on
@@ -48,7 +48,11 @@ type reservation struct {
 // behind a lost node, say) hold nothing, so one stuck job does not block
 // every later one. Then the held pods and req's pods are placed together.
 func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, req capacityRequest, reserved []reservation) string {
-	if len(req.pods) == 0 || allEmpty(req.pods) {
+	var reqs []corev1.ResourceList
+	for _, it := range req.pods {
+		reqs = append(reqs, it.reqs)
+	}
+	if len(reqs) == 0 {
 		return ""
 	}
 	free := map[string]corev1.ResourceList{}
@@ -102,8 +106,9 @@ func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, req capacityReque
 	// Reserved pods alone: those that fit are held.
 	var held []item
 	for _, r := range reserved {
-		for _, reqs := range r.pods {
-			held = append(held, item{reqs: reqs, spec: r.spec, job: r.job})
+		for _, it := range r.pods {
+			it.job = r.job
+			held = append(held, it)
 		}
 	}
 	afterHeld := cloneFree(free)
@@ -118,7 +123,7 @@ func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, req capacityReque
 
 	// Whole-cluster sums first: they name the resource that is short.
 	need := corev1.ResourceList{}
-	for _, r := range req.pods {
+	for _, r := range reqs {
 		addTimes(need, r, 1)
 	}
 	var short []string
@@ -160,23 +165,34 @@ func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, req capacityReque
 	// Then placement: the sums fit, but do the pods fit node by node,
 	// together with the held ones?
 	items := append([]item(nil), held...)
-	for _, r := range req.pods {
-		items = append(items, item{reqs: r, spec: req.spec})
+	for _, it := range req.pods {
+		it.job = ""
+		items = append(items, it)
 	}
 	placed := place(items, all, byName, cloneFree(free))
-	mine := 0
-	for _, it := range placed {
-		if it.job == "" {
-			mine++
-		}
-	}
 	if len(placed) < len(items) {
-		also := ""
-		if len(held) > 0 {
-			also = fmt.Sprintf(", next to the %d pods held for %s", len(held), strings.Join(holders, ", "))
+		// A replica type no node takes at all (parameter servers, which
+		// have no GPU toleration, on a cluster of tainted GPU nodes).
+		for _, it := range req.pods {
+			var why []string
+			for _, n := range all {
+				if w := nodeRefuses(byName[n], it.spec); w != "" {
+					why = append(why, n+" ("+w+")")
+				}
+			}
+			if len(why) == len(all) {
+				if len(why) > 8 {
+					why = append(why[:8], fmt.Sprintf("and %d more", len(why)-8))
+				}
+				return fmt.Sprintf("cannot fit %s: no node takes its %s pods: %s", req.what, replicaNoun(it.replica), strings.Join(why, ", "))
+			}
 		}
-		return fmt.Sprintf("cannot fit %s: the free resources are spread over the nodes so that only %d of the %d pods fit (per pod: %s)%s%s",
-			req.what, mine, len(req.pods), formatList(req.pods[len(req.pods)-1]), also, notCounted)
+		if len(held) == 0 {
+			return fmt.Sprintf("cannot fit %s: the free resources are spread over the nodes so that only %d of the %d pods fit (per pod: %s)%s",
+				req.what, len(placed), len(reqs), formatList(reqs[len(reqs)-1]), notCounted)
+		}
+		return fmt.Sprintf("cannot fit %s next to the %d pods held for %s: the free resources are spread over the nodes so that only %d of these %d pods fit (per pod of this job: %s)%s",
+			req.what, len(held), strings.Join(holders, ", "), len(placed), len(items), formatList(reqs[len(reqs)-1]), notCounted)
 	}
 	return ""
 }
@@ -184,9 +200,17 @@ func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, req capacityReque
 // item is one pod to place: its requests, its template (which nodes it
 // may use) and the job holding it ("" for the job being checked).
 type item struct {
-	reqs corev1.ResourceList
-	spec *corev1.PodSpec
-	job  string
+	reqs    corev1.ResourceList
+	spec    *corev1.PodSpec
+	replica string // ReplicaWorker or ReplicaPS
+	job     string
+}
+
+func replicaNoun(replica string) string {
+	if replica == ReplicaPS {
+		return "parameter-server"
+	}
+	return "worker"
 }
 
 // place puts items first-fit, largest first, onto the nodes (names in
@@ -259,15 +283,6 @@ func tolerates(tols []corev1.Toleration, taint *corev1.Taint) bool {
 		}
 	}
 	return false
-}
-
-func allEmpty(rs []corev1.ResourceList) bool {
-	for _, r := range rs {
-		if len(r) > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 func nodeReady(n *corev1.Node) bool {

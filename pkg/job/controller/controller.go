@@ -234,8 +234,9 @@ func (r *Reconciler) checkCapacity(ctx context.Context, tj *v1alpha1.TrainingJob
 	if err != nil {
 		return result{}, false, err
 	}
-	spec := p.job(ReplicaWorker, r.cfg.Schedulers).Spec.Template.Spec
-	short := capacityShortfall(nodes.Items, pods.Items, capacityRequest{what: what, pods: gang, spec: &spec}, reserved)
+	workers := p.job(ReplicaWorker, r.cfg.Schedulers).Spec.Template.Spec
+	req := capacityRequest{what: what, pods: p.capacityPods(r.cfg.Schedulers, 0, 0), spec: &workers}
+	short := capacityShortfall(nodes.Items, pods.Items, req, reserved)
 	if short == "" {
 		if meta.FindStatusCondition(tj.Status.Conditions, v1alpha1.ConditionInsufficientResources) != nil {
 			setCondition(tj, v1alpha1.ConditionInsufficientResources, false, "Fits", "the cluster has room for the job")
@@ -284,20 +285,10 @@ func (r *Reconciler) reservations(ctx context.Context, self *v1alpha1.TrainingJo
 		if err != nil {
 			continue
 		}
-		gang := int32(len(p.gangPods()))
-		nPS := min(tj.Spec.ParameterServers, gang)
-		var want []corev1.ResourceList
-		for range nPS - min(nPS, placed[key{tj.Namespace, tj.Name, ReplicaPS}]) {
-			want = append(want, p.psReqs)
+		want := p.capacityPods(r.cfg.Schedulers, placed[key{tj.Namespace, tj.Name, ReplicaPS}], placed[key{tj.Namespace, tj.Name, ReplicaWorker}])
+		if len(want) > 0 {
+			out = append(out, reservation{job: tj.Namespace + "/" + tj.Name, pods: want})
 		}
-		for range (gang - nPS) - min(gang-nPS, placed[key{tj.Namespace, tj.Name, ReplicaWorker}]) {
-			want = append(want, p.workerReqs)
-		}
-		if allEmpty(want) {
-			continue
-		}
-		spec := p.job(ReplicaWorker, r.cfg.Schedulers).Spec.Template.Spec
-		out = append(out, reservation{job: tj.Namespace + "/" + tj.Name, pods: want, spec: &spec})
 	}
 	return out, nil
 }

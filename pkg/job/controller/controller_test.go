@@ -630,6 +630,21 @@ func TestCapacityNodes(t *testing.T) {
 	expectWaiting("nowhere", "no node is Ready, schedulable and open to the pods (nodeSelector, tolerations), so 1 worker (each cpu=1) cannot start; "+
 		"nodes not counted: a-cordoned (cordoned), b-notready (not Ready), c-tainted (no label pool=tpu of the nodeSelector), "+
 		"d-h100 (no label pool=tpu of the nodeSelector), e-a100 (no label pool=tpu of the nodeSelector)"+retry)
+
+	// Parameter servers have no GPU toleration: on a pool of tainted GPU
+	// nodes the workers fit and the parameter servers do not.
+	e.node(t, "f-tf", res("cpu", "8", "nvidia.com/gpu", "4"), map[string]string{"pool": "tf"})
+	edit("f-tf", func(n *corev1.Node) {
+		n.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+	}, false)
+	submit("tf", 1, 1, func(s *v1alpha1.TrainingJobSpec) {
+		s.Mode, s.ParameterServers = v1alpha1.ModeTensorFlow, 1
+		s.NodeSelector = map[string]string{"pool": "tf"}
+		s.Resources.CPU = ptr.To(resource.MustParse("1"))
+	})
+	expectWaiting("tf", "cannot fit 2 pods (each cpu=1, nvidia.com/gpu=1): no node takes its parameter-server pods: a-cordoned (cordoned), "+
+		"b-notready (not Ready), c-tainted (no label pool=tf of the nodeSelector), d-h100 (no label pool=tf of the nodeSelector), "+
+		"e-a100 (no label pool=tf of the nodeSelector), f-tf (taint nvidia.com/gpu=present:NoSchedule not tolerated)"+retry)
 }
 
 // TestInvalidSource: what CEL cannot check, the controller does: the job

@@ -562,6 +562,28 @@ func (p *plan) affinity() *corev1.Affinity {
 	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: terms}}
 }
 
+// capacityPods are the gang's pods for the capacity check (as gangPods,
+// each with its pod template), less placedPS parameter servers and
+// placedWorkers workers that are placed already. Pods without requests
+// are left out.
+func (p *plan) capacityPods(sched Schedulers, placedPS, placedWorkers int32) []item {
+	gang := p.gangPods()
+	nPS := min(p.tj.Spec.ParameterServers, int32(len(gang)))
+	var out []item
+	add := func(replica string, reqs corev1.ResourceList, n int32) {
+		if n <= 0 || len(reqs) == 0 {
+			return
+		}
+		spec := p.job(replica, sched).Spec.Template.Spec
+		for range n {
+			out = append(out, item{reqs: reqs, spec: &spec, replica: replica})
+		}
+	}
+	add(ReplicaPS, p.psReqs, nPS-placedPS)
+	add(ReplicaWorker, p.workerReqs, int32(len(gang))-nPS-placedWorkers)
+	return out
+}
+
 // gangPods is the list of pod requests that must fit together: parameter
 // servers first, then workers, minMember in all (every pod without gang).
 func (p *plan) gangPods() []corev1.ResourceList {
