@@ -119,11 +119,17 @@ func TestJobLogs(t *testing.T) {
 	if err := c.Create(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
+	bert := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: "bert", Namespace: ns},
+		Spec: v1alpha1.TrainingJobSpec{Image: "tensorflow/tensorflow:2.17.0", Workers: 1, ParameterServers: 1, Mode: v1alpha1.ModeTensorFlow}}
+	if err := c.Create(ctx, bert); err != nil {
+		t.Fatal(err)
+	}
 
 	kubelet := startFakeKubelet(t, map[string]string{
 		ns + "/resnet-0-abcde/" + controller.ContainerName: "rank 0: epoch 1 loss 2.31\nrank 0: epoch 2 loss 1.87\nrank 0: epoch 3 loss 1.52\n",
 		ns + "/resnet-1-fghij/" + controller.ContainerName: "rank 1: epoch 1 loss 2.30\n",
 		ns + "/resnet-1-klmno/" + controller.ContainerName: "rank 1 (restarted): epoch 1 loss 2.29\n",
+		ns + "/bert-ps-0-pqrst/" + controller.ContainerName: "ps 0: serving 110M parameters\n",
 	}, "rank 0: epoch 4 loss 1.33\nrank 0: done\n")
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-a"}}
 	if err := c.Create(ctx, node); err != nil {
@@ -140,15 +146,20 @@ func TestJobLogs(t *testing.T) {
 	// Worker 1's first pod failed and was replaced: logs must pick the
 	// newer one. Creation timestamps have one-second resolution.
 	for i, p := range []struct {
-		name, index string
-		phase       corev1.PodPhase
-	}{{"resnet-0-abcde", "0", corev1.PodRunning}, {"resnet-1-fghij", "1", corev1.PodFailed}, {"resnet-1-klmno", "1", corev1.PodRunning}} {
+		job, replica, name, index string
+		phase                     corev1.PodPhase
+	}{
+		{"resnet", controller.ReplicaWorker, "resnet-0-abcde", "0", corev1.PodRunning},
+		{"resnet", controller.ReplicaWorker, "resnet-1-fghij", "1", corev1.PodFailed},
+		{"resnet", controller.ReplicaWorker, "resnet-1-klmno", "1", corev1.PodRunning},
+		{"bert", controller.ReplicaPS, "bert-ps-0-pqrst", "0", corev1.PodRunning},
+	} {
 		if i == 2 {
 			time.Sleep(1100 * time.Millisecond)
 		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: ns, Labels: map[string]string{
-				controller.LabelJobName: "resnet", controller.LabelReplica: controller.ReplicaWorker, batchCompletionIndex: p.index,
+				controller.LabelJobName: p.job, controller.LabelReplica: p.replica, batchCompletionIndex: p.index,
 			}},
 			Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: controller.ContainerName, Image: tj.Spec.Image}}},
 		}
@@ -172,6 +183,7 @@ func TestJobLogs(t *testing.T) {
 		{"logs", "resnet", "-n", ns},
 		{"logs", "resnet", "-n", ns, "--worker", "1"},
 		{"logs", "resnet", "-n", ns, "--tail", "1"},
+		{"logs", "bert", "-n", ns, "--ps"},
 	} {
 		out, stderr, err := runJob(t, append([]string{"job", kc}, args...)...)
 		if err != nil {
