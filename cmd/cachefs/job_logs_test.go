@@ -126,9 +126,9 @@ func TestJobLogs(t *testing.T) {
 	}
 
 	kubelet := startFakeKubelet(t, map[string]string{
-		ns + "/resnet-0-abcde/" + controller.ContainerName: "rank 0: epoch 1 loss 2.31\nrank 0: epoch 2 loss 1.87\nrank 0: epoch 3 loss 1.52\n",
-		ns + "/resnet-1-fghij/" + controller.ContainerName: "rank 1: epoch 1 loss 2.30\n",
-		ns + "/resnet-1-klmno/" + controller.ContainerName: "rank 1 (restarted): epoch 1 loss 2.29\n",
+		ns + "/resnet-0-abcde/" + controller.ContainerName:  "rank 0: epoch 1 loss 2.31\nrank 0: epoch 2 loss 1.87\nrank 0: epoch 3 loss 1.52\n",
+		ns + "/resnet-1-fghij/" + controller.ContainerName:  "rank 1: epoch 1 loss 2.30\n",
+		ns + "/resnet-1-klmno/" + controller.ContainerName:  "rank 1 (restarted): epoch 1 loss 2.29\n",
 		ns + "/bert-ps-0-pqrst/" + controller.ContainerName: "ps 0: serving 110M parameters\n",
 	}, "rank 0: epoch 4 loss 1.33\nrank 0: done\n")
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-a"}}
