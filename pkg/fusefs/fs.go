@@ -79,7 +79,7 @@ type Options struct {
 	// manifest keeps from its listings (listcache.go). About 150 bytes each
 	// with S3 names and ETags.
 	ListingCacheEntries int
-	Logger      *slog.Logger
+	Logger              *slog.Logger
 }
 
 // FS is a mountable read-only dataset tree.
