@@ -40,6 +40,7 @@ func childMain(args []string) {
 	fl.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "")
 	fl.StringVar(&cfg.Manifest, "manifest", mount.ManifestNone, "")
 	fl.BoolVar(&cfg.Debug, "fuse-debug", false, "")
+	fl.IntVar(&cfg.ReadaheadFiles, "readahead-files", 0, "")
 	_ = fl.Parse(args)
 	if fl.NArg() != 2 {
 		fmt.Fprintln(os.Stderr, "mount child: want SOURCE MOUNTPOINT")

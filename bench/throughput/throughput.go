@@ -47,6 +47,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"golang.org/x/sys/unix"
 
+	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/fusefs"
@@ -63,7 +64,10 @@ type Config struct {
 	MinIO   string // minio binary; "" skips P3
 	CacheFS string // cachefs binary with a prefetch command; "" skips the prefetch row
 	P2, P3  bool
-	Log     io.Writer
+	// ReadaheadFiles > 0 adds a P3 row: the cold epoch through a mount with
+	// that many files read ahead per miss (`cachefs mount --readahead-files`).
+	ReadaheadFiles int
+	Log            io.Writer
 	// ProfileDir, when set, receives a CPU profile of the mount process
 	// (ProfileSeconds long, from the start) of every EpochFS epoch.
 	ProfileDir     string
@@ -87,6 +91,7 @@ const (
 	epochfs  = "epochfs"
 	rcloneR  = "rclone"
 	mountCol = "mount cold"
+	mountRA  = "mount cold, readahead"
 	getLoop  = "GET loop"
 	prefetch = "prefetch"
 )
@@ -185,7 +190,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		root string
 	}{{native, ds.root}, {epochfs, efsMnt}}
 	if cfg.RClone != "" {
-		rc, err := startRclone(cfg.RClone, ds.root, filepath.Join(cfg.Dir, "mnt-rclone"), filepath.Join(cfg.Dir, "cache-rclone"), capacity)
+		rc, err := benchproc.StartRclone(cfg.RClone, ds.root, filepath.Join(cfg.Dir, "mnt-rclone"), filepath.Join(cfg.Dir, "cache-rclone"), capacity, nil)
 		if err != nil {
 			return err
 		}
@@ -193,7 +198,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		readers = append(readers, struct {
 			name string
 			root string
-		}{rcloneR, rc.mnt})
+		}{rcloneR, rc.Mnt})
 	} else {
 		rep.Notes = append(rep.Notes, "rclone not run: no rclone binary (make bench-tools)")
 	}
@@ -211,7 +216,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		for _, r := range readers {
 			var before fusefs.Counters
 			if r.name == epochfs {
-				if before, err = efs.counters(); err != nil {
+				if before, err = counters(efs); err != nil {
 					return err
 				}
 			}
@@ -225,7 +230,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			}
 			if r.name == epochfs {
 				prof()
-				after, err := efs.counters()
+				after, err := counters(efs)
 				if err != nil {
 					return err
 				}
@@ -244,14 +249,14 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 
 // profile starts a CPU profile of a mount child when cfg.ProfileDir is set;
 // the returned func waits for it and writes DIR/name.pprof.
-func profile(cfg Config, p *proc, name string) func() {
+func profile(cfg Config, p *benchproc.Proc, name string) func() {
 	if cfg.ProfileDir == "" {
 		return func() {}
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.debug, max(cfg.ProfileSeconds, 1))
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.Debug, max(cfg.ProfileSeconds, 1))
 		resp, err := http.Get(url)
 		if err != nil {
 			return
@@ -267,26 +272,24 @@ func profile(cfg Config, p *proc, name string) func() {
 	return func() { <-done }
 }
 
-func (p *proc) counters() (fusefs.Counters, error) { return fetchCounters(p.debug) }
-
 func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.Writer) error {
 	mdir := filepath.Join(cfg.Dir, "minio")
 	if err := os.RemoveAll(mdir); err != nil {
 		return err
 	}
-	srv, err := startMinIO(cfg.MinIO, mdir)
+	srv, err := benchproc.StartMinIO(cfg.MinIO, mdir)
 	if err != nil {
 		return err
 	}
 	defer srv.Stop()
 	const bucket = "dataset"
 	start := time.Now()
-	if err := srv.upload(ctx, bucket, ds.root, ds.paths); err != nil {
+	if err := srv.Upload(ctx, bucket, ds.root, ds.paths, 16, nil); err != nil {
 		return err
 	}
 	fmt.Fprintf(logw, "P3 uploaded %d objects in %.1fs\n", len(ds.paths), time.Since(start).Seconds())
 	capacity := capacityFor(ds.bytes)
-	client, err := newClient(srv.host, srv.access, srv.secret, cfg.Workers)
+	client, err := benchproc.NewClient(srv.Host, srv.Access, srv.Secret, cfg.Workers)
 	if err != nil {
 		return err
 	}
@@ -301,7 +304,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		if err := os.RemoveAll(cacheDir); err != nil {
 			return err
 		}
-		m, err := startEpochFS(srv.url(bucket), mnt, cacheDir, capacity, srv.env())
+		m, err := startEpochFS(srv.URL(bucket), mnt, cacheDir, capacity, srv.Env())
 		if err != nil {
 			return err
 		}
@@ -314,6 +317,28 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		}
 		row[mountCol] = fps
 		fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, mountCol, fps)
+
+		// A': the same with readahead of whole files.
+		if cfg.ReadaheadFiles > 0 {
+			if err := os.RemoveAll(cacheDir); err != nil {
+				return err
+			}
+			m, err := startEpochFS(srv.URL(bucket), mnt, cacheDir, capacity, srv.Env(), "-readahead-files", fmt.Sprint(cfg.ReadaheadFiles))
+			if err != nil {
+				return err
+			}
+			fps, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round))
+			c, cerr := counters(m)
+			m.Stop()
+			if err != nil {
+				return err
+			}
+			if cerr == nil {
+				fmt.Fprintf(logw, "P3 round %d  %s: %d of %d files read ahead\n", round, mountRA, c.FilesReadAhead, len(ds.paths))
+			}
+			row[mountRA] = fps
+			fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, mountRA, fps)
+		}
 
 		// B: the GET loop.
 		if cfg.Drop {
@@ -338,9 +363,9 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 					return err
 				}
 			}
-			cmd := exec.CommandContext(ctx, cfg.CacheFS, "prefetch", srv.url(bucket), "--cache-dir", cacheDir,
+			cmd := exec.CommandContext(ctx, cfg.CacheFS, "prefetch", srv.URL(bucket), "--cache-dir", cacheDir,
 				"--cache-size", fmt.Sprint(capacity), "--workers", fmt.Sprint(cfg.Workers), "--manifest", "none", "--progress", "none")
-			cmd.Env = append(os.Environ(), srv.env()...)
+			cmd.Env = append(os.Environ(), srv.Env()...)
 			start := time.Now()
 			if out, err := cmd.CombinedOutput(); err != nil {
 				return fmt.Errorf("cachefs prefetch: %v: %s", err, out)
@@ -427,8 +452,8 @@ func (rep *Report) Markdown(header string) string {
 	}
 	if len(rep.P3) > 0 {
 		b.WriteString("\n### P3: cold epoch from MinIO on 127.0.0.1, files/s\n\n")
-		cols := present(rep.P3, mountCol, getLoop, prefetch)
-		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {prefetch, getLoop}})
+		cols := present(rep.P3, mountCol, mountRA, getLoop, prefetch)
+		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {mountRA, getLoop}, {prefetch, getLoop}})
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "\nNote: %s\n", n)

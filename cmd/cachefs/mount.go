@@ -67,6 +67,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.StringVar(&wholeFileMax, "whole-file-max", fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
 	f.StringVar(&blockSize, "block-size", fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
 	f.IntVar(&cfg.Readahead, "readahead", fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
+	f.IntVar(&cfg.ReadaheadFiles, "readahead-files", 0, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background (0: off); raises a cold epoch's backend concurrency above the loader's workers")
 	f.IntVar(&cfg.ListingCacheEntries, "listing-cache-entries", fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
 	f.DurationVar(&cfg.ReadTimeout, "read-timeout", fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
 	f.BoolVar(&cfg.Debug, "fuse-debug", false, "log every FUSE request (very verbose)")

@@ -13,10 +13,13 @@ type Counters struct {
 	MemReads    uint64 // READ requests on whole files served from memory (not admitted)
 	BlockReads  uint64 // READ requests on large files (served in blocks)
 	ReadBytes   uint64 // bytes returned by all READ requests served here
+	// FilesReadAhead counts small files fetched into the cache by readahead
+	// (Options.ReadaheadFiles).
+	FilesReadAhead uint64
 }
 
 var counters struct {
-	opens, cachedReads, memReads, blockReads, readBytes atomic.Uint64
+	opens, cachedReads, memReads, blockReads, readBytes, filesReadAhead atomic.Uint64
 }
 
 // ReadCounters returns the process's counters.
@@ -27,5 +30,7 @@ func ReadCounters() Counters {
 		MemReads:    counters.memReads.Load(),
 		BlockReads:  counters.blockReads.Load(),
 		ReadBytes:   counters.readBytes.Load(),
+
+		FilesReadAhead: counters.filesReadAhead.Load(),
 	}
 }

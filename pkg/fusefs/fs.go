@@ -33,6 +33,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,6 +71,10 @@ type Options struct {
 	// Readahead: how many blocks after the one being read are fetched in
 	// the background for large files.
 	Readahead int
+	// ReadaheadFiles: when an open of a small file misses, how many of the
+	// next files of its directory are fetched into the cache in the
+	// background (readahead.go). 0: none.
+	ReadaheadFiles int
 	// Timeout is the kernel entry, attribute and negative-lookup timeout.
 	Timeout time.Duration
 	// ReadTimeout bounds one backend fetch (a whole small file or a block),
@@ -95,7 +100,10 @@ type FS struct {
 	dataset  string
 	ctx      context.Context // parent of every backend fetch; cancelled by Close
 	cancel   context.CancelFunc
-	raSem    chan struct{} // bounds background readahead fetches
+	raSem    chan struct{} // bounds background readahead fetches of blocks
+
+	fileRASem chan struct{} // bounds background readahead of whole files (readahead.go)
+	raBytes   atomic.Int64  // bytes of whole-file readahead in flight
 
 	inoMu sync.Mutex
 	inos  map[uint64]string // inode number → path, to resolve hash collisions
@@ -137,6 +145,8 @@ func New(opts Options) (*FS, error) {
 		return nil, fmt.Errorf("fusefs: BlockSize %d must be at least 4096", opts.BlockSize)
 	case opts.Readahead < 0:
 		return nil, fmt.Errorf("fusefs: Readahead %d must not be negative", opts.Readahead)
+	case opts.ReadaheadFiles < 0:
+		return nil, fmt.Errorf("fusefs: ReadaheadFiles %d must not be negative", opts.ReadaheadFiles)
 	case opts.ListingCacheEntries < 0:
 		return nil, fmt.Errorf("fusefs: ListingCacheEntries %d must not be negative", opts.ListingCacheEntries)
 	}
@@ -154,7 +164,9 @@ func New(opts Options) (*FS, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		raSem:    make(chan struct{}, 4*max(opts.Readahead, 1)),
-		inos:     map[uint64]string{1: ""},
+
+		fileRASem: make(chan struct{}, 4*opts.ReadaheadFiles),
+		inos:      map[uint64]string{1: ""},
 
 		listings:  newListingLRU(opts.ListingCacheEntries),
 		listSem:   make(chan struct{}, DefaultPrelistWorkers),

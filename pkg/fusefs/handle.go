@@ -21,6 +21,9 @@ type file struct {
 	path    string
 	version string
 	size    int64
+	// next, when set, returns the files to read ahead when this one misses
+	// (readahead.go): up to k files after it in its directory.
+	next func(k int) []file
 }
 
 const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall.O_APPEND | syscall.O_CREAT
@@ -52,6 +55,9 @@ func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 	res, err := n.fsys.store.Get(ctx, span.Key, span.Length, n.fsys.loader(n.path, n.version, span.Offset))
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", n.path, err)
+	}
+	if !res.Hit && n.next != nil && n.fsys.opts.ReadaheadFiles > 0 {
+		n.fsys.readaheadFiles(n.next(n.fsys.opts.ReadaheadFiles))
 	}
 	flags := uint32(fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH)
 	if res.File != nil {

@@ -153,6 +153,23 @@ func (r *manifestFS) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.
 	return fuse.Status(r.fsys.statfs(out))
 }
 
+// file is entry i as opened, with the files after it in its directory as
+// its readahead.
+func (r *manifestFS) file(i int) file {
+	f := file{fsys: r.fsys, path: r.m.Path(i), version: r.m.Version(i), size: r.m.Size(i)}
+	f.next = func(k int) []file {
+		_, end := r.m.Children(r.m.Parent(i))
+		var out []file
+		for j := i + 1; j < end && len(out) < k; j++ {
+			if !r.m.IsDir(j) {
+				out = append(out, file{fsys: r.fsys, path: r.m.Path(j), version: r.m.Version(j), size: r.m.Size(j)})
+			}
+		}
+		return out
+	}
+	return f
+}
+
 func (r *manifestFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	i, ok := r.entry(in.NodeId)
 	if !ok {
@@ -161,7 +178,7 @@ func (r *manifestFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 	if r.m.IsDir(i) {
 		return fuse.Status(syscall.EISDIR)
 	}
-	fh, flags, errno := file{fsys: r.fsys, path: r.m.Path(i), version: r.m.Version(i), size: r.m.Size(i)}.open(in.Flags)
+	fh, flags, errno := r.file(i).open(in.Flags)
 	if errno != 0 {
 		return fuse.Status(errno)
 	}

@@ -131,7 +131,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		child := &dirNode{fsys: d.fsys, path: path}
 		return d.NewInode(ctx, child, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino}), 0
 	}
-	child := &fileNode{fsys: d.fsys, path: path, entry: e}
+	child := &fileNode{fsys: d.fsys, dir: d, path: path, entry: e}
 	child.attr(&out.Attr)
 	out.Ino = ino
 	return d.NewInode(ctx, child, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino}), 0
@@ -173,6 +173,7 @@ type fileNode struct {
 	fs.Inode
 	readOnlyFile
 	fsys  *FS
+	dir   *dirNode
 	path  string
 	entry backend.Entry
 }
@@ -199,5 +200,25 @@ func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	return file{fsys: n.fsys, path: n.path, version: n.entry.Version, size: n.entry.Size}.open(flags)
+	return file{fsys: n.fsys, path: n.path, version: n.entry.Version, size: n.entry.Size, next: n.siblings}.open(flags)
+}
+
+// siblings returns up to k files after n in its directory's listing (none
+// when the listing was dropped: readahead is an optimisation).
+func (n *fileNode) siblings(k int) []file {
+	d := n.dir
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i, found := slices.BinarySearchFunc(d.entries, n.entry.Name, func(e backend.Entry, name string) int { return strings.Compare(e.Name, name) })
+	if found {
+		i++
+	}
+	var out []file
+	for ; i < len(d.entries) && len(out) < k; i++ {
+		e := d.entries[i]
+		if !e.IsDir {
+			out = append(out, file{fsys: n.fsys, path: join(d.path, e.Name), version: e.Version, size: e.Size})
+		}
+	}
+	return out
 }

@@ -63,6 +63,9 @@ type Config struct {
 	BlockSize    int64
 	Readahead    int
 	ReadTimeout  time.Duration
+	// ReadaheadFiles: small files of the same directory fetched into the
+	// cache in the background when an open misses (0: none).
+	ReadaheadFiles int
 	// ListingCacheEntries bounds the directory entries kept from listings
 	// when mounting without a manifest.
 	ListingCacheEntries int
@@ -192,6 +195,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		Logger:       m.log,
 
 		ListingCacheEntries: m.cfg.ListingCacheEntries,
+		ReadaheadFiles:      m.cfg.ReadaheadFiles,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,58 @@
+package fusefs
+
+// Readahead of whole small files (Options.ReadaheadFiles). A data loader
+// opens one file per worker at a time, so a cold epoch runs at most as many
+// backend fetches as it has workers, each paying the fetch and the cache
+// write in series. When an open of a small file misses, the next
+// ReadaheadFiles files of its directory (in name order) are fetched into
+// the cache in the background with cache.Store.Fill, which counts no hit
+// or miss: the hit and miss counters keep counting readers' opens only, and
+// a file read ahead is a hit when a reader opens it later (in any epoch,
+// the first included).
+//
+// Readahead never queues: when the background fetches are at their bound
+// (4 × ReadaheadFiles) or the cache has no room left for the file (counting
+// the readahead in flight), that file is skipped. So once an NR cache is full, readahead stops costing backend
+// requests.
+
+// readaheadFiles fetches files (small, not cached) into the cache in the
+// background, within the bound.
+func (f *FS) readaheadFiles(files []file) {
+	for _, n := range files {
+		if n.size > f.opts.WholeFileMax {
+			continue
+		}
+		span := f.spans(n)[0]
+		if f.store.Contains(span.Key) {
+			continue
+		}
+		// Room for it, counting the readahead already in flight.
+		if st := f.store.Stats(); st.UsedBytes+f.raBytes.Add(n.size) > st.CapacityBytes {
+			f.raBytes.Add(-n.size)
+			return
+		}
+		select {
+		case f.fileRASem <- struct{}{}:
+		default:
+			f.raBytes.Add(-n.size)
+			return
+		}
+		go func() {
+			defer func() {
+				f.raBytes.Add(-n.size)
+				<-f.fileRASem
+			}()
+			ctx, cancel := f.fetchCtx()
+			defer cancel()
+			res, err := f.store.Fill(ctx, span.Key, span.Length, f.loader(n.path, n.version, span.Offset))
+			if err != nil {
+				// The reader's own open reports it, if it comes.
+				f.log.Debug("fusefs: readahead of a file failed", "path", n.path, "err", err)
+				return
+			}
+			if res.Loaded && res.Cached {
+				counters.filesReadAhead.Add(1)
+			}
+		}()
+	}
+}
