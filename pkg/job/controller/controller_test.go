@@ -404,6 +404,12 @@ func TestMPIHostfile(t *testing.T) {
 	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/etc/mpi" {
 		t.Errorf("mounts %+v", c.VolumeMounts)
 	}
+	// Rank 0 runs mpirun; its success is the job's (kept by the API server,
+	// which drops the field when the JobSuccessPolicy feature is off).
+	if sp := job.Spec.SuccessPolicy; sp == nil || len(sp.Rules) != 1 || sp.Rules[0].SucceededIndexes == nil ||
+		*sp.Rules[0].SucceededIndexes != "0" || sp.Rules[0].SucceededCount != nil {
+		t.Errorf("successPolicy %+v, want one rule succeededIndexes \"0\"", sp)
+	}
 	// Gang disabled: default scheduler, no PodGroup.
 	if s := job.Spec.Template.Spec.SchedulerName; s != "default-scheduler" {
 		t.Errorf("scheduler %q with gang disabled", s)

@@ -438,7 +438,7 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 	if replica == ReplicaPS {
 		backoff = 0 // a lost parameter server fails the job through its workers
 	}
-	return &batchv1.Job{
+	job := &batchv1.Job{
 		ObjectMeta: p.meta(name, replica),
 		Spec: batchv1.JobSpec{
 			CompletionMode: ptr.To(batchv1.IndexedCompletion),
@@ -448,6 +448,14 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			Template:       corev1.PodTemplateSpec{ObjectMeta: tmplMeta, Spec: pod},
 		},
 	}
+	if p.mode == v1alpha1.ModeMPI && replica == ReplicaWorker {
+		// mpirun runs on rank 0 and the other ranks only serve it (sshd):
+		// the job has succeeded when rank 0 has, and the Job controller then
+		// ends the others (successPolicy, beta and on by default since
+		// Kubernetes 1.31).
+		job.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0")}}}
+	}
+	return job
 }
 
 // tolerations returns the spec's tolerations plus, for each extended
