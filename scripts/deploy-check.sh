@@ -16,10 +16,9 @@
 # examples have the properties the driver relies on; every image is pinned and
 # names no registry host.
 #
-# NOTE: nothing here talks to a cluster, so API schema validation is limited to
-# what check.py knows. Server-side dry-run (`kubectl apply --dry-run=server`)
-# against a real kube-apiserver will be added once the project has a
-# kube-apiserver test harness (see ../shared/DESIGN.md, "Real servers in tests").
+# Nothing here talks to a cluster. The server-side dry run (`kubectl apply
+# --dry-run=server`) of every rendering against a real kube-apiserver is a Go
+# test: TestDeployDryRunEverything in pkg/job/controller (make test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

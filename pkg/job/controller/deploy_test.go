@@ -280,3 +280,76 @@ func TestHelmUninstallKeepsCRD(t *testing.T) {
 		t.Fatalf("the TrainingJob did not survive a reinstall: %v", err)
 	}
 }
+
+// TestDeployDryRunEverything: every object of deploy/ — the kustomize base
+// (CSI driver and job controller), the production overlay, the examples, and
+// the Helm chart with default values and with the job controller — passes a
+// server-side dry run against the real kube-apiserver.
+func TestDeployDryRunEverything(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kube-apiserver test skipped in -short mode")
+	}
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		testenv.RequireOrSkip(t, "kubectl not found", "install kubectl (for kubectl kustomize and apply)")
+	}
+	helmBin, err := testenv.FindTool("helm")
+	if err != nil {
+		testenv.RequireOrSkip(t, "helm not found", "run `make tools`")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(name string, args ...string) []byte {
+		t.Helper()
+		var out, stderr bytes.Buffer
+		cmd := exec.Command(name, args...)
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
+		}
+		return out.Bytes()
+	}
+	deploy := filepath.Join(root, "deploy")
+	chart := filepath.Join(deploy, "helm", "epochfs")
+	renderings := []struct {
+		name      string
+		manifests []byte
+	}{
+		{"kustomize base", render(kubectl, "kustomize", filepath.Join(deploy, "kustomize", "base"))},
+		{"kustomize production overlay", render(kubectl, "kustomize", filepath.Join(deploy, "kustomize", "overlays", "production"))},
+		{"kustomize examples", render(kubectl, "kustomize", filepath.Join(deploy, "kustomize", "examples"))},
+		{"helm defaults", render(helmBin, "template", "epochfs", chart, "--namespace", "epochfs-system")},
+		{"helm with the job controller", render(helmBin, "template", "epochfs", chart, "--namespace", "epochfs-system",
+			"--set", "jobController.enabled=true")},
+	}
+
+	kube := testenv.StartKube(t)
+	// Namespaces and the default ServiceAccount that a cluster would have
+	// (no controller-manager runs here); a dry run creates nothing.
+	kubectlApply(t, kube, []byte(`apiVersion: v1
+kind: Namespace
+metadata: {name: epochfs-system}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ml-training}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: default, namespace: ml-training}
+`))
+	for _, r := range renderings {
+		objs := decodeAll(t, r.manifests)
+		if len(objs) == 0 {
+			t.Errorf("%s renders nothing", r.name)
+			continue
+		}
+		out := kubectlApply(t, kube, r.manifests, "--dry-run=server")
+		if got := strings.Count(out, "(server dry run)"); got != len(objs) {
+			t.Errorf("%s: %d of %d objects passed the server dry run:\n%s", r.name, got, len(objs), out)
+		}
+		t.Logf("%s: %d objects pass a server-side dry run", r.name, len(objs))
+	}
+}
