@@ -4,13 +4,14 @@
 #
 #   make bench-hitratio      NR vs LRU/FIFO/Random/TinyLFU byte hit ratios through real mounts
 #   make bench-throughput    P2 (cached epoch vs native and rclone) and P3 (cold epoch from MinIO vs a GET loop)
+#   make bench-meta          issue 4: 1M files, mount with a manifest vs without vs rclone mount (local and MinIO)
 #
 # BENCH_ARGS passes flags (e.g. BENCH_ARGS=-tiny, BENCH_ARGS='-rounds 5').
 
 RCLONE_VERSION := v1.76.0
 BENCH_ARGS     ?=
 
-.PHONY: bench-hitratio bench-throughput bench-tools
+.PHONY: bench-hitratio bench-throughput bench-meta bench-tools
 
 ## bench-hitratio: table (bench/hitratio.md) and plot (bench/hitratio.png) of byte hit ratio per epoch per policy.
 bench-hitratio:
@@ -21,6 +22,13 @@ bench-hitratio:
 bench-throughput: build bench-tools
 	$(GO) build -o bin/bench-throughput ./bench/throughput
 	bin/bench-throughput -tools $(TOOLS_BIN) -cachefs bin/cachefs -md bench/throughput.md $(BENCH_ARGS)
+
+## bench-meta: metadata at 1M files (mount→ready, walk lstat/s, RSS per file): manifest vs lazy listings on local
+## disk, then the same in MinIO plus rclone mount. The dataset and MinIO data stay in /var/tmp/epochfs-meta
+## (~10 GB; the first upload of 1M objects takes ~45 min here). BENCH_ARGS='-s3=false' for local only.
+bench-meta: bench-tools
+	$(GO) run ./bench/meta -dir /var/tmp/epochfs-meta -files 1000000 -walkers 8 -rounds 2 -s3 \
+		-minio $(TOOLS_BIN)/minio -rclone $(TOOLS_BIN)/rclone $(BENCH_ARGS)
 
 ## bench-tools: rclone (pinned, from the Go module proxy), MinIO, and fuse3 for rclone mount.
 bench-tools: $(TOOLS_BIN)/rclone $(TOOLS_BIN)/minio
