@@ -27,6 +27,7 @@ func main() {
 	rounds := flag.Int("rounds", 0, "interleaved rounds (default 3; tiny 1)")
 	drop := flag.Bool("drop-caches", true, "drop the page cache before every run (root)")
 	only := flag.String("only", "p2,p3", "comparisons to run: p2, p3")
+	p2Man := flag.Bool("p2-manifest", true, "P2 also reads through a mount of the dataset from its manifest")
 	raFiles := flag.Int("readahead-files", 8, "P3 also runs the cold epoch with this many files read ahead per miss (0: not)")
 	tools := flag.String("tools", ".tools/bin", "directory of rclone and minio")
 	cachefs := flag.String("cachefs", "bin/cachefs", "cachefs binary (for `cachefs prefetch`)")
@@ -47,6 +48,7 @@ func main() {
 	}
 	cfg.Workers, cfg.Drop, cfg.Log = *workers, *drop, os.Stderr
 	cfg.ReadaheadFiles = *raFiles
+	cfg.P2Manifest = *p2Man
 	cfg.ProfileDir, cfg.ProfileSeconds = *profDir, *profSec
 	cfg.P2, cfg.P3 = strings.Contains(*only, "p2"), strings.Contains(*only, "p3")
 	cfg.RClone = tool(*tools, "rclone")

@@ -50,7 +50,9 @@ import (
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/manifest"
 )
 
 // Config of one run.
@@ -64,6 +66,8 @@ type Config struct {
 	MinIO   string // minio binary; "" skips P3
 	CacheFS string // cachefs binary with a prefetch command; "" skips the prefetch row
 	P2, P3  bool
+	// P2Manifest adds a P2 reader: the dataset mounted from its manifest.
+	P2Manifest bool
 	// ReadaheadFiles > 0 adds a P3 row: the cold epoch through a mount with
 	// that many files read ahead per miss (`cachefs mount --readahead-files`).
 	ReadaheadFiles int
@@ -87,13 +91,15 @@ type Report struct {
 
 // Reader names.
 const (
-	native   = "native"
-	epochfs  = "epochfs"
-	rcloneR  = "rclone"
-	mountCol = "mount cold"
-	mountRA  = "mount cold, readahead"
-	getLoop  = "GET loop"
-	prefetch = "prefetch"
+	native  = "native"
+	epochfs = "epochfs"
+	// epochfsMan is EpochFS mounting the same directory from a manifest.
+	epochfsMan = "epochfs, manifest"
+	rcloneR    = "rclone"
+	mountCol   = "mount cold"
+	mountRA    = "mount cold, readahead"
+	getLoop    = "GET loop"
+	prefetch   = "prefetch"
 )
 
 type dataset struct {
@@ -189,6 +195,26 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		name string
 		root string
 	}{{native, ds.root}, {epochfs, efsMnt}}
+	if cfg.P2Manifest {
+		// The same dataset mounted from a manifest (go-fuse raw API).
+		man := filepath.Join(cfg.Dir, "p2.manifest")
+		if err := writeManifest(ctx, ds.root, man); err != nil {
+			return err
+		}
+		cacheDir := filepath.Join(cfg.Dir, "cache-epochfs-manifest")
+		if err := os.RemoveAll(cacheDir); err != nil {
+			return err
+		}
+		m, err := startEpochFS(ds.root, filepath.Join(cfg.Dir, "mnt-epochfs-manifest"), cacheDir, capacity, nil, "-manifest", man)
+		if err != nil {
+			return err
+		}
+		defer m.Stop()
+		readers = append(readers, struct {
+			name string
+			root string
+		}{epochfsMan, m.Mnt})
+	}
 	if cfg.RClone != "" {
 		rc, err := benchproc.StartRclone(cfg.RClone, ds.root, filepath.Join(cfg.Dir, "mnt-rclone"), filepath.Join(cfg.Dir, "cache-rclone"), capacity, nil)
 		if err != nil {
@@ -444,8 +470,8 @@ func (rep *Report) Markdown(header string) string {
 	b.WriteString(header)
 	if len(rep.P2) > 0 {
 		b.WriteString("\n### P2: cached epoch (epoch ≥ 2, everything cached), files/s\n\n")
-		cols := present(rep.P2, native, epochfs, rcloneR)
-		table(&b, rep.P2, cols, [][2]string{{epochfs, native}, {epochfs, rcloneR}})
+		cols := present(rep.P2, native, epochfs, epochfsMan, rcloneR)
+		table(&b, rep.P2, cols, [][2]string{{epochfs, native}, {epochfsMan, native}, {epochfs, rcloneR}})
 		fmt.Fprintf(&b, "\nDuring the cached EpochFS epochs: %d opens reached the daemon, %d READ requests on cached files "+
 			"(0 = FUSE passthrough engaged: the kernel reads the cache files directly), %d other READ requests.\n",
 			rep.CachedOpens, rep.CachedReads, rep.OtherReads)
@@ -527,4 +553,23 @@ func machine() string {
 	}
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	return fmt.Sprintf("nproc %d, MemTotal %s, kernel %s", runtime.NumCPU(), mem, strings.TrimSpace(string(kernel)))
+}
+
+// writeManifest indexes the directory root into a manifest file.
+func writeManifest(ctx context.Context, root, path string) error {
+	src, err := backend.Parse(root)
+	if err != nil {
+		return err
+	}
+	b, err := backend.Open(ctx, src, backend.Options{})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	m, _, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: 4})
+	if err != nil {
+		return err
+	}
+	_, err = m.WriteFile(path)
+	return err
 }
