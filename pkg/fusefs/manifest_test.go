@@ -229,22 +229,8 @@ func TestManifestDriftIsEIO(t *testing.T) {
 func TestListingOncePerDirectory(t *testing.T) {
 	testenv.RequireFUSE(t)
 	src := t.TempDir()
-	dirs := 1
-	for i := range 12 {
-		for j := range 3 {
-			mustWrite(t, filepath.Join(src, fmt.Sprintf("c%02d", i), fmt.Sprintf("s%d", j), "f.bin"), []byte("x"))
-			dirs++
-		}
-		dirs++
-	}
-	s, err := backend.Parse(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := backend.Open(context.Background(), s, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dirs := classTree(t, src, "f.bin")
+	raw := openDir(t, src)
 	m := mountCounting(t, raw, nil, 1<<20)
 	for range 2 {
 		if got, exp := walkTree(t, m.dir), walkTree(t, src); !slices.Equal(got, exp) {
@@ -265,23 +251,8 @@ func TestListingOncePerDirectory(t *testing.T) {
 func TestListingCacheBounded(t *testing.T) {
 	testenv.RequireFUSE(t)
 	src := t.TempDir()
-	dirs := 1
-	for i := range 12 {
-		for j := range 3 {
-			mustWrite(t, filepath.Join(src, fmt.Sprintf("c%02d", i), fmt.Sprintf("s%d", j), "f.bin"), []byte("x"))
-			mustWrite(t, filepath.Join(src, fmt.Sprintf("c%02d", i), fmt.Sprintf("s%d", j), "g.bin"), []byte("yy"))
-			dirs++
-		}
-		dirs++
-	}
-	s, err := backend.Parse(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := backend.Open(context.Background(), s, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dirs := classTree(t, src, "f.bin", "g.bin")
+	raw := openDir(t, src)
 	const budget = 8 // entries; the root alone has 12
 	m := mountCountingOpts(t, raw, fusefs.Options{ListingCacheEntries: budget, Timeout: time.Millisecond}, 1<<20)
 	want := walkTree(t, src)
@@ -302,4 +273,36 @@ func TestListingCacheBounded(t *testing.T) {
 		t.Errorf("%d List calls for %d directories over 3 walks with a tiny budget: dropped listings were not listed again?", n, dirs)
 	}
 	t.Logf("%d List calls for %d directories; %+v", m.backend.lists.Load(), dirs, st)
+}
+
+// classTree writes 12 class directories of 3 subdirectories each holding
+// the named files under src, and returns the number of directories (the
+// root included).
+func classTree(t *testing.T, src string, names ...string) int {
+	t.Helper()
+	dirs := 1
+	for i := range 12 {
+		for j := range 3 {
+			for k, name := range names {
+				mustWrite(t, filepath.Join(src, fmt.Sprintf("c%02d", i), fmt.Sprintf("s%d", j), name), bytes.Repeat([]byte("x"), k+1))
+			}
+			dirs++
+		}
+		dirs++
+	}
+	return dirs
+}
+
+// openDir opens the posix backend of src (closed by the mount's cleanup).
+func openDir(t *testing.T, src string) backend.Backend {
+	t.Helper()
+	s, err := backend.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(context.Background(), s, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -31,27 +31,8 @@ import (
 // with Helm (jobController.enabled=true).
 func renderDeploy(t *testing.T) (kustomize, helm []byte) {
 	t.Helper()
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		testenv.RequireOrSkip(t, "kubectl not found", "install kubectl (for kubectl kustomize and apply)")
-	}
-	helmBin, err := testenv.FindTool("helm")
-	if err != nil {
-		testenv.RequireOrSkip(t, "helm not found", "run `make tools`")
-	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := func(name string, args ...string) []byte {
-		var out, stderr bytes.Buffer
-		cmd := exec.Command(name, args...)
-		cmd.Stdout, cmd.Stderr = &out, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
-		}
-		return out.Bytes()
-	}
+	kubectl, helmBin, root := deployTools(t)
+	run := func(name string, args ...string) []byte { return runTool(t, name, args...) }
 	kustomize = run(kubectl, "kustomize", filepath.Join(root, "deploy", "kustomize", "base", "job-controller"))
 	args := []string{"template", "epochfs", filepath.Join(root, "deploy", "helm", "epochfs"), "--namespace", "epochfs-system",
 		"--set", "jobController.enabled=true"}
@@ -289,28 +270,8 @@ func TestDeployDryRunEverything(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kube-apiserver test skipped in -short mode")
 	}
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		testenv.RequireOrSkip(t, "kubectl not found", "install kubectl (for kubectl kustomize and apply)")
-	}
-	helmBin, err := testenv.FindTool("helm")
-	if err != nil {
-		testenv.RequireOrSkip(t, "helm not found", "run `make tools`")
-	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	render := func(name string, args ...string) []byte {
-		t.Helper()
-		var out, stderr bytes.Buffer
-		cmd := exec.Command(name, args...)
-		cmd.Stdout, cmd.Stderr = &out, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
-		}
-		return out.Bytes()
-	}
+	kubectl, helmBin, root := deployTools(t)
+	render := func(name string, args ...string) []byte { return runTool(t, name, args...) }
 	deploy := filepath.Join(root, "deploy")
 	chart := filepath.Join(deploy, "helm", "epochfs")
 	renderings := []struct {
@@ -352,4 +313,36 @@ metadata: {name: default, namespace: ml-training}
 		}
 		t.Logf("%s: %d objects pass a server-side dry run", r.name, len(objs))
 	}
+}
+
+// deployTools returns kubectl, helm and the repository root, skipping (or
+// failing under CI=true) when a tool is missing.
+func deployTools(t *testing.T) (kubectl, helm, root string) {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		testenv.RequireOrSkip(t, "kubectl not found", "install kubectl (for kubectl kustomize and apply)")
+	}
+	helm, err = testenv.FindTool("helm")
+	if err != nil {
+		testenv.RequireOrSkip(t, "helm not found", "run `make tools`")
+	}
+	root, err = testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubectl, helm, root
+}
+
+// runTool runs a command and returns its stdout, failing the test with its
+// stderr.
+func runTool(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	var out, stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
+	}
+	return out.Bytes()
 }
