@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
@@ -100,15 +98,7 @@ func TestJobLogs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kube-apiserver test skipped in -short mode")
 	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube := testenv.StartKube(t, filepath.Join(root, "deploy", "crds", "jobs.epochfs.io_trainingjobs.yaml"))
-	c, err := client.New(kube.Config, client.Options{Scheme: jobScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube, c := startJobKube(t)
 	ctx := context.Background()
 	const ns = "ml"
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

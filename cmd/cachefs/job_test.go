@@ -89,15 +89,7 @@ func TestJobCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kube-apiserver test skipped in -short mode")
 	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube := testenv.StartKube(t, filepath.Join(root, "deploy", "crds", "jobs.epochfs.io_trainingjobs.yaml"))
-	c, err := client.New(kube.Config, client.Options{Scheme: jobScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube, c := startJobKube(t)
 	ctx := context.Background()
 	const ns = "ml"
 	for _, n := range []string{ns, "other"} {
@@ -267,4 +259,20 @@ func TestJobCLI(t *testing.T) {
 	if _, _, err := job("delete", "resnet", "-n", ns); err == nil || !strings.Contains(err.Error(), `delete resnet: trainingjobs.jobs.epochfs.io "resnet" not found`) {
 		t.Errorf("second delete: %v", err)
 	}
+}
+
+// startJobKube starts a kube-apiserver with the TrainingJob CRD and returns
+// it with a client that knows the job types.
+func startJobKube(t *testing.T) (*testenv.Kube, client.Client) {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := testenv.StartKube(t, filepath.Join(root, "deploy", "crds", "jobs.epochfs.io_trainingjobs.yaml"))
+	c, err := client.New(kube.Config, client.Options{Scheme: jobScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube, c
 }

@@ -50,18 +50,10 @@ type testMount struct {
 func mountDir(t *testing.T, mode, src string, capacity int64, opts fusefs.Options) *testMount {
 	t.Helper()
 	testenv.RequireFUSE(t)
-	ctx := context.Background()
-	s, err := backend.Parse(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(ctx, s, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openDir(t, src)
 	opts.Backend = b
 	if mode == modeManifest {
-		man, _, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: 4})
+		man, _, err := manifest.Index(context.Background(), b, manifest.IndexOptions{Workers: 4})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,16 +56,8 @@ type manifestMount struct {
 func mountManifest(t *testing.T, src string, capacity int64) *manifestMount {
 	t.Helper()
 	testenv.RequireFUSE(t)
-	ctx := context.Background()
-	s, err := backend.Parse(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := backend.Open(ctx, s, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	man, _, err := manifest.Index(ctx, raw, manifest.IndexOptions{Workers: 4})
+	raw := openDir(t, src)
+	man, _, err := manifest.Index(context.Background(), raw, manifest.IndexOptions{Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
