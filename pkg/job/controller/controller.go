@@ -178,7 +178,7 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 		} else if err != nil {
 			return result{}, err
 		}
-		setCondition(tj, v1alpha1.ConditionCreated, true, "Created", "the Job, Service, PodGroup and volumes exist")
+		markCreated(tj)
 		setPhase(tj, v1alpha1.PhasePending, "Created", fmt.Sprintf("waiting for %d workers to be scheduled", tj.Spec.Workers))
 		r.event(tj, corev1.EventTypeNormal, "Created", "created Job "+p.workerJobName())
 		return result{}, nil
@@ -190,6 +190,10 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 		setPhase(tj, v1alpha1.PhasePending, "NameConflict", msg)
 		return result{requeue: r.cfg.CapacityRetry}, nil
 	}
+	// The status write that followed the creation may have been lost (a
+	// conflict with a status written from an older copy): the Job exists,
+	// so the job was created and the capacity check is behind it.
+	markCreated(tj)
 	var ps *batchv1.Job
 	if tj.Spec.ParameterServers > 0 {
 		ps = &batchv1.Job{}
@@ -203,6 +207,15 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 		return r.afterFinish(ctx, tj)
 	}
 	return result{}, nil
+}
+
+// markCreated records that the job's objects exist: condition Created,
+// and a capacity shortfall seen before is resolved.
+func markCreated(tj *v1alpha1.TrainingJob) {
+	setCondition(tj, v1alpha1.ConditionCreated, true, "Created", "the Job, Service, PodGroup and volumes exist")
+	if meta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.ConditionInsufficientResources) {
+		setCondition(tj, v1alpha1.ConditionInsufficientResources, false, "Fits", "the cluster has room for the job")
+	}
 }
 
 // checkCapacity runs the pre-check before anything is created. wait means

@@ -19,8 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
@@ -993,4 +995,78 @@ func pvDeleted(e *env, t *testing.T, name string) error {
 		return fmt.Errorf("PersistentVolume %s not deleted", name)
 	}
 	return nil
+}
+
+// TestLostStatusWriteRepaired: the status write that follows the creation
+// of a job's objects can be lost (a conflict with a status written from an
+// older copy of the TrainingJob). The next reconcile sees the Job and must
+// still record Created and clear an old InsufficientResources, or the job
+// stays "waiting for resources" although its pods exist. The reconciler is
+// called directly, so the lost write happens at a known point.
+func TestLostStatusWriteRepaired(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kube-apiserver test skipped in -short mode")
+	}
+	kube := testenv.StartKube(t, crdPaths(t)...)
+	scheme := newScheme(t)
+	c, err := client.New(kube.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{kube: kube, c: c}
+	r, err := New(Config{Client: c, APIReader: c, Scheme: scheme, CapacityRetry: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := e.namespace(t)
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "lost", Namespace: ns},
+		Spec: v1alpha1.TrainingJobSpec{
+			Image: "trainer:1", Workers: 2, Mode: v1alpha1.ModePyTorch,
+			Resources: v1alpha1.WorkerResources{GPUs: 1},
+			Gang:      &v1alpha1.Gang{Enabled: ptr.To(false)},
+		},
+	}
+	if err := c.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tj)
+	reconcile := func() *v1alpha1.TrainingJob {
+		t.Helper()
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+		got := &v1alpha1.TrainingJob{}
+		if err := c.Get(ctx, key, got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// No GPUs anywhere: the job waits.
+	waiting := reconcile()
+	if !meta.IsStatusConditionTrue(waiting.Status.Conditions, v1alpha1.ConditionInsufficientResources) {
+		t.Fatalf("conditions %+v, want InsufficientResources", waiting.Status.Conditions)
+	}
+	// GPUs arrive: the objects are created and the status says so.
+	e.node(t, "gpu-a", res("cpu", "8", "memory", "32Gi", "nvidia.com/gpu", "2"), nil)
+	created := reconcile()
+	if !meta.IsStatusConditionTrue(created.Status.Conditions, v1alpha1.ConditionCreated) {
+		t.Fatalf("conditions %+v, want Created", created.Status.Conditions)
+	}
+	// Lose that status write: put the waiting status back.
+	created.Status = waiting.Status
+	if err := c.Status().Update(ctx, created); err != nil {
+		t.Fatal(err)
+	}
+	got := reconcile()
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionCreated) {
+		t.Errorf("after the lost write: conditions %+v, want Created", got.Status.Conditions)
+	}
+	if meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionInsufficientResources) {
+		t.Errorf("after the lost write: InsufficientResources still true: %+v", got.Status.Conditions)
+	}
+	if got.Status.Reason != "Scheduling" {
+		t.Errorf("after the lost write: reason %q message %q, want Scheduling", got.Status.Reason, got.Status.Message)
+	}
 }
