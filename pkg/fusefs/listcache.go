@@ -3,86 +3,84 @@ package fusefs
 import (
 	"container/list"
 	"sync"
+
+	"github.com/epochfs/epochfs/pkg/backend"
 )
 
-// Without a manifest, every directory listing the mount has fetched is kept
-// in its dirNode so that lookups and stats need no further request. The
-// listings are bounded: listingLRU counts the entries held by all loaded
-// directories and, past Options.ListingCacheEntries, drops the listings of
-// the least recently used directories (the kernel's own dentry and inode
-// caches keep answering for what it holds; a dropped directory is listed
-// again on its next lookup or readdir). The directory being loaded is never
-// dropped, so one directory larger than the budget still works. Listings
-// fetched ahead in the background (prelist.go) are not counted until their
-// directory takes them, which a walk does soon after.
+// Without a manifest, every directory listing the mount has fetched is kept,
+// by directory path, so that lookups and stats need no further request. The
+// listings outlive the kernel's inodes: when the kernel forgets a directory
+// (memory pressure, drop_caches) and looks it up again, its new node finds
+// the listing here instead of listing the backend again (for S3, one or more
+// LIST requests per directory).
 //
-// mu guards order, elems and entries. Lock order: a dirNode's mu may be held
-// while calling touch or add; evict takes a dirNode's mu with no other
-// dirNode lock held.
+// The listings are bounded: listingLRU counts the entries held and, past
+// Options.ListingCacheEntries, drops the listings of the least recently used
+// directories (the kernel's own dentry and inode caches keep answering for
+// what it holds; a dropped directory is listed again when next needed). The
+// listing just added is never dropped, so one directory larger than the
+// budget still works. Listings fetched ahead in the background (prelist.go)
+// are not counted until their directory takes them, which a walk does soon
+// after.
+//
+// A held listing is sorted by name, unique and never modified, so callers
+// use the slice get returned without a lock, even after it is dropped.
+//
+// mu guards order, byPath, entries and evicted.
 type listingLRU struct {
 	max int
 
 	mu      sync.Mutex
-	order   *list.List // of *dirNode, most recently used first
-	elems   map[*dirNode]*list.Element
+	order   *list.List // of *heldListing, most recently used first
+	byPath  map[string]*list.Element
 	entries int
 	evicted int64
 }
 
-func newListingLRU(max int) *listingLRU {
-	return &listingLRU{max: max, order: list.New(), elems: map[*dirNode]*list.Element{}}
+type heldListing struct {
+	path    string
+	entries []backend.Entry
 }
 
-// add records that d, which was not loaded, now holds n entries, most
-// recently used. (trim removes a node from the list before it unloads it, so
-// a node being loaded is never in the list.)
-func (l *listingLRU) add(d *dirNode, n int) {
+func newListingLRU(max int) *listingLRU {
+	return &listingLRU{max: max, order: list.New(), byPath: map[string]*list.Element{}}
+}
+
+// get returns the listing held for path, marking it used.
+func (l *listingLRU) get(path string) ([]backend.Entry, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.elems[d] = l.order.PushFront(d)
-	l.entries += n
-}
-
-// touch marks d as used.
-func (l *listingLRU) touch(d *dirNode) {
-	l.mu.Lock()
-	if e, ok := l.elems[d]; ok {
-		l.order.MoveToFront(e)
+	e, ok := l.byPath[path]
+	if !ok {
+		return nil, false
 	}
-	l.mu.Unlock()
+	l.order.MoveToFront(e)
+	return e.Value.(*heldListing).entries, true
 }
 
-// trim drops least recently used listings, except keep's, until the entries
-// held fit the budget. Call it with no dirNode lock held.
-func (l *listingLRU) trim(keep *dirNode) {
-	for {
-		l.mu.Lock()
-		if l.entries <= l.max {
-			l.mu.Unlock()
-			return
-		}
-		e := l.order.Back()
-		for e != nil && e.Value.(*dirNode) == keep {
-			e = e.Prev()
-		}
-		if e == nil {
-			l.mu.Unlock()
-			return
-		}
-		d := e.Value.(*dirNode)
+// put holds entries as the listing of path, most recently used (replacing
+// one held already), then drops least recently used listings, except this
+// one, until the entries held fit the budget.
+func (l *listingLRU) put(path string, entries []backend.Entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.byPath[path]; ok {
+		l.entries -= len(e.Value.(*heldListing).entries)
 		l.order.Remove(e)
-		delete(l.elems, d)
-		l.mu.Unlock()
-
-		d.mu.Lock()
-		n := len(d.entries)
-		d.entries, d.loaded = nil, false
-		d.mu.Unlock()
-
-		l.mu.Lock()
-		l.entries -= n
+	}
+	keep := l.order.PushFront(&heldListing{path: path, entries: entries})
+	l.byPath[path] = keep
+	l.entries += len(entries)
+	for l.entries > l.max {
+		e := l.order.Back()
+		if e == keep {
+			return
+		}
+		h := e.Value.(*heldListing)
+		l.order.Remove(e)
+		delete(l.byPath, h.path)
+		l.entries -= len(h.entries)
 		l.evicted++
-		l.mu.Unlock()
 	}
 }
 

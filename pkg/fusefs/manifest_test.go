@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
@@ -234,6 +236,30 @@ func TestListingOncePerDirectory(t *testing.T) {
 	}
 	if n := m.backend.stats.Load(); n != 0 {
 		t.Errorf("%d Stat calls, want 0", n)
+	}
+}
+
+// TestListingSurvivesForget: without a manifest, when the kernel forgets
+// the mount's directories (here: drop_caches; in production: memory
+// pressure) and looks them up again, the new nodes find the held listings:
+// no directory is listed twice.
+func TestListingSurvivesForget(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src := t.TempDir()
+	dirs := classTree(t, src, "f.bin")
+	m := mountCounting(t, openDir(t, src), nil, 1<<20)
+	want := walkTree(t, src)
+	for i := range 3 {
+		if got := walkTree(t, m.dir); !slices.Equal(got, want) {
+			t.Fatalf("walk %d differs:\n got %q\nwant %q", i, got, want)
+		}
+		unix.Sync()
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+			t.Skipf("cannot make the kernel forget inodes (drop_caches needs root): %v", err)
+		}
+	}
+	if n := m.backend.lists.Load(); n != int64(dirs) {
+		t.Errorf("%d List calls for %d directories over 3 walks with the kernel's inodes dropped in between, want exactly one each", n, dirs)
 	}
 }
 

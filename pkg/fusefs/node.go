@@ -16,21 +16,21 @@ import (
 
 // dirNode is a directory of the dataset. Its listing is fetched from the
 // backend on first use (or taken from a sibling prelisting, see prelist) and
-// kept, as one slice sorted by name (no map: a listed file costs its
-// backend.Entry, about 72 bytes plus its name and version strings), until
-// the mount's listing budget drops it (listcache.go); then it is listed
-// again when next needed.
+// held by path in the mount's listing budget (listcache.go), as one slice
+// sorted by name (no map: a listed file costs its backend.Entry, about 72
+// bytes plus its name and version strings), so that a node the kernel
+// forgot and looked up again finds it; a listing the budget dropped is
+// listed again when next needed.
 //
-// fsys and path are immutable; mu guards loaded and entries.
+// fsys and path are immutable; mu serialises the node's listings, so that
+// concurrent lookups in a directory not held list it once.
 type dirNode struct {
 	fs.Inode
 	readOnlyDir
 	fsys *FS
 	path string
 
-	mu      sync.Mutex
-	loaded  bool
-	entries []backend.Entry // sorted by Name, unique
+	mu sync.Mutex
 }
 
 var (
@@ -40,57 +40,47 @@ var (
 	_ = (fs.NodeStatfser)((*dirNode)(nil))
 )
 
-// load lists the directory once. A failed listing is not remembered, so a
-// later call retries.
-func (d *dirNode) load(ctx context.Context) syscall.Errno {
+// listing returns the directory's entries, sorted by name and unique: the
+// held listing, or a new one from the backend. A failed listing is not
+// remembered, so a later call retries. The slice is never modified.
+func (d *dirNode) listing(ctx context.Context) ([]backend.Entry, syscall.Errno) {
 	lru := d.fsys.listings
+	if entries, ok := lru.get(d.path); ok {
+		return entries, 0
+	}
 	d.mu.Lock()
-	if d.loaded {
-		d.mu.Unlock()
-		lru.touch(d)
-		return 0
+	defer d.mu.Unlock()
+	if entries, ok := lru.get(d.path); ok {
+		return entries, 0 // listed while we waited
 	}
 	entries, err := d.fsys.list(d.path)
 	if err != nil {
-		d.mu.Unlock()
-		return d.fsys.errno("list", d.path, err)
+		return nil, d.fsys.errno("list", d.path, err)
 	}
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
 	// A key that is both a file and a prefix: the first wins.
-	entries = slices.CompactFunc(entries, func(a, b backend.Entry) bool { return a.Name == b.Name })
-	lru.add(d, len(entries))
-	d.entries = slices.Clip(entries)
-	d.loaded = true
-	d.mu.Unlock()
-	lru.trim(d)
-	return 0
+	entries = slices.Clip(slices.CompactFunc(entries, func(a, b backend.Entry) bool { return a.Name == b.Name }))
+	lru.put(d.path, entries)
+	return entries, 0
 }
 
-// child returns the entry named name. The listing may have been dropped
-// since load (listcache.go): then it is loaded again.
+// child returns the entry named name.
 func (d *dirNode) child(ctx context.Context, name string) (backend.Entry, syscall.Errno, bool) {
-	for {
-		if errno := d.load(ctx); errno != 0 {
-			return backend.Entry{}, errno, false
-		}
-		d.mu.Lock()
-		if !d.loaded {
-			d.mu.Unlock()
-			continue
-		}
-		e, ok := d.find(name)
-		d.mu.Unlock()
-		return e, 0, ok
+	entries, errno := d.listing(ctx)
+	if errno != 0 {
+		return backend.Entry{}, errno, false
 	}
+	e, ok := find(entries, name)
+	return e, 0, ok
 }
 
-// find returns the loaded entry named name. d.mu must be held.
-func (d *dirNode) find(name string) (backend.Entry, bool) {
-	i, ok := slices.BinarySearchFunc(d.entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
+// find returns the entry named name of a sorted listing.
+func find(entries []backend.Entry, name string) (backend.Entry, bool) {
+	i, ok := slices.BinarySearchFunc(entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
 	if !ok {
 		return backend.Entry{}, false
 	}
-	return d.entries[i], true
+	return entries[i], true
 }
 
 func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -138,20 +128,13 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 }
 
 func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	for {
-		if errno := d.load(ctx); errno != 0 {
-			return nil, errno
-		}
-		d.mu.Lock()
-		if d.loaded {
-			break
-		}
-		d.mu.Unlock() // dropped meanwhile (listcache.go): load again
+	entries, errno := d.listing(ctx)
+	if errno != 0 {
+		return nil, errno
 	}
-	defer d.mu.Unlock()
-	list := make([]fuse.DirEntry, 0, len(d.entries))
+	list := make([]fuse.DirEntry, 0, len(entries))
 	var subdirs []string
-	for _, e := range d.entries {
+	for _, e := range entries {
 		mode := uint32(syscall.S_IFREG)
 		if e.IsDir {
 			mode = syscall.S_IFDIR
@@ -207,15 +190,17 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 // when the listing was dropped: readahead is an optimisation).
 func (n *fileNode) siblings(k int) []file {
 	d := n.dir
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	i, found := slices.BinarySearchFunc(d.entries, n.entry.Name, func(e backend.Entry, name string) int { return strings.Compare(e.Name, name) })
+	entries, ok := d.fsys.listings.get(d.path)
+	if !ok {
+		return nil
+	}
+	i, found := slices.BinarySearchFunc(entries, n.entry.Name, func(e backend.Entry, name string) int { return strings.Compare(e.Name, name) })
 	if found {
 		i++
 	}
 	var out []file
-	for ; i < len(d.entries) && len(out) < k; i++ {
-		e := d.entries[i]
+	for ; i < len(entries) && len(out) < k; i++ {
+		e := entries[i]
 		if !e.IsDir {
 			out = append(out, file{fsys: n.fsys, path: join(d.path, e.Name), version: e.Version, size: e.Size})
 		}
