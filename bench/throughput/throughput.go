@@ -86,7 +86,19 @@ type Report struct {
 	P3    []map[string]float64
 	// Daemon counters during the cached EpochFS epochs of P2.
 	CachedOpens, CachedReads, OtherReads uint64
-	Notes                                []string
+	// CPU is where the machine's CPU time went during each run of a
+	// reader (one per round), per 1000 files.
+	CPU   map[string][]cpuUse
+	Notes []string
+}
+
+// addCPU records one run's CPU use and logs it.
+func (rep *Report) addCPU(logw io.Writer, round int, name string, u cpuUse) {
+	if rep.CPU == nil {
+		rep.CPU = map[string][]cpuUse{}
+	}
+	rep.CPU[name] = append(rep.CPU[name], u)
+	fmt.Fprintf(logw, "    round %d  %-10s %s\n", round, name, u)
 }
 
 // Reader names.
@@ -162,20 +174,32 @@ func dropPageCache() error {
 }
 
 // readEpoch drops the page cache (if asked) and reads one epoch under root.
-func readEpoch(ctx context.Context, cfg Config, ds dataset, root string, seed uint64) (float64, error) {
+// It also measures the CPU time of the machine, of this process and of
+// pids during the epoch.
+func readEpoch(ctx context.Context, cfg Config, ds dataset, root string, seed uint64, pids map[string]int) (float64, cpuUse, error) {
 	if cfg.Drop {
 		if err := dropPageCache(); err != nil {
-			return 0, fmt.Errorf("drop the page cache: %w (run as root, or -drop-caches=false)", err)
+			return 0, cpuUse{}, fmt.Errorf("drop the page cache: %w (run as root, or -drop-caches=false)", err)
 		}
 	}
+	s0 := sampleCPU(pids)
 	res, err := epoch.Run(ctx, epoch.Options{Root: root, Paths: ds.paths, Workers: cfg.Workers, Seed: seed, Want: ds.want})
+	use := since(s0, sampleCPU(pids), len(ds.paths), nil)
 	if err != nil {
-		return 0, err
+		return 0, use, err
 	}
 	if len(res.Mismatches) > 0 || res.Files != len(ds.paths) {
-		return 0, fmt.Errorf("%s: read %d of %d files, %d sha256 mismatches", root, res.Files, len(ds.paths), len(res.Mismatches))
+		return 0, use, fmt.Errorf("%s: read %d of %d files, %d sha256 mismatches", root, res.Files, len(ds.paths), len(res.Mismatches))
 	}
-	return res.FilesPerSec(), nil
+	return res.FilesPerSec(), use, nil
+}
+
+// pidOf names a child process for the CPU accounting.
+func pidOf(name string, p *benchproc.Proc) map[string]int {
+	if p == nil || p.Cmd.Process == nil {
+		return nil
+	}
+	return map[string]int{name: p.Cmd.Process.Pid}
 }
 
 func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.Writer) error {
@@ -194,7 +218,8 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 	readers := []struct {
 		name string
 		root string
-	}{{native, ds.root}, {epochfs, efsMnt}}
+		pids map[string]int
+	}{{native, ds.root, nil}, {epochfs, efsMnt, pidOf("mount", efs)}}
 	if cfg.P2Manifest {
 		// The same dataset mounted from a manifest (go-fuse raw API).
 		man := filepath.Join(cfg.Dir, "p2.manifest")
@@ -213,7 +238,8 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		readers = append(readers, struct {
 			name string
 			root string
-		}{epochfsMan, m.Mnt})
+			pids map[string]int
+		}{epochfsMan, m.Mnt, pidOf("mount", m)})
 	}
 	if cfg.RClone != "" {
 		rc, err := benchproc.StartRclone(cfg.RClone, ds.root, filepath.Join(cfg.Dir, "mnt-rclone"), filepath.Join(cfg.Dir, "cache-rclone"), capacity, nil)
@@ -224,13 +250,14 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		readers = append(readers, struct {
 			name string
 			root string
-		}{rcloneR, rc.Mnt})
+			pids map[string]int
+		}{rcloneR, rc.Mnt, pidOf("rclone", rc)})
 	} else {
 		rep.Notes = append(rep.Notes, "rclone not run: no rclone binary (make bench-tools)")
 	}
 	// Epoch 1 fills both caches.
 	for _, r := range readers[1:] {
-		fps, err := readEpoch(ctx, cfg, ds, r.root, 1)
+		fps, _, err := readEpoch(ctx, cfg, ds, r.root, 1, nil)
 		if err != nil {
 			return err
 		}
@@ -250,7 +277,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			if r.name == epochfs {
 				prof = profile(cfg, efs, fmt.Sprintf("p2-cached-round%d", round))
 			}
-			fps, err := readEpoch(ctx, cfg, ds, r.root, uint64(1+round))
+			fps, use, err := readEpoch(ctx, cfg, ds, r.root, uint64(1+round), r.pids)
 			if err != nil {
 				return err
 			}
@@ -266,6 +293,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			}
 			row[r.name] = fps
 			fmt.Fprintf(logw, "P2 round %d  %-8s %7.0f files/s\n", round, r.name, fps)
+			rep.addCPU(logw, round, r.name, use)
 		}
 		rep.P2 = append(rep.P2, row)
 	}
@@ -334,8 +362,9 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		if err != nil {
 			return err
 		}
+		pids := map[string]int{"minio": srv.Cmd.Process.Pid, "mount": m.Cmd.Process.Pid}
 		prof := profile(cfg, m, fmt.Sprintf("p3-cold-round%d", round))
-		fps, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round))
+		fps, use, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round), pids)
 		prof()
 		m.Stop()
 		if err != nil {
@@ -343,6 +372,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		}
 		row[mountCol] = fps
 		fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, mountCol, fps)
+		rep.addCPU(logw, round, mountCol, use)
 
 		// A': the same with readahead of whole files.
 		if cfg.ReadaheadFiles > 0 {
@@ -353,7 +383,8 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			if err != nil {
 				return err
 			}
-			fps, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round))
+			pids := map[string]int{"minio": srv.Cmd.Process.Pid, "mount": m.Cmd.Process.Pid}
+			fps, use, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round), pids)
 			c, cerr := counters(m)
 			m.Stop()
 			if err != nil {
@@ -364,6 +395,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			}
 			row[mountRA] = fps
 			fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, mountRA, fps)
+			rep.addCPU(logw, round, mountRA, use)
 		}
 
 		// B: the GET loop.
@@ -372,12 +404,15 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 				return err
 			}
 		}
+		minioPid := map[string]int{"minio": srv.Cmd.Process.Pid}
+		s0 := sampleCPU(minioPid)
 		fps, err = getLoopEpoch(ctx, client, bucket, ds, cfg.Workers, uint64(100+round))
 		if err != nil {
 			return err
 		}
 		row[getLoop] = fps
 		fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, getLoop, fps)
+		rep.addCPU(logw, round, getLoop, since(s0, sampleCPU(minioPid), len(ds.paths), nil))
 
 		// C: cachefs prefetch into an empty cache.
 		if hasPrefetch {
@@ -392,13 +427,17 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			cmd := exec.CommandContext(ctx, cfg.CacheFS, "prefetch", srv.URL(bucket), "--cache-dir", cacheDir,
 				"--cache-size", fmt.Sprint(capacity), "--workers", fmt.Sprint(cfg.Workers), "--manifest", "none", "--progress", "none")
 			cmd.Env = append(os.Environ(), srv.Env()...)
+			s0 := sampleCPU(minioPid)
 			start := time.Now()
 			if out, err := cmd.CombinedOutput(); err != nil {
 				return fmt.Errorf("cachefs prefetch: %v: %s", err, out)
 			}
 			fps := float64(len(ds.paths)) / time.Since(start).Seconds()
+			s1 := sampleCPU(minioPid)
 			row[prefetch] = fps
 			fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, prefetch, fps)
+			pf := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+			rep.addCPU(logw, round, prefetch, since(s0, s1, len(ds.paths), map[string]float64{"prefetch": pf.Seconds()}))
 		}
 		rep.P3 = append(rep.P3, row)
 	}
@@ -480,6 +519,9 @@ func (rep *Report) Markdown(header string) string {
 		b.WriteString("\n### P3: cold epoch from MinIO on 127.0.0.1, files/s\n\n")
 		cols := present(rep.P3, mountCol, mountRA, getLoop, prefetch)
 		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {mountRA, getLoop}, {prefetch, getLoop}})
+	}
+	if len(rep.CPU) > 0 {
+		rep.cpuTable(&b)
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "\nNote: %s\n", n)
