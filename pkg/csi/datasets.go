@@ -98,6 +98,9 @@ func (n *nodeState) start(ds *datasetMount) error {
 	if ds.Params.Manifest != "" {
 		args = append(args, "--manifest", ds.Params.Manifest)
 	}
+	if ds.Params.ReadaheadFiles > 0 {
+		args = append(args, "--readahead-files", strconv.Itoa(ds.Params.ReadaheadFiles))
+	}
 	logStart := int64(0)
 	if st, err := os.Stat(n.logPath(ds.Key)); err == nil {
 		logStart = st.Size()

@@ -42,3 +42,23 @@ func FuzzRequestValidation(f *testing.F) {
 		}
 	})
 }
+
+// TestDatasetKeyStable: the dataset key of a volume without readaheadFiles
+// is what it was before that parameter existed (the state directory and
+// the cache directory are named by it, so a driver upgrade must not move
+// them); with it, the key differs.
+func TestDatasetKeyStable(t *testing.T) {
+	p, err := parseParams(map[string]string{"source": "s3://bucket/imagenet?region=us-east-1", "cacheSize": "1Gi"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Computed by the code before readaheadFiles (commit d56d8d5).
+	const before = "ds-6463e661a9b597ab008a3df7"
+	if k := p.datasetKey(); k != before {
+		t.Errorf("key %s, want %s as before", k, before)
+	}
+	p.ReadaheadFiles = 8
+	if k := p.datasetKey(); k == before {
+		t.Error("readaheadFiles does not change the dataset key")
+	}
+}

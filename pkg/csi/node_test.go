@@ -325,6 +325,9 @@ func TestBadInput(t *testing.T) {
 		{"unknown parameter", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("cachesize", "1Gi")}, codes.InvalidArgument, `unknown parameters ["cachesize"]`},
 		{"bad cache size", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("cacheSize", "lots")}, codes.InvalidArgument, `parameter "cacheSize"`},
 		{"bad policy", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("policy", "mru")}, codes.InvalidArgument, `unknown policy "mru"`},
+		{"bad readaheadFiles", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("readaheadFiles", "many")}, codes.InvalidArgument, `parameter "readaheadFiles": "many" is not a number of files from 0 to 256`},
+		{"negative readaheadFiles", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("readaheadFiles", "-1")}, codes.InvalidArgument, `parameter "readaheadFiles"`},
+		{"huge readaheadFiles", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("readaheadFiles", "100000")}, codes.InvalidArgument, `parameter "readaheadFiles"`},
 		{"unknown secret", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: good, Secrets: map[string]string{"password": "hunter2"}}, codes.InvalidArgument, `unknown secret keys ["password"]`},
 		{"missing source dir", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("source", filepath.Join(work, "nope"))}, codes.NotFound, "no such file or directory"},
 	}
@@ -394,6 +397,37 @@ func expectCode(t *testing.T, err error, code codes.Code, substr string) {
 	if err == nil || st.Code() != code || !strings.Contains(st.Message(), substr) {
 		t.Fatalf("got %v, want %s containing %q", err, code, substr)
 	}
+}
+
+// TestReadaheadFilesParameter: readaheadFiles reaches the mount process as
+// --readahead-files (it reads ahead: a first epoch opens fewer misses than
+// files), and a volume without it keeps its own mount (the dataset key
+// differs only when the parameter is set).
+func TestReadaheadFilesParameter(t *testing.T) {
+	td := startDriver(t, nil)
+	data, files := dataset(t)
+	staging := filepath.Join(t.TempDir(), "staging")
+	stage(t, td, "vol-ra", staging, map[string]string{"source": data, "cacheSize": "1GiB", "readaheadFiles": "4"})
+	pids := mountProcesses(t, td.stateDir)
+	if len(pids) != 1 {
+		t.Fatalf("%d mount processes, want 1", len(pids))
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", itoa(pids[0]), "cmdline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(cmdline, []byte("\x00--readahead-files\x004\x00")) {
+		t.Errorf("mount arguments %q lack --readahead-files 4", strings.ReplaceAll(string(cmdline), "\x00", " "))
+	}
+	checkFiles(t, staging, files)
+
+	plain := filepath.Join(t.TempDir(), "staging")
+	stage(t, td, "vol-plain", plain, map[string]string{"source": data, "cacheSize": "1GiB"})
+	if n := len(mountProcesses(t, td.stateDir)); n != 2 {
+		t.Errorf("%d mount processes for a volume with readaheadFiles and one without, want 2", n)
+	}
+	unstage(t, td, "vol-plain", plain)
+	unstage(t, td, "vol-ra", staging)
 }
 
 // TestPrefetchParameter: a volume with prefetch=true has its cache filled in

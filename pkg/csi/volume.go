@@ -26,6 +26,10 @@ const (
 	ParamManifest  = "manifest"
 	ParamPolicy    = "policy"
 	ParamPrefetch  = "prefetch"
+	// ParamReadaheadFiles is the mount's --readahead-files: when an open
+	// of a small file misses, the next N files of its directory are
+	// fetched into the cache in the background.
+	ParamReadaheadFiles = "readaheadFiles"
 
 	// Keys under this prefix are added by Kubernetes (external-provisioner
 	// --extra-create-metadata, podInfoOnMount) and are ignored.
@@ -48,7 +52,13 @@ type volumeParams struct {
 	// mounted (through the mount's control socket). Not part of the
 	// dataset key: volumes that differ only here share a mount.
 	Prefetch bool `json:"prefetch,omitempty"`
+	// ReadaheadFiles is passed to the mount (--readahead-files); 0: off.
+	ReadaheadFiles int `json:"readaheadFiles,omitempty"`
 }
+
+// maxReadaheadFiles bounds readaheadFiles: more fetches in flight per miss
+// than this only queue up behind the backend.
+const maxReadaheadFiles = 256
 
 // context returns the parameters as a CSI volume context.
 func (p volumeParams) context() map[string]string {
@@ -63,6 +73,9 @@ func (p volumeParams) context() map[string]string {
 	if p.Prefetch {
 		m[ParamPrefetch] = "true"
 	}
+	if p.ReadaheadFiles > 0 {
+		m[ParamReadaheadFiles] = strconv.Itoa(p.ReadaheadFiles)
+	}
 	return m
 }
 
@@ -72,6 +85,11 @@ func (p volumeParams) datasetKey() string {
 	h := sha256.New()
 	for _, s := range []string{p.Source, strconv.FormatInt(p.CacheSize, 10), p.Policy, p.Manifest} {
 		fmt.Fprintf(h, "%d:%s\n", len(s), s)
+	}
+	if p.ReadaheadFiles > 0 {
+		// Only when set, so that the keys of volumes without it (and their
+		// cache directories) are what they were before the parameter.
+		fmt.Fprintf(h, "readaheadFiles:%d\n", p.ReadaheadFiles)
 	}
 	return "ds-" + hex.EncodeToString(h.Sum(nil))[:24]
 }
@@ -106,6 +124,12 @@ func parseParams(in map[string]string, defaultCacheSize int64) (volumeParams, er
 				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %q is not true or false", ParamPrefetch, v)
 			}
 			p.Prefetch = b
+		case ParamReadaheadFiles:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > maxReadaheadFiles {
+				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %q is not a number of files from 0 to %d", ParamReadaheadFiles, v, maxReadaheadFiles)
+			}
+			p.ReadaheadFiles = n
 		case ParamPolicy:
 			if !slices.Contains(cache.Policies(), v) {
 				return p, status.Errorf(codes.InvalidArgument, "parameter %q: unknown policy %q (want one of %s)", ParamPolicy, v, strings.Join(cache.Policies(), ", "))
@@ -119,7 +143,7 @@ func parseParams(in map[string]string, defaultCacheSize int64) (volumeParams, er
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return p, status.Errorf(codes.InvalidArgument, "unknown parameters %q (known: %s, %s, %s, %s, %s)", unknown, ParamSource, ParamCacheSize, ParamManifest, ParamPolicy, ParamPrefetch)
+		return p, status.Errorf(codes.InvalidArgument, "unknown parameters %q (known: %s, %s, %s, %s, %s, %s)", unknown, ParamSource, ParamCacheSize, ParamManifest, ParamPolicy, ParamPrefetch, ParamReadaheadFiles)
 	}
 	if p.Source == "" {
 		return p, status.Errorf(codes.InvalidArgument, "parameter %q is required (the dataset URL, e.g. s3://bucket/prefix or /mnt/nfs/dataset)", ParamSource)
