@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+
+	"golang.org/x/sys/unix"
 	"os"
 	"slices"
 	"strconv"
@@ -24,6 +26,20 @@ type cpuSample struct {
 	busy, steal float64            // machine, CPU seconds
 	procs       map[string]float64 // named processes, CPU seconds
 	self        float64            // this process (the readers, the GET loop)
+	// Read requests completed and bytes read by the work directory's disk.
+	diskReads, diskBytes float64
+}
+
+// workDisk is the major:minor of the work directory's block device (set
+// by Bench), whose reads sampleCPU counts; 0:0 counts none.
+var workDisk [2]uint32
+
+// setWorkDisk finds the block device that holds dir.
+func setWorkDisk(dir string) {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) == nil {
+		workDisk = [2]uint32{unix.Major(st.Dev), unix.Minor(st.Dev)}
+	}
 }
 
 // sampleCPU reads the machine's, this process's and pids' CPU times. A
@@ -41,6 +57,19 @@ func sampleCPU(pids map[string]int) cpuSample {
 				s.steal += v / clockTicks
 			default:
 				s.busy += v / clockTicks
+			}
+		}
+	}
+	if workDisk != [2]uint32{} {
+		if b, err := os.ReadFile("/proc/diskstats"); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				f := strings.Fields(l) // major minor name reads merged sectors …
+				if len(f) < 6 || f[0] != strconv.Itoa(int(workDisk[0])) || f[1] != strconv.Itoa(int(workDisk[1])) {
+					continue
+				}
+				s.diskReads, _ = strconv.ParseFloat(f[3], 64)
+				sectors, _ := strconv.ParseFloat(f[5], 64)
+				s.diskBytes = sectors * 512
 			}
 		}
 	}
@@ -89,6 +118,9 @@ type cpuUse struct {
 	Procs   map[string]float64 // named processes (minio, mount, prefetch)
 	Self    float64            // the readers or the GET loop
 	Busy    float64            // share of the machine's cores busy during the run
+	// DiskReads and DiskMB: read requests and MB read from the work
+	// directory's disk.
+	DiskReads, DiskMB float64
 }
 
 // since is the use from s0 to s1 over files files; extra adds CPU seconds
@@ -96,11 +128,13 @@ type cpuUse struct {
 func since(s0, s1 cpuSample, files int, extra map[string]float64) cpuUse {
 	k := 1000 / float64(max(files, 1))
 	u := cpuUse{
-		Wall:    s1.at.Sub(s0.at).Seconds(),
-		Machine: (s1.busy - s0.busy) * k,
-		Steal:   (s1.steal - s0.steal) * k,
-		Self:    (s1.self - s0.self) * k,
-		Procs:   map[string]float64{},
+		Wall:      s1.at.Sub(s0.at).Seconds(),
+		Machine:   (s1.busy - s0.busy) * k,
+		Steal:     (s1.steal - s0.steal) * k,
+		Self:      (s1.self - s0.self) * k,
+		Procs:     map[string]float64{},
+		DiskReads: (s1.diskReads - s0.diskReads) * k,
+		DiskMB:    (s1.diskBytes - s0.diskBytes) / 1e6 * k,
 	}
 	if cores := float64(numCPU()); u.Wall > 0 && cores > 0 {
 		u.Busy = (s1.busy - s0.busy) / (u.Wall * cores)
@@ -130,7 +164,8 @@ func (u cpuUse) String() string {
 		fmt.Fprintf(&b, ", %s %.2f", n, u.Procs[n])
 		rest -= u.Procs[n]
 	}
-	fmt.Fprintf(&b, ", other incl. kernel threads %.2f), steal %.2f, cores busy %.0f%%", rest, u.Steal, 100*u.Busy)
+	fmt.Fprintf(&b, ", other incl. kernel threads %.2f), steal %.2f, cores busy %.0f%%; disk reads per 1000 files %.0f, %.0f MB",
+		rest, u.Steal, 100*u.Busy, u.DiskReads, u.DiskMB)
 	return b.String()
 }
 
@@ -150,16 +185,16 @@ func numCPU() int {
 
 // cpuTable renders the medians over rounds of every reader's CPU use.
 func (rep *Report) cpuTable(b *strings.Builder) {
-	order := []string{native, epochfs, epochfsMan, rcloneR, mountCol, mountRA, getLoop, prefetch}
+	order := []string{native, epochfs, epochfsMan, rcloneR, mountCol, mountRA, getLoop, prefetch, prefetchMan}
 	parts := []string{"mount", "rclone", "prefetch", "minio"}
-	b.WriteString("\n### Where the CPU went: CPU seconds per 1000 files (medians over the rounds)\n\n")
+	b.WriteString("\n### Where the CPU went: CPU seconds (and disk reads) per 1000 files, medians over the rounds\n\n")
 	b.WriteString("\"readers\" is the benchmark process (the 8 readers with their sha256, or the GET loop); \"other\" is the " +
 		"rest of the machine (kernel threads such as writeback, other processes); \"cores busy\" is the machine's busy share.\n\n")
 	b.WriteString("| run | machine | readers |")
 	for _, p := range parts {
 		fmt.Fprintf(b, " %s |", p)
 	}
-	b.WriteString(" other | steal | cores busy |\n|---|" + strings.Repeat("---|", len(parts)+5) + "\n")
+	b.WriteString(" other | steal | cores busy | disk reads | disk MB |\n|---|" + strings.Repeat("---|", len(parts)+7) + "\n")
 	for _, name := range order {
 		us := rep.CPU[name]
 		if len(us) == 0 {
@@ -187,6 +222,7 @@ func (rep *Report) cpuTable(b *strings.Builder) {
 			}
 			return r
 		})
-		fmt.Fprintf(b, " %.2f | %.2f | %.0f%% |\n", other, col(func(u cpuUse) float64 { return u.Steal }), 100*col(func(u cpuUse) float64 { return u.Busy }))
+		fmt.Fprintf(b, " %.2f | %.2f | %.0f%% | %.0f | %.0f |\n", other, col(func(u cpuUse) float64 { return u.Steal }), 100*col(func(u cpuUse) float64 { return u.Busy }),
+			col(func(u cpuUse) float64 { return u.DiskReads }), col(func(u cpuUse) float64 { return u.DiskMB }))
 	}
 }

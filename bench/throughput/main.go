@@ -29,6 +29,7 @@ func main() {
 	only := flag.String("only", "p2,p3", "comparisons to run: p2, p3")
 	p2Man := flag.Bool("p2-manifest", true, "P2 also reads through a mount of the dataset from its manifest")
 	raFiles := flag.Int("readahead-files", 8, "P3 also runs the cold epoch with this many files read ahead per miss (0: not)")
+	s3Latency := flag.Duration("s3-latency", 0, "P3: add this to every request's time to first byte (a proxy between MinIO and every reader), like a far object store; 0: MinIO on this machine as is")
 	tools := flag.String("tools", ".tools/bin", "directory of rclone and minio")
 	cachefs := flag.String("cachefs", "bin/cachefs", "cachefs binary (for `cachefs prefetch`)")
 	md := flag.String("md", "", "also write the markdown report to this file")
@@ -48,6 +49,7 @@ func main() {
 	}
 	cfg.Workers, cfg.Drop, cfg.Log = *workers, *drop, os.Stderr
 	cfg.ReadaheadFiles = *raFiles
+	cfg.S3Latency = *s3Latency
 	cfg.P2Manifest = *p2Man
 	cfg.ProfileDir, cfg.ProfileSeconds = *profDir, *profSec
 	cfg.P2, cfg.P3 = strings.Contains(*only, "p2"), strings.Contains(*only, "p3")

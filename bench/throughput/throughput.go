@@ -71,7 +71,12 @@ type Config struct {
 	// ReadaheadFiles > 0 adds a P3 row: the cold epoch through a mount with
 	// that many files read ahead per miss (`cachefs mount --readahead-files`).
 	ReadaheadFiles int
-	Log            io.Writer
+	// S3Latency > 0 puts a proxy adding this much to every request's time
+	// to first byte between MinIO and every P3 reader (the mounts, the GET
+	// loop, prefetch): a far object store instead of one on the same
+	// machine.
+	S3Latency time.Duration
+	Log       io.Writer
 	// ProfileDir, when set, receives a CPU profile of the mount process
 	// (ProfileSeconds long, from the start) of every EpochFS epoch.
 	ProfileDir     string
@@ -86,6 +91,8 @@ type Report struct {
 	P3    []map[string]float64
 	// Daemon counters during the cached EpochFS epochs of P2.
 	CachedOpens, CachedReads, OtherReads uint64
+	// S3Latency is the latency added to every P3 request (0: none).
+	S3Latency time.Duration
 	// CPU is where the machine's CPU time went during each run of a
 	// reader (one per round), per 1000 files.
 	CPU   map[string][]cpuUse
@@ -112,6 +119,8 @@ const (
 	mountRA    = "mount cold, readahead"
 	getLoop    = "GET loop"
 	prefetch   = "prefetch"
+	// prefetchMan is `cachefs prefetch --manifest` (no listing).
+	prefetchMan = "prefetch, manifest"
 )
 
 type dataset struct {
@@ -130,6 +139,7 @@ func Bench(ctx context.Context, cfg Config) (*Report, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
+	setWorkDisk(cfg.Dir)
 	ds := dataset{root: filepath.Join(cfg.Dir, "data"), want: map[string][sha256.Size]byte{}}
 	if err := os.RemoveAll(ds.root); err != nil {
 		return nil, err
@@ -327,6 +337,30 @@ func profile(cfg Config, p *benchproc.Proc, name string) func() {
 }
 
 func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.Writer) error {
+	// Every cold run fills a cache directory of its own, and all of them
+	// are removed at the end, not between runs: the work directory's file
+	// system may be ext4 without a journal (this VM's is), which avoids
+	// reusing inodes freed in the last dirty_expire interval (30 s) by
+	// scanning the inode tables, so a run creating 2,000 files right after
+	// the last run's 2,000 were deleted would pay a cost (12% of a
+	// prefetch's CPU, perf) that a node filling its cache does not.
+	stale, _ := filepath.Glob(filepath.Join(cfg.Dir, "cache-cold*"))
+	for _, d := range stale {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	var caches []string
+	defer func() {
+		for _, d := range caches {
+			_ = os.RemoveAll(d)
+		}
+	}()
+	newCache := func(round int, what string) string {
+		d := filepath.Join(cfg.Dir, fmt.Sprintf("cache-cold-%d-%s", round, what))
+		caches = append(caches, d)
+		return d
+	}
 	mdir := filepath.Join(cfg.Dir, "minio")
 	if err := os.RemoveAll(mdir); err != nil {
 		return err
@@ -343,6 +377,18 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 	}
 	fmt.Fprintf(logw, "P3 uploaded %d objects in %.1fs\n", len(ds.paths), time.Since(start).Seconds())
 	capacity := capacityFor(ds.bytes)
+	minioPid := srv.Cmd.Process.Pid
+	if cfg.S3Latency > 0 {
+		lp, err := benchproc.StartLatencyProxy(srv.Host, cfg.S3Latency)
+		if err != nil {
+			return err
+		}
+		defer lp.Close()
+		far := *srv // every reader connects through the proxy
+		far.Host = lp.Addr
+		srv = &far
+		rep.S3Latency = cfg.S3Latency
+	}
 	client, err := benchproc.NewClient(srv.Host, srv.Access, srv.Secret, cfg.Workers)
 	if err != nil {
 		return err
@@ -351,18 +397,26 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 	if !hasPrefetch {
 		rep.Notes = append(rep.Notes, "prefetch not measured yet: no `cachefs prefetch` in "+cfg.CacheFS)
 	}
+	// The dataset's manifest, as `cachefs index` writes it once per dataset
+	// (not timed): the "prefetch, manifest" row reads it instead of walking
+	// the bucket.
+	manPath := filepath.Join(cfg.Dir, "p3.manifest")
+	if hasPrefetch {
+		cmd := exec.CommandContext(ctx, cfg.CacheFS, "index", srv.URL(bucket), "-o", manPath)
+		cmd.Env = append(os.Environ(), srv.Env()...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("cachefs index: %v: %s", err, out)
+		}
+	}
 	for round := 1; round <= cfg.Rounds; round++ {
 		row := map[string]float64{}
 		// A: cold epoch through a mount with an empty cache.
-		cacheDir, mnt := filepath.Join(cfg.Dir, "cache-cold"), filepath.Join(cfg.Dir, "mnt-cold")
-		if err := os.RemoveAll(cacheDir); err != nil {
-			return err
-		}
+		cacheDir, mnt := newCache(round, "mount"), filepath.Join(cfg.Dir, "mnt-cold")
 		m, err := startEpochFS(srv.URL(bucket), mnt, cacheDir, capacity, srv.Env())
 		if err != nil {
 			return err
 		}
-		pids := map[string]int{"minio": srv.Cmd.Process.Pid, "mount": m.Cmd.Process.Pid}
+		pids := map[string]int{"minio": minioPid, "mount": m.Cmd.Process.Pid}
 		prof := profile(cfg, m, fmt.Sprintf("p3-cold-round%d", round))
 		fps, use, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round), pids)
 		prof()
@@ -376,14 +430,12 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 
 		// A': the same with readahead of whole files.
 		if cfg.ReadaheadFiles > 0 {
-			if err := os.RemoveAll(cacheDir); err != nil {
-				return err
-			}
+			cacheDir := newCache(round, "readahead")
 			m, err := startEpochFS(srv.URL(bucket), mnt, cacheDir, capacity, srv.Env(), "-readahead-files", fmt.Sprint(cfg.ReadaheadFiles))
 			if err != nil {
 				return err
 			}
-			pids := map[string]int{"minio": srv.Cmd.Process.Pid, "mount": m.Cmd.Process.Pid}
+			pids := map[string]int{"minio": minioPid, "mount": m.Cmd.Process.Pid}
 			fps, use, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round), pids)
 			c, cerr := counters(m)
 			m.Stop()
@@ -404,40 +456,41 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 				return err
 			}
 		}
-		minioPid := map[string]int{"minio": srv.Cmd.Process.Pid}
-		s0 := sampleCPU(minioPid)
+		minioPids := map[string]int{"minio": minioPid}
+		s0 := sampleCPU(minioPids)
 		fps, err = getLoopEpoch(ctx, client, bucket, ds, cfg.Workers, uint64(100+round))
 		if err != nil {
 			return err
 		}
 		row[getLoop] = fps
 		fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, getLoop, fps)
-		rep.addCPU(logw, round, getLoop, since(s0, sampleCPU(minioPid), len(ds.paths), nil))
+		rep.addCPU(logw, round, getLoop, since(s0, sampleCPU(minioPids), len(ds.paths), nil))
 
-		// C: cachefs prefetch into an empty cache.
+		// C: cachefs prefetch into an empty cache, walking the bucket;
+		// C': the same from the dataset's manifest (no listing).
 		if hasPrefetch {
-			if err := os.RemoveAll(cacheDir); err != nil {
-				return err
-			}
-			if cfg.Drop {
-				if err := dropPageCache(); err != nil {
-					return err
+			for i, pf := range []struct{ name, manifest string }{{prefetch, "none"}, {prefetchMan, manPath}} {
+				cacheDir := newCache(round, fmt.Sprintf("prefetch%d", i))
+				if cfg.Drop {
+					if err := dropPageCache(); err != nil {
+						return err
+					}
 				}
+				cmd := exec.CommandContext(ctx, cfg.CacheFS, "prefetch", srv.URL(bucket), "--cache-dir", cacheDir,
+					"--cache-size", fmt.Sprint(capacity), "--workers", fmt.Sprint(cfg.Workers), "--manifest", pf.manifest, "--progress", "none")
+				cmd.Env = append(os.Environ(), srv.Env()...)
+				s0 := sampleCPU(minioPids)
+				start := time.Now()
+				if out, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("cachefs prefetch: %v: %s", err, out)
+				}
+				fps := float64(len(ds.paths)) / time.Since(start).Seconds()
+				s1 := sampleCPU(minioPids)
+				row[pf.name] = fps
+				fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, pf.name, fps)
+				cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+				rep.addCPU(logw, round, pf.name, since(s0, s1, len(ds.paths), map[string]float64{"prefetch": cpu.Seconds()}))
 			}
-			cmd := exec.CommandContext(ctx, cfg.CacheFS, "prefetch", srv.URL(bucket), "--cache-dir", cacheDir,
-				"--cache-size", fmt.Sprint(capacity), "--workers", fmt.Sprint(cfg.Workers), "--manifest", "none", "--progress", "none")
-			cmd.Env = append(os.Environ(), srv.Env()...)
-			s0 := sampleCPU(minioPid)
-			start := time.Now()
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("cachefs prefetch: %v: %s", err, out)
-			}
-			fps := float64(len(ds.paths)) / time.Since(start).Seconds()
-			s1 := sampleCPU(minioPid)
-			row[prefetch] = fps
-			fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, prefetch, fps)
-			pf := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-			rep.addCPU(logw, round, prefetch, since(s0, s1, len(ds.paths), map[string]float64{"prefetch": pf.Seconds()}))
 		}
 		rep.P3 = append(rep.P3, row)
 	}
@@ -516,9 +569,13 @@ func (rep *Report) Markdown(header string) string {
 			rep.CachedOpens, rep.CachedReads, rep.OtherReads)
 	}
 	if len(rep.P3) > 0 {
-		b.WriteString("\n### P3: cold epoch from MinIO on 127.0.0.1, files/s\n\n")
-		cols := present(rep.P3, mountCol, mountRA, getLoop, prefetch)
-		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {mountRA, getLoop}, {prefetch, getLoop}})
+		if rep.S3Latency > 0 {
+			fmt.Fprintf(&b, "\n### P3: cold epoch from MinIO on 127.0.0.1 behind a proxy adding %v to every request, files/s\n\n", rep.S3Latency)
+		} else {
+			b.WriteString("\n### P3: cold epoch from MinIO on 127.0.0.1, files/s\n\n")
+		}
+		cols := present(rep.P3, mountCol, mountRA, getLoop, prefetch, prefetchMan)
+		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {mountRA, getLoop}, {prefetch, getLoop}, {prefetchMan, getLoop}})
 	}
 	if len(rep.CPU) > 0 {
 		rep.cpuTable(&b)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
@@ -37,6 +38,7 @@ func TestTiny(t *testing.T) {
 		Spec:    datagen.Spec{Files: 60, Classes: 3, Seed: 3, MedianSize: 8_000, MinSize: 1_000, MaxSize: 64_000},
 		Workers: 4, Rounds: 2, P2: true, P3: true,
 		RClone: rclone, MinIO: minio,
+		S3Latency: 5 * time.Millisecond, // through the latency proxy
 	}
 	rep, err := Bench(context.Background(), cfg)
 	if err != nil {
@@ -69,8 +71,14 @@ func TestTiny(t *testing.T) {
 	if passthroughExpected() && rep.CachedReads != 0 {
 		t.Errorf("cached epochs: %d READ requests reached the daemon; passthrough should serve them all", rep.CachedReads)
 	}
+	for _, r := range append(want2, mountCol, getLoop) {
+		if len(rep.CPU[r]) != cfg.Rounds {
+			t.Errorf("CPU accounting: %d samples for %s, want %d", len(rep.CPU[r]), r, cfg.Rounds)
+		}
+	}
 	md := rep.Markdown("header\n")
-	for _, s := range []string{"### P2", "### P3", "epochfs / native", "mount cold / GET loop", "median"} {
+	for _, s := range []string{"### P2", "### P3", "epochfs / native", "mount cold / GET loop", "median",
+		"behind a proxy adding 5ms", "### Where the CPU went", "| mount cold |"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("report lacks %q:\n%s", s, md)
 		}
