@@ -299,16 +299,23 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
-// fetchCtx bounds one backend fetch. It is detached from the FUSE request:
-// coalesced readers share the fetch, so one reader's interrupt must not fail
-// the others.
-func (f *FS) fetchCtx() (context.Context, context.CancelFunc) {
+// Backend fetches are detached from the FUSE request: coalesced readers
+// share a fetch, so one reader's interrupt must not fail the others. The
+// cache is asked with the mount's context (f.ctx, no timer: a hit, the
+// common case, needs none) and each load bounds itself by ReadTimeout.
+
+// listCtx bounds one backend listing, detached from the FUSE request too
+// (a listing serves every later lookup in its directory).
+func (f *FS) listCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(f.ctx, f.opts.ReadTimeout)
 }
 
-// loader reads [off, off+len(p)) of a file version from the backend.
+// loader reads [off, off+len(p)) of a file version from the backend, within
+// ReadTimeout.
 func (f *FS) loader(path, version string, off int64) cache.Loader {
 	return func(ctx context.Context, p []byte) error {
+		ctx, cancel := context.WithTimeout(ctx, f.opts.ReadTimeout)
+		defer cancel()
 		n, err := f.backend.ReadAt(ctx, path, version, p, off)
 		if n == len(p) && (err == nil || errors.Is(err, io.EOF)) {
 			return nil

@@ -49,10 +49,8 @@ func (n file) open(flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 // handle on its bytes: the cache file (passthrough-capable) or, when the
 // policy did not admit it, the bytes in memory.
 func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
-	ctx, cancel := n.fsys.fetchCtx()
-	defer cancel()
 	span := n.fsys.spans(n)[0] // a small file is one span: the whole file
-	res, err := n.fsys.store.Get(ctx, span.Key, span.Length, n.fsys.loader(n.path, n.version, span.Offset))
+	res, err := n.fsys.store.Get(n.fsys.ctx, span.Key, span.Length, n.fsys.loader(n.path, n.version, span.Offset))
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", n.path, err)
 	}
@@ -247,9 +245,7 @@ func (h *blockHandle) get(idx int64, wait bool) *block {
 func (h *blockHandle) fetch(idx int64, b *block) {
 	fsys := h.node.fsys
 	span := h.spans[idx]
-	ctx, cancel := fsys.fetchCtx()
-	defer cancel()
-	b.res, b.err = fsys.store.Get(ctx, span.Key, span.Length, fsys.loader(h.node.path, h.node.version, span.Offset))
+	b.res, b.err = fsys.store.Get(fsys.ctx, span.Key, span.Length, fsys.loader(h.node.path, h.node.version, span.Offset))
 
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -41,7 +41,7 @@ func (f *FS) prelist(dirs []string) {
 		go func() {
 			select {
 			case f.listSem <- struct{}{}:
-				ctx, cancel := f.fetchCtx()
+				ctx, cancel := f.listCtx()
 				l.entries, l.err = f.backend.List(ctx, p)
 				cancel()
 				<-f.listSem
@@ -69,7 +69,7 @@ func (f *FS) list(p string) ([]backend.Entry, error) {
 		}
 		// A failed background listing is retried in the foreground.
 	}
-	ctx, cancel := f.fetchCtx()
+	ctx, cancel := f.listCtx()
 	defer cancel()
 	return f.backend.List(ctx, p)
 }

@@ -42,9 +42,7 @@ func (f *FS) readaheadFiles(files []file) {
 				f.raBytes.Add(-n.size)
 				<-f.fileRASem
 			}()
-			ctx, cancel := f.fetchCtx()
-			defer cancel()
-			res, err := f.store.Fill(ctx, span.Key, span.Length, f.loader(n.path, n.version, span.Offset))
+			res, err := f.store.Fill(f.ctx, span.Key, span.Length, f.loader(n.path, n.version, span.Offset))
 			if err != nil {
 				// The reader's own open reports it, if it comes.
 				f.log.Debug("fusefs: readahead of a file failed", "path", n.path, "err", err)
