@@ -5,14 +5,24 @@ import (
 	"sync"
 )
 
-// Fill buffers come from per-size-class pools, so that filling the cache
-// does not allocate (and clear, and collect) one new buffer per entry.
+// Fill buffers come from per-size-class free lists, so that filling the
+// cache does not allocate (and clear, and collect) one new buffer per
+// entry. Free lists rather than sync.Pool: a pool is emptied by every
+// other garbage collection, and filling allocates little else, so the
+// buffers would be dropped and allocated again all the time. What the
+// lists keep is bounded by maxPooledBytes over all classes; a buffer
+// returned beyond that is left to the collector.
 const (
-	minBufShift = 12 // 4 KiB: the smallest pooled class
-	maxBufShift = 24 // 16 MiB: larger buffers are allocated, never pooled
+	minBufShift    = 12       // 4 KiB: the smallest pooled class
+	maxBufShift    = 24       // 16 MiB: larger buffers are allocated, never pooled
+	maxPooledBytes = 64 << 20 // kept in the free lists at most
 )
 
-var bufPools [maxBufShift - minBufShift + 1]sync.Pool // of *[]byte, cap 1<<(minBufShift+i)
+var bufFree struct {
+	sync.Mutex
+	lists [maxBufShift - minBufShift + 1][][]byte // per class, cap 1<<(minBufShift+i)
+	bytes int64                                   // held by lists
+}
 
 // bufClass returns the pool index for a buffer of size bytes, or -1 when
 // such buffers are not pooled.
@@ -31,18 +41,37 @@ func getBuf(size int64) []byte {
 	if c < 0 {
 		return make([]byte, size)
 	}
-	if bp, ok := bufPools[c].Get().(*[]byte); ok {
-		return (*bp)[:size]
+	bufFree.Lock()
+	if l := bufFree.lists[c]; len(l) > 0 {
+		b := l[len(l)-1]
+		l[len(l)-1] = nil
+		bufFree.lists[c] = l[:len(l)-1]
+		bufFree.bytes -= int64(cap(b))
+		bufFree.Unlock()
+		return b[:size]
 	}
+	bufFree.Unlock()
 	return make([]byte, size, 1<<(c+minBufShift))
 }
 
-// putBuf returns b, which nobody may use any more, to its pool.
+// putBuf returns b, which nobody may use any more, to its free list.
 func putBuf(b []byte) {
 	c := bufClass(int64(cap(b)))
 	if c < 0 || cap(b) != 1<<(c+minBufShift) {
 		return // not from a pool
 	}
-	b = b[:0]
-	bufPools[c].Put(&b)
+	bufFree.Lock()
+	defer bufFree.Unlock()
+	if bufFree.bytes+int64(cap(b)) > maxPooledBytes {
+		return
+	}
+	bufFree.lists[c] = append(bufFree.lists[c], b[:0])
+	bufFree.bytes += int64(cap(b))
+}
+
+// pooledBytes is what the free lists hold (for tests).
+func pooledBytes() int64 {
+	bufFree.Lock()
+	defer bufFree.Unlock()
+	return bufFree.bytes
 }

@@ -229,3 +229,26 @@ func TestBufClass(t *testing.T) {
 		}
 	}
 }
+
+// TestBufFreeListBounded: returned buffers are reused, and the free lists
+// never hold more than maxPooledBytes.
+func TestBufFreeListBounded(t *testing.T) {
+	b := getBuf(100 << 10)
+	p := &b[:1][0]
+	putBuf(b)
+	if c := getBuf(120 << 10); &c[:1][0] != p {
+		t.Error("a returned buffer of the same class was not reused")
+	} else {
+		putBuf(c)
+	}
+	var held [][]byte
+	for range 2 * maxPooledBytes / (8 << 20) {
+		held = append(held, getBuf(8<<20))
+	}
+	for _, b := range held {
+		putBuf(b)
+	}
+	if n := pooledBytes(); n > maxPooledBytes || n < maxPooledBytes/2 {
+		t.Errorf("free lists hold %d bytes after returning %d, bound %d", n, len(held)*(8<<20), maxPooledBytes)
+	}
+}
