@@ -1,0 +1,250 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// The two trees a mount serves, from a manifest (manifest.go) or from
+// backend listings (listing.go), both run on go-fuse's raw protocol API
+// (fuse.RawFileSystem) rather than its node tree, which holds ~600 B of Go
+// objects per inode the kernel knows. rawBase is what they share: the
+// EROFS answers, the table of open files and their passthrough backings.
+//
+// Only open files hold state here: a table from file handle to the
+// fs.FileHandle types of handle.go, and the passthrough backing of each
+// open node. mu guards handles, nextFh and backings.
+type rawBase struct {
+	fuse.RawFileSystem // ENOSYS for what is not implemented
+
+	fsys    *FS
+	timeout time.Duration
+
+	server    *fuse.Server // set by Init, before any request
+	noBacking atomic.Bool  // a backing-fd registration failed: no passthrough
+
+	mu       sync.Mutex
+	handles  map[uint64]*rawHandle // by file handle
+	nextFh   uint64
+	backings map[uint64]*backingRef // by node id, while open with passthrough
+}
+
+// rawHandle is an open file: its reader and whether it uses its node's
+// passthrough backing. Immutable.
+type rawHandle struct {
+	fh      fs.FileHandle
+	node    uint64
+	backing bool
+}
+
+// backingRef is a node's passthrough backing file: the kernel refuses two
+// different backing files on one inode at once, so concurrent opens of a
+// node share the first one's, and it is unregistered at the last release.
+type backingRef struct {
+	id   int32
+	refs int
+}
+
+func (r *rawBase) init(f *FS) {
+	r.RawFileSystem = fuse.NewDefaultRawFileSystem()
+	r.fsys = f
+	r.timeout = f.opts.Timeout
+	r.handles = map[uint64]*rawHandle{}
+	r.backings = map[uint64]*backingRef{}
+}
+
+func (r *rawBase) String() string { return "cachefs" }
+
+func (r *rawBase) Init(s *fuse.Server) { r.server = s }
+
+func (r *rawBase) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	return fuse.Status(r.fsys.statfs(out))
+}
+
+// openFile opens f as node for an OPEN request: through the cache, with
+// the node's passthrough backing when the handle is a cache file.
+func (r *rawBase) openFile(node uint64, f file, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	fh, flags, errno := f.open(in.Flags)
+	if errno != 0 {
+		return fuse.Status(errno)
+	}
+	h := &rawHandle{fh: fh, node: node}
+	if id := r.backing(node, fh); id != 0 {
+		h.backing = true
+		out.BackingID = id
+		flags |= fuse.FOPEN_PASSTHROUGH
+		flags &^= fuse.FOPEN_KEEP_CACHE
+	}
+	out.OpenFlags = flags
+	r.mu.Lock()
+	r.nextFh++
+	out.Fh = r.nextFh
+	r.handles[out.Fh] = h
+	r.mu.Unlock()
+	return fuse.OK
+}
+
+// backing returns the passthrough backing id for an open of node, taking a
+// reference: the node's current one, or fh's cache file registered with the
+// kernel. It returns 0 when fh is not a cache file or passthrough is
+// unavailable (not root, kernel older than 6.9). The kernel holds its own
+// reference to a registered file until the id is unregistered.
+func (r *rawBase) backing(node uint64, fh fs.FileHandle) int32 {
+	p, ok := fh.(fs.FilePassthroughFder)
+	if !ok || r.noBacking.Load() {
+		return 0
+	}
+	if id := r.refBacking(node); id != 0 {
+		return id
+	}
+	fd, ok := p.PassthroughFd()
+	if !ok {
+		return 0
+	}
+	// Registered outside the lock, so opens of other nodes do not wait for
+	// the ioctl; a concurrent open of the same node may have won meanwhile.
+	id, errno := r.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	if errno != 0 {
+		if r.noBacking.CompareAndSwap(false, true) {
+			r.fsys.log.Info("fusefs: FUSE passthrough unavailable; cached files are read through this process", "err", errno)
+		}
+		return 0
+	}
+	r.mu.Lock()
+	if b := r.backings[node]; b != nil {
+		b.refs++
+		won := b.id
+		r.mu.Unlock()
+		r.unregister(id)
+		return won
+	}
+	r.backings[node] = &backingRef{id: id, refs: 1}
+	r.mu.Unlock()
+	return id
+}
+
+func (r *rawBase) refBacking(node uint64) int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.backings[node]
+	if b == nil {
+		return 0
+	}
+	b.refs++
+	return b.id
+}
+
+func (r *rawBase) unregister(id int32) {
+	if errno := r.server.UnregisterBackingFd(id); errno != 0 {
+		r.fsys.log.Warn("fusefs: unregister passthrough backing fd", "err", errno)
+	}
+}
+
+func (r *rawBase) handle(fh uint64) *rawHandle {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handles[fh]
+}
+
+func (r *rawBase) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	h := r.handle(in.Fh)
+	if h == nil {
+		return nil, fuse.EBADF
+	}
+	rd, ok := h.fh.(fs.FileReader)
+	if !ok {
+		return nil, fuse.EBADF
+	}
+	res, errno := rd.Read(&fuse.Context{Caller: in.Caller, Cancel: cancel}, buf, int64(in.Offset))
+	return res, fuse.Status(errno)
+}
+
+func (r *rawBase) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	r.mu.Lock()
+	h := r.handles[in.Fh]
+	delete(r.handles, in.Fh)
+	var drop int32
+	if h != nil && h.backing {
+		if b := r.backings[h.node]; b != nil {
+			if b.refs--; b.refs == 0 {
+				drop = b.id
+				delete(r.backings, h.node)
+			}
+		}
+	}
+	r.mu.Unlock()
+	if drop != 0 {
+		r.unregister(drop)
+	}
+	if h == nil {
+		return
+	}
+	if rel, ok := h.fh.(fs.FileReleaser); ok {
+		rel.Release(context.Background())
+	}
+}
+
+// Every write-type call fails with EROFS. The mount is also read-only at the
+// VFS level (MS_RDONLY), so most of these never reach us; they are here so
+// that the answer does not depend on how the mount was made.
+
+func (r *rawBase) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) Link(cancel <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) Symlink(cancel <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) RemoveXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	return 0, fuse.EROFS
+}
+
+func (r *rawBase) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
+	return fuse.EROFS
+}
+
+func (r *rawBase) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
+	return 0, fuse.EROFS
+}
