@@ -1,10 +1,11 @@
 // Package fusefs is the read-only FUSE file system of an EpochFS mount,
 // whose bytes come through the NR cache and whose names and sizes come
 // either from a dataset manifest (Options.Manifest: no List or Stat reaches
-// the backend; served on go-fuse's raw API with no per-inode state, see
-// manifest.go) or else from the backend's listings (a go-fuse node tree;
-// each directory listed on first use and kept within a budget, see
-// listcache.go and prelist.go).
+// the backend; no per-inode state, see manifest.go) or else from the
+// backend's listings (each directory listed on first use and kept within a
+// budget, a small node per inode the kernel holds; see listing.go,
+// listcache.go and prelist.go). Both run on go-fuse's raw protocol API
+// (rawfs.go), not its node tree.
 //
 // Small files (≤ Options.WholeFileMax, 8 MiB by default) are fetched whole on
 // first open through the cache; once cached, their cache file is handed to
@@ -40,6 +41,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/zeebo/xxh3"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
@@ -108,11 +110,14 @@ type FS struct {
 	inoMu sync.Mutex
 	inos  map[uint64]string // inode number → path, to resolve hash collisions
 
-	listings  *listingLRU   // bounds the listings held (listcache.go)
-	listSem   chan struct{} // bounds background listings (prelist.go)
-	prelistMu sync.Mutex
-	prelisted map[string]*listing // background listings not yet taken
-	listed    map[string]bool     // directories whose node has taken its listing
+	listings   *listingLRU   // bounds the listings held (listcache.go)
+	listSem    chan struct{} // bounds background listings (prelist.go)
+	prelistMu  sync.Mutex
+	prelisted  map[string]*listing // background listings not yet taken
+	listed     map[string]bool     // directories listed in the foreground
+	listFlight singleflight.Group  // one foreground listing per directory at a time
+
+	lfs atomic.Pointer[listingFS] // the tree, once mounted without a manifest
 }
 
 // New validates opts and returns an FS ready to mount.
@@ -177,7 +182,13 @@ func New(opts Options) (*FS, error) {
 
 // ListingStats returns what the listings of a mount without a manifest hold
 // (zero with a manifest).
-func (f *FS) ListingStats() ListingStats { return f.listings.stats() }
+func (f *FS) ListingStats() ListingStats {
+	st := f.listings.stats()
+	if lfs := f.lfs.Load(); lfs != nil {
+		st.Nodes = lfs.NodeCount()
+	}
+	return st
+}
 
 // Close cancels in-flight backend fetches. Call it after unmounting.
 func (f *FS) Close() { f.cancel() }
@@ -215,15 +226,17 @@ func (f *FS) Mount(mountpoint string, mo MountOptions) (*fuse.Server, error) {
 			DisableXAttrs:    true,
 		},
 	}
-	if f.manifest == nil {
-		server, err := fs.Mount(mountpoint, &dirNode{fsys: f, path: ""}, opts)
-		if err != nil {
-			return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
-		}
-		return server, nil
+	// The raw API, with no go-fuse node tree: from the manifest
+	// (manifest.go) or from backend listings (listing.go).
+	var raw fuse.RawFileSystem
+	if f.manifest != nil {
+		raw = newManifestFS(f)
+	} else {
+		lfs := newListingFS(f)
+		f.lfs.Store(lfs)
+		raw = lfs
 	}
-	// From a manifest: the raw API, no per-inode state (manifest.go).
-	server, err := fuse.NewServer(newManifestFS(f), mountpoint, &opts.MountOptions)
+	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}

@@ -89,6 +89,9 @@ type ListingStats struct {
 	Dirs    int   // directories whose listing is held
 	Entries int   // entries held, at most Options.ListingCacheEntries (but for one larger directory)
 	Evicted int64 // listings dropped to stay within the budget
+	// Nodes is the number of inodes the kernel holds lookups of, which
+	// the mount tracks (the root included); FORGET removes them.
+	Nodes int
 }
 
 func (l *listingLRU) stats() ListingStats {

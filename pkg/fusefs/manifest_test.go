@@ -261,6 +261,29 @@ func TestListingSurvivesForget(t *testing.T) {
 	if n := m.backend.lists.Load(); n != int64(dirs) {
 		t.Errorf("%d List calls for %d directories over 3 walks with the kernel's inodes dropped in between, want exactly one each", n, dirs)
 	}
+	// The nodes of the forgotten inodes are gone (FORGET arrives
+	// asynchronously; the kernel may keep a few, e.g. the cwd's).
+	deadline := time.Now().Add(10 * time.Second)
+	for m.fsys.ListingStats().Nodes > 3 && time.Now().Before(deadline) {
+		_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := m.fsys.ListingStats().Nodes; n > 3 {
+		t.Errorf("%d nodes still tracked after the kernel forgot the tree (%d entries walked)", n, len(want))
+	}
+}
+
+// TestListingNodesTracked: a walk creates one node per name the kernel
+// looked up, and no more.
+func TestListingNodesTracked(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src := t.TempDir()
+	classTree(t, src, "f.bin", "g.bin")
+	m := mountCounting(t, openDir(t, src), nil, 1<<20)
+	got := walkTree(t, m.dir)
+	if n := m.fsys.ListingStats().Nodes; n < 2 || n > len(got)+1 {
+		t.Errorf("%d nodes after a walk of %d entries, want at most one per entry plus the root", n, len(got))
+	}
 }
 
 // TestListingCacheBounded: without a manifest, the listings kept stay within

@@ -1,0 +1,394 @@
+package fusefs
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// Without a manifest, the tree is served from backend listings on go-fuse's
+// raw API. A directory is listed on first use (or taken from a background
+// sibling listing, prelist.go) and its listing is held by path within the
+// mount's listing budget (listcache.go); a dropped listing is listed again
+// when next needed.
+//
+// The kernel's inodes are a table of small nodes, one per name the kernel
+// holds a lookup of: allocated by LOOKUP (and by READDIRPLUS, which hands
+// the kernel every entry's attributes), counted per lookup, and removed by
+// FORGET once the kernel has forgotten the node and all its children. A
+// node is about 100 bytes plus its table entries; it shares its name and
+// version strings with the listing it came from. (The go-fuse node tree
+// this replaces held ~600 B of Go objects per inode.) Node ids are
+// allocated in order; st_ino is the path's hash, stable across mounts.
+//
+// nmu guards nodes, byKey and nextID; a node's fields but nlookup and kids
+// are immutable.
+type listingFS struct {
+	rawBase
+
+	nmu    sync.Mutex
+	nodes  map[uint64]*lnode // by node id; the root is node 1
+	byKey  map[lkey]uint64   // live nodes by (parent node id, name)
+	nextID uint64
+}
+
+// lkey names a node within its parent.
+type lkey struct {
+	parent uint64
+	name   string
+}
+
+// lnode is an inode the kernel knows.
+type lnode struct {
+	parent  uint64 // 0 for the root
+	name    string
+	dir     bool
+	ino     uint64
+	entry   backend.Entry // a file's size, version and time, as listed
+	nlookup uint64        // lookups the kernel has not forgotten
+	kids    int           // live child nodes (they need this one's path)
+}
+
+var _ fuse.RawFileSystem = (*listingFS)(nil)
+
+func newListingFS(f *FS) *listingFS {
+	r := &listingFS{
+		nodes:  map[uint64]*lnode{fuse.FUSE_ROOT_ID: {dir: true, ino: 1, nlookup: 1}},
+		byKey:  map[lkey]uint64{},
+		nextID: fuse.FUSE_ROOT_ID,
+	}
+	r.init(f)
+	return r
+}
+
+// node returns a live node and its dataset path.
+func (r *listingFS) node(id uint64) (*lnode, string, bool) {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	n := r.nodes[id]
+	if n == nil {
+		return nil, "", false
+	}
+	return n, r.pathLocked(n), true
+}
+
+// pathLocked builds n's path from its ancestors (alive: each holds a kid
+// count for its children). r.nmu must be held.
+func (r *listingFS) pathLocked(n *lnode) string {
+	if n.parent == 0 {
+		return ""
+	}
+	var names []string
+	for ; n.parent != 0; n = r.nodes[n.parent] {
+		names = append(names, n.name)
+	}
+	slices.Reverse(names)
+	return strings.Join(names, "/")
+}
+
+// ref returns the node of entry e in directory parent, created if the
+// kernel holds none, and counts one lookup of it.
+func (r *listingFS) ref(parent uint64, path string, e backend.Entry) uint64 {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	k := lkey{parent, e.Name}
+	if id, ok := r.byKey[k]; ok {
+		n := r.nodes[id]
+		if n.dir == e.IsDir && (n.dir || n.entry.Version == e.Version && n.entry.Size == e.Size) {
+			n.nlookup++
+			return id
+		}
+		// The name now stands for something else (the listing was
+		// fetched again and the file changed): a new node, and the old
+		// one lives on, unnamed, until the kernel forgets it.
+		delete(r.byKey, k)
+	}
+	r.nextID++
+	id := r.nextID
+	n := &lnode{parent: parent, name: e.Name, dir: e.IsDir, ino: r.fsys.ino(path), nlookup: 1}
+	if !e.IsDir {
+		n.entry = backend.Entry{Size: e.Size, Version: e.Version, ModTime: e.ModTime}
+	}
+	r.nodes[id] = n
+	r.byKey[k] = id
+	r.nodes[parent].kids++
+	return id
+}
+
+// Forget drops n lookups of a node; a node the kernel forgot and whose
+// children are gone is removed, and so, in turn, may its parent be.
+func (r *listingFS) Forget(id, n uint64) {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	node := r.nodes[id]
+	if node == nil || id == fuse.FUSE_ROOT_ID {
+		return
+	}
+	node.nlookup -= min(n, node.nlookup)
+	for id != fuse.FUSE_ROOT_ID && node.nlookup == 0 && node.kids == 0 {
+		delete(r.nodes, id)
+		if k := (lkey{node.parent, node.name}); r.byKey[k] == id {
+			delete(r.byKey, k)
+		}
+		id = node.parent
+		if node = r.nodes[id]; node == nil {
+			return // cannot happen: a child holds its parent
+		}
+		node.kids--
+	}
+}
+
+// NodeCount is the number of inodes the mount tracks (for tests).
+func (r *listingFS) NodeCount() int {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	return len(r.nodes)
+}
+
+func (r *listingFS) attr(n *lnode, a *fuse.Attr) {
+	a.Ino = n.ino
+	if n.dir {
+		dirAttr(a)
+		return
+	}
+	a.Mode = syscall.S_IFREG | 0o444
+	a.Nlink = 1
+	a.Size = uint64(n.entry.Size)
+	a.Blocks = (a.Size + 511) / 512
+	a.Blksize = 1 << 20
+	if !n.entry.ModTime.IsZero() {
+		a.SetTimes(nil, &n.entry.ModTime, &n.entry.ModTime)
+	}
+}
+
+// fillEntry answers a lookup of node id.
+func (r *listingFS) fillEntry(id uint64, out *fuse.EntryOut) {
+	r.nmu.Lock()
+	n := r.nodes[id]
+	r.nmu.Unlock()
+	out.NodeId = id
+	out.Generation = 1
+	out.SetEntryTimeout(r.timeout)
+	out.SetAttrTimeout(r.timeout)
+	r.attr(n, &out.Attr)
+}
+
+// dir returns a directory node's path and listing.
+func (r *listingFS) dir(id uint64) (string, []backend.Entry, fuse.Status) {
+	n, path, ok := r.node(id)
+	if !ok {
+		return "", nil, fuse.ENOENT
+	}
+	if !n.dir {
+		return "", nil, fuse.ENOTDIR
+	}
+	entries, errno := r.fsys.dirListing(path)
+	if errno != 0 {
+		return "", nil, fuse.Status(errno)
+	}
+	return path, entries, fuse.OK
+}
+
+func (r *listingFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	path, entries, st := r.dir(h.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	e, ok := find(entries, name)
+	if !ok {
+		// A negative entry the kernel may cache: node id 0.
+		out.NodeId = 0
+		out.SetEntryTimeout(r.timeout)
+		return fuse.OK
+	}
+	r.fillEntry(r.ref(h.NodeId, join(path, name), e), out)
+	return fuse.OK
+}
+
+func (r *listingFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	n, _, ok := r.node(in.NodeId)
+	if !ok {
+		return fuse.ENOENT
+	}
+	r.attr(n, &out.Attr)
+	out.SetTimeout(r.timeout)
+	return fuse.OK
+}
+
+func (r *listingFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	n, path, ok := r.node(in.NodeId)
+	if !ok {
+		return fuse.ENOENT
+	}
+	if n.dir {
+		return fuse.Status(syscall.EISDIR)
+	}
+	f := file{fsys: r.fsys, path: path, version: n.entry.Version, size: n.entry.Size}
+	f.next = func(k int) []file { return r.fsys.siblings(path, k) }
+	return r.openFile(in.NodeId, f, in, out)
+}
+
+func (r *listingFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	n, _, ok := r.node(in.NodeId)
+	if !ok {
+		return fuse.ENOENT
+	}
+	if !n.dir {
+		return fuse.ENOTDIR
+	}
+	return fuse.OK
+}
+
+func (r *listingFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return r.readDir(in, out, false)
+}
+
+func (r *listingFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return r.readDir(in, out, true)
+}
+
+// readDir lists a directory from offset in.Offset: offset 0 is ".", 1 is
+// "..", 2+k is entry k of the listing. The stream is stateless (an offset
+// is an index), so a seek or an interrupted read resumes exactly, as long
+// as the listing is not fetched again with other contents meanwhile.
+func (r *listingFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	path, entries, st := r.dir(in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	if in.Offset == 0 {
+		// A walk reads the subdirectories next: list them meanwhile.
+		var subdirs []string
+		for _, e := range entries {
+			if e.IsDir {
+				subdirs = append(subdirs, join(path, e.Name))
+			}
+		}
+		r.fsys.prelist(subdirs)
+	}
+	for off := in.Offset; ; off++ {
+		var child *backend.Entry
+		e := fuse.DirEntry{Off: off + 1, Mode: syscall.S_IFDIR}
+		switch off {
+		case 0:
+			e.Name, e.Ino = ".", r.fsys.ino(path)
+		case 1:
+			e.Name, e.Ino = "..", r.fsys.ino(parentPath(path))
+		default:
+			if off-2 >= uint64(len(entries)) {
+				return fuse.OK
+			}
+			child = &entries[off-2]
+			e.Name, e.Ino = child.Name, r.fsys.ino(join(path, child.Name))
+			if !child.IsDir {
+				e.Mode = syscall.S_IFREG
+			}
+		}
+		if !plus {
+			if !out.AddDirEntry(e) {
+				return fuse.OK
+			}
+			continue
+		}
+		eo := out.AddDirLookupEntry(e)
+		if eo == nil {
+			return fuse.OK
+		}
+		// The kernel ignores the entry of "." and ".." (left zero); every
+		// other entry counts as a lookup it will forget.
+		if child != nil {
+			r.fillEntry(r.ref(in.NodeId, join(path, child.Name), *child), eo)
+		}
+	}
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+// dirListing returns the entries of the directory at path, sorted by name
+// and unique: the held listing, or a new one from the backend (one per
+// path at a time). A failed listing is not remembered, so a later call
+// retries. The slice is never modified.
+func (f *FS) dirListing(path string) ([]backend.Entry, syscall.Errno) {
+	if entries, ok := f.listings.get(path); ok {
+		return entries, 0
+	}
+	v, err, _ := f.listFlight.Do(path, func() (any, error) {
+		if entries, ok := f.listings.get(path); ok {
+			return entries, nil // listed while we waited
+		}
+		entries, err := f.list(path)
+		if err != nil {
+			return nil, err
+		}
+		sort.SliceStable(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+		// A key that is both a file and a prefix: the first wins.
+		entries = slices.Clip(slices.CompactFunc(entries, func(a, b backend.Entry) bool { return a.Name == b.Name }))
+		f.listings.put(path, entries)
+		return entries, nil
+	})
+	if err != nil {
+		return nil, f.errno("list", path, err)
+	}
+	return v.([]backend.Entry), 0
+}
+
+// siblings returns up to k files after the file at path in its directory's
+// listing (none when the listing was dropped: readahead is an
+// optimisation).
+func (f *FS) siblings(path string, k int) []file {
+	dir, name := parentPath(path), path[strings.LastIndexByte(path, '/')+1:]
+	entries, ok := f.listings.get(dir)
+	if !ok {
+		return nil
+	}
+	i, found := slices.BinarySearchFunc(entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
+	if found {
+		i++
+	}
+	var out []file
+	for ; i < len(entries) && len(out) < k; i++ {
+		if e := entries[i]; !e.IsDir {
+			out = append(out, file{fsys: f, path: join(dir, e.Name), version: e.Version, size: e.Size})
+		}
+	}
+	return out
+}
+
+// find returns the entry named name of a sorted listing.
+func find(entries []backend.Entry, name string) (backend.Entry, bool) {
+	i, ok := slices.BinarySearchFunc(entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
+	if !ok {
+		return backend.Entry{}, false
+	}
+	return entries[i], true
+}
+
+func dirAttr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFDIR | 0o555
+	a.Nlink = 2
+}
+
+// statfs reports the cache's capacity and free room as the file system's.
+func (f *FS) statfs(out *fuse.StatfsOut) syscall.Errno {
+	st := f.store.Stats()
+	const bsize = 4096
+	out.Bsize = bsize
+	out.Frsize = bsize
+	out.Blocks = uint64(st.CapacityBytes / bsize)
+	out.Bfree = uint64(max(st.CapacityBytes-st.UsedBytes, 0) / bsize)
+	out.Bavail = out.Bfree
+	out.NameLen = 255
+	return 0
+}
