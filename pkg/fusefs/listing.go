@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -47,12 +48,16 @@ type lkey struct {
 // lnode is an inode the kernel knows.
 type lnode struct {
 	parent  uint64 // 0 for the root
-	name    string
-	dir     bool
 	ino     uint64
-	entry   backend.Entry // a file's size, version and time, as listed
-	nlookup uint64        // lookups the kernel has not forgotten
-	kids    int           // live child nodes (they need this one's path)
+	nlookup uint64 // lookups the kernel has not forgotten
+	// A file's size, version and modification time (Unix ns, 0: none), as
+	// listed.
+	size    int64
+	mtime   int64
+	name    string
+	version string
+	kids    int32 // live child nodes (they need this one's path)
+	dir     bool
 }
 
 var _ fuse.RawFileSystem = (*listingFS)(nil)
@@ -100,7 +105,7 @@ func (r *listingFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 	k := lkey{parent, e.Name}
 	if id, ok := r.byKey[k]; ok {
 		n := r.nodes[id]
-		if n.dir == e.IsDir && (n.dir || n.entry.Version == e.Version && n.entry.Size == e.Size) {
+		if n.dir == e.IsDir && (n.dir || n.version == e.Version && n.size == e.Size) {
 			n.nlookup++
 			return id
 		}
@@ -113,7 +118,10 @@ func (r *listingFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 	id := r.nextID
 	n := &lnode{parent: parent, name: e.Name, dir: e.IsDir, ino: r.fsys.ino(path), nlookup: 1}
 	if !e.IsDir {
-		n.entry = backend.Entry{Size: e.Size, Version: e.Version, ModTime: e.ModTime}
+		n.size, n.version = e.Size, e.Version
+		if !e.ModTime.IsZero() {
+			n.mtime = e.ModTime.UnixNano()
+		}
 	}
 	r.nodes[id] = n
 	r.byKey[k] = id
@@ -159,11 +167,12 @@ func (r *listingFS) attr(n *lnode, a *fuse.Attr) {
 	}
 	a.Mode = syscall.S_IFREG | 0o444
 	a.Nlink = 1
-	a.Size = uint64(n.entry.Size)
+	a.Size = uint64(n.size)
 	a.Blocks = (a.Size + 511) / 512
 	a.Blksize = 1 << 20
-	if !n.entry.ModTime.IsZero() {
-		a.SetTimes(nil, &n.entry.ModTime, &n.entry.ModTime)
+	if n.mtime != 0 {
+		t := time.Unix(0, n.mtime)
+		a.SetTimes(nil, &t, &t)
 	}
 }
 
@@ -229,7 +238,7 @@ func (r *listingFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Open
 	if n.dir {
 		return fuse.Status(syscall.EISDIR)
 	}
-	f := file{fsys: r.fsys, path: path, version: n.entry.Version, size: n.entry.Size}
+	f := file{fsys: r.fsys, path: path, version: n.version, size: n.size}
 	f.next = func(k int) []file { return r.fsys.siblings(path, k) }
 	return r.openFile(in.NodeId, f, in, out)
 }
