@@ -117,6 +117,7 @@ const (
 	rcloneR    = "rclone"
 	mountCol   = "mount cold"
 	mountRA    = "mount cold, readahead"
+	mountMan   = "mount cold, manifest"
 	getLoop    = "GET loop"
 	prefetch   = "prefetch"
 	// prefetchMan is `cachefs prefetch --manifest` (no listing).
@@ -450,6 +451,25 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			rep.addCPU(logw, round, mountRA, use)
 		}
 
+		// A'': the plain cold mount of the same bucket from its manifest:
+		// no LIST before the first GETs.
+		if hasPrefetch {
+			cacheDir := newCache(round, "manifest")
+			m, err := startEpochFS(srv.URL(bucket), mnt, cacheDir, capacity, srv.Env(), "-manifest", manPath)
+			if err != nil {
+				return err
+			}
+			pids := map[string]int{"minio": minioPid, "mount": m.Cmd.Process.Pid}
+			fps, use, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round), pids)
+			m.Stop()
+			if err != nil {
+				return err
+			}
+			row[mountMan] = fps
+			fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, mountMan, fps)
+			rep.addCPU(logw, round, mountMan, use)
+		}
+
 		// B: the GET loop.
 		if cfg.Drop {
 			if err := dropPageCache(); err != nil {
@@ -574,8 +594,8 @@ func (rep *Report) Markdown(header string) string {
 		} else {
 			b.WriteString("\n### P3: cold epoch from MinIO on 127.0.0.1, files/s\n\n")
 		}
-		cols := present(rep.P3, mountCol, mountRA, getLoop, prefetch, prefetchMan)
-		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {mountRA, getLoop}, {prefetch, getLoop}, {prefetchMan, getLoop}})
+		cols := present(rep.P3, mountCol, mountRA, mountMan, getLoop, prefetch, prefetchMan)
+		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {mountRA, getLoop}, {mountMan, getLoop}, {prefetch, getLoop}, {prefetchMan, getLoop}})
 	}
 	if len(rep.CPU) > 0 {
 		rep.cpuTable(&b)
