@@ -64,7 +64,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 			Resources: v1alpha1.WorkerResources{CPU: ptr.To(resource.MustParse("8")), Memory: ptr.To(resource.MustParse("64Gi")), GPUs: 4,
 				Extra: map[corev1.ResourceName]resource.Quantity{"rdma/hca": resource.MustParse("1")}},
 			Datasets: []v1alpha1.Dataset{
-				{Name: "imagenet", Source: imagenet, MountPath: "/data/imagenet", CacheSize: "500Gi", Prefetch: true},
+				{Name: "imagenet", Source: imagenet, MountPath: "/data/imagenet", CacheSize: "500Gi", Prefetch: true, ReadaheadFiles: 8},
 				{Name: "labels", ExistingClaim: "shared-labels", MountPath: "/data/labels"},
 			},
 			Gang:              &v1alpha1.Gang{Queue: "research"},
@@ -209,7 +209,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 	}
 	csi := pv.Spec.CSI
 	if csi.Driver != "cachefs.epochfs.io" || !csi.ReadOnly || csi.VolumeAttributes["source"] != imagenet ||
-		csi.VolumeAttributes["cacheSize"] != "500Gi" || len(csi.VolumeAttributes) != 3 ||
+		csi.VolumeAttributes["cacheSize"] != "500Gi" || csi.VolumeAttributes["readaheadFiles"] != "8" || len(csi.VolumeAttributes) != 4 ||
 		pv.Spec.ClaimRef.Name != "resnet-imagenet" || pv.Spec.ClaimRef.Namespace != ns ||
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain ||
 		pv.Annotations[AnnotationPrefetch] != "true" || pv.Spec.CSI.VolumeAttributes["prefetch"] != "true" || pv.Labels[LabelOwnerUID] != string(got.UID) {
@@ -731,6 +731,9 @@ func TestRejectedByAPIServer(t *testing.T) {
 			d := s["datasets"].([]any)
 			s["datasets"] = append(d, d[0])
 		}, `Duplicate value: map[string]interface {}{"name":"imagenet"}`},
+		{"readaheadFiles too big", func(s map[string]any) {
+			s["datasets"].([]any)[0].(map[string]any)["readaheadFiles"] = int64(1000)
+		}, `readaheadFiles in body should be less than or equal to 256`},
 		{"minAvailable too big", func(s map[string]any) { s["gang"] = map[string]any{"minAvailable": int64(3)} }, `gang.minAvailable is larger than workers + parameterServers`},
 		{"queue without volcano", func(s map[string]any) {
 			s["gang"] = map[string]any{"scheduler": "scheduler-plugins", "queue": "q"}

@@ -281,6 +281,9 @@ func (p *plan) volumes() ([]*corev1.PersistentVolume, []*corev1.PersistentVolume
 		if d.spec.CacheSize != "" {
 			attrs["cacheSize"] = d.spec.CacheSize
 		}
+		if d.spec.ReadaheadFiles > 0 {
+			attrs["readaheadFiles"] = strconv.Itoa(int(d.spec.ReadaheadFiles))
+		}
 		ann := map[string]string{AnnotationDatasetID: d.id}
 		if d.spec.Prefetch {
 			ann[AnnotationPrefetch] = "true"

@@ -245,6 +245,14 @@ type Dataset struct {
 	// node plugin.
 	// +optional
 	Prefetch bool `json:"prefetch,omitempty"`
+	// ReadaheadFiles is the CSI driver's `readaheadFiles`: when a worker's
+	// open of a small file misses, the node fetches the next N files of its
+	// directory into the cache in the background. Worth it for a far object
+	// store; 0 (the default) turns it off.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=256
+	// +optional
+	ReadaheadFiles int32 `json:"readaheadFiles,omitempty"`
 }
 
 // Gang configures all-or-nothing scheduling through a PodGroup.
