@@ -40,7 +40,6 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/zeebo/xxh3"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/epochfs/epochfs/pkg/backend"
@@ -107,9 +106,6 @@ type FS struct {
 	fileRASem chan struct{} // bounds background readahead of whole files (readahead.go)
 	raBytes   atomic.Int64  // bytes of whole-file readahead in flight
 
-	inoMu sync.Mutex
-	inos  map[uint64]string // inode number → path, to resolve hash collisions
-
 	listings   *listingLRU   // bounds the listings held (listcache.go)
 	listSem    chan struct{} // bounds background listings (prelist.go)
 	prelistMu  sync.Mutex
@@ -171,7 +167,6 @@ func New(opts Options) (*FS, error) {
 		raSem:    make(chan struct{}, 4*max(opts.Readahead, 1)),
 
 		fileRASem: make(chan struct{}, 4*opts.ReadaheadFiles),
-		inos:      map[uint64]string{1: ""},
 
 		listings:  newListingLRU(opts.ListingCacheEntries),
 		listSem:   make(chan struct{}, DefaultPrelistWorkers),
@@ -252,28 +247,6 @@ func (f *FS) Mount(mountpoint string, mo MountOptions) (*fuse.Server, error) {
 // shared with prefetch (cache.FileKeys), so a prefetched cache hits.
 func (f *FS) spans(n file) []cache.KeySpan {
 	return cache.FileKeys(f.dataset, n.path, n.version, n.size, f.opts.WholeFileMax, f.opts.BlockSize)
-}
-
-// ino returns a stable inode number for path: a hash of the path, probed
-// past collisions. The root is 1.
-func (f *FS) ino(path string) uint64 {
-	if path == "" {
-		return 1
-	}
-	h := xxh3.HashString(path) | 1<<63 // keep clear of small numbers
-	f.inoMu.Lock()
-	defer f.inoMu.Unlock()
-	for {
-		p, ok := f.inos[h]
-		if !ok {
-			f.inos[h] = path
-			return h
-		}
-		if p == path {
-			return h
-		}
-		h++
-	}
 }
 
 // errno translates an error from the backend or the cache into the errno

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -218,6 +219,19 @@ func testReaddirAndStat(t *testing.T, mode string) {
 	if _, err := os.Stat(filepath.Join(m.dir, "nope")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stat missing: %v, want ENOENT", err)
 	}
+	// readdir's d_ino is stat's st_ino, and no two entries share one.
+	dino := direntInos(t, filepath.Join(m.dir, "many"))
+	seen := map[uint64]string{}
+	for _, name := range many {
+		d, ok := dino[name]
+		if st := ino(t, filepath.Join(m.dir, "many", name)); !ok || d != st {
+			t.Errorf("many/%s: d_ino %d (listed %v), st_ino %d", name, d, ok, st)
+		}
+		if other, dup := seen[d]; dup {
+			t.Errorf("many/%s and many/%s share inode %d", name, other, d)
+		}
+		seen[d] = name
+	}
 	// Stable inode numbers: the same path has the same inode in a second mount.
 	m2 := mountDir(t, mode, src, 1<<20, fusefs.Options{})
 	for _, p := range []string{"a", "a/x.bin", "b.bin"} {
@@ -396,6 +410,39 @@ func openClose(p string, flag int) error {
 		return err
 	}
 	return f.Close()
+}
+
+// direntInos reads a directory with getdents64 and returns each name's
+// d_ino.
+func direntInos(t *testing.T, dir string) map[string]uint64 {
+	t.Helper()
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	out := map[string]uint64{}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := syscall.Getdents(fd, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+		for b := buf[:n]; len(b) > 0; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			out[string(name)] = binary.NativeEndian.Uint64(b[0:8])
+			b = b[reclen:]
+		}
+	}
+	return out
 }
 
 func ino(t *testing.T, p string) uint64 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/zeebo/xxh3"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 )
@@ -28,14 +29,20 @@ import (
 // this replaces held ~600 B of Go objects per inode.) Node ids are
 // allocated in order; st_ino is the path's hash, stable across mounts.
 //
-// nmu guards nodes, byKey and nextID; a node's fields but nlookup and kids
-// are immutable.
+// st_ino is the hash of the path, moved on to the next free number when a
+// live node holds it (inos), so that no two live inodes share one. Only
+// live nodes are in that table: a mount remembers nothing per file it
+// listed but the kernel no longer holds, beyond the listing itself.
+//
+// nmu guards nodes, byKey, inos and nextID; a node's fields but nlookup and
+// kids are immutable.
 type listingFS struct {
 	rawBase
 
 	nmu    sync.Mutex
 	nodes  map[uint64]*lnode // by node id; the root is node 1
 	byKey  map[lkey]uint64   // live nodes by (parent node id, name)
+	inos   map[uint64]uint64 // st_ino → node id, of live nodes
 	nextID uint64
 }
 
@@ -66,6 +73,7 @@ func newListingFS(f *FS) *listingFS {
 	r := &listingFS{
 		nodes:  map[uint64]*lnode{fuse.FUSE_ROOT_ID: {dir: true, ino: 1, nlookup: 1}},
 		byKey:  map[lkey]uint64{},
+		inos:   map[uint64]uint64{1: fuse.FUSE_ROOT_ID},
 		nextID: fuse.FUSE_ROOT_ID,
 	}
 	r.init(f)
@@ -116,7 +124,8 @@ func (r *listingFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 	}
 	r.nextID++
 	id := r.nextID
-	n := &lnode{parent: parent, name: e.Name, dir: e.IsDir, ino: r.fsys.ino(path), nlookup: 1}
+	n := &lnode{parent: parent, name: e.Name, dir: e.IsDir, ino: r.inoLocked(parent, e.Name, path), nlookup: 1}
+	r.inos[n.ino] = id
 	if !e.IsDir {
 		n.size, n.version = e.Size, e.Version
 		if !e.ModTime.IsZero() {
@@ -144,12 +153,52 @@ func (r *listingFS) Forget(id, n uint64) {
 		if k := (lkey{node.parent, node.name}); r.byKey[k] == id {
 			delete(r.byKey, k)
 		}
+		if r.inos[node.ino] == id {
+			delete(r.inos, node.ino)
+		}
 		id = node.parent
 		if node = r.nodes[id]; node == nil {
 			return // cannot happen: a child holds its parent
 		}
 		node.kids--
 	}
+}
+
+// inoLocked returns the st_ino of name in directory parent, whose path is
+// path: its live node's, else the path's hash, or the next number no live
+// node holds. r.nmu must be held.
+func (r *listingFS) inoLocked(parent uint64, name, path string) uint64 {
+	if id, ok := r.byKey[lkey{parent, name}]; ok {
+		return r.nodes[id].ino
+	}
+	h := xxh3.HashString(path) | 1<<63 // clear of small numbers (the root is 1)
+	for {
+		if _, taken := r.inos[h]; !taken {
+			return h
+		}
+		h++
+	}
+}
+
+// dirInos returns the st_ino of a directory node and of its parent.
+func (r *listingFS) dirInos(id uint64) (self, parent uint64) {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	n := r.nodes[id]
+	if n == nil {
+		return 0, 0
+	}
+	if p := r.nodes[n.parent]; p != nil {
+		return n.ino, p.ino
+	}
+	return n.ino, n.ino // the root is its own parent
+}
+
+// ino is inoLocked for a directory entry being listed.
+func (r *listingFS) ino(parent uint64, name, path string) uint64 {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	return r.inoLocked(parent, name, path)
 }
 
 // NodeCount is the number of inodes the mount tracks (for tests).
@@ -281,20 +330,21 @@ func (r *listingFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) 
 		}
 		r.fsys.prelist(subdirs)
 	}
+	self, parent := r.dirInos(in.NodeId)
 	for off := in.Offset; ; off++ {
 		var child *backend.Entry
 		e := fuse.DirEntry{Off: off + 1, Mode: syscall.S_IFDIR}
 		switch off {
 		case 0:
-			e.Name, e.Ino = ".", r.fsys.ino(path)
+			e.Name, e.Ino = ".", self
 		case 1:
-			e.Name, e.Ino = "..", r.fsys.ino(parentPath(path))
+			e.Name, e.Ino = "..", parent
 		default:
 			if off-2 >= uint64(len(entries)) {
 				return fuse.OK
 			}
 			child = &entries[off-2]
-			e.Name, e.Ino = child.Name, r.fsys.ino(join(path, child.Name))
+			e.Name, e.Ino = child.Name, r.ino(in.NodeId, child.Name, join(path, child.Name))
 			if !child.IsDir {
 				e.Mode = syscall.S_IFREG
 			}
