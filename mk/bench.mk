@@ -4,14 +4,16 @@
 #
 #   make bench-hitratio      NR vs LRU/FIFO/Random/TinyLFU byte hit ratios through real mounts
 #   make bench-throughput    P2 (cached epoch vs native and rclone) and P3 (cold epoch from MinIO vs a GET loop)
+#   make bench-throughput-far  P3 again with BENCH_S3_LATENCY (20ms) added to every request: a far object store
 #   make bench-meta          issue 4: 1M files, mount with a manifest vs without vs rclone mount (local and MinIO)
 #
 # BENCH_ARGS passes flags (e.g. BENCH_ARGS=-tiny, BENCH_ARGS='-rounds 5').
 
-RCLONE_VERSION := v1.76.0
-BENCH_ARGS     ?=
+RCLONE_VERSION   := v1.76.0
+BENCH_ARGS       ?=
+BENCH_S3_LATENCY ?= 20ms
 
-.PHONY: bench-hitratio bench-throughput bench-meta bench-tools
+.PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-tools
 
 ## bench-hitratio: table (bench/hitratio.md) and plot (bench/hitratio.png) of byte hit ratio per epoch per policy.
 bench-hitratio:
@@ -22,6 +24,13 @@ bench-hitratio:
 bench-throughput: build bench-tools
 	$(GO) build -o bin/bench-throughput ./bench/throughput
 	bin/bench-throughput -tools $(TOOLS_BIN) -cachefs bin/cachefs -md bench/throughput.md $(BENCH_ARGS)
+
+## bench-throughput-far: P3 only, every reader reaching MinIO through a proxy that adds BENCH_S3_LATENCY to each
+## request (bench/throughput-far.md): where a cold epoch is bound by request latency, as with a real object store.
+bench-throughput-far: build bench-tools
+	$(GO) build -o bin/bench-throughput ./bench/throughput
+	bin/bench-throughput -tools $(TOOLS_BIN) -cachefs bin/cachefs -only p3 -s3-latency $(BENCH_S3_LATENCY) \
+		-md bench/throughput-far.md $(BENCH_ARGS)
 
 ## bench-meta: metadata at 1M files (mount→ready, walk lstat/s, RSS per file): manifest vs lazy listings on local
 ## disk, then the same in MinIO plus rclone mount. The dataset and MinIO data stay in /var/tmp/epochfs-meta
