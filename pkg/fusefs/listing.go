@@ -24,7 +24,7 @@ import (
 // holds a lookup of: allocated by LOOKUP (and by READDIRPLUS, which hands
 // the kernel every entry's attributes), counted per lookup, and removed by
 // FORGET once the kernel has forgotten the node and all its children. A
-// node is about 100 bytes plus its table entries; it shares its name and
+// node is about 80 bytes plus its table entries; it shares its name and
 // version strings with the listing it came from. (The go-fuse node tree
 // this replaces held ~600 B of Go objects per inode.) Node ids are
 // allocated in order; st_ino is the path's hash, stable across mounts.
@@ -412,7 +412,7 @@ func (f *FS) siblings(path string, k int) []file {
 	if !ok {
 		return nil
 	}
-	i, found := slices.BinarySearchFunc(entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
+	i, found := search(entries, name)
 	if found {
 		i++
 	}
@@ -427,11 +427,16 @@ func (f *FS) siblings(path string, k int) []file {
 
 // find returns the entry named name of a sorted listing.
 func find(entries []backend.Entry, name string) (backend.Entry, bool) {
-	i, ok := slices.BinarySearchFunc(entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
+	i, ok := search(entries, name)
 	if !ok {
 		return backend.Entry{}, false
 	}
 	return entries[i], true
+}
+
+// search is where name is, or would be, in a sorted listing.
+func search(entries []backend.Entry, name string) (int, bool) {
+	return slices.BinarySearchFunc(entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
 }
 
 func dirAttr(a *fuse.Attr) {
