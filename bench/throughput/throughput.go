@@ -411,63 +411,51 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 	}
 	for round := 1; round <= cfg.Rounds; round++ {
 		row := map[string]float64{}
-		// A: cold epoch through a mount with an empty cache.
-		cacheDir, mnt := newCache(round, "mount"), filepath.Join(cfg.Dir, "mnt-cold")
-		m, err := startEpochFS(srv.URL(bucket), mnt, cacheDir, capacity, srv.Env())
-		if err != nil {
-			return err
-		}
-		pids := map[string]int{"minio": minioPid, "mount": m.Cmd.Process.Pid}
-		prof := profile(cfg, m, fmt.Sprintf("p3-cold-round%d", round))
-		fps, use, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round), pids)
-		prof()
-		m.Stop()
-		if err != nil {
-			return err
-		}
-		row[mountCol] = fps
-		fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, mountCol, fps)
-		rep.addCPU(logw, round, mountCol, use)
-
-		// A': the same with readahead of whole files.
-		if cfg.ReadaheadFiles > 0 {
-			cacheDir := newCache(round, "readahead")
-			m, err := startEpochFS(srv.URL(bucket), mnt, cacheDir, capacity, srv.Env(), "-readahead-files", fmt.Sprint(cfg.ReadaheadFiles))
+		// A: cold epoch through a mount with an empty cache (a fresh
+		// cache directory per run) and mount flags extra; after is called
+		// with the mount still up.
+		mnt := filepath.Join(cfg.Dir, "mnt-cold")
+		cold := func(name, tag string, after func(*benchproc.Proc), extra ...string) error {
+			m, err := startEpochFS(srv.URL(bucket), mnt, newCache(round, tag), capacity, srv.Env(), extra...)
 			if err != nil {
 				return err
 			}
 			pids := map[string]int{"minio": minioPid, "mount": m.Cmd.Process.Pid}
+			prof := profile(cfg, m, fmt.Sprintf("p3-%s-round%d", tag, round))
 			fps, use, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round), pids)
-			c, cerr := counters(m)
+			prof()
+			if err == nil && after != nil {
+				after(m)
+			}
 			m.Stop()
 			if err != nil {
 				return err
 			}
-			if cerr == nil {
-				fmt.Fprintf(logw, "P3 round %d  %s: %d of %d files read ahead\n", round, mountRA, c.FilesReadAhead, len(ds.paths))
-			}
-			row[mountRA] = fps
-			fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, mountRA, fps)
-			rep.addCPU(logw, round, mountRA, use)
+			row[name] = fps
+			fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, name, fps)
+			rep.addCPU(logw, round, name, use)
+			return nil
 		}
-
+		if err := cold(mountCol, "cold", nil); err != nil {
+			return err
+		}
+		// A': the same with readahead of whole files.
+		if cfg.ReadaheadFiles > 0 {
+			readAhead := func(m *benchproc.Proc) {
+				if c, err := counters(m); err == nil {
+					fmt.Fprintf(logw, "P3 round %d  %s: %d of %d files read ahead\n", round, mountRA, c.FilesReadAhead, len(ds.paths))
+				}
+			}
+			if err := cold(mountRA, "readahead", readAhead, "-readahead-files", fmt.Sprint(cfg.ReadaheadFiles)); err != nil {
+				return err
+			}
+		}
 		// A'': the plain cold mount of the same bucket from its manifest:
 		// no LIST before the first GETs.
 		if hasPrefetch {
-			cacheDir := newCache(round, "manifest")
-			m, err := startEpochFS(srv.URL(bucket), mnt, cacheDir, capacity, srv.Env(), "-manifest", manPath)
-			if err != nil {
+			if err := cold(mountMan, "manifest", nil, "-manifest", manPath); err != nil {
 				return err
 			}
-			pids := map[string]int{"minio": minioPid, "mount": m.Cmd.Process.Pid}
-			fps, use, err := readEpoch(ctx, cfg, ds, mnt, uint64(100+round), pids)
-			m.Stop()
-			if err != nil {
-				return err
-			}
-			row[mountMan] = fps
-			fmt.Fprintf(logw, "P3 round %d  %-10s %7.0f files/s\n", round, mountMan, fps)
-			rep.addCPU(logw, round, mountMan, use)
 		}
 
 		// B: the GET loop.
@@ -478,7 +466,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		}
 		minioPids := map[string]int{"minio": minioPid}
 		s0 := sampleCPU(minioPids)
-		fps, err = getLoopEpoch(ctx, client, bucket, ds, cfg.Workers, uint64(100+round))
+		fps, err := getLoopEpoch(ctx, client, bucket, ds, cfg.Workers, uint64(100+round))
 		if err != nil {
 			return err
 		}

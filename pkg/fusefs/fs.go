@@ -105,6 +105,8 @@ type FS struct {
 
 	fileRASem chan struct{} // bounds background readahead of whole files (readahead.go)
 	raBytes   atomic.Int64  // bytes of whole-file readahead in flight
+	raMu      sync.Mutex
+	raFlight  map[string]struct{} // paths being read ahead; guarded by raMu
 
 	listings   *listingLRU   // bounds the listings held (listcache.go)
 	listSem    chan struct{} // bounds background listings (prelist.go)
@@ -167,6 +169,7 @@ func New(opts Options) (*FS, error) {
 		raSem:    make(chan struct{}, 4*max(opts.Readahead, 1)),
 
 		fileRASem: make(chan struct{}, 4*opts.ReadaheadFiles),
+		raFlight:  map[string]struct{}{},
 
 		listings:  newListingLRU(opts.ListingCacheEntries),
 		listSem:   make(chan struct{}, DefaultPrelistWorkers),

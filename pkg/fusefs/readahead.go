@@ -13,7 +13,8 @@ package fusefs
 // Readahead never queues: when the background fetches are at their bound
 // (4 × ReadaheadFiles) or the cache has no room left for the file (counting
 // the readahead in flight), that file is skipped. So once an NR cache is full, readahead stops costing backend
-// requests.
+// requests. A file already being read ahead (the windows of two misses in
+// one directory overlap) is skipped too, so it holds one slot, not two.
 
 // readaheadFiles fetches files (small, not cached) into the cache in the
 // background, within the bound.
@@ -37,8 +38,22 @@ func (f *FS) readaheadFiles(files []file) {
 			f.raBytes.Add(-n.size)
 			return
 		}
+		f.raMu.Lock()
+		_, dup := f.raFlight[n.path]
+		if !dup {
+			f.raFlight[n.path] = struct{}{}
+		}
+		f.raMu.Unlock()
+		if dup {
+			f.raBytes.Add(-n.size)
+			<-f.fileRASem
+			continue
+		}
 		go func() {
 			defer func() {
+				f.raMu.Lock()
+				delete(f.raFlight, n.path)
+				f.raMu.Unlock()
 				f.raBytes.Add(-n.size)
 				<-f.fileRASem
 			}()

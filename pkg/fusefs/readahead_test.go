@@ -1,12 +1,16 @@
 package fusefs_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 )
 
@@ -86,5 +90,55 @@ func testReadaheadFilesStopsWhenFull(t *testing.T, mode string) {
 	}
 	if got := fusefs.ReadCounters().FilesReadAhead - before.FilesReadAhead; got != 1 {
 		t.Errorf("FilesReadAhead grew by %d, want 1 (only one more file fits)", got)
+	}
+}
+
+// slowBackend delays every read, so that fills stay in flight.
+type slowBackend struct {
+	backend.Backend
+	delay time.Duration
+}
+
+func (b *slowBackend) ReadAt(ctx context.Context, p, v string, buf []byte, off int64) (int, error) {
+	time.Sleep(b.delay)
+	return b.Backend.ReadAt(ctx, p, v, buf, off)
+}
+
+// TestReadaheadFilesOverlap: two misses in one directory whose readahead
+// windows overlap read each file ahead once, not twice.
+func TestReadaheadFilesOverlap(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src := t.TempDir()
+	for i := range 10 {
+		mustWrite(t, filepath.Join(src, fmt.Sprintf("f%02d", i)), []byte(fmt.Sprintf("file %d", i)))
+	}
+	raw := openDir(t, src)
+	mnt, store, _ := mountFS(t, fusefs.Options{Backend: &slowBackend{Backend: raw, delay: 300 * time.Millisecond}, ReadaheadFiles: 3}, 1<<20, raw)
+	before := fusefs.ReadCounters()
+	// f00 and f01 miss at once: windows f01-f03 and f02-f04.
+	var wg sync.WaitGroup
+	for _, name := range []string{"f00", "f01"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := os.ReadFile(filepath.Join(mnt, name)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for store.Stats().Entries < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("cache holds %d entries, want 5 (f00-f04)", store.Stats().Entries)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // nothing more may come
+	if got := fusefs.ReadCounters().FilesReadAhead - before.FilesReadAhead; got > 4 {
+		t.Errorf("FilesReadAhead grew by %d for 4 distinct files after f00 (f01 was also a reader's miss): a file was read ahead twice", got)
+	}
+	if n := store.Stats().Entries; n != 5 {
+		t.Errorf("%d entries, want 5", n)
 	}
 }
