@@ -77,6 +77,7 @@ func newListingFS(f *FS) *listingFS {
 		nextID: fuse.FUSE_ROOT_ID,
 	}
 	r.init(f)
+	r.listDir = r.readDir
 	return r
 }
 
@@ -303,18 +304,8 @@ func (r *listingFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.O
 	return fuse.OK
 }
 
-func (r *listingFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	return r.readDir(in, out, false)
-}
-
-func (r *listingFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	return r.readDir(in, out, true)
-}
-
-// readDir lists a directory from offset in.Offset: offset 0 is ".", 1 is
-// "..", 2+k is entry k of the listing. The stream is stateless (an offset
-// is an index), so a seek or an interrupted read resumes exactly, as long
-// as the listing is not fetched again with other contents meanwhile.
+// readDir lists a directory from its listing (dirStream), as long as the
+// listing is not fetched again with other contents between two calls.
 func (r *listingFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
 	path, entries, st := r.dir(in.NodeId)
 	if !st.Ok() {
@@ -331,40 +322,14 @@ func (r *listingFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) 
 		r.fsys.prelist(subdirs)
 	}
 	self, parent := r.dirInos(in.NodeId)
-	for off := in.Offset; ; off++ {
-		var child *backend.Entry
-		e := fuse.DirEntry{Off: off + 1, Mode: syscall.S_IFDIR}
-		switch off {
-		case 0:
-			e.Name, e.Ino = ".", self
-		case 1:
-			e.Name, e.Ino = "..", parent
-		default:
-			if off-2 >= uint64(len(entries)) {
-				return fuse.OK
-			}
-			child = &entries[off-2]
-			e.Name, e.Ino = child.Name, r.ino(in.NodeId, child.Name, join(path, child.Name))
-			if !child.IsDir {
-				e.Mode = syscall.S_IFREG
-			}
-		}
-		if !plus {
-			if !out.AddDirEntry(e) {
-				return fuse.OK
-			}
-			continue
-		}
-		eo := out.AddDirLookupEntry(e)
-		if eo == nil {
-			return fuse.OK
-		}
-		// The kernel ignores the entry of "." and ".." (left zero); every
-		// other entry counts as a lookup it will forget.
-		if child != nil {
-			r.fillEntry(r.ref(in.NodeId, join(path, child.Name), *child), eo)
-		}
-	}
+	return dirStream(in, out, plus, self, parent, len(entries),
+		func(k int) (string, bool, uint64) {
+			e := &entries[k]
+			return e.Name, e.IsDir, r.ino(in.NodeId, e.Name, join(path, e.Name))
+		},
+		func(k int, eo *fuse.EntryOut) {
+			r.fillEntry(r.ref(in.NodeId, join(path, entries[k].Name), entries[k]), eo)
+		})
 }
 
 func parentPath(p string) string {

@@ -37,6 +37,7 @@ var _ fuse.RawFileSystem = (*manifestFS)(nil)
 func newManifestFS(f *FS) *manifestFS {
 	r := &manifestFS{m: f.manifest}
 	r.init(f)
+	r.listDir = r.readDir
 	return r
 }
 
@@ -147,17 +148,7 @@ func (r *manifestFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.
 	return fuse.OK
 }
 
-func (r *manifestFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	return r.readDir(in, out, false)
-}
-
-func (r *manifestFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	return r.readDir(in, out, true)
-}
-
-// readDir lists a directory from offset in.Offset: offset 0 is ".", 1 is
-// "..", 2+k is child k. The stream is stateless (an offset is an index), so
-// a seek or an interrupted read resumes exactly.
+// readDir lists a directory's contiguous range of entries (dirStream).
 func (r *manifestFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
 	dir, ok := r.entry(in.NodeId)
 	if !ok {
@@ -167,37 +158,9 @@ func (r *manifestFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool)
 		return fuse.ENOTDIR
 	}
 	start, end := r.m.Children(dir)
-	for off := in.Offset; ; off++ {
-		child := -1
-		e := fuse.DirEntry{Off: off + 1, Mode: syscall.S_IFDIR}
-		switch off {
-		case 0:
-			e.Name, e.Ino = ".", manifestIno(dir)
-		case 1:
-			e.Name, e.Ino = "..", manifestIno(r.m.Parent(dir))
-		default:
-			child = start + int(off-2)
-			if off-2 >= uint64(end-start) {
-				return fuse.OK
-			}
-			e.Name, e.Ino = r.m.Name(child), manifestIno(child)
-			if !r.m.IsDir(child) {
-				e.Mode = syscall.S_IFREG
-			}
-		}
-		if !plus {
-			if !out.AddDirEntry(e) {
-				return fuse.OK
-			}
-			continue
-		}
-		eo := out.AddDirLookupEntry(e)
-		if eo == nil {
-			return fuse.OK
-		}
-		// The kernel ignores the entry of "." and ".." (left zero).
-		if child >= 0 {
-			r.fillEntry(child, eo)
-		}
-	}
+	return dirStream(in, out, plus, manifestIno(dir), manifestIno(r.m.Parent(dir)), end-start,
+		func(k int) (string, bool, uint64) {
+			return r.m.Name(start + k), r.m.IsDir(start + k), manifestIno(start + k)
+		},
+		func(k int, eo *fuse.EntryOut) { r.fillEntry(start+k, eo) })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -27,6 +28,9 @@ type rawBase struct {
 
 	server    *fuse.Server // set by Init, before any request
 	noBacking atomic.Bool  // a backing-fd registration failed: no passthrough
+
+	// listDir answers READDIR (plus false) and READDIRPLUS; set by the tree.
+	listDir func(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status
 
 	mu       sync.Mutex
 	handles  map[uint64]*rawHandle // by file handle
@@ -61,6 +65,58 @@ func (r *rawBase) init(f *FS) {
 func (r *rawBase) String() string { return "cachefs" }
 
 func (r *rawBase) Init(s *fuse.Server) { r.server = s }
+
+func (r *rawBase) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return r.listDir(in, out, false)
+}
+
+func (r *rawBase) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return r.listDir(in, out, true)
+}
+
+// dirStream answers a READDIR (plus false) or READDIRPLUS from offset
+// in.Offset: offset 0 is ".", 1 is "..", 2+k is child k of n. self and
+// parent are the st_ino of the directory and of its parent; child(k)
+// names child k; lookup(k, eo) answers child k's lookup, which for
+// READDIRPLUS the kernel counts as one it will forget (it ignores the entry
+// of "." and "..", left zero). The stream is stateless (an offset is an
+// index), so a seek or an interrupted read resumes exactly.
+func dirStream(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool, self, parent uint64, n int,
+	child func(k int) (name string, dir bool, ino uint64), lookup func(k int, eo *fuse.EntryOut)) fuse.Status {
+	for off := in.Offset; ; off++ {
+		k := -1
+		e := fuse.DirEntry{Off: off + 1, Mode: syscall.S_IFDIR}
+		switch off {
+		case 0:
+			e.Name, e.Ino = ".", self
+		case 1:
+			e.Name, e.Ino = "..", parent
+		default:
+			if off-2 >= uint64(n) {
+				return fuse.OK
+			}
+			k = int(off - 2)
+			var dir bool
+			e.Name, dir, e.Ino = child(k)
+			if !dir {
+				e.Mode = syscall.S_IFREG
+			}
+		}
+		if !plus {
+			if !out.AddDirEntry(e) {
+				return fuse.OK
+			}
+			continue
+		}
+		eo := out.AddDirLookupEntry(e)
+		if eo == nil {
+			return fuse.OK
+		}
+		if k >= 0 {
+			lookup(k, eo)
+		}
+	}
+}
 
 func (r *rawBase) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
 	return fuse.Status(r.fsys.statfs(out))
