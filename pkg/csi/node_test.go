@@ -118,6 +118,21 @@ func mountProcesses(t *testing.T, dir string) []int {
 	return pids
 }
 
+// mountCmdline returns the arguments (NUL-separated) of the driver's one
+// mount process.
+func mountCmdline(t *testing.T, td *testDriver) []byte {
+	t.Helper()
+	pids := mountProcesses(t, td.stateDir)
+	if len(pids) != 1 {
+		t.Fatalf("%d mount processes, want 1", len(pids))
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", itoa(pids[0]), "cmdline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmdline
+}
+
 // TestStageOncePublishTwice is what kubelet does for two pods on one node:
 // one FUSE process, two read-only bind mounts with the same bytes.
 func TestStageOncePublishTwice(t *testing.T) {
@@ -408,14 +423,7 @@ func TestReadaheadFilesParameter(t *testing.T) {
 	data, files := dataset(t)
 	staging := filepath.Join(t.TempDir(), "staging")
 	stage(t, td, "vol-ra", staging, map[string]string{"source": data, "cacheSize": "1GiB", "readaheadFiles": "4"})
-	pids := mountProcesses(t, td.stateDir)
-	if len(pids) != 1 {
-		t.Fatalf("%d mount processes, want 1", len(pids))
-	}
-	cmdline, err := os.ReadFile(filepath.Join("/proc", itoa(pids[0]), "cmdline"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmdline := mountCmdline(t, td)
 	if !bytes.Contains(cmdline, []byte("\x00--readahead-files\x004\x00")) {
 		t.Errorf("mount arguments %q lack --readahead-files 4", strings.ReplaceAll(string(cmdline), "\x00", " "))
 	}

@@ -45,14 +45,7 @@ func TestSecretsNeverInArgsOrLogs(t *testing.T) {
 	checkFiles(t, staging, files)
 
 	secret := []byte(mi.SecretKey)
-	pids := mountProcesses(t, td.stateDir)
-	if len(pids) != 1 {
-		t.Fatalf("%d mount processes, want 1", len(pids))
-	}
-	cmdline, err := os.ReadFile(filepath.Join("/proc", itoa(pids[0]), "cmdline"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmdline := mountCmdline(t, td)
 	if bytes.Contains(cmdline, secret) || bytes.Contains(cmdline, []byte(mi.AccessKey)) {
 		t.Error("the mount process's arguments hold the credentials")
 	}
