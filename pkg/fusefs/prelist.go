@@ -8,11 +8,12 @@ import (
 // scanning class directories) would list one directory per round trip. So
 // when a directory is read with Readdir, its subdirectories are listed in
 // the background, at most DefaultPrelistWorkers at a time, and each result
-// is parked until that subdirectory's node is first used, which then takes
-// it instead of listing again. Every directory is still listed exactly once
-// per mount; a parked listing that is never used costs its entries' memory.
+// is parked until that subdirectory is first used, which then takes it
+// instead of listing again. A directory is listed once per mount unless the
+// listing budget drops its listing (listcache.go); a parked listing that is
+// never used costs its entries' memory.
 //
-// prelistMu guards prelisted.
+// prelistMu guards prelisted and listed.
 
 // DefaultPrelistWorkers bounds the concurrent background listings.
 const DefaultPrelistWorkers = 8
@@ -55,7 +56,7 @@ func (f *FS) prelist(dirs []string) {
 
 // list returns the listing of the directory at p: a parked background
 // listing if there is one (waiting for it if in flight), else a fresh List.
-// Called once per directory node, under its lock.
+// Called by dirListing, at most once at a time per path.
 func (f *FS) list(p string) ([]backend.Entry, error) {
 	f.prelistMu.Lock()
 	l, ok := f.prelisted[p]
