@@ -248,17 +248,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 	// Pods as the Job controller would have made them: one still running
 	// (a straggler), one succeeded.
 	for i, phase := range []corev1.PodPhase{corev1.PodRunning, corev1.PodSucceeded} {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("resnet-%d-x", i), Namespace: ns, Labels: map[string]string{LabelJobName: "resnet"}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
-		}
-		if err := e.c.Create(ctx, p); err != nil {
-			t.Fatal(err)
-		}
-		p.Status.Phase = phase
-		if err := e.c.Status().Update(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+		e.pod(t, ns, fmt.Sprintf("resnet-%d-x", i), "resnet", phase)
 	}
 	done := metav1.NewTime(time.Now().Truncate(time.Second))
 	e.setJobStatus(t, ns, "resnet", func(st *batchv1.JobStatus) {
@@ -860,25 +850,8 @@ func TestTTLAndCleanPodPolicyAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitJob(t, ns, "short")
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "short-0-x", Namespace: ns, Labels: map[string]string{LabelJobName: "short"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
-	}
-	if err := e.c.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase = corev1.PodSucceeded
-	if err := e.c.Status().Update(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	done := metav1.NewTime(time.Now().Truncate(time.Second))
-	e.setJobStatus(t, ns, "short", func(st *batchv1.JobStatus) {
-		st.StartTime, st.Succeeded, st.CompletionTime = &done, 1, &done
-		st.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: done},
-			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done},
-		}
-	})
+	e.pod(t, ns, "short-0-x", "short", corev1.PodSucceeded)
+	e.completeJob(t, ns, "short", 1)
 	e.waitPhase(t, ns, "short", v1alpha1.PhaseSucceeded, "Succeeded")
 	eventually(t, "succeeded pod deleted (cleanPodPolicy All)", func() error { return isGone(e.get(t, ns, "short-0-x", &corev1.Pod{})) })
 	if err := e.get(t, ns, "short", &v1alpha1.TrainingJob{}); err != nil {
@@ -921,25 +894,8 @@ func TestEditCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitJob(t, ns, "keep")
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "keep-0-x", Namespace: ns, Labels: map[string]string{LabelJobName: "keep"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
-	}
-	if err := e.c.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	p.Status.Phase = corev1.PodSucceeded
-	if err := e.c.Status().Update(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	done := metav1.NewTime(time.Now().Truncate(time.Second))
-	e.setJobStatus(t, ns, "keep", func(st *batchv1.JobStatus) {
-		st.StartTime, st.Succeeded, st.CompletionTime = &done, 1, &done
-		st.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: done},
-			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done},
-		}
-	})
+	e.pod(t, ns, "keep-0-x", "keep", corev1.PodSucceeded)
+	e.completeJob(t, ns, "keep", 1)
 	e.waitPhase(t, ns, "keep", v1alpha1.PhaseSucceeded, "Succeeded")
 	patch := func(spec string) {
 		t.Helper()

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,21 +149,8 @@ func TestDeployManifests(t *testing.T) {
 	if _, err := getUnstructured(e, t, "scheduling.volcano.sh/v1beta1", "PodGroup", jobNS, "rbac"); err != nil {
 		t.Errorf("podgroup: %v", err)
 	}
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "rbac-0-x", Namespace: jobNS, Labels: map[string]string{LabelJobName: "rbac"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
-	}
-	if err := e.c.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	done := metav1.Now()
-	e.setJobStatus(t, jobNS, "rbac", func(st *batchv1.JobStatus) {
-		st.StartTime, st.Succeeded, st.CompletionTime = &done, 2, &done
-		st.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: done},
-			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done},
-		}
-	})
+	e.pod(t, jobNS, "rbac-0-x", "rbac", "") // still pending when the job completes
+	e.completeJob(t, jobNS, "rbac", 2)
 	e.waitPhase(t, jobNS, "rbac", v1alpha1.PhaseSucceeded, "Succeeded")
 	eventually(t, "pending pod cleaned", func() error { return isGone(e.get(t, jobNS, "rbac-0-x", &corev1.Pod{})) })
 	if err := e.c.Delete(ctx, tj); err != nil {

@@ -232,6 +232,42 @@ func (e *env) setJobStatus(t *testing.T, ns, name string, mutate func(*batchv1.J
 	})
 }
 
+// pod plays the Job controller and kubelet: it creates pod name of the
+// TrainingJob job and, unless phase is empty, writes that phase.
+func (e *env) pod(t *testing.T, ns, name, job string, phase corev1.PodPhase) {
+	t.Helper()
+	ctx := context.Background()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelJobName: job}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
+	}
+	if err := e.c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if phase == "" {
+		return
+	}
+	p.Status.Phase = phase
+	if err := e.c.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// completeJob writes the status of a Job whose succeeded pods completed it,
+// started and finished now (to the second), and returns that time.
+func (e *env) completeJob(t *testing.T, ns, name string, succeeded int32) metav1.Time {
+	t.Helper()
+	done := metav1.NewTime(time.Now().Truncate(time.Second))
+	e.setJobStatus(t, ns, name, func(st *batchv1.JobStatus) {
+		st.StartTime, st.Succeeded, st.CompletionTime = &done, succeeded, &done
+		st.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: done},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: done},
+		}
+	})
+	return done
+}
+
 func getUnstructured(e *env, t *testing.T, apiVersion, kind, ns, name string) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion(apiVersion)
