@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -147,13 +145,7 @@ func TestReadThroughDataNotReused(t *testing.T) {
 	s := testStore(t, Options{Dir: dir, Capacity: 1 << 20})
 	var ld countingLoader
 	broken := key("broken")
-	shard := filepath.Join(dir, entriesName, broken.id()[:2])
-	if err := os.Remove(shard); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(shard, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	breakShard(t, dir, broken)
 	const size = 30_000
 	check := func(k Key, r Result) []byte {
 		if r.File != nil || r.Data == nil {

@@ -198,3 +198,32 @@ func fastTempDir(t testing.TB) string {
 	})
 	return dir
 }
+
+// victimAndOther caches two 3000-byte entries, "victim" and "other", in a
+// new store on dir in the given record format, closes it, and returns the
+// keys and the victim's data file, for tests that damage it.
+func victimAndOther(t *testing.T, dir string, sidecar bool, ld *countingLoader) (victim, other Key, path string) {
+	t.Helper()
+	s, err := Open(Options{Dir: dir, Capacity: 1 << 20, sidecar: sidecar})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, other = key("victim"), key("other")
+	readResult(t, mustGet(t, s, victim, 3000, ld.load(victim)))
+	readResult(t, mustGet(t, s, other, 3000, ld.load(other)))
+	s.Close()
+	return victim, other, filepath.Join(dir, entriesName, victim.id()[:2], victim.id())
+}
+
+// breakShard replaces k's shard directory with a file, so that writing k's
+// entry fails (even as root).
+func breakShard(t *testing.T, dir string, k Key) {
+	t.Helper()
+	shard := filepath.Join(dir, entriesName, k.id()[:2])
+	if err := os.Remove(shard); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(shard, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -322,20 +322,13 @@ func TestCorruption(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(f.name+"/"+tt.name, func(t *testing.T) {
 				dir := t.TempDir()
-				s, err := Open(Options{Dir: dir, Capacity: 1 << 20, sidecar: f.sidecar})
-				if err != nil {
-					t.Fatal(err)
-				}
 				var ld countingLoader
-				victim, other := key("victim"), key("other")
-				readResult(t, mustGet(t, s, victim, 3000, ld.load(victim)))
-				readResult(t, mustGet(t, s, other, 3000, ld.load(other)))
-				s.Close()
-				tt.damage(t, filepath.Join(dir, entriesName, victim.id()[:2], victim.id()), f.sidecar)
+				victim, other, p := victimAndOther(t, dir, f.sidecar, &ld)
+				tt.damage(t, p, f.sidecar)
 
 				// Reopened by this build (which writes xattr records): old
 				// sidecar entries are checked the same way.
-				s = testStore(t, Options{Dir: dir, Capacity: 1 << 20})
+				s := testStore(t, Options{Dir: dir, Capacity: 1 << 20})
 				ld.calls.Store(0)
 				r := mustGet(t, s, victim, 3000, ld.load(victim))
 				if r.Hit || ld.calls.Load() != 1 {
@@ -362,16 +355,9 @@ func TestLostRecord(t *testing.T) {
 	for _, f := range formats {
 		t.Run(f.name, func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := Open(Options{Dir: dir, Capacity: 1 << 20, sidecar: f.sidecar})
-			if err != nil {
-				t.Fatal(err)
-			}
 			var ld countingLoader
-			victim, other := key("victim"), key("other")
-			readResult(t, mustGet(t, s, victim, 3000, ld.load(victim)))
-			readResult(t, mustGet(t, s, other, 3000, ld.load(other)))
-			s.Close()
-			p := filepath.Join(dir, entriesName, victim.id()[:2], victim.id())
+			victim, _, p := victimAndOther(t, dir, f.sidecar, &ld)
+			var err error
 			if f.sidecar {
 				err = os.Remove(p + sumSuffix)
 			} else {
@@ -384,7 +370,7 @@ func TestLostRecord(t *testing.T) {
 				t.Fatalf("ReadInfo: %+v, %v; want 1 entry of 3000 bytes", info, err)
 			}
 
-			s = testStore(t, Options{Dir: dir, Capacity: 1 << 20})
+			s := testStore(t, Options{Dir: dir, Capacity: 1 << 20})
 			if st := s.Stats(); st.Entries != 1 || st.UsedBytes != 3000 || s.Contains(victim) {
 				t.Fatalf("after reopen: %+v, holds victim %v; want only the other entry", st, s.Contains(victim))
 			}
@@ -815,14 +801,7 @@ func TestWriteFailure(t *testing.T) {
 	dir := t.TempDir()
 	s := testStore(t, Options{Dir: dir, Capacity: 1 << 20})
 	k := key("f")
-	// Replace k's shard directory with a file: works even as root.
-	shard := filepath.Join(dir, entriesName, k.id()[:2])
-	if err := os.Remove(shard); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(shard, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	breakShard(t, dir, k)
 	var ld countingLoader
 	for i := range 2 {
 		r := mustGet(t, s, k, 5000, ld.load(k))
