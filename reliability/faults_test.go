@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/faultproxy"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
@@ -28,9 +27,7 @@ func TestBackendFaults(t *testing.T) {
 	mi := testenv.StartMinIO(t)
 	mi.MakeBucket(t, "faults")
 	files := smallSpec(200, 21).Plan()
-	for _, f := range files {
-		mi.Put(t, "faults", "ds/"+f.Path, datagen.Content(f))
-	}
+	mi.PutFiles(t, "faults", "ds/", files)
 	want := sums(files)
 	proxy, err := faultproxy.Start(faultproxy.Options{Target: mi.Endpoint, Rate: 0.10, Seed: 7, Stall: 5 * time.Second})
 	if err != nil {
@@ -119,9 +116,7 @@ func TestBackendOutage(t *testing.T) {
 	mi := testenv.StartMinIO(t)
 	mi.MakeBucket(t, "outage")
 	files := smallSpec(60, 5).Plan()
-	for _, f := range files {
-		mi.Put(t, "outage", "ds/"+f.Path, datagen.Content(f))
-	}
+	mi.PutFiles(t, "outage", "ds/", files)
 	want := sums(files)
 	t.Setenv("AWS_ACCESS_KEY_ID", mi.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", mi.SecretKey)

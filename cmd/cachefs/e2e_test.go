@@ -54,9 +54,7 @@ func TestMountBinaryS3(t *testing.T) {
 	m := testenv.StartMinIO(t)
 	m.MakeBucket(t, "datasets")
 	files := spec.Plan()
-	for _, f := range files {
-		m.Put(t, "datasets", "imagenet/train/"+f.Path, datagen.Content(f))
-	}
+	m.PutFiles(t, "datasets", "imagenet/train/", files)
 	// A sibling prefix that must not show through the mount.
 	m.Put(t, "datasets", "imagenet/train2/decoy.jpg", []byte("not part of the dataset"))
 	src := "s3://datasets/imagenet/train?endpoint=" + m.Endpoint + "&region=us-east-1"

@@ -125,9 +125,7 @@ func TestIndexUploadS3(t *testing.T) {
 	mi := testenv.StartMinIO(t)
 	mi.MakeBucket(t, "datasets")
 	files := datagen.Spec{Files: 40, Classes: 4, MedianSize: 500, MinSize: 1, MaxSize: 4000, Seed: 9}.Plan()
-	for _, f := range files {
-		mi.Put(t, "datasets", "set/"+f.Path, datagen.Content(f))
-	}
+	mi.PutFiles(t, "datasets", "set/", files)
 	t.Setenv("AWS_ACCESS_KEY_ID", mi.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", mi.SecretKey)
 	src := "s3://datasets/set?endpoint=" + mi.Endpoint + "&region=us-east-1"

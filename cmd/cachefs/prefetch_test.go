@@ -158,9 +158,7 @@ func TestPrefetchBinaryS3LaterMountHitsEverything(t *testing.T) {
 	mi := testenv.StartMinIO(t)
 	mi.MakeBucket(t, "datasets")
 	files := spec.Plan()
-	for _, f := range files {
-		mi.Put(t, "datasets", "imagenet/train/"+f.Path, datagen.Content(f))
-	}
+	mi.PutFiles(t, "datasets", "imagenet/train/", files)
 	total := datagen.TotalSize(files)
 	src := "s3://datasets/imagenet/train?endpoint=" + mi.Endpoint + "&region=us-east-1"
 	env := []string{"AWS_ACCESS_KEY_ID=" + mi.AccessKey, "AWS_SECRET_ACCESS_KEY=" + mi.SecretKey}

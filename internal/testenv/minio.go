@@ -16,6 +16,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/epochfs/epochfs/internal/datagen"
 )
 
 // MinIO is a MinIO server started for one test. Exported fields are
@@ -171,6 +173,15 @@ func (m *MinIO) MakeBucket(t testing.TB, name string) {
 	defer cancel()
 	if err := m.client.MakeBucket(ctx, name, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
 		t.Fatalf("testenv: make bucket %q: %v", name, err)
+	}
+}
+
+// PutFiles writes generated dataset files as objects prefix+path (prefix
+// ends in "/" or is empty) or fails the test.
+func (m *MinIO) PutFiles(t testing.TB, bucket, prefix string, files []datagen.File) {
+	t.Helper()
+	for _, f := range files {
+		m.Put(t, bucket, prefix+f.Path, datagen.Content(f))
 	}
 }
 

@@ -23,9 +23,7 @@ func TestSecretsNeverInArgsOrLogs(t *testing.T) {
 	mi := testenv.StartMinIO(t)
 	mi.MakeBucket(t, "secret")
 	files := datagen.Spec{Files: 10, Classes: 2, MedianSize: 5000, MinSize: 100, MaxSize: 20000, Seed: 2}.Plan()
-	for _, f := range files {
-		mi.Put(t, "secret", "ds/"+f.Path, datagen.Content(f))
-	}
+	mi.PutFiles(t, "secret", "ds/", files)
 	logs := &testenv.SyncBuffer{}
 	td := startDriver(t, func(c *csi.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -85,9 +85,7 @@ func TestS3ManifestMountSendsNoListOrHead(t *testing.T) {
 	mi := testenv.StartMinIO(t)
 	mi.MakeBucket(t, "datasets")
 	files := datagen.Spec{Files: 150, Classes: 6, MedianSize: 3000, MinSize: 10, MaxSize: 30_000, Seed: 9}.Plan()
-	for _, f := range files {
-		mi.Put(t, "datasets", "train/"+f.Path, datagen.Content(f))
-	}
+	mi.PutFiles(t, "datasets", "train/", files)
 	t.Setenv("AWS_ACCESS_KEY_ID", mi.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", mi.SecretKey)
 	source := "s3://datasets/train?endpoint=" + mi.Endpoint + "&region=us-east-1"
