@@ -33,7 +33,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // Config of one generation. Exactly one of Out and S3 is set.
@@ -58,7 +58,7 @@ func main() {
 	flag.IntVar(&c.Workers, "workers", 16, "parallel writes or uploads")
 	flag.Parse()
 	if bytes != "" {
-		n, err := cache.ParseSize(bytes)
+		n, err := units.ParseSize(bytes)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "gen: --bytes:", err)
 			os.Exit(2)
@@ -115,9 +115,9 @@ func run(ctx context.Context, c Config, stdout io.Writer) error {
 	el := time.Since(start)
 	total := datagen.TotalSize(files)
 	fmt.Fprintf(stdout, "generated %d files, %s (%d bytes) in %d classes to %s: seed %d, median %s, sizes %s..%s, in %s (%.0f files/s, %s/s)\n",
-		len(files), cache.FormatSize(total), total, c.Spec.Classes, where, c.Spec.Seed, cache.FormatSize(c.Spec.Median()),
-		cache.FormatSize(minSize(files)), cache.FormatSize(maxSize(files)), el.Round(time.Millisecond),
-		float64(len(files))/el.Seconds(), cache.FormatSize(int64(float64(total)/el.Seconds())))
+		len(files), units.FormatSize(total), total, c.Spec.Classes, where, c.Spec.Seed, units.FormatSize(c.Spec.Median()),
+		units.FormatSize(minSize(files)), units.FormatSize(maxSize(files)), el.Round(time.Millisecond),
+		float64(len(files))/el.Seconds(), units.FormatSize(int64(float64(total)/el.Seconds())))
 	return nil
 }
 

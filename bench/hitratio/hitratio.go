@@ -31,6 +31,7 @@ import (
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // Config of one benchmark run. Zero fields take the defaults of the full run.
@@ -129,7 +130,7 @@ func Bench(ctx context.Context, cfg Config) (*Report, error) {
 		paths[i] = f.Path
 		want[f.Path] = datagen.Sum(f)
 	}
-	fmt.Fprintf(logw, "dataset: %d files, %s\n", len(files), cache.FormatSize(total))
+	fmt.Fprintf(logw, "dataset: %d files, %s\n", len(files), units.FormatSize(total))
 	rep := &Report{Files: len(files), Bytes: total, Epochs: cfg.Epochs, Workers: cfg.Workers, Fractions: cfg.Fractions, Policies: cfg.Policies}
 	for _, frac := range cfg.Fractions {
 		for _, pol := range cfg.Policies {

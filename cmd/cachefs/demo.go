@@ -13,8 +13,8 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
-	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 type demoConfig struct {
@@ -102,8 +102,8 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 		want[f.Path] = datagen.Sum(f)
 	}
 	capacity := int64(float64(total) * c.cacheFraction)
-	fmt.Fprintf(out, "dataset: %d files, %s in %s (generated in %.1fs)\n", len(files), cache.FormatSize(total), data, time.Since(start).Seconds())
-	fmt.Fprintf(out, "cache:   %s = %.2f of the dataset, policy %s\n", cache.FormatSize(capacity), c.cacheFraction, c.policy)
+	fmt.Fprintf(out, "dataset: %d files, %s in %s (generated in %.1fs)\n", len(files), units.FormatSize(total), data, time.Since(start).Seconds())
+	fmt.Fprintf(out, "cache:   %s = %.2f of the dataset, policy %s\n", units.FormatSize(capacity), c.cacheFraction, c.policy)
 
 	m, err := mount.New(mount.Config{
 		Source: data, Mountpoint: mnt, CacheDir: cacheDir, CacheSize: capacity,
@@ -149,11 +149,11 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 			exp = 0
 		}
 		fmt.Fprintf(out, "epoch %d: %d files, %s, %7.0f files/s, byte hit ratio %.3f (NR expects %.3f), %d mismatches\n",
-			e, res.Files, cache.FormatSize(res.Bytes), res.FilesPerSec(), ratio, exp, len(res.Mismatches))
+			e, res.Files, units.FormatSize(res.Bytes), res.FilesPerSec(), ratio, exp, len(res.Mismatches))
 		bad += len(res.Mismatches)
 	}
 	st := m.Stats()
-	fmt.Fprintf(out, "\ncache holds %d entries, %s of %s; every file's sha256 checked: ", st.Entries, cache.FormatSize(st.UsedBytes), cache.FormatSize(st.CapacityBytes))
+	fmt.Fprintf(out, "\ncache holds %d entries, %s of %s; every file's sha256 checked: ", st.Entries, units.FormatSize(st.UsedBytes), units.FormatSize(st.CapacityBytes))
 	if bad > 0 {
 		fmt.Fprintf(out, "%d MISMATCHES\n", bad)
 		return &exitError{code: 1, err: fmt.Errorf("demo: %d files read wrong bytes", bad)}

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // exitDrift is the exit code of `index --verify` when the dataset drifted.
@@ -119,7 +119,7 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	}
 	rate := float64(st.Files) / max(st.Elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(stdout, "indexed %s: %d files, %s, %d directories, %d skipped names, in %s (%.0f files/s)\n",
-		src, st.Files, cache.FormatSize(st.Bytes), st.Dirs, st.Skipped, st.Elapsed.Round(time.Millisecond), rate)
+		src, st.Files, units.FormatSize(st.Bytes), st.Dirs, st.Skipped, st.Elapsed.Round(time.Millisecond), rate)
 
 	if old != nil {
 		return reportDrift(stdout, c.verify, manifest.Diff(old, m))
@@ -141,7 +141,7 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 			return err
 		}
 		fmt.Fprintf(stdout, "manifest %s: %s (%.1f B/file), checksums: %v\n",
-			where, cache.FormatSize(int64(len(data))), float64(len(data))/float64(max(st.Files, 1)), c.checksum)
+			where, units.FormatSize(int64(len(data))), float64(len(data))/float64(max(st.Files, 1)), c.checksum)
 	}
 	return nil
 }
@@ -181,10 +181,10 @@ func showProgress(w io.Writer, mode string, prog *manifest.Progress, checksum bo
 		el := time.Since(start)
 		files := prog.Files.Load()
 		s := fmt.Sprintf("listing: %d dirs, %d files, %s, %.0f files/s, %s",
-			prog.Dirs.Load(), files, cache.FormatSize(prog.Bytes.Load()),
+			prog.Dirs.Load(), files, units.FormatSize(prog.Bytes.Load()),
 			float64(files)/max(el.Seconds(), 1e-9), el.Round(time.Second))
 		if checksum && prog.Summed.Load() > 0 {
-			s += fmt.Sprintf(" | sha256: %d/%d files, %s", prog.Summed.Load(), files, cache.FormatSize(prog.SummedBytes.Load()))
+			s += fmt.Sprintf(" | sha256: %d/%d files, %s", prog.Summed.Load(), files, units.FormatSize(prog.SummedBytes.Load()))
 		}
 		return s
 	})

@@ -5,9 +5,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 func newMountCmd(g *globalFlags) *cobra.Command {
@@ -41,13 +41,13 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 				return err
 			}
 			cfg.Source, cfg.Mountpoint, cfg.Logger = args[0], args[1], log
-			if cfg.CacheSize, err = cache.ParseSize(cacheSize); err != nil {
+			if cfg.CacheSize, err = units.ParseSize(cacheSize); err != nil {
 				return fmt.Errorf("--cache-size: %w", err)
 			}
-			if cfg.WholeFileMax, err = cache.ParseSize(wholeFileMax); err != nil {
+			if cfg.WholeFileMax, err = units.ParseSize(wholeFileMax); err != nil {
 				return fmt.Errorf("--whole-file-max: %w", err)
 			}
-			if cfg.BlockSize, err = cache.ParseSize(blockSize); err != nil {
+			if cfg.BlockSize, err = units.ParseSize(blockSize); err != nil {
 				return fmt.Errorf("--block-size: %w", err)
 			}
 			m, err := mount.New(cfg)

@@ -18,6 +18,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/prefetch"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // exitInterrupted is the exit code of an interrupted prefetch (128+SIGINT).
@@ -102,11 +103,11 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 	case c.progress != "auto" && c.progress != "lines" && c.progress != "none":
 		return fmt.Errorf("prefetch: --progress %q: want auto, lines or none", c.progress)
 	}
-	whole, err := cache.ParseSize(c.wholeFileMax)
+	whole, err := units.ParseSize(c.wholeFileMax)
 	if err != nil {
 		return fmt.Errorf("--whole-file-max: %w", err)
 	}
-	block, err := cache.ParseSize(c.blockSize)
+	block, err := units.ParseSize(c.blockSize)
 	if err != nil {
 		return fmt.Errorf("--block-size: %w", err)
 	}
@@ -117,7 +118,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 
 	var capacity int64
 	if c.cacheSize != "" {
-		if capacity, err = cache.ParseSize(c.cacheSize); err != nil {
+		if capacity, err = units.ParseSize(c.cacheSize); err != nil {
 			return fmt.Errorf("--cache-size: %w", err)
 		}
 	}
@@ -137,7 +138,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 			case mount.EventStarted:
 				s := ev.Started
 				fmt.Fprintf(stderr, "%s is in use by a running mount (pid %d): prefetching through its control socket (capacity %s)\n",
-					c.cacheDir, s.Pid, cache.FormatSize(s.CapacityBytes))
+					c.cacheDir, s.Pid, units.FormatSize(s.CapacityBytes))
 				stop = showPrefetchProgress(stderr, c.progress, func() prefetch.Progress {
 					if p := latest.Load(); p != nil {
 						return *p
@@ -234,10 +235,10 @@ func reportPrefetch(w io.Writer, asJSON bool, via string, s prefetch.Summary) er
 		if s.Files > 0 || s.State != prefetch.StateInterrupted {
 			rate := float64(s.FetchedBytes) / max(s.ElapsedSeconds, 1e-9)
 			fmt.Fprintf(w, "dataset %s: %d files, %s (%s); cached in total %d files (%.1f%%), %s (%.1f%%); by this run %d files, %s in %.1fs (%s/s); already cached %d files, %s; cache %s used of %s\n",
-				s.Dataset, s.Files, cache.FormatSize(s.Bytes), map[bool]string{true: "manifest", false: "listed"}[s.Manifest],
-				s.CachedFiles, s.PercentFiles, cache.FormatSize(s.CachedBytes), s.PercentBytes,
-				s.FetchedFiles, cache.FormatSize(s.FetchedBytes), s.ElapsedSeconds, cache.FormatSize(int64(rate)),
-				s.AlreadyFiles, cache.FormatSize(s.AlreadyBytes), cache.FormatSize(s.UsedBytes), cache.FormatSize(s.CapacityBytes))
+				s.Dataset, s.Files, units.FormatSize(s.Bytes), map[bool]string{true: "manifest", false: "listed"}[s.Manifest],
+				s.CachedFiles, s.PercentFiles, units.FormatSize(s.CachedBytes), s.PercentBytes,
+				s.FetchedFiles, units.FormatSize(s.FetchedBytes), s.ElapsedSeconds, units.FormatSize(int64(rate)),
+				s.AlreadyFiles, units.FormatSize(s.AlreadyBytes), units.FormatSize(s.UsedBytes), units.FormatSize(s.CapacityBytes))
 		}
 		for _, e := range s.Errors {
 			fmt.Fprintln(w, "error:", e)
@@ -262,18 +263,18 @@ func progressLine(p prefetch.Progress) string {
 	switch p.Phase {
 	case prefetch.PhaseListing:
 		return fmt.Sprintf("listing: %d dirs, %d files, %s, %s", p.ListedDirs, p.DatasetFiles,
-			cache.FormatSize(p.DatasetBytes), (time.Duration(p.ElapsedSeconds) * time.Second).String())
+			units.FormatSize(p.DatasetBytes), (time.Duration(p.ElapsedSeconds) * time.Second).String())
 	case prefetch.PhasePlanning:
-		return fmt.Sprintf("checking %d files (%s) against the cache", p.DatasetFiles, cache.FormatSize(p.DatasetBytes))
+		return fmt.Sprintf("checking %d files (%s) against the cache", p.DatasetFiles, units.FormatSize(p.DatasetBytes))
 	}
 	eta := "ETA ?"
 	if p.ETASeconds >= 0 {
 		eta = "ETA " + (time.Duration(p.ETASeconds) * time.Second).String()
 	}
 	s := fmt.Sprintf("prefetch: %d/%d files, %s/%s, %s/s, %s | already cached %d files, %s | dataset %d files, %s",
-		p.DoneFiles, p.PlannedFiles, cache.FormatSize(p.DoneBytes), cache.FormatSize(p.PlannedBytes),
-		cache.FormatSize(int64(p.BytesPerSecond)), eta, p.AlreadyFiles, cache.FormatSize(p.AlreadyBytes),
-		p.DatasetFiles, cache.FormatSize(p.DatasetBytes))
+		p.DoneFiles, p.PlannedFiles, units.FormatSize(p.DoneBytes), units.FormatSize(p.PlannedBytes),
+		units.FormatSize(int64(p.BytesPerSecond)), eta, p.AlreadyFiles, units.FormatSize(p.AlreadyBytes),
+		p.DatasetFiles, units.FormatSize(p.DatasetBytes))
 	if p.FailedFiles > 0 {
 		s += fmt.Sprintf(" | %d failed", p.FailedFiles)
 	}

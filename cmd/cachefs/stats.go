@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 func newStatsCmd() *cobra.Command {
@@ -38,8 +39,8 @@ func newStatsCmd() *cobra.Command {
 			fmt.Fprintf(w, "cache dir\t%s\n", info.Dir)
 			fmt.Fprintf(w, "policy\t%s\n", info.Policy)
 			fmt.Fprintf(w, "entries\t%d\n", info.Entries)
-			fmt.Fprintf(w, "used\t%s (%d bytes, %.1f%% of capacity)\n", cache.FormatSize(info.UsedBytes), info.UsedBytes, pct)
-			fmt.Fprintf(w, "capacity\t%s (%d bytes)\n", cache.FormatSize(info.CapacityBytes), info.CapacityBytes)
+			fmt.Fprintf(w, "used\t%s (%d bytes, %.1f%% of capacity)\n", units.FormatSize(info.UsedBytes), info.UsedBytes, pct)
+			fmt.Fprintf(w, "capacity\t%s (%d bytes)\n", units.FormatSize(info.CapacityBytes), info.CapacityBytes)
 			fmt.Fprintf(w, "temp files\t%d\n", info.TempFiles)
 			return w.Flush()
 		},

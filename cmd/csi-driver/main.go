@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/csi"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // version is set at build time: -ldflags "-X main.version=…".
@@ -67,7 +67,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if cfg.DefaultCacheSize, err = cache.ParseSize(defaultCache); err != nil {
+	if cfg.DefaultCacheSize, err = units.ParseSize(defaultCache); err != nil {
 		return fmt.Errorf("--default-cache-size: %w", err)
 	}
 	cfg.Version, cfg.Logger = version, log

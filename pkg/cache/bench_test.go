@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // BenchmarkGetHit measures a hit: index lookup, policy touch and opening
@@ -52,7 +54,7 @@ func BenchmarkGetMiss(b *testing.B) {
 			capacity int64
 			sidecar  bool
 		}{{"admit", 1 << 40, false}, {"admit-sidecar", 1 << 40, true}, {"readthrough", 1, false}} {
-			b.Run(fmt.Sprintf("%s/%s", tc.name, FormatSize(size)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%s", tc.name, units.FormatSize(size)), func(b *testing.B) {
 				s := testStore(b, Options{Capacity: tc.capacity, sidecar: tc.sidecar})
 				ctx := context.Background()
 				load := func(_ context.Context, p []byte) error { return nil }
@@ -80,7 +82,7 @@ func BenchmarkGetMiss(b *testing.B) {
 func BenchmarkFill(b *testing.B) {
 	for _, size := range []int64{128 << 10} {
 		for _, f := range formats {
-			b.Run(fmt.Sprintf("%s/%s", f.name, FormatSize(size)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%s", f.name, units.FormatSize(size)), func(b *testing.B) {
 				s := testStore(b, Options{Capacity: 1 << 40, sidecar: f.sidecar})
 				ctx := context.Background()
 				load := func(_ context.Context, p []byte) error { return nil }

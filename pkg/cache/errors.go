@@ -14,9 +14,6 @@ var (
 	// ErrInvalidOptions is wrapped by every Options validation error of Open.
 	ErrInvalidOptions = errors.New("cache: invalid options")
 
-	// ErrInvalidSize is wrapped by every ParseSize error.
-	ErrInvalidSize = errors.New("cache: invalid size")
-
 	// ErrNotCacheDir is wrapped by ReadInfo when the directory holds no
 	// epochfs-cache.json.
 	ErrNotCacheDir = errors.New("cache: not an epochfs cache directory")

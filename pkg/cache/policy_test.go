@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // simDataset is a dataset of n files with log-normal sizes (median 8 KiB).
@@ -100,7 +102,7 @@ func TestPolicyEpochs(t *testing.T) {
 	}
 
 	var table strings.Builder
-	fmt.Fprintf(&table, "byte hit ratio per epoch, %d files, %s dataset\n", files, FormatSize(d.total))
+	fmt.Fprintf(&table, "byte hit ratio per epoch, %d files, %s dataset\n", files, units.FormatSize(d.total))
 	for _, r := range ratios {
 		for _, pol := range Policies() {
 			fmt.Fprintf(&table, "C/D=%-5s %-7s", r.name, pol)

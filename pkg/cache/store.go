@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/zeebo/xxh3"
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
@@ -245,7 +246,7 @@ func (s *Store) recover() error {
 		s.evictLocked(s.policy.Restore(r.id, r.size))
 	}
 	s.log.Info("cache: opened", "dir", s.dir, "policy", s.policyName,
-		"capacity", FormatSize(s.capacity), "entries", s.nready, "used", FormatSize(s.used),
+		"capacity", units.FormatSize(s.capacity), "entries", s.nready, "used", units.FormatSize(s.used),
 		"removed_debris", removed, "evicted", s.evictions.Load())
 	return nil
 }

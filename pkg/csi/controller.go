@@ -107,7 +107,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csipb.CreateVolumeReques
 	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{
 		VolumeId:      v.ID,
 		CapacityBytes: v.Capacity,
-		VolumeContext: params.context(),
+		VolumeContext: params.Attributes(),
 	}}, nil
 }
 

@@ -26,11 +26,12 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/epochfs/epochfs/pkg/volattr"
 	"google.golang.org/grpc"
 )
 
-// DriverName is the CSI driver name.
-const DriverName = "cachefs.epochfs.io"
+// DriverName is the CSI driver name (defined with the volume attributes).
+const DriverName = volattr.DriverName
 
 // Modes of Config.Mode.
 const (

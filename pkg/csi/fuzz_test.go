@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
 // FuzzRequestValidation feeds hostile volume ids, paths and parameters to
@@ -31,12 +33,12 @@ func FuzzRequestValidation(f *testing.F) {
 				t.Fatalf("accepted path %q", path)
 			}
 		}
-		p, err := parseParams(map[string]string{ParamSource: source, ParamCacheSize: size, ParamPolicy: policy}, 1<<30)
+		p, err := parseParams(map[string]string{volattr.Source: source, volattr.CacheSize: size, volattr.Policy: policy}, 1<<30)
 		if err == nil {
 			if p.Source == "" || p.CacheSize <= 0 {
 				t.Fatalf("accepted %+v", p)
 			}
-			if k := p.datasetKey(); filepath.Base(k) != k || strings.ContainsAny(k, "/\x00") {
+			if k := datasetKey(p); filepath.Base(k) != k || strings.ContainsAny(k, "/\x00") {
 				t.Fatalf("dataset key %q is not a safe file name", k)
 			}
 		}
@@ -54,11 +56,11 @@ func TestDatasetKeyStable(t *testing.T) {
 	}
 	// Computed by the code before readaheadFiles (commit d56d8d5).
 	const before = "ds-6463e661a9b597ab008a3df7"
-	if k := p.datasetKey(); k != before {
+	if k := datasetKey(p); k != before {
 		t.Errorf("key %s, want %s as before", k, before)
 	}
 	p.ReadaheadFiles = 8
-	if k := p.datasetKey(); k == before {
+	if k := datasetKey(p); k == before {
 		t.Error("readaheadFiles does not change the dataset key")
 	}
 }

@@ -1,10 +1,11 @@
 package csi_test
 
 import (
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"os"
 	"path/filepath"
 	"testing"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -165,7 +165,7 @@ func (n *nodeState) saveDataset(ds *datasetMount) error {
 // acquire returns a live dataset mount for params used by volume id,
 // starting or repairing it as needed. Called with mu held.
 func (n *nodeState) acquire(params volumeParams, secrets map[string]string, id string) (*datasetMount, error) {
-	key := params.datasetKey()
+	key := datasetKey(params)
 	if err := n.writeSecrets(key, secrets); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -383,7 +383,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 		if v.StagingPath != staging {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged at %s", id, v.StagingPath)
 		}
-		if v.DatasetKey != params.datasetKey() {
+		if v.DatasetKey != datasetKey(params) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged with other parameters", id)
 		}
 		if checkMount(staging) == nil {
@@ -474,7 +474,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		if err != nil {
 			return nil, err
 		}
-		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != params.datasetKey()) {
+		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != datasetKey(params)) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already in use with other parameters", id)
 		}
 		ds, err := n.acquire(params, secrets, id)

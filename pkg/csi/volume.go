@@ -11,29 +11,15 @@ import (
 	"strings"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/epochfs/epochfs/pkg/volattr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/cache"
 )
 
 // Volume parameters: StorageClass parameters, PV volumeAttributes and inline
-// volume attributes all use these keys.
+// volume attributes all use the keys of pkg/volattr, which also validates
+// them (the job controller renders PVs with the same package).
 const (
-	ParamSource    = "source"
-	ParamCacheSize = "cacheSize"
-	ParamManifest  = "manifest"
-	ParamPolicy    = "policy"
-	ParamPrefetch  = "prefetch"
-	// ParamReadaheadFiles is the mount's --readahead-files: when an open
-	// of a small file misses, the next N files of its directory are
-	// fetched into the cache in the background.
-	ParamReadaheadFiles = "readaheadFiles"
-
-	// Keys under this prefix are added by Kubernetes (external-provisioner
-	// --extra-create-metadata, podInfoOnMount) and are ignored.
-	k8sPrefix = "csi.storage.k8s.io/"
 	// ephemeralKey marks an inline ephemeral volume in NodePublish.
 	ephemeralKey = "csi.storage.k8s.io/ephemeral"
 )
@@ -43,45 +29,11 @@ const (
 var secretKeys = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
 
 // volumeParams are a volume's validated parameters.
-type volumeParams struct {
-	Source    string `json:"source"`
-	CacheSize int64  `json:"cacheSize"`
-	Manifest  string `json:"manifest,omitempty"`
-	Policy    string `json:"policy"`
-	// Prefetch fills the NR cache in the background once the dataset is
-	// mounted (through the mount's control socket). Not part of the
-	// dataset key: volumes that differ only here share a mount.
-	Prefetch bool `json:"prefetch,omitempty"`
-	// ReadaheadFiles is passed to the mount (--readahead-files); 0: off.
-	ReadaheadFiles int `json:"readaheadFiles,omitempty"`
-}
-
-// maxReadaheadFiles bounds readaheadFiles: more fetches in flight per miss
-// than this only queue up behind the backend.
-const maxReadaheadFiles = 256
-
-// context returns the parameters as a CSI volume context.
-func (p volumeParams) context() map[string]string {
-	m := map[string]string{
-		ParamSource:    p.Source,
-		ParamCacheSize: strconv.FormatInt(p.CacheSize, 10),
-		ParamPolicy:    p.Policy,
-	}
-	if p.Manifest != "" {
-		m[ParamManifest] = p.Manifest
-	}
-	if p.Prefetch {
-		m[ParamPrefetch] = "true"
-	}
-	if p.ReadaheadFiles > 0 {
-		m[ParamReadaheadFiles] = strconv.Itoa(p.ReadaheadFiles)
-	}
-	return m
-}
+type volumeParams = volattr.Params
 
 // datasetKey names the mount process (and cache directory) serving these
 // parameters: volumes with equal parameters share one mount and one cache.
-func (p volumeParams) datasetKey() string {
+func datasetKey(p volumeParams) string {
 	h := sha256.New()
 	for _, s := range []string{p.Source, strconv.FormatInt(p.CacheSize, 10), p.Policy, p.Manifest} {
 		fmt.Fprintf(h, "%d:%s\n", len(s), s)
@@ -97,56 +49,9 @@ func (p volumeParams) datasetKey() string {
 // parseParams validates volume parameters. Errors are InvalidArgument and
 // name the bad parameter.
 func parseParams(in map[string]string, defaultCacheSize int64) (volumeParams, error) {
-	p := volumeParams{Policy: cache.PolicyNR, CacheSize: defaultCacheSize}
-	var unknown []string
-	for k, v := range in {
-		switch k {
-		case ParamSource:
-			src, err := backend.Parse(v)
-			if err != nil {
-				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %v", ParamSource, err)
-			}
-			p.Source = src.String()
-		case ParamCacheSize:
-			n, err := cache.ParseSize(v)
-			if err != nil {
-				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %v", ParamCacheSize, err)
-			}
-			p.CacheSize = n
-		case ParamManifest:
-			if v != "" && !filepath.IsAbs(v) && !strings.Contains(v, "://") {
-				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %q must be an absolute path or a URL", ParamManifest, v)
-			}
-			p.Manifest = v
-		case ParamPrefetch:
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %q is not true or false", ParamPrefetch, v)
-			}
-			p.Prefetch = b
-		case ParamReadaheadFiles:
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > maxReadaheadFiles {
-				return p, status.Errorf(codes.InvalidArgument, "parameter %q: %q is not a number of files from 0 to %d", ParamReadaheadFiles, v, maxReadaheadFiles)
-			}
-			p.ReadaheadFiles = n
-		case ParamPolicy:
-			if !slices.Contains(cache.Policies(), v) {
-				return p, status.Errorf(codes.InvalidArgument, "parameter %q: unknown policy %q (want one of %s)", ParamPolicy, v, strings.Join(cache.Policies(), ", "))
-			}
-			p.Policy = v
-		default:
-			if !strings.HasPrefix(k, k8sPrefix) {
-				unknown = append(unknown, k)
-			}
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return p, status.Errorf(codes.InvalidArgument, "unknown parameters %q (known: %s, %s, %s, %s, %s, %s)", unknown, ParamSource, ParamCacheSize, ParamManifest, ParamPolicy, ParamPrefetch, ParamReadaheadFiles)
-	}
-	if p.Source == "" {
-		return p, status.Errorf(codes.InvalidArgument, "parameter %q is required (the dataset URL, e.g. s3://bucket/prefix or /mnt/nfs/dataset)", ParamSource)
+	p, err := volattr.Parse(in, defaultCacheSize)
+	if err != nil {
+		return p, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return p, nil
 }

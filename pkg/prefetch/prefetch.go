@@ -38,6 +38,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // Defaults of Config.
@@ -397,16 +398,16 @@ func percent(n, d int64) float64 {
 
 func message(s Summary) string {
 	cached := fmt.Sprintf("%d of %d files, %s of %s (%.1f%% of the dataset); %d files, %s cached by this run, %d files, %s already cached",
-		s.CachedFiles, s.Files, cache.FormatSize(s.CachedBytes), cache.FormatSize(s.Bytes), s.PercentBytes,
-		s.FetchedFiles, cache.FormatSize(s.FetchedBytes), s.AlreadyFiles, cache.FormatSize(s.AlreadyBytes))
+		s.CachedFiles, s.Files, units.FormatSize(s.CachedBytes), units.FormatSize(s.Bytes), s.PercentBytes,
+		s.FetchedFiles, units.FormatSize(s.FetchedBytes), s.AlreadyFiles, units.FormatSize(s.AlreadyBytes))
 	switch s.State {
 	case StateComplete:
 		return fmt.Sprintf("complete: all %d files, %s, are cached (%d files, %s by this run)",
-			s.Files, cache.FormatSize(s.Bytes), s.FetchedFiles, cache.FormatSize(s.FetchedBytes))
+			s.Files, units.FormatSize(s.Bytes), s.FetchedFiles, units.FormatSize(s.FetchedBytes))
 	case StateCacheFull:
 		return fmt.Sprintf("cache full at %.1f%% of the dataset: %s; %d files (%s) did not fit in %s (%s free)",
-			s.PercentBytes, cached, s.NotFitFiles, cache.FormatSize(s.NotFitBytes),
-			cache.FormatSize(s.CapacityBytes), cache.FormatSize(max(s.CapacityBytes-s.UsedBytes, 0)))
+			s.PercentBytes, cached, s.NotFitFiles, units.FormatSize(s.NotFitBytes),
+			units.FormatSize(s.CapacityBytes), units.FormatSize(max(s.CapacityBytes-s.UsedBytes, 0)))
 	case StateInterrupted:
 		return fmt.Sprintf("interrupted at %.1f%% of the dataset: %s", s.PercentBytes, cached)
 	}

@@ -31,7 +31,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -156,7 +155,7 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 	if finished(tj) {
 		return r.afterFinish(ctx, tj)
 	}
-	p, err := newPlan(tj, cache.ParseSize)
+	p, err := newPlan(tj)
 	if err != nil {
 		setCondition(tj, v1alpha1.ConditionValid, false, "InvalidSpec", err.Error())
 		setPhase(tj, v1alpha1.PhaseFailed, "InvalidSpec", err.Error()+"; the job was not started: fix it and submit again")
@@ -294,7 +293,7 @@ func (r *Reconciler) reservations(ctx context.Context, self *v1alpha1.TrainingJo
 			!meta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.ConditionCreated) {
 			continue
 		}
-		p, err := newPlan(tj, cache.ParseSize)
+		p, err := newPlan(tj)
 		if err != nil {
 			continue
 		}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/units"
+	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
 // Labels and annotations the controller puts on what it creates.
@@ -41,7 +43,7 @@ const (
 	FinalizerVolumes = "jobs.epochfs.io/volumes"
 
 	// CSIDriver is the EpochFS CSI driver.
-	CSIDriver = "cachefs.epochfs.io"
+	CSIDriver = volattr.DriverName
 
 	// ReplicaWorker and ReplicaPS are the values of LabelReplica.
 	ReplicaWorker = "worker"
@@ -102,7 +104,7 @@ type datasetPlan struct {
 
 // newPlan validates what the CRD's schema cannot (source URLs, cache sizes)
 // and applies defaults. Errors are sentences a user can act on.
-func newPlan(tj *v1alpha1.TrainingJob, parseSize func(string) (int64, error)) (*plan, error) {
+func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 	s := &tj.Spec
 	p := &plan{tj: tj, mode: s.Mode, port: s.Port, backoff: 3}
 	if p.mode == "" {
@@ -188,7 +190,7 @@ func newPlan(tj *v1alpha1.TrainingJob, parseSize func(string) (int64, error)) (*
 			dp.claimName = tj.Name + "-" + d.Name
 			dp.pvName = pvName(tj, d.Name)
 			if d.CacheSize != "" {
-				if _, err := parseSize(d.CacheSize); err != nil {
+				if _, err := units.ParseSize(d.CacheSize); err != nil {
 					return nil, fmt.Errorf("dataset %q: cacheSize %q: %v: use a size such as 50Gi, 50GiB or 500GB", d.Name, d.CacheSize, err)
 				}
 			}
@@ -277,17 +279,17 @@ func (p *plan) volumes() ([]*corev1.PersistentVolume, []*corev1.PersistentVolume
 			continue
 		}
 		capacity := resource.MustParse("1Gi") // nominal: a dataset volume is read-only
-		attrs := map[string]string{"source": d.spec.Source}
+		attrs := map[string]string{volattr.Source: d.spec.Source}
 		if d.spec.CacheSize != "" {
-			attrs["cacheSize"] = d.spec.CacheSize
+			attrs[volattr.CacheSize] = d.spec.CacheSize
 		}
 		if d.spec.ReadaheadFiles > 0 {
-			attrs["readaheadFiles"] = strconv.Itoa(int(d.spec.ReadaheadFiles))
+			attrs[volattr.ReadaheadFiles] = strconv.Itoa(int(d.spec.ReadaheadFiles))
 		}
 		ann := map[string]string{AnnotationDatasetID: d.id}
 		if d.spec.Prefetch {
 			ann[AnnotationPrefetch] = "true"
-			attrs["prefetch"] = "true" // the CSI node plugin fills the cache once the dataset is staged
+			attrs[volattr.Prefetch] = "true" // the CSI node plugin fills the cache once the dataset is staged
 		}
 		pv := &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{

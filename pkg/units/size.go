@@ -1,12 +1,25 @@
-package cache
+// Package units parses and formats byte sizes for every flag, CSI volume
+// parameter and TrainingJob field that takes one ("50GiB", "512Mi", "10G").
+// It is a leaf package: it knows nothing of caches, volumes or jobs.
+//
+// Why not k8s.io/apimachinery's resource.Quantity: it refuses the "GiB"/"GB"
+// spellings users type on a command line ("50GiB"), accepts forms that make no
+// sense for a byte count (milli units, exponents), and would pull apimachinery
+// into the per-dataset mount binary. The Kubernetes spellings (Ki, Mi, Gi, …)
+// are accepted here with the same meaning.
+package units
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
 	"strconv"
 	"strings"
 )
+
+// ErrInvalidSize is wrapped by every ParseSize error.
+var ErrInvalidSize = errors.New("invalid size")
 
 // sizeUnits maps a lower-cased unit suffix to its multiplier. Decimal SI
 // units (K, KB, M, MB, G, GB, T, TB, P, PB, E, EB) are powers of 1000; binary
@@ -30,7 +43,8 @@ const sizeUnitList = "B, K, KB, KiB, Ki, M, MB, MiB, Mi, G, GB, GiB, Gi, T, TB, 
 // Units are case-insensitive. Decimal SI units are powers of 1000 (K and KB
 // = 10^3, M/MB = 10^6, G/GB = 10^9, T/TB = 10^12, P/PB, E/EB); binary units
 // are powers of 1024 (KiB = 2^10, MiB = 2^20, GiB = 2^30, TiB = 2^40, PiB,
-// EiB; Kubernetes' Ki, Mi, Gi, Ti, Pi, Ei mean the same). No unit, or B, means bytes. Spaces around the number and between the
+// EiB; Kubernetes' Ki, Mi, Gi, Ti, Pi, Ei mean the same). No unit, or B, means bytes.
+// Spaces around the number and between the
 // number and the unit are allowed. A fractional number is allowed; the
 // result is rounded down to a whole number of bytes.
 //

@@ -1,0 +1,48 @@
+package volattr
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name string
+		in   map[string]string
+		want Params
+		err  string
+	}{
+		{name: "defaults", in: map[string]string{Source: "/data"}, want: Params{Source: "/data", CacheSize: 1 << 30, Policy: "nr"}},
+		{name: "all", in: map[string]string{Source: "s3://bucket/p", CacheSize: "2Gi", Manifest: "/m.efm", Policy: "lru", Prefetch: "true", ReadaheadFiles: "256",
+			"csi.storage.k8s.io/pod.name": "x"},
+			want: Params{Source: "s3://bucket/p", CacheSize: 2 << 30, Manifest: "/m.efm", Policy: "lru", Prefetch: true, ReadaheadFiles: 256}},
+		{name: "no source", in: map[string]string{}, err: `parameter "source" is required (the dataset URL, e.g. s3://bucket/prefix or /mnt/nfs/dataset)`},
+		{name: "bad size", in: map[string]string{Source: "/d", CacheSize: "0"}, err: `parameter "cacheSize": invalid size "0": must be greater than zero`},
+		{name: "readahead over", in: map[string]string{Source: "/d", ReadaheadFiles: "257"}, err: `parameter "readaheadFiles": "257" is not a number of files from 0 to 256`},
+		{name: "readahead negative", in: map[string]string{Source: "/d", ReadaheadFiles: "-1"}, err: `parameter "readaheadFiles": "-1" is not a number of files from 0 to 256`},
+		{name: "policy", in: map[string]string{Source: "/d", Policy: "mru"}, err: `parameter "policy": unknown policy "mru" (want one of nr, lru, fifo, random, tinylfu)`},
+		{name: "relative manifest", in: map[string]string{Source: "/d", Manifest: "m.efm"}, err: `parameter "manifest": "m.efm" must be an absolute path or a URL`},
+		{name: "prefetch", in: map[string]string{Source: "/d", Prefetch: "yes"}, err: `parameter "prefetch": "yes" is not true or false`},
+		{name: "unknown", in: map[string]string{Source: "/d", "cachesize": "1G", "zz": ""},
+			err: `unknown parameters ["cachesize" "zz"] (known: source, cacheSize, manifest, policy, prefetch, readaheadFiles)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Parse(tt.in, 1<<30)
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err || !errors.Is(err, ErrInvalid) {
+					t.Fatalf("Parse = %+v, %v; want error %q wrapping ErrInvalid", got, err, tt.err)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("Parse = %+v, %v; want %+v", got, err, tt.want)
+			}
+			back, err := Parse(got.Attributes(), 1)
+			if err != nil || !reflect.DeepEqual(back, got) {
+				t.Fatalf("Parse(Attributes()) = %+v, %v; want %+v", back, err, got)
+			}
+		})
+	}
+}
