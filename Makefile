@@ -1,7 +1,8 @@
 # EpochFS — build, test, demo, tools, lint.
 #
-# Tools are installed once into .tools/bin (pinned versions, from the Go
-# module proxy) and reused; `make test` installs them when missing.
+# Tools (pinned versions) are built once per machine into a cache outside the
+# checkout and linked into .tools/bin (mk/tools.mk); `make test` installs them
+# when missing.
 
 SHELL       := /bin/bash
 GO          ?= go
@@ -43,14 +44,7 @@ demo: build
 
 tools: $(TOOLS_BIN)/minio $(TOOLS_BIN)/staticcheck $(TOOLS_BIN)/helm $(TOOLS_BIN)/csi-sanity
 
-$(TOOLS_BIN)/minio:
-	@mkdir -p $(TOOLS_BIN)
-	@echo "installing minio $(MINIO_VERSION) (a few minutes, once)"
-	GOBIN=$(TOOLS_BIN) $(GO) install github.com/minio/minio@$(MINIO_VERSION)
 
-$(TOOLS_BIN)/staticcheck:
-	@mkdir -p $(TOOLS_BIN)
-	GOBIN=$(TOOLS_BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 vet:
 	$(GO) vet ./...
@@ -70,14 +64,7 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
 
-$(TOOLS_BIN)/helm:
-	@mkdir -p $(TOOLS_BIN)
-	@echo "installing helm $(HELM_VERSION) (a couple of minutes, once)"
-	GOBIN=$(TOOLS_BIN) $(GO) install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
-$(TOOLS_BIN)/csi-sanity:
-	@mkdir -p $(TOOLS_BIN)
-	GOBIN=$(TOOLS_BIN) $(GO) install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$(CSI_SANITY_VERSION)
 
 .PHONY: csi-sanity
 ## csi-sanity: the independently built csi-sanity binary against bin/csi-driver --mode all (needs root).

@@ -9,7 +9,6 @@
 #
 # BENCH_ARGS passes flags (e.g. BENCH_ARGS=-tiny, BENCH_ARGS='-rounds 5').
 
-RCLONE_VERSION   := v1.76.0
 BENCH_ARGS       ?=
 BENCH_S3_LATENCY ?= 20ms
 
@@ -43,7 +42,3 @@ bench-meta: bench-tools
 bench-tools: $(TOOLS_BIN)/rclone $(TOOLS_BIN)/minio
 	bash bench/setup.sh
 
-$(TOOLS_BIN)/rclone:
-	@mkdir -p $(TOOLS_BIN)
-	@echo "installing rclone $(RCLONE_VERSION) (a few minutes, once)"
-	GOBIN=$(TOOLS_BIN) $(GO) install github.com/rclone/rclone@$(RCLONE_VERSION)

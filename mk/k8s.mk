@@ -5,21 +5,11 @@
 # pkg/job and cmd/cachefs start them on 127.0.0.1 (internal/testenv/kube.go).
 # controller-gen generates the TrainingJob deepcopy code and CRD.
 
-CONTROLLER_GEN_VERSION := v0.23.0
 
 tools: $(TOOLS_BIN)/kube-apiserver $(TOOLS_BIN)/etcd
 
-$(TOOLS_BIN)/kube-apiserver: tools/k8s/kube-apiserver/go.mod tools/k8s/kube-apiserver/go.sum scripts/build-k8s-tools.sh
-	@mkdir -p $(TOOLS_BIN)
-	GO=$(GO) bash scripts/build-k8s-tools.sh $(TOOLS_BIN) kube-apiserver
 
-$(TOOLS_BIN)/etcd: tools/k8s/etcd/go.mod tools/k8s/etcd/go.sum scripts/build-k8s-tools.sh
-	@mkdir -p $(TOOLS_BIN)
-	GO=$(GO) bash scripts/build-k8s-tools.sh $(TOOLS_BIN) etcd
 
-$(TOOLS_BIN)/controller-gen:
-	@mkdir -p $(TOOLS_BIN)
-	GOBIN=$(TOOLS_BIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
 .PHONY: k8s-tools generate-job-api
 
