@@ -31,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -305,13 +304,6 @@ func (f *FS) loader(path, version string, off int64) cache.Loader {
 	return func(ctx context.Context, p []byte) error {
 		ctx, cancel := context.WithTimeout(ctx, f.opts.ReadTimeout)
 		defer cancel()
-		n, err := f.backend.ReadAt(ctx, path, version, p, off)
-		if n == len(p) && (err == nil || errors.Is(err, io.EOF)) {
-			return nil
-		}
-		if err == nil || errors.Is(err, io.EOF) {
-			err = fmt.Errorf("%w: got %d of %d bytes at offset %d (the file shrank?)", io.ErrUnexpectedEOF, n, len(p), off)
-		}
-		return err
+		return backend.ReadFull(ctx, f.backend, path, version, p, off)
 	}
 }
