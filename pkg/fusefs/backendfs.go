@@ -2,7 +2,6 @@ package fusefs
 
 import (
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,11 +13,10 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
-// Without a manifest, the tree is served from backend listings on go-fuse's
-// raw API. A directory is listed on first use (or taken from a background
-// sibling listing, prelist.go) and its listing is held by path within the
-// mount's listing budget (listcache.go); a dropped listing is listed again
-// when next needed.
+// The backend tree: without a manifest, the tree is served from listings
+// on go-fuse's raw API. A directory's listing is fetched on first use (or
+// taken from its prelisting, prelist.go) and held by path in the listing
+// cache (listing.go); a dropped listing is fetched again when next needed.
 //
 // The kernel's inodes are a table of small nodes, one per name the kernel
 // holds a lookup of: allocated by LOOKUP (and by READDIRPLUS, which hands
@@ -36,24 +34,24 @@ import (
 //
 // nmu guards nodes, byKey, inos and nextID; a node's fields but nlookup and
 // kids are immutable.
-type listingFS struct {
+type backendFS struct {
 	rawBase
 
 	nmu    sync.Mutex
-	nodes  map[uint64]*lnode // by node id; the root is node 1
-	byKey  map[lkey]uint64   // live nodes by (parent node id, name)
-	inos   map[uint64]uint64 // st_ino → node id, of live nodes
+	nodes  map[uint64]*backendNode // by node id; the root is node 1
+	byKey  map[nodeKey]uint64      // live nodes by (parent node id, name)
+	inos   map[uint64]uint64       // st_ino → node id, of live nodes
 	nextID uint64
 }
 
-// lkey names a node within its parent.
-type lkey struct {
+// nodeKey names a node within its parent.
+type nodeKey struct {
 	parent uint64
 	name   string
 }
 
-// lnode is an inode the kernel knows.
-type lnode struct {
+// backendNode is an inode the kernel knows.
+type backendNode struct {
 	parent  uint64 // 0 for the root
 	ino     uint64
 	nlookup uint64 // lookups the kernel has not forgotten
@@ -67,12 +65,12 @@ type lnode struct {
 	dir     bool
 }
 
-var _ fuse.RawFileSystem = (*listingFS)(nil)
+var _ fuse.RawFileSystem = (*backendFS)(nil)
 
-func newListingFS(f *FS) *listingFS {
-	r := &listingFS{
-		nodes:  map[uint64]*lnode{fuse.FUSE_ROOT_ID: {dir: true, ino: 1, nlookup: 1}},
-		byKey:  map[lkey]uint64{},
+func newBackendFS(f *FS) *backendFS {
+	r := &backendFS{
+		nodes:  map[uint64]*backendNode{fuse.FUSE_ROOT_ID: {dir: true, ino: 1, nlookup: 1}},
+		byKey:  map[nodeKey]uint64{},
 		inos:   map[uint64]uint64{1: fuse.FUSE_ROOT_ID},
 		nextID: fuse.FUSE_ROOT_ID,
 	}
@@ -82,7 +80,7 @@ func newListingFS(f *FS) *listingFS {
 }
 
 // node returns a live node and its dataset path.
-func (r *listingFS) node(id uint64) (*lnode, string, bool) {
+func (r *backendFS) node(id uint64) (*backendNode, string, bool) {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
 	n := r.nodes[id]
@@ -94,7 +92,7 @@ func (r *listingFS) node(id uint64) (*lnode, string, bool) {
 
 // pathLocked builds n's path from its ancestors (alive: each holds a kid
 // count for its children). r.nmu must be held.
-func (r *listingFS) pathLocked(n *lnode) string {
+func (r *backendFS) pathLocked(n *backendNode) string {
 	if n.parent == 0 {
 		return ""
 	}
@@ -108,10 +106,10 @@ func (r *listingFS) pathLocked(n *lnode) string {
 
 // ref returns the node of entry e in directory parent, created if the
 // kernel holds none, and counts one lookup of it.
-func (r *listingFS) ref(parent uint64, path string, e backend.Entry) uint64 {
+func (r *backendFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
-	k := lkey{parent, e.Name}
+	k := nodeKey{parent, e.Name}
 	if id, ok := r.byKey[k]; ok {
 		n := r.nodes[id]
 		if n.dir == e.IsDir && (n.dir || n.version == e.Version && n.size == e.Size) {
@@ -125,7 +123,7 @@ func (r *listingFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 	}
 	r.nextID++
 	id := r.nextID
-	n := &lnode{parent: parent, name: e.Name, dir: e.IsDir, ino: r.inoLocked(parent, e.Name, path), nlookup: 1}
+	n := &backendNode{parent: parent, name: e.Name, dir: e.IsDir, ino: r.inoLocked(parent, e.Name, path), nlookup: 1}
 	r.inos[n.ino] = id
 	if !e.IsDir {
 		n.size, n.version = e.Size, e.Version
@@ -141,7 +139,7 @@ func (r *listingFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 
 // Forget drops n lookups of a node; a node the kernel forgot and whose
 // children are gone is removed, and so, in turn, may its parent be.
-func (r *listingFS) Forget(id, n uint64) {
+func (r *backendFS) Forget(id, n uint64) {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
 	node := r.nodes[id]
@@ -151,7 +149,7 @@ func (r *listingFS) Forget(id, n uint64) {
 	node.nlookup -= min(n, node.nlookup)
 	for id != fuse.FUSE_ROOT_ID && node.nlookup == 0 && node.kids == 0 {
 		delete(r.nodes, id)
-		if k := (lkey{node.parent, node.name}); r.byKey[k] == id {
+		if k := (nodeKey{node.parent, node.name}); r.byKey[k] == id {
 			delete(r.byKey, k)
 		}
 		if r.inos[node.ino] == id {
@@ -168,8 +166,8 @@ func (r *listingFS) Forget(id, n uint64) {
 // inoLocked returns the st_ino of name in directory parent, whose path is
 // path: its live node's, else the path's hash, or the next number no live
 // node holds. r.nmu must be held.
-func (r *listingFS) inoLocked(parent uint64, name, path string) uint64 {
-	if id, ok := r.byKey[lkey{parent, name}]; ok {
+func (r *backendFS) inoLocked(parent uint64, name, path string) uint64 {
+	if id, ok := r.byKey[nodeKey{parent, name}]; ok {
 		return r.nodes[id].ino
 	}
 	h := xxh3.HashString(path) | 1<<63 // clear of small numbers (the root is 1)
@@ -182,7 +180,7 @@ func (r *listingFS) inoLocked(parent uint64, name, path string) uint64 {
 }
 
 // dirInos returns the st_ino of a directory node and of its parent.
-func (r *listingFS) dirInos(id uint64) (self, parent uint64) {
+func (r *backendFS) dirInos(id uint64) (self, parent uint64) {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
 	n := r.nodes[id]
@@ -196,20 +194,20 @@ func (r *listingFS) dirInos(id uint64) (self, parent uint64) {
 }
 
 // ino is inoLocked for a directory entry being listed.
-func (r *listingFS) ino(parent uint64, name, path string) uint64 {
+func (r *backendFS) ino(parent uint64, name, path string) uint64 {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
 	return r.inoLocked(parent, name, path)
 }
 
 // NodeCount is the number of inodes the mount tracks (for tests).
-func (r *listingFS) NodeCount() int {
+func (r *backendFS) NodeCount() int {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
 	return len(r.nodes)
 }
 
-func (r *listingFS) attr(n *lnode, a *fuse.Attr) {
+func (r *backendFS) attr(n *backendNode, a *fuse.Attr) {
 	a.Ino = n.ino
 	if n.dir {
 		dirAttr(a)
@@ -227,7 +225,7 @@ func (r *listingFS) attr(n *lnode, a *fuse.Attr) {
 }
 
 // fillEntry answers a lookup of node id.
-func (r *listingFS) fillEntry(id uint64, out *fuse.EntryOut) {
+func (r *backendFS) fillEntry(id uint64, out *fuse.EntryOut) {
 	r.nmu.Lock()
 	n := r.nodes[id]
 	r.nmu.Unlock()
@@ -239,7 +237,7 @@ func (r *listingFS) fillEntry(id uint64, out *fuse.EntryOut) {
 }
 
 // dir returns a directory node's path and listing.
-func (r *listingFS) dir(id uint64) (string, []backend.Entry, fuse.Status) {
+func (r *backendFS) dir(id uint64) (string, []backend.Entry, fuse.Status) {
 	n, path, ok := r.node(id)
 	if !ok {
 		return "", nil, fuse.ENOENT
@@ -247,14 +245,14 @@ func (r *listingFS) dir(id uint64) (string, []backend.Entry, fuse.Status) {
 	if !n.dir {
 		return "", nil, fuse.ENOTDIR
 	}
-	entries, errno := r.fsys.dirListing(path)
+	entries, errno := r.fsys.listing(path)
 	if errno != 0 {
 		return "", nil, fuse.Status(errno)
 	}
 	return path, entries, fuse.OK
 }
 
-func (r *listingFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+func (r *backendFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	path, entries, st := r.dir(h.NodeId)
 	if !st.Ok() {
 		return st
@@ -270,7 +268,7 @@ func (r *listingFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string
 	return fuse.OK
 }
 
-func (r *listingFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+func (r *backendFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	n, _, ok := r.node(in.NodeId)
 	if !ok {
 		return fuse.ENOENT
@@ -280,7 +278,7 @@ func (r *listingFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fus
 	return fuse.OK
 }
 
-func (r *listingFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+func (r *backendFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	n, path, ok := r.node(in.NodeId)
 	if !ok {
 		return fuse.ENOENT
@@ -293,7 +291,7 @@ func (r *listingFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Open
 	return r.openFile(in.NodeId, f, in, out)
 }
 
-func (r *listingFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+func (r *backendFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	n, _, ok := r.node(in.NodeId)
 	if !ok {
 		return fuse.ENOENT
@@ -306,13 +304,13 @@ func (r *listingFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.O
 
 // readDir lists a directory from its listing (dirStream), as long as the
 // listing is not fetched again with other contents between two calls.
-func (r *listingFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+func (r *backendFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
 	path, entries, st := r.dir(in.NodeId)
 	if !st.Ok() {
 		return st
 	}
 	if in.Offset == 0 {
-		// A walk reads the subdirectories next: list them meanwhile.
+		// A walk reads the subdirectories next: prelist them meanwhile.
 		var subdirs []string
 		for _, e := range entries {
 			if e.IsDir {
@@ -330,78 +328,6 @@ func (r *listingFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) 
 		func(k int, eo *fuse.EntryOut) {
 			r.fillEntry(r.ref(in.NodeId, join(path, entries[k].Name), entries[k]), eo)
 		})
-}
-
-func parentPath(p string) string {
-	i := strings.LastIndexByte(p, '/')
-	if i < 0 {
-		return ""
-	}
-	return p[:i]
-}
-
-// dirListing returns the entries of the directory at path, sorted by name
-// and unique: the held listing, or a new one from the backend (one per
-// path at a time). A failed listing is not remembered, so a later call
-// retries. The slice is never modified.
-func (f *FS) dirListing(path string) ([]backend.Entry, syscall.Errno) {
-	if entries, ok := f.listings.get(path); ok {
-		return entries, 0
-	}
-	v, err, _ := f.listFlight.Do(path, func() (any, error) {
-		if entries, ok := f.listings.get(path); ok {
-			return entries, nil // listed while we waited
-		}
-		entries, err := f.list(path)
-		if err != nil {
-			return nil, err
-		}
-		sort.SliceStable(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
-		// A key that is both a file and a prefix: the first wins.
-		entries = slices.Clip(slices.CompactFunc(entries, func(a, b backend.Entry) bool { return a.Name == b.Name }))
-		f.listings.put(path, entries)
-		return entries, nil
-	})
-	if err != nil {
-		return nil, f.errno("list", path, err)
-	}
-	return v.([]backend.Entry), 0
-}
-
-// siblings returns up to k files after the file at path in its directory's
-// listing (none when the listing was dropped: readahead is an
-// optimisation).
-func (f *FS) siblings(path string, k int) []file {
-	dir, name := parentPath(path), path[strings.LastIndexByte(path, '/')+1:]
-	entries, ok := f.listings.get(dir)
-	if !ok {
-		return nil
-	}
-	i, found := search(entries, name)
-	if found {
-		i++
-	}
-	var out []file
-	for ; i < len(entries) && len(out) < k; i++ {
-		if e := entries[i]; !e.IsDir {
-			out = append(out, file{fsys: f, path: join(dir, e.Name), version: e.Version, size: e.Size})
-		}
-	}
-	return out
-}
-
-// find returns the entry named name of a sorted listing.
-func find(entries []backend.Entry, name string) (backend.Entry, bool) {
-	i, ok := search(entries, name)
-	if !ok {
-		return backend.Entry{}, false
-	}
-	return entries[i], true
-}
-
-// search is where name is, or would be, in a sorted listing.
-func search(entries []backend.Entry, name string) (int, bool) {
-	return slices.BinarySearchFunc(entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
 }
 
 func dirAttr(a *fuse.Attr) {

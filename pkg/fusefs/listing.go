@@ -2,52 +2,57 @@ package fusefs
 
 import (
 	"container/list"
+	"slices"
+	"sort"
+	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
-// Without a manifest, every directory listing the mount has fetched is kept,
-// by directory path, so that lookups and stats need no further request. The
+// Listings and the listing cache (see the glossary in the package doc).
+//
+// Without a manifest, every listing the mount has fetched is kept, by
+// directory path, so that lookups and stats need no further request. The
 // listings outlive the kernel's inodes: when the kernel forgets a directory
 // (memory pressure, drop_caches) and looks it up again, its new node finds
 // the listing here instead of listing the backend again (for S3, one or more
 // LIST requests per directory).
 //
-// The listings are bounded: listingLRU counts the entries held and, past
+// The listings are bounded: listingCache counts the entries held and, past
 // Options.ListingCacheEntries, drops the listings of the least recently used
 // directories (the kernel's own dentry and inode caches keep answering for
 // what it holds; a dropped directory is listed again when next needed). The
 // listing just added is never dropped, so one directory larger than the
-// budget still works. Listings fetched ahead in the background (prelist.go)
-// are not counted until their directory takes them, which a walk does soon
-// after.
+// budget still works. Prelistings (prelist.go) are not counted until their
+// directory takes them, which a walk does soon after.
 //
 // A held listing is sorted by name, unique and never modified, so callers
 // use the slice get returned without a lock, even after it is dropped.
 //
-// mu guards order, byPath, entries and evicted.
-type listingLRU struct {
-	max int
+// max is immutable; mu guards order, byPath, entries and evicted.
+type listingCache struct {
+	max int // Options.ListingCacheEntries
 
 	mu      sync.Mutex
-	order   *list.List // of *heldListing, most recently used first
+	order   *list.List // of *cachedListing, most recently used first
 	byPath  map[string]*list.Element
 	entries int
 	evicted int64
 }
 
-type heldListing struct {
+type cachedListing struct {
 	path    string
 	entries []backend.Entry
 }
 
-func newListingLRU(max int) *listingLRU {
-	return &listingLRU{max: max, order: list.New(), byPath: map[string]*list.Element{}}
+func newListingCache(max int) *listingCache {
+	return &listingCache{max: max, order: list.New(), byPath: map[string]*list.Element{}}
 }
 
 // get returns the listing held for path, marking it used.
-func (l *listingLRU) get(path string) ([]backend.Entry, bool) {
+func (l *listingCache) get(path string) ([]backend.Entry, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.byPath[path]
@@ -55,20 +60,20 @@ func (l *listingLRU) get(path string) ([]backend.Entry, bool) {
 		return nil, false
 	}
 	l.order.MoveToFront(e)
-	return e.Value.(*heldListing).entries, true
+	return e.Value.(*cachedListing).entries, true
 }
 
 // put holds entries as the listing of path, most recently used (replacing
 // one held already), then drops least recently used listings, except this
 // one, until the entries held fit the budget.
-func (l *listingLRU) put(path string, entries []backend.Entry) {
+func (l *listingCache) put(path string, entries []backend.Entry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.byPath[path]; ok {
-		l.entries -= len(e.Value.(*heldListing).entries)
+		l.entries -= len(e.Value.(*cachedListing).entries)
 		l.order.Remove(e)
 	}
-	keep := l.order.PushFront(&heldListing{path: path, entries: entries})
+	keep := l.order.PushFront(&cachedListing{path: path, entries: entries})
 	l.byPath[path] = keep
 	l.entries += len(entries)
 	for l.entries > l.max {
@@ -76,7 +81,7 @@ func (l *listingLRU) put(path string, entries []backend.Entry) {
 		if e == keep {
 			return
 		}
-		h := e.Value.(*heldListing)
+		h := e.Value.(*cachedListing)
 		l.order.Remove(e)
 		delete(l.byPath, h.path)
 		l.entries -= len(h.entries)
@@ -94,8 +99,80 @@ type ListingStats struct {
 	Nodes int
 }
 
-func (l *listingLRU) stats() ListingStats {
+func (l *listingCache) stats() ListingStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return ListingStats{Dirs: l.order.Len(), Entries: l.entries, Evicted: l.evicted}
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+// listing returns the listing of the directory at path, sorted by name
+// and unique: the one in the listing cache, or one fetched (fetchListing,
+// one per path at a time) and put there. A failed fetch is not remembered,
+// so a later call retries. The slice is never modified.
+func (f *FS) listing(path string) ([]backend.Entry, syscall.Errno) {
+	if entries, ok := f.listings.cache.get(path); ok {
+		return entries, 0
+	}
+	v, err, _ := f.listings.flight.Do(path, func() (any, error) {
+		if entries, ok := f.listings.cache.get(path); ok {
+			return entries, nil // fetched while we waited
+		}
+		entries, err := f.fetchListing(path)
+		if err != nil {
+			return nil, err
+		}
+		sort.SliceStable(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+		// A key that is both a file and a prefix: the first wins.
+		entries = slices.Clip(slices.CompactFunc(entries, func(a, b backend.Entry) bool { return a.Name == b.Name }))
+		f.listings.cache.put(path, entries)
+		return entries, nil
+	})
+	if err != nil {
+		return nil, f.errno("list", path, err)
+	}
+	return v.([]backend.Entry), 0
+}
+
+// siblings returns up to k files after the file at path in its directory's
+// listing (none when the listing was dropped: readahead is an
+// optimisation).
+func (f *FS) siblings(path string, k int) []file {
+	dir, name := parentPath(path), path[strings.LastIndexByte(path, '/')+1:]
+	entries, ok := f.listings.cache.get(dir)
+	if !ok {
+		return nil
+	}
+	i, found := search(entries, name)
+	if found {
+		i++
+	}
+	var out []file
+	for ; i < len(entries) && len(out) < k; i++ {
+		if e := entries[i]; !e.IsDir {
+			out = append(out, file{fsys: f, path: join(dir, e.Name), version: e.Version, size: e.Size})
+		}
+	}
+	return out
+}
+
+// find returns the entry named name of a sorted listing.
+func find(entries []backend.Entry, name string) (backend.Entry, bool) {
+	i, ok := search(entries, name)
+	if !ok {
+		return backend.Entry{}, false
+	}
+	return entries[i], true
+}
+
+// search is where name is, or would be, in a sorted listing.
+func search(entries []backend.Entry, name string) (int, bool) {
+	return slices.BinarySearchFunc(entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
 }
