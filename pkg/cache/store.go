@@ -203,10 +203,7 @@ func (s *Store) open(opts Options) error {
 // admitted. A failure of the cache disk is never returned: the loaded bytes
 // come back in Result.Data instead.
 func (s *Store) Get(ctx context.Context, key Key, size int64, load Loader) (Result, error) {
-	if err := checkArgs("get", key, size, load); err != nil {
-		return Result{}, err
-	}
-	if err := s.begin(); err != nil {
+	if err := s.start("get", key, size, load); err != nil {
 		return Result{}, err
 	}
 	defer s.ops.Done()
@@ -221,7 +218,9 @@ func (s *Store) Get(ctx context.Context, key Key, size int64, load Loader) (Resu
 	return res, err
 }
 
-func checkArgs(op string, key Key, size int64, load Loader) error {
+// start checks the arguments of a Get or Fill (op) and registers it (see
+// begin); the caller calls s.ops.Done when start returned nil.
+func (s *Store) start(op string, key Key, size int64, load Loader) error {
 	switch {
 	case size < 0:
 		return fmt.Errorf("cache: %s %s: negative size %d", op, key, size)
@@ -230,7 +229,7 @@ func checkArgs(op string, key Key, size int64, load Loader) error {
 	case load == nil:
 		return fmt.Errorf("cache: %s %s: nil loader", op, key)
 	}
-	return nil
+	return s.begin()
 }
 
 // FillResult is what Fill returns.
@@ -248,16 +247,14 @@ type FillResult struct {
 // nothing when it is. It is for warming the cache (prefetch, readahead):
 // unlike Get it counts no hit and no miss, adds nothing to HitBytes or
 // MissBytes, opens no file and leaves an entry that is already held and
-// verified as it is (no policy touch: warming is not an access). Admissions, Rejections, LoadErrors and WriteErrors
-// count as for Get. Fills and Gets of one key are coalesced into one load.
+// verified as it is (no policy touch: warming is not an access).
+// Admissions, Rejections, LoadErrors and WriteErrors count as for Get.
+// Fills and Gets of one key are coalesced into one load.
 //
 // Errors are Get's: a load error is returned wrapped and nothing is
 // admitted; a failing cache disk is not an error (Cached is false).
 func (s *Store) Fill(ctx context.Context, key Key, size int64, load Loader) (FillResult, error) {
-	if err := checkArgs("fill", key, size, load); err != nil {
-		return FillResult{}, err
-	}
-	if err := s.begin(); err != nil {
+	if err := s.start("fill", key, size, load); err != nil {
 		return FillResult{}, err
 	}
 	defer s.ops.Done()
