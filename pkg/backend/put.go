@@ -25,15 +25,8 @@ type Putter interface {
 // Putter. Errors: ErrUnsupported when none is, ErrInvalidPath,
 // ErrPermission.
 func Put(ctx context.Context, b Backend, p string, data []byte) error {
-	for b != nil {
-		if pt, ok := b.(Putter); ok {
-			return pt.Put(ctx, p, data)
-		}
-		u, ok := b.(Unwrapper)
-		if !ok {
-			break
-		}
-		b = u.Unwrap()
+	if pt, ok := as[Putter](b); ok {
+		return pt.Put(ctx, p, data)
 	}
 	return fmt.Errorf("put %q: %w: this source cannot store objects (a mirror: store it in each replica)", p, ErrUnsupported)
 }

@@ -36,15 +36,8 @@ type Unwrapper interface {
 // Retries returns the retry count of b or of the first Backend it wraps
 // that implements RetryCounter, or 0.
 func Retries(b Backend) int64 {
-	for b != nil {
-		if rc, ok := b.(RetryCounter); ok {
-			return rc.Retries()
-		}
-		u, ok := b.(Unwrapper)
-		if !ok {
-			return 0
-		}
-		b = u.Unwrap()
+	if rc, ok := as[RetryCounter](b); ok {
+		return rc.Retries()
 	}
 	return 0
 }
@@ -52,17 +45,27 @@ func Retries(b Backend) int64 {
 // Skipped returns the skipped-name count of b or of the first Backend it
 // wraps that implements SkipCounter, or 0.
 func Skipped(b Backend) int64 {
+	if sc, ok := as[SkipCounter](b); ok {
+		return sc.Skipped()
+	}
+	return 0
+}
+
+// as returns b, or the first Backend b wraps (through Unwrapper), that
+// implements T: how the optional abilities are found through wrappers.
+func as[T any](b Backend) (T, bool) {
 	for b != nil {
-		if sc, ok := b.(SkipCounter); ok {
-			return sc.Skipped()
+		if t, ok := b.(T); ok {
+			return t, true
 		}
 		u, ok := b.(Unwrapper)
 		if !ok {
-			return 0
+			break
 		}
 		b = u.Unwrap()
 	}
-	return 0
+	var zero T
+	return zero, false
 }
 
 // retrier runs an operation with bounded retries: exponential backoff with

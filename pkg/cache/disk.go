@@ -1,6 +1,13 @@
 package cache
 
+// disk.go holds everything that touches the files of a cache directory:
+// the metadata file and the directory lock, entry files and their checksum
+// records (xattr or .sum sidecar), the *.tmp files entries are written
+// through, and the rescan that recovers the entries at Open. store.go
+// keeps the in-memory index and the policy, and calls in here.
+
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,10 +15,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/epochfs/epochfs/pkg/units"
+	"github.com/google/renameio/v2"
 	"github.com/zeebo/xxh3"
 	"golang.org/x/sys/unix"
 )
@@ -55,35 +65,27 @@ func readMeta(dir string) (meta, error) {
 	return m, nil
 }
 
+// writeMeta replaces epochfs-cache.json atomically and durably: a synced
+// temporary file in dir (renameio names it ".epochfs-cache.json<random>";
+// it is not under entries/, so the rescan never sees it), renamed over the
+// old one, mode 0600.
 func writeMeta(dir string, m meta) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, metaName), append(b, '\n'))
-}
-
-// writeFileAtomic writes path through a synced temporary file and a rename.
-func writeFileAtomic(path string, data []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*"+tmpSuffix)
-	if err != nil {
-		return fmt.Errorf("cache: write %s: %w", path, err)
-	}
-	defer func() {
+	path := filepath.Join(dir, metaName)
+	err = func() error {
+		pf, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(0o600))
 		if err != nil {
-			_ = os.Remove(f.Name())
+			return err
 		}
+		defer func() { _ = pf.Cleanup() }()
+		if _, err := pf.Write(append(b, '\n')); err != nil {
+			return err
+		}
+		return pf.CloseAtomicallyReplace() // fsync, close, rename
 	}()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
 	if err != nil {
 		return fmt.Errorf("cache: write %s: %w", path, err)
 	}
@@ -137,6 +139,133 @@ func readPid(path string) int {
 		return 0
 	}
 	return pid
+}
+
+// makeEntriesDir creates entriesDir and its 256 shard directories, as
+// needed.
+func makeEntriesDir(entriesDir string) error {
+	if err := os.MkdirAll(entriesDir, 0o700); err != nil {
+		return fmt.Errorf("cache: create %s: %w", entriesDir, err)
+	}
+	for i := range 256 {
+		shard := filepath.Join(entriesDir, fmt.Sprintf("%02x", i))
+		if err := os.Mkdir(shard, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("cache: create %s: %w", shard, err)
+		}
+	}
+	return nil
+}
+
+// Entry files.
+
+func (s *Store) dataPath(id string) string {
+	return filepath.Join(s.entriesDir, id[:2], id)
+}
+
+// writeEntry writes data as entry id: into a tmp file that also gets the
+// checksum record as its xattr (sumXattr), then renamed into place, so the
+// data file and its record appear together, in one rename. On a filesystem
+// without user xattrs the record goes to a .sum sidecar instead
+// (writeEntrySidecar). On error it removes what it wrote. There is no
+// fsync: after a crash an entry may be short, hold garbage or have lost
+// its record; the verification of recovered entries before they are first
+// served catches all of these.
+func (s *Store) writeEntry(id string, data []byte) error {
+	rec := formatSum(xxh3.Hash128(data), int64(len(data)))
+	if !s.sidecar.Load() {
+		err := s.writeEntryXattr(id, data, rec)
+		if !errors.Is(err, errNoXattr) {
+			return err
+		}
+		if !s.sidecar.Swap(true) {
+			s.log.Info("cache: the cache filesystem has no user xattrs; checksum records go to .sum files", "dir", s.dir, "err", err)
+		}
+	}
+	return s.writeEntrySidecar(id, data, rec)
+}
+
+// writeEntryXattr is writeEntry with the record in the data file's xattr,
+// set before the data is written: no data written in vain without xattrs.
+func (s *Store) writeEntryXattr(id string, data, rec []byte) error {
+	dst := s.dataPath(id)
+	tmp, err := writeTemp(filepath.Dir(dst), id, data, func(f *os.File) error { return setRecord(f, rec) })
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// writeEntrySidecar is writeEntry with the record in a .sum sidecar: data
+// to a tmp file, the record to another, then the record and then the data
+// renamed into place, so a data file never exists without its record.
+func (s *Store) writeEntrySidecar(id string, data, rec []byte) (err error) {
+	dst := s.dataPath(id)
+	dir := filepath.Dir(dst)
+	var dataTmp, sumTmp string
+	defer func() {
+		if err != nil {
+			for _, p := range []string{dataTmp, sumTmp, dst + sumSuffix} {
+				if p != "" {
+					_ = os.Remove(p)
+				}
+			}
+		}
+	}()
+	if dataTmp, err = writeTemp(dir, id, data, nil); err != nil {
+		return err
+	}
+	if sumTmp, err = writeTemp(dir, id+sumSuffix, rec, nil); err != nil {
+		return err
+	}
+	if err := os.Rename(sumTmp, dst+sumSuffix); err != nil {
+		return err
+	}
+	return os.Rename(dataTmp, dst)
+}
+
+// writeTemp writes data to a new file in dir named prefix.<random>.tmp,
+// after calling prepare (when not nil) on it, closes it and returns its
+// name; on error it removes the file.
+//
+// The entries are not written with renameio (which manifest and the
+// metadata file use): its temporary names (".<name><random>") do not end
+// in tmpSuffix, so the rescan at Open would not recognise and remove the
+// ones a crash leaves behind; and it always fsyncs, while entry writes
+// deliberately do not (see writeEntry).
+func writeTemp(dir, prefix string, data []byte, prepare func(*os.File) error) (string, error) {
+	f, err := os.CreateTemp(dir, prefix+".*"+tmpSuffix)
+	if err != nil {
+		return "", err
+	}
+	if prepare != nil {
+		err = prepare(f)
+	}
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// removeFilesLocked removes entry id's data file and sidecar; s.mu is held
+// (evictions and drops unlink under it, see Store).
+func (s *Store) removeFilesLocked(id string) {
+	p := s.dataPath(id)
+	for _, f := range []string{p, p + sumSuffix} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("cache: cannot remove entry file", "path", f, "err", err)
+		}
+	}
 }
 
 // formatSum is the content of an entry's .sum sidecar.
@@ -233,6 +362,64 @@ func isNoXattr(err error) bool {
 	return errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP)
 }
 
+// Rescan.
+
+// recover rebuilds the index from the entries directory.
+func (s *Store) recover() error {
+	sc, err := scanEntries(s.entriesDir)
+	if err != nil {
+		return err
+	}
+	removed := 0
+	remove := func(p string) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("cache: cannot remove debris", "path", p, "err", err)
+			return
+		}
+		removed++
+	}
+	for _, p := range sc.tmps {
+		remove(p)
+	}
+	for _, p := range sc.other {
+		s.log.Warn("cache: leaving alone a file the cache does not own", "path", p)
+	}
+	type recovered struct {
+		id string
+		fileStat
+	}
+	var rs []recovered
+	for id, d := range sc.data {
+		if !sc.complete(id) {
+			remove(s.dataPath(id))
+			continue
+		}
+		rs = append(rs, recovered{id, d})
+	}
+	for id := range sc.sums {
+		// A sidecar is debris without its data file, and redundant (never
+		// read: see readRecord) when the data file carries the record.
+		if _, ok := sc.data[id]; !ok || sc.xattr[id] {
+			remove(s.dataPath(id) + sumSuffix)
+		}
+	}
+	slices.SortFunc(rs, func(a, b recovered) int {
+		return cmp.Or(a.mtime.Compare(b.mtime), cmp.Compare(a.id, b.id))
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rs {
+		s.entries[r.id] = &entry{size: r.size, ready: true}
+		s.used += r.size
+		s.nready++
+		s.evictLocked(s.policy.Restore(r.id, r.size))
+	}
+	s.log.Info("cache: opened", "dir", s.dir, "policy", s.policyName,
+		"capacity", units.FormatSize(s.capacity), "entries", s.nready, "used", units.FormatSize(s.used),
+		"removed_debris", removed, "evicted", s.evictions.Load())
+	return nil
+}
+
 // fileStat is what the scan keeps of an entry's data file.
 type fileStat struct {
 	size  int64
@@ -317,45 +504,4 @@ func isHexLower(s string) bool {
 		}
 	}
 	return true
-}
-
-// Info describes a cache directory on disk; see ReadInfo.
-type Info struct {
-	Dir           string
-	Policy        string // as recorded by the last Open
-	CapacityBytes int64  // as recorded by the last Open
-	UsedBytes     int64  // bytes of complete entries (data file with its checksum record)
-	Entries       int64  // complete entries
-	TempFiles     int64  // *.tmp files: writes in progress, or debris Open will remove
-	FormatVersion int
-}
-
-// ReadInfo describes the cache directory dir from its files alone, for
-// `cachefs stats --cache-dir DIR`. It does not take the lock, never
-// modifies anything, and works while a Store is using the directory (the
-// numbers are then a snapshot that may trail the live Store by in-flight
-// writes). A directory without epochfs-cache.json is an error wrapping
-// ErrNotCacheDir.
-func ReadInfo(dir string) (Info, error) {
-	info := Info{Dir: dir}
-	m, err := readMeta(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return info, fmt.Errorf("%w: %s has no %s", ErrNotCacheDir, dir, metaName)
-	}
-	if err != nil {
-		return info, err
-	}
-	info.Policy, info.CapacityBytes, info.FormatVersion = m.Policy, m.CapacityBytes, m.FormatVersion
-	sc, err := scanEntries(filepath.Join(dir, entriesName))
-	if err != nil {
-		return info, err
-	}
-	for id, d := range sc.data {
-		if sc.complete(id) {
-			info.Entries++
-			info.UsedBytes += d.size
-		}
-	}
-	info.TempFiles = int64(len(sc.tmps))
-	return info, nil
 }

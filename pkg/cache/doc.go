@@ -3,15 +3,14 @@
 //
 // A Store keeps whole files (or fixed-size blocks of large files) of
 // read-only datasets in a local directory. On a miss it calls a Loader given
-// by the caller, and when the policy admits the entry it writes the bytes to
-// a temporary file, records an xxh3-128 checksum in that file's extended
+// by the caller and, when the policy admits the entry, writes the bytes to a
+// temporary file, records their xxh3-128 checksum in that file's extended
 // attribute user.epochfs.sum and renames it into place (one file, one
-// rename), so an entry is either complete or absent. On a filesystem
-// without user xattrs the record goes to a .sum sidecar file instead,
-// renamed into place before the data. Entry
-// files are byte-exact copies of the dataset bytes (offset 0 is byte 0 of the
-// entry) so that a caller can hand the descriptor to the kernel, e.g. for
-// FUSE passthrough.
+// rename), so an entry is either complete or absent. On a filesystem without
+// user xattrs the record goes to a .sum sidecar file instead, which is
+// renamed into place before the data file. Entry files are byte-exact
+// copies of the dataset bytes (offset 0 is byte 0 of the entry), so that a
+// caller can hand the descriptor to the kernel, e.g. for FUSE passthrough.
 //
 // The default policy is NR: admit on first miss while the entry fits, and
 // once the cache is full admit nothing and evict nothing. Under the access
@@ -24,8 +23,8 @@
 // The store survives restarts: Open rescans the directory, removes debris
 // of interrupted writes and verifies each recovered entry's checksum before
 // it is first served. One process at a time owns a cache directory (an
-// exclusive flock on <dir>/LOCK); ReadInfo inspects a directory without the
-// lock.
+// exclusive flock on <dir>/LOCK); ReadInfo (info.go) describes a directory
+// from its files, without the lock.
 //
 // Layout of a cache directory:
 //
@@ -36,17 +35,22 @@
 //	<dir>/entries/<xx>/<id>.sum    the same record, for a data file without the xattr
 //	<dir>/entries/<xx>/*.tmp       writes in progress (removed at Open)
 //
-// An entry's record is its data file's xattr when it has one, else its
-// sidecar. Sidecar-only entries are what builds before the xattr record
-// wrote (they are still recovered and verified); such builds treat an
-// xattr-only entry as data without a record and remove it, so a cache
-// directory moved back and forth between versions loses entries, never
-// serves wrong bytes. The format version in epochfs-cache.json is therefore
-// unchanged (1). Copying a cache directory without its xattrs (cp without
-// --preserve=xattr, rsync without -X) likewise empties it at the next Open.
-//
 // where <id> is the hex SHA-256 of the length-prefixed key fields, so no key
 // (whatever bytes its path holds) names a file outside the directory.
+//
+// An entry's record is its data file's xattr when it has one, else its
+// sidecar. Builds from before the record moved into the xattr wrote
+// sidecars only; their entries are still recovered and verified. Those
+// builds, in turn, take an entry whose record is only in the xattr for data
+// without a record and remove it. So a cache directory moved back and forth
+// between versions loses entries but never serves wrong bytes, and the
+// format version in epochfs-cache.json stays 1. Copying a cache directory
+// without its xattrs (cp without --preserve=xattr, rsync without -X)
+// likewise empties it at the next Open.
+//
+// Files: store.go is the Store (index, policy calls, Get and Fill);
+// disk.go every read and write of the directory's files (entries, records,
+// temporary files, the rescan, the lock and metadata); info.go ReadInfo.
 //
 // This package must not know about FUSE, CSI, Kubernetes or any storage
 // backend: bytes come in only through the Loader, and leave as an *os.File

@@ -58,13 +58,7 @@ func TestFillErrors(t *testing.T) {
 	k := key("f")
 	boom := errors.New("boom")
 	ctx := context.Background()
-	tests := []struct {
-		name string
-		key  Key
-		size int64
-		load Loader
-		want string
-	}{
+	tests := []callCase{
 		{"negative size", k, -1, func(context.Context, []byte) error { return nil }, "cache: fill " + k.String() + ": negative size -1"},
 		{"nil loader", k, 1, nil, "cache: fill " + k.String() + ": nil loader"},
 		{"load error", k, 10, func(context.Context, []byte) error { return boom }, "cache: load " + k.String() + ": boom"},

@@ -227,3 +227,12 @@ func breakShard(t *testing.T, dir string, k Key) {
 		t.Fatal(err)
 	}
 }
+
+// callCase is a Get or Fill call that must fail with the error text want.
+type callCase struct {
+	name string
+	key  Key
+	size int64
+	load Loader
+	want string
+}

@@ -2,7 +2,6 @@ package cache
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,13 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/epochfs/epochfs/pkg/units"
-	"github.com/zeebo/xxh3"
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
 )
@@ -180,79 +176,13 @@ func (s *Store) open(opts Options) error {
 	if err := writeMeta(s.dir, meta{FormatVersion: formatVersion, Policy: s.policyName, CapacityBytes: s.capacity}); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.entriesDir, 0o700); err != nil {
-		return fmt.Errorf("cache: create %s: %w", s.entriesDir, err)
-	}
-	for i := range 256 {
-		shard := filepath.Join(s.entriesDir, fmt.Sprintf("%02x", i))
-		if err := os.Mkdir(shard, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("cache: create %s: %w", shard, err)
-		}
+	if err := makeEntriesDir(s.entriesDir); err != nil {
+		return err
 	}
 	if s.policy, err = newPolicy(s.policyName, s.capacity, opts.seed); err != nil {
 		return err
 	}
 	return s.recover()
-}
-
-// recover rebuilds the index from the entries directory.
-func (s *Store) recover() error {
-	sc, err := scanEntries(s.entriesDir)
-	if err != nil {
-		return err
-	}
-	removed := 0
-	remove := func(p string) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			s.log.Warn("cache: cannot remove debris", "path", p, "err", err)
-			return
-		}
-		removed++
-	}
-	for _, p := range sc.tmps {
-		remove(p)
-	}
-	for _, p := range sc.other {
-		s.log.Warn("cache: leaving alone a file the cache does not own", "path", p)
-	}
-	type recovered struct {
-		id string
-		fileStat
-	}
-	var rs []recovered
-	for id, d := range sc.data {
-		if !sc.complete(id) {
-			remove(s.dataPath(id))
-			continue
-		}
-		rs = append(rs, recovered{id, d})
-	}
-	for id := range sc.sums {
-		// A sidecar is debris without its data file, and redundant (never
-		// read: see readRecord) when the data file carries the record.
-		if _, ok := sc.data[id]; !ok || sc.xattr[id] {
-			remove(s.dataPath(id) + sumSuffix)
-		}
-	}
-	slices.SortFunc(rs, func(a, b recovered) int {
-		return cmp.Or(a.mtime.Compare(b.mtime), cmp.Compare(a.id, b.id))
-	})
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range rs {
-		s.entries[r.id] = &entry{size: r.size, ready: true}
-		s.used += r.size
-		s.nready++
-		s.evictLocked(s.policy.Restore(r.id, r.size))
-	}
-	s.log.Info("cache: opened", "dir", s.dir, "policy", s.policyName,
-		"capacity", units.FormatSize(s.capacity), "entries", s.nready, "used", units.FormatSize(s.used),
-		"removed_debris", removed, "evicted", s.evictions.Load())
-	return nil
-}
-
-func (s *Store) dataPath(id string) string {
-	return filepath.Join(s.entriesDir, id[:2], id)
 }
 
 // Get returns the bytes of key, which are size bytes long, from the cache
@@ -273,10 +203,7 @@ func (s *Store) dataPath(id string) string {
 // admitted. A failure of the cache disk is never returned: the loaded bytes
 // come back in Result.Data instead.
 func (s *Store) Get(ctx context.Context, key Key, size int64, load Loader) (Result, error) {
-	if err := checkArgs("get", key, size, load); err != nil {
-		return Result{}, err
-	}
-	if err := s.begin(); err != nil {
+	if err := s.start("get", key, size, load); err != nil {
 		return Result{}, err
 	}
 	defer s.ops.Done()
@@ -291,7 +218,9 @@ func (s *Store) Get(ctx context.Context, key Key, size int64, load Loader) (Resu
 	return res, err
 }
 
-func checkArgs(op string, key Key, size int64, load Loader) error {
+// start checks the arguments of a Get or Fill (op) and registers it (see
+// begin); the caller calls s.ops.Done when start returned nil.
+func (s *Store) start(op string, key Key, size int64, load Loader) error {
 	switch {
 	case size < 0:
 		return fmt.Errorf("cache: %s %s: negative size %d", op, key, size)
@@ -300,7 +229,7 @@ func checkArgs(op string, key Key, size int64, load Loader) error {
 	case load == nil:
 		return fmt.Errorf("cache: %s %s: nil loader", op, key)
 	}
-	return nil
+	return s.begin()
 }
 
 // FillResult is what Fill returns.
@@ -318,16 +247,14 @@ type FillResult struct {
 // nothing when it is. It is for warming the cache (prefetch, readahead):
 // unlike Get it counts no hit and no miss, adds nothing to HitBytes or
 // MissBytes, opens no file and leaves an entry that is already held and
-// verified as it is (no policy touch: warming is not an access). Admissions, Rejections, LoadErrors and WriteErrors
-// count as for Get. Fills and Gets of one key are coalesced into one load.
+// verified as it is (no policy touch: warming is not an access).
+// Admissions, Rejections, LoadErrors and WriteErrors count as for Get.
+// Fills and Gets of one key are coalesced into one load.
 //
 // Errors are Get's: a load error is returned wrapped and nothing is
 // admitted; a failing cache disk is not an error (Cached is false).
 func (s *Store) Fill(ctx context.Context, key Key, size int64, load Loader) (FillResult, error) {
-	if err := checkArgs("fill", key, size, load); err != nil {
-		return FillResult{}, err
-	}
-	if err := s.begin(); err != nil {
+	if err := s.start("fill", key, size, load); err != nil {
 		return FillResult{}, err
 	}
 	defer s.ops.Done()
@@ -590,92 +517,6 @@ func (s *Store) admit(key Key, id string, data []byte) bool {
 	return true
 }
 
-// writeEntry writes data as entry id: into a tmp file that also gets the
-// checksum record as its xattr (sumXattr), then renamed into place, so the
-// data file and its record appear together, in one rename. On a filesystem
-// without user xattrs the record goes to a .sum sidecar instead
-// (writeEntrySidecar). On error it removes what it wrote. There is no
-// fsync: after a crash an entry may be short, hold garbage or have lost
-// its record; the verification of recovered entries before they are first
-// served catches all of these.
-func (s *Store) writeEntry(id string, data []byte) error {
-	rec := formatSum(xxh3.Hash128(data), int64(len(data)))
-	if !s.sidecar.Load() {
-		err := s.writeEntryXattr(id, data, rec)
-		if !errors.Is(err, errNoXattr) {
-			return err
-		}
-		if !s.sidecar.Swap(true) {
-			s.log.Info("cache: the cache filesystem has no user xattrs; checksum records go to .sum files", "dir", s.dir, "err", err)
-		}
-	}
-	return s.writeEntrySidecar(id, data, rec)
-}
-
-// writeEntryXattr is writeEntry with the record in the data file's xattr.
-func (s *Store) writeEntryXattr(id string, data, rec []byte) (err error) {
-	dst := s.dataPath(id)
-	f, err := os.CreateTemp(filepath.Dir(dst), id+".*"+tmpSuffix)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(f.Name())
-		}
-	}()
-	err = setRecord(f, rec) // first: no data written in vain without xattrs
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), dst)
-}
-
-// writeEntrySidecar is writeEntry with the record in a .sum sidecar: data
-// to a tmp file, the record to another, then the record and then the data
-// renamed into place, so a data file never exists without its record.
-func (s *Store) writeEntrySidecar(id string, data, rec []byte) (err error) {
-	dst := s.dataPath(id)
-	var tmps []string
-	defer func() {
-		if err != nil {
-			for _, p := range append(tmps, dst+sumSuffix) {
-				_ = os.Remove(p)
-			}
-		}
-	}()
-	write := func(pattern string, b []byte) (string, error) {
-		f, err := os.CreateTemp(filepath.Dir(dst), pattern)
-		if err != nil {
-			return "", err
-		}
-		tmps = append(tmps, f.Name())
-		_, err = f.Write(b)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return f.Name(), err
-	}
-	dataTmp, err := write(id+".*"+tmpSuffix, data)
-	if err != nil {
-		return err
-	}
-	sumTmp, err := write(id+sumSuffix+".*"+tmpSuffix, rec)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(sumTmp, dst+sumSuffix); err != nil {
-		return err
-	}
-	return os.Rename(dataTmp, dst)
-}
-
 // writeFailedLocked records a failed entry write: counted, logged at most
 // once per writeLogEvery, and, when the disk is full or read-only,
 // admissions pause for writePause.
@@ -719,15 +560,6 @@ func (s *Store) forgetLocked(id string, e *entry) {
 	if e.ready {
 		s.nready--
 		s.removeFilesLocked(id)
-	}
-}
-
-func (s *Store) removeFilesLocked(id string) {
-	p := s.dataPath(id)
-	for _, f := range []string{p, p + sumSuffix} {
-		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			s.log.Warn("cache: cannot remove entry file", "path", f, "err", err)
-		}
 	}
 }
 

@@ -109,13 +109,7 @@ func TestGetArguments(t *testing.T) {
 	s := testStore(t, Options{Capacity: 1 << 20})
 	var ld countingLoader
 	k := key("x")
-	tests := []struct {
-		name string
-		key  Key
-		size int64
-		load Loader
-		want string
-	}{
+	tests := []callCase{
 		{"negative size", k, -1, ld.load(k), `cache: get s3://127.0.0.1:9000/bucket/ds:"x"@v1: negative size -1`},
 		{"negative block", Key{Dataset: "d", Path: "p", Block: -2}, 1, ld.load(k), `cache: get d:"p"@#-2: negative block -2`},
 		{"nil loader", k, 1, nil, `cache: get s3://127.0.0.1:9000/bucket/ds:"x"@v1: nil loader`},

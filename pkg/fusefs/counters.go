@@ -18,6 +18,8 @@ type Counters struct {
 	FilesReadAhead uint64
 }
 
+// counters are the Counters of the process: atomics, so no lock; not in FS
+// because they are process-wide.
 var counters struct {
 	opens, cachedReads, memReads, blockReads, readBytes, filesReadAhead atomic.Uint64
 }

@@ -2,10 +2,10 @@
 // whose bytes come through the NR cache and whose names and sizes come
 // either from a dataset manifest (Options.Manifest: no List or Stat reaches
 // the backend; no per-inode state, see manifest.go) or else from the
-// backend's listings (each directory listed on first use and kept within a
-// budget, a small node per inode the kernel holds; see listing.go,
-// listcache.go and prelist.go). Both run on go-fuse's raw protocol API
-// (rawfs.go), not its node tree.
+// backend's listings (each directory's listing fetched on first use and
+// kept within a budget, a small node per inode the kernel holds; see
+// backendfs.go, listing.go and prelist.go). Both run on go-fuse's raw
+// protocol API (rawfs.go), not its node tree.
 //
 // Small files (≤ Options.WholeFileMax, 8 MiB by default) are fetched whole on
 // first open through the cache; once cached, their cache file is handed to
@@ -23,15 +23,30 @@
 // indexed reads as EIO with an error log line naming it; the rest of the
 // mount keeps serving.
 //
+// Glossary of a mount without a manifest (one name per concept):
+//
+//   - listing: the entries of one directory as the backend's List returned
+//     them, sorted by name and unique ([]backend.Entry, never modified).
+//     FS.listing returns one; FS.fetchListing gets it from the backend.
+//   - listing cache (listingCache, listing.go): the listings held by
+//     directory path, within Options.ListingCacheEntries; what it drops is
+//     fetched again when next needed.
+//   - prelisting (pendingListing, prelist.go): a listing fetched in the
+//     background before its directory is used, parked until it is.
+//   - backend tree (backendFS, backendfs.go): the FUSE inode table built
+//     from listings: one node (backendNode) per name the kernel holds a
+//     lookup of. Its counterpart with a manifest is the manifest tree
+//     (manifestFS, manifest.go).
+//
 // The package knows the manifest, the backend and the cache; it knows
 // nothing of CSI.
 package fusefs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -82,7 +97,7 @@ type Options struct {
 	// retries included; a fetch that takes longer fails with EIO.
 	ReadTimeout time.Duration
 	// ListingCacheEntries bounds the directory entries a mount without a
-	// manifest keeps from its listings (listcache.go). About 150 bytes each
+	// manifest keeps from its listings (listing.go). About 150 bytes each
 	// with S3 names and ETags.
 	ListingCacheEntries int
 	Logger              *slog.Logger
@@ -90,9 +105,19 @@ type Options struct {
 
 // FS is a mountable read-only dataset tree.
 //
-// Immutable after New: opts, backend, manifest, store, log, ctx. inoMu
-// guards inos.
+// Concurrency: the first group of fields is set by New and never changes.
+// The rest is grouped by subsystem, each a struct with its own lock
+// documented on its type: readahead (background fetches ahead of readers),
+// listings (a mount without a manifest), tree (set once by Mount). Open
+// files are the mounted tree's (openFiles, rawfs.go); the request counters
+// are process-wide atomics (counters.go).
+//
+// Lock order: every mutex of this package is a leaf. None is held while
+// another is taken (readahead.mu, listings.mu, listingCache.mu,
+// backendFS.nmu, openFiles.mu, blockHandle.mu), nor across a call into the
+// cache or the backend.
 type FS struct {
+	// Immutable after New.
 	opts     Options
 	backend  backend.Backend
 	manifest *manifest.Manifest // nil: names come from backend listings
@@ -101,21 +126,37 @@ type FS struct {
 	dataset  string
 	ctx      context.Context // parent of every backend fetch; cancelled by Close
 	cancel   context.CancelFunc
-	raSem    chan struct{} // bounds background readahead fetches of blocks
 
-	fileRASem chan struct{} // bounds background readahead of whole files (readahead.go)
-	raBytes   atomic.Int64  // bytes of whole-file readahead in flight
-	raMu      sync.Mutex
-	raFlight  map[string]struct{} // paths being read ahead; guarded by raMu
+	readahead readahead // readahead.go, handle.go
+	listings  listings  // backendfs.go, listing.go, prelist.go
 
-	listings   *listingLRU   // bounds the listings held (listcache.go)
-	listSem    chan struct{} // bounds background listings (prelist.go)
-	prelistMu  sync.Mutex
-	prelisted  map[string]*listing // background listings not yet taken
-	listed     map[string]bool     // directories listed in the foreground
-	listFlight singleflight.Group  // one foreground listing per directory at a time
+	tree atomic.Pointer[backendFS] // the backend tree, once mounted without a manifest
+}
 
-	lfs atomic.Pointer[listingFS] // the tree, once mounted without a manifest
+// readahead is the state of background fetches ahead of readers: blocks
+// of a large file after the one being read (handle.go), and small files
+// after one whose open missed (readahead.go). blockSem and fileSem are
+// immutable; fileBytes is atomic; mu guards files.
+type readahead struct {
+	blockSem  chan struct{} // bounds background fetches of blocks
+	fileSem   chan struct{} // bounds background fetches of whole files
+	fileBytes atomic.Int64  // bytes of whole-file readahead in flight
+
+	mu    sync.Mutex
+	files map[string]struct{} // paths of files being read ahead
+}
+
+// listings is how a mount without a manifest gets listings (see the
+// glossary in the package doc). cache, sem and flight are immutable (and
+// safe for concurrent use); mu guards parked and fetched.
+type listings struct {
+	cache  *listingCache      // the listings held (listing.go)
+	sem    chan struct{}      // bounds prelistings (prelist.go)
+	flight singleflight.Group // one foreground fetch per directory at a time
+
+	mu      sync.Mutex
+	parked  map[string]*pendingListing // prelistings not yet taken
+	fetched map[string]bool            // directories fetched in the foreground
 }
 
 // New validates opts and returns an FS ready to mount.
@@ -123,24 +164,12 @@ func New(opts Options) (*FS, error) {
 	if opts.Backend == nil || opts.Store == nil {
 		return nil, errors.New("fusefs: Backend and Store are required")
 	}
-	if opts.WholeFileMax == 0 {
-		opts.WholeFileMax = DefaultWholeFileMax
-	}
-	if opts.BlockSize == 0 {
-		opts.BlockSize = DefaultBlockSize
-	}
-	if opts.Readahead == 0 {
-		opts.Readahead = DefaultReadahead
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	if opts.ReadTimeout == 0 {
-		opts.ReadTimeout = DefaultReadTimeout
-	}
-	if opts.ListingCacheEntries == 0 {
-		opts.ListingCacheEntries = DefaultListingCacheEntries
-	}
+	opts.WholeFileMax = cmp.Or(opts.WholeFileMax, DefaultWholeFileMax)
+	opts.BlockSize = cmp.Or(opts.BlockSize, DefaultBlockSize)
+	opts.Readahead = cmp.Or(opts.Readahead, DefaultReadahead)
+	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
+	opts.ReadTimeout = cmp.Or(opts.ReadTimeout, DefaultReadTimeout)
+	opts.ListingCacheEntries = cmp.Or(opts.ListingCacheEntries, DefaultListingCacheEntries)
 	switch {
 	case opts.WholeFileMax < 0:
 		return nil, fmt.Errorf("fusefs: WholeFileMax %d must be positive", opts.WholeFileMax)
@@ -166,24 +195,26 @@ func New(opts Options) (*FS, error) {
 		dataset:  opts.Backend.ID(),
 		ctx:      ctx,
 		cancel:   cancel,
-		raSem:    make(chan struct{}, 4*max(opts.Readahead, 1)),
-
-		fileRASem: make(chan struct{}, 4*opts.ReadaheadFiles),
-		raFlight:  map[string]struct{}{},
-
-		listings:  newListingLRU(opts.ListingCacheEntries),
-		listSem:   make(chan struct{}, DefaultPrelistWorkers),
-		prelisted: map[string]*listing{},
-		listed:    map[string]bool{},
+		readahead: readahead{
+			blockSem: make(chan struct{}, 4*max(opts.Readahead, 1)),
+			fileSem:  make(chan struct{}, 4*opts.ReadaheadFiles),
+			files:    map[string]struct{}{},
+		},
+		listings: listings{
+			cache:   newListingCache(opts.ListingCacheEntries),
+			sem:     make(chan struct{}, DefaultPrelistWorkers),
+			parked:  map[string]*pendingListing{},
+			fetched: map[string]bool{},
+		},
 	}, nil
 }
 
 // ListingStats returns what the listings of a mount without a manifest hold
 // (zero with a manifest).
 func (f *FS) ListingStats() ListingStats {
-	st := f.listings.stats()
-	if lfs := f.lfs.Load(); lfs != nil {
-		st.Nodes = lfs.NodeCount()
+	st := f.listings.cache.stats()
+	if t := f.tree.Load(); t != nil {
+		st.Nodes = t.NodeCount()
 	}
 	return st
 }
@@ -225,14 +256,14 @@ func (f *FS) Mount(mountpoint string, mo MountOptions) (*fuse.Server, error) {
 		},
 	}
 	// The raw API, with no go-fuse node tree: from the manifest
-	// (manifest.go) or from backend listings (listing.go).
+	// (manifest.go) or from backend listings (backendfs.go).
 	var raw fuse.RawFileSystem
 	if f.manifest != nil {
 		raw = newManifestFS(f)
 	} else {
-		lfs := newListingFS(f)
-		f.lfs.Store(lfs)
-		raw = lfs
+		t := newBackendFS(f)
+		f.tree.Store(t)
+		raw = t
 	}
 	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
@@ -305,13 +336,6 @@ func (f *FS) loader(path, version string, off int64) cache.Loader {
 	return func(ctx context.Context, p []byte) error {
 		ctx, cancel := context.WithTimeout(ctx, f.opts.ReadTimeout)
 		defer cancel()
-		n, err := f.backend.ReadAt(ctx, path, version, p, off)
-		if n == len(p) && (err == nil || errors.Is(err, io.EOF)) {
-			return nil
-		}
-		if err == nil || errors.Is(err, io.EOF) {
-			err = fmt.Errorf("%w: got %d of %d bytes at offset %d (the file shrank?)", io.ErrUnexpectedEOF, n, len(p), off)
-		}
-		return err
+		return backend.ReadFull(ctx, f.backend, path, version, p, off)
 	}
 }

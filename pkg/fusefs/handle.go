@@ -230,9 +230,9 @@ func (h *blockHandle) get(idx int64, wait bool) *block {
 	} else {
 		go func() {
 			select {
-			case h.node.fsys.raSem <- struct{}{}:
+			case h.node.fsys.readahead.blockSem <- struct{}{}:
 				h.fetch(idx, b)
-				<-h.node.fsys.raSem
+				<-h.node.fsys.readahead.blockSem
 			case <-h.node.fsys.ctx.Done():
 				b.err = h.node.fsys.ctx.Err()
 				close(b.done)

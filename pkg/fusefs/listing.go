@@ -1,335 +1,108 @@
 package fusefs
 
 import (
+	"container/list"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
-
-	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/zeebo/xxh3"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
-// Without a manifest, the tree is served from backend listings on go-fuse's
-// raw API. A directory is listed on first use (or taken from a background
-// sibling listing, prelist.go) and its listing is held by path within the
-// mount's listing budget (listcache.go); a dropped listing is listed again
-// when next needed.
+// Listings and the listing cache (see the glossary in the package doc).
 //
-// The kernel's inodes are a table of small nodes, one per name the kernel
-// holds a lookup of: allocated by LOOKUP (and by READDIRPLUS, which hands
-// the kernel every entry's attributes), counted per lookup, and removed by
-// FORGET once the kernel has forgotten the node and all its children. A
-// node is about 80 bytes plus its table entries; it shares its name and
-// version strings with the listing it came from. (The go-fuse node tree
-// this replaces held ~600 B of Go objects per inode.) Node ids are
-// allocated in order; st_ino is the path's hash, stable across mounts.
+// Without a manifest, every listing the mount has fetched is kept, by
+// directory path, so that lookups and stats need no further request. The
+// listings outlive the kernel's inodes: when the kernel forgets a directory
+// (memory pressure, drop_caches) and looks it up again, its new node finds
+// the listing here instead of listing the backend again (for S3, one or more
+// LIST requests per directory).
 //
-// st_ino is the hash of the path, moved on to the next free number when a
-// live node holds it (inos), so that no two live inodes share one. Only
-// live nodes are in that table: a mount remembers nothing per file it
-// listed but the kernel no longer holds, beyond the listing itself.
+// The listings are bounded: listingCache counts the entries held and, past
+// Options.ListingCacheEntries, drops the listings of the least recently used
+// directories (the kernel's own dentry and inode caches keep answering for
+// what it holds; a dropped directory is listed again when next needed). The
+// listing just added is never dropped, so one directory larger than the
+// budget still works. Prelistings (prelist.go) are not counted until their
+// directory takes them, which a walk does soon after.
 //
-// nmu guards nodes, byKey, inos and nextID; a node's fields but nlookup and
-// kids are immutable.
-type listingFS struct {
-	rawBase
+// A held listing is sorted by name, unique and never modified, so callers
+// use the slice get returned without a lock, even after it is dropped.
+//
+// max is immutable; mu guards order, byPath, entries and evicted.
+type listingCache struct {
+	max int // Options.ListingCacheEntries
 
-	nmu    sync.Mutex
-	nodes  map[uint64]*lnode // by node id; the root is node 1
-	byKey  map[lkey]uint64   // live nodes by (parent node id, name)
-	inos   map[uint64]uint64 // st_ino → node id, of live nodes
-	nextID uint64
+	mu      sync.Mutex
+	order   *list.List // of *cachedListing, most recently used first
+	byPath  map[string]*list.Element
+	entries int
+	evicted int64
 }
 
-// lkey names a node within its parent.
-type lkey struct {
-	parent uint64
-	name   string
+type cachedListing struct {
+	path    string
+	entries []backend.Entry
 }
 
-// lnode is an inode the kernel knows.
-type lnode struct {
-	parent  uint64 // 0 for the root
-	ino     uint64
-	nlookup uint64 // lookups the kernel has not forgotten
-	// A file's size, version and modification time (Unix ns, 0: none), as
-	// listed.
-	size    int64
-	mtime   int64
-	name    string
-	version string
-	kids    int32 // live child nodes (they need this one's path)
-	dir     bool
+func newListingCache(max int) *listingCache {
+	return &listingCache{max: max, order: list.New(), byPath: map[string]*list.Element{}}
 }
 
-var _ fuse.RawFileSystem = (*listingFS)(nil)
-
-func newListingFS(f *FS) *listingFS {
-	r := &listingFS{
-		nodes:  map[uint64]*lnode{fuse.FUSE_ROOT_ID: {dir: true, ino: 1, nlookup: 1}},
-		byKey:  map[lkey]uint64{},
-		inos:   map[uint64]uint64{1: fuse.FUSE_ROOT_ID},
-		nextID: fuse.FUSE_ROOT_ID,
-	}
-	r.init(f)
-	r.listDir = r.readDir
-	return r
-}
-
-// node returns a live node and its dataset path.
-func (r *listingFS) node(id uint64) (*lnode, string, bool) {
-	r.nmu.Lock()
-	defer r.nmu.Unlock()
-	n := r.nodes[id]
-	if n == nil {
-		return nil, "", false
-	}
-	return n, r.pathLocked(n), true
-}
-
-// pathLocked builds n's path from its ancestors (alive: each holds a kid
-// count for its children). r.nmu must be held.
-func (r *listingFS) pathLocked(n *lnode) string {
-	if n.parent == 0 {
-		return ""
-	}
-	var names []string
-	for ; n.parent != 0; n = r.nodes[n.parent] {
-		names = append(names, n.name)
-	}
-	slices.Reverse(names)
-	return strings.Join(names, "/")
-}
-
-// ref returns the node of entry e in directory parent, created if the
-// kernel holds none, and counts one lookup of it.
-func (r *listingFS) ref(parent uint64, path string, e backend.Entry) uint64 {
-	r.nmu.Lock()
-	defer r.nmu.Unlock()
-	k := lkey{parent, e.Name}
-	if id, ok := r.byKey[k]; ok {
-		n := r.nodes[id]
-		if n.dir == e.IsDir && (n.dir || n.version == e.Version && n.size == e.Size) {
-			n.nlookup++
-			return id
-		}
-		// The name now stands for something else (the listing was
-		// fetched again and the file changed): a new node, and the old
-		// one lives on, unnamed, until the kernel forgets it.
-		delete(r.byKey, k)
-	}
-	r.nextID++
-	id := r.nextID
-	n := &lnode{parent: parent, name: e.Name, dir: e.IsDir, ino: r.inoLocked(parent, e.Name, path), nlookup: 1}
-	r.inos[n.ino] = id
-	if !e.IsDir {
-		n.size, n.version = e.Size, e.Version
-		if !e.ModTime.IsZero() {
-			n.mtime = e.ModTime.UnixNano()
-		}
-	}
-	r.nodes[id] = n
-	r.byKey[k] = id
-	r.nodes[parent].kids++
-	return id
-}
-
-// Forget drops n lookups of a node; a node the kernel forgot and whose
-// children are gone is removed, and so, in turn, may its parent be.
-func (r *listingFS) Forget(id, n uint64) {
-	r.nmu.Lock()
-	defer r.nmu.Unlock()
-	node := r.nodes[id]
-	if node == nil || id == fuse.FUSE_ROOT_ID {
-		return
-	}
-	node.nlookup -= min(n, node.nlookup)
-	for id != fuse.FUSE_ROOT_ID && node.nlookup == 0 && node.kids == 0 {
-		delete(r.nodes, id)
-		if k := (lkey{node.parent, node.name}); r.byKey[k] == id {
-			delete(r.byKey, k)
-		}
-		if r.inos[node.ino] == id {
-			delete(r.inos, node.ino)
-		}
-		id = node.parent
-		if node = r.nodes[id]; node == nil {
-			return // cannot happen: a child holds its parent
-		}
-		node.kids--
-	}
-}
-
-// inoLocked returns the st_ino of name in directory parent, whose path is
-// path: its live node's, else the path's hash, or the next number no live
-// node holds. r.nmu must be held.
-func (r *listingFS) inoLocked(parent uint64, name, path string) uint64 {
-	if id, ok := r.byKey[lkey{parent, name}]; ok {
-		return r.nodes[id].ino
-	}
-	h := xxh3.HashString(path) | 1<<63 // clear of small numbers (the root is 1)
-	for {
-		if _, taken := r.inos[h]; !taken {
-			return h
-		}
-		h++
-	}
-}
-
-// dirInos returns the st_ino of a directory node and of its parent.
-func (r *listingFS) dirInos(id uint64) (self, parent uint64) {
-	r.nmu.Lock()
-	defer r.nmu.Unlock()
-	n := r.nodes[id]
-	if n == nil {
-		return 0, 0
-	}
-	if p := r.nodes[n.parent]; p != nil {
-		return n.ino, p.ino
-	}
-	return n.ino, n.ino // the root is its own parent
-}
-
-// ino is inoLocked for a directory entry being listed.
-func (r *listingFS) ino(parent uint64, name, path string) uint64 {
-	r.nmu.Lock()
-	defer r.nmu.Unlock()
-	return r.inoLocked(parent, name, path)
-}
-
-// NodeCount is the number of inodes the mount tracks (for tests).
-func (r *listingFS) NodeCount() int {
-	r.nmu.Lock()
-	defer r.nmu.Unlock()
-	return len(r.nodes)
-}
-
-func (r *listingFS) attr(n *lnode, a *fuse.Attr) {
-	a.Ino = n.ino
-	if n.dir {
-		dirAttr(a)
-		return
-	}
-	a.Mode = syscall.S_IFREG | 0o444
-	a.Nlink = 1
-	a.Size = uint64(n.size)
-	a.Blocks = (a.Size + 511) / 512
-	a.Blksize = 1 << 20
-	if n.mtime != 0 {
-		t := time.Unix(0, n.mtime)
-		a.SetTimes(nil, &t, &t)
-	}
-}
-
-// fillEntry answers a lookup of node id.
-func (r *listingFS) fillEntry(id uint64, out *fuse.EntryOut) {
-	r.nmu.Lock()
-	n := r.nodes[id]
-	r.nmu.Unlock()
-	out.NodeId = id
-	out.Generation = 1
-	out.SetEntryTimeout(r.timeout)
-	out.SetAttrTimeout(r.timeout)
-	r.attr(n, &out.Attr)
-}
-
-// dir returns a directory node's path and listing.
-func (r *listingFS) dir(id uint64) (string, []backend.Entry, fuse.Status) {
-	n, path, ok := r.node(id)
+// get returns the listing held for path, marking it used.
+func (l *listingCache) get(path string) ([]backend.Entry, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.byPath[path]
 	if !ok {
-		return "", nil, fuse.ENOENT
+		return nil, false
 	}
-	if !n.dir {
-		return "", nil, fuse.ENOTDIR
-	}
-	entries, errno := r.fsys.dirListing(path)
-	if errno != 0 {
-		return "", nil, fuse.Status(errno)
-	}
-	return path, entries, fuse.OK
+	l.order.MoveToFront(e)
+	return e.Value.(*cachedListing).entries, true
 }
 
-func (r *listingFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	path, entries, st := r.dir(h.NodeId)
-	if !st.Ok() {
-		return st
+// put holds entries as the listing of path, most recently used (replacing
+// one held already), then drops least recently used listings, except this
+// one, until the entries held fit the budget.
+func (l *listingCache) put(path string, entries []backend.Entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.byPath[path]; ok {
+		l.entries -= len(e.Value.(*cachedListing).entries)
+		l.order.Remove(e)
 	}
-	e, ok := find(entries, name)
-	if !ok {
-		// A negative entry the kernel may cache: node id 0.
-		out.NodeId = 0
-		out.SetEntryTimeout(r.timeout)
-		return fuse.OK
-	}
-	r.fillEntry(r.ref(h.NodeId, join(path, name), e), out)
-	return fuse.OK
-}
-
-func (r *listingFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	n, _, ok := r.node(in.NodeId)
-	if !ok {
-		return fuse.ENOENT
-	}
-	r.attr(n, &out.Attr)
-	out.SetTimeout(r.timeout)
-	return fuse.OK
-}
-
-func (r *listingFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	n, path, ok := r.node(in.NodeId)
-	if !ok {
-		return fuse.ENOENT
-	}
-	if n.dir {
-		return fuse.Status(syscall.EISDIR)
-	}
-	f := file{fsys: r.fsys, path: path, version: n.version, size: n.size}
-	f.next = func(k int) []file { return r.fsys.siblings(path, k) }
-	return r.openFile(in.NodeId, f, in, out)
-}
-
-func (r *listingFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	n, _, ok := r.node(in.NodeId)
-	if !ok {
-		return fuse.ENOENT
-	}
-	if !n.dir {
-		return fuse.ENOTDIR
-	}
-	return fuse.OK
-}
-
-// readDir lists a directory from its listing (dirStream), as long as the
-// listing is not fetched again with other contents between two calls.
-func (r *listingFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
-	path, entries, st := r.dir(in.NodeId)
-	if !st.Ok() {
-		return st
-	}
-	if in.Offset == 0 {
-		// A walk reads the subdirectories next: list them meanwhile.
-		var subdirs []string
-		for _, e := range entries {
-			if e.IsDir {
-				subdirs = append(subdirs, join(path, e.Name))
-			}
+	keep := l.order.PushFront(&cachedListing{path: path, entries: entries})
+	l.byPath[path] = keep
+	l.entries += len(entries)
+	for l.entries > l.max {
+		e := l.order.Back()
+		if e == keep {
+			return
 		}
-		r.fsys.prelist(subdirs)
+		h := e.Value.(*cachedListing)
+		l.order.Remove(e)
+		delete(l.byPath, h.path)
+		l.entries -= len(h.entries)
+		l.evicted++
 	}
-	self, parent := r.dirInos(in.NodeId)
-	return dirStream(in, out, plus, self, parent, len(entries),
-		func(k int) (string, bool, uint64) {
-			e := &entries[k]
-			return e.Name, e.IsDir, r.ino(in.NodeId, e.Name, join(path, e.Name))
-		},
-		func(k int, eo *fuse.EntryOut) {
-			r.fillEntry(r.ref(in.NodeId, join(path, entries[k].Name), entries[k]), eo)
-		})
+}
+
+// ListingStats describe the listings a mount without a manifest holds.
+type ListingStats struct {
+	Dirs    int   // directories whose listing is held
+	Entries int   // entries held, at most Options.ListingCacheEntries (but for one larger directory)
+	Evicted int64 // listings dropped to stay within the budget
+	// Nodes is the number of inodes the kernel holds lookups of, which
+	// the mount tracks (the root included); FORGET removes them.
+	Nodes int
+}
+
+func (l *listingCache) stats() ListingStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return ListingStats{Dirs: l.order.Len(), Entries: l.entries, Evicted: l.evicted}
 }
 
 func parentPath(p string) string {
@@ -340,26 +113,26 @@ func parentPath(p string) string {
 	return p[:i]
 }
 
-// dirListing returns the entries of the directory at path, sorted by name
-// and unique: the held listing, or a new one from the backend (one per
-// path at a time). A failed listing is not remembered, so a later call
-// retries. The slice is never modified.
-func (f *FS) dirListing(path string) ([]backend.Entry, syscall.Errno) {
-	if entries, ok := f.listings.get(path); ok {
+// listing returns the listing of the directory at path, sorted by name
+// and unique: the one in the listing cache, or one fetched (fetchListing,
+// one per path at a time) and put there. A failed fetch is not remembered,
+// so a later call retries. The slice is never modified.
+func (f *FS) listing(path string) ([]backend.Entry, syscall.Errno) {
+	if entries, ok := f.listings.cache.get(path); ok {
 		return entries, 0
 	}
-	v, err, _ := f.listFlight.Do(path, func() (any, error) {
-		if entries, ok := f.listings.get(path); ok {
-			return entries, nil // listed while we waited
+	v, err, _ := f.listings.flight.Do(path, func() (any, error) {
+		if entries, ok := f.listings.cache.get(path); ok {
+			return entries, nil // fetched while we waited
 		}
-		entries, err := f.list(path)
+		entries, err := f.fetchListing(path)
 		if err != nil {
 			return nil, err
 		}
 		sort.SliceStable(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
 		// A key that is both a file and a prefix: the first wins.
 		entries = slices.Clip(slices.CompactFunc(entries, func(a, b backend.Entry) bool { return a.Name == b.Name }))
-		f.listings.put(path, entries)
+		f.listings.cache.put(path, entries)
 		return entries, nil
 	})
 	if err != nil {
@@ -373,7 +146,7 @@ func (f *FS) dirListing(path string) ([]backend.Entry, syscall.Errno) {
 // optimisation).
 func (f *FS) siblings(path string, k int) []file {
 	dir, name := parentPath(path), path[strings.LastIndexByte(path, '/')+1:]
-	entries, ok := f.listings.get(dir)
+	entries, ok := f.listings.cache.get(dir)
 	if !ok {
 		return nil
 	}
@@ -402,22 +175,4 @@ func find(entries []backend.Entry, name string) (backend.Entry, bool) {
 // search is where name is, or would be, in a sorted listing.
 func search(entries []backend.Entry, name string) (int, bool) {
 	return slices.BinarySearchFunc(entries, name, func(e backend.Entry, n string) int { return strings.Compare(e.Name, n) })
-}
-
-func dirAttr(a *fuse.Attr) {
-	a.Mode = syscall.S_IFDIR | 0o555
-	a.Nlink = 2
-}
-
-// statfs reports the cache's capacity and free room as the file system's.
-func (f *FS) statfs(out *fuse.StatfsOut) syscall.Errno {
-	st := f.store.Stats()
-	const bsize = 4096
-	out.Bsize = bsize
-	out.Frsize = bsize
-	out.Blocks = uint64(st.CapacityBytes / bsize)
-	out.Bfree = uint64(max(st.CapacityBytes-st.UsedBytes, 0) / bsize)
-	out.Bavail = out.Bfree
-	out.NameLen = 255
-	return 0
 }

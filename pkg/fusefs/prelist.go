@@ -4,48 +4,50 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
-// Without a manifest, a readdir-heavy walk (find, du, a dataset loader
-// scanning class directories) would list one directory per round trip. So
-// when a directory is read with Readdir, its subdirectories are listed in
-// the background, at most DefaultPrelistWorkers at a time, and each result
-// is parked until that subdirectory is first used, which then takes it
-// instead of listing again. A directory is listed once per mount unless the
-// listing budget drops its listing (listcache.go); a parked listing that is
-// never used costs its entries' memory.
-//
-// prelistMu guards prelisted and listed.
+// Prelisting. Without a manifest, a readdir-heavy walk (find, du, a dataset
+// loader scanning class directories) would fetch one listing per round
+// trip. So when a directory is read with Readdir, the listings of its
+// subdirectories are fetched in the background, at most
+// DefaultPrelistWorkers at a time, and each is parked until that
+// subdirectory is first used, which then takes it instead of fetching its
+// listing again. A directory's listing is fetched once per mount unless
+// the listing cache drops it (listing.go); a parked listing that is never
+// taken costs its entries' memory.
 
-// DefaultPrelistWorkers bounds the concurrent background listings.
+// DefaultPrelistWorkers bounds the concurrent prelistings.
 const DefaultPrelistWorkers = 8
 
-// listing is one directory's listing, done or in flight.
-type listing struct {
+// pendingListing is one prelisting: a directory's listing being fetched in
+// the background, or fetched and parked until the directory is used.
+type pendingListing struct {
 	done    chan struct{} // closed when entries and err are set
 	entries []backend.Entry
 	err     error
 }
 
-// prelist starts background listings of dirs not listed or being listed.
+// prelist starts prelistings of the dirs whose listing is not fetched or
+// being fetched.
 func (f *FS) prelist(dirs []string) {
 	if len(dirs) < 2 {
 		return // nothing to overlap
 	}
+	ls := &f.listings
 	for _, p := range dirs {
-		f.prelistMu.Lock()
-		if _, ok := f.prelisted[p]; ok || f.listed[p] {
-			f.prelistMu.Unlock()
+		ls.mu.Lock()
+		if _, ok := ls.parked[p]; ok || ls.fetched[p] {
+			ls.mu.Unlock()
 			continue
 		}
-		l := &listing{done: make(chan struct{})}
-		f.prelisted[p] = l
-		f.prelistMu.Unlock()
+		l := &pendingListing{done: make(chan struct{})}
+		ls.parked[p] = l
+		ls.mu.Unlock()
 		go func() {
 			select {
-			case f.listSem <- struct{}{}:
+			case ls.sem <- struct{}{}:
 				ctx, cancel := f.listCtx()
 				l.entries, l.err = f.backend.List(ctx, p)
 				cancel()
-				<-f.listSem
+				<-ls.sem
 			case <-f.ctx.Done():
 				l.err = f.ctx.Err()
 			}
@@ -54,21 +56,23 @@ func (f *FS) prelist(dirs []string) {
 	}
 }
 
-// list returns the listing of the directory at p: a parked background
-// listing if there is one (waiting for it if in flight), else a fresh List.
-// Called by dirListing, at most once at a time per path.
-func (f *FS) list(p string) ([]backend.Entry, error) {
-	f.prelistMu.Lock()
-	l, ok := f.prelisted[p]
-	delete(f.prelisted, p)
-	f.listed[p] = true
-	f.prelistMu.Unlock()
+// fetchListing returns the listing of the directory at p, as the backend
+// returned it: a parked prelisting if there is one (waiting for it if in
+// flight), else a fresh List. Called by listing, at most once at a time
+// per path.
+func (f *FS) fetchListing(p string) ([]backend.Entry, error) {
+	ls := &f.listings
+	ls.mu.Lock()
+	l, ok := ls.parked[p]
+	delete(ls.parked, p)
+	ls.fetched[p] = true
+	ls.mu.Unlock()
 	if ok {
 		<-l.done
 		if l.err == nil {
 			return l.entries, nil
 		}
-		// A failed background listing is retried in the foreground.
+		// A failed prelisting is retried in the foreground.
 	}
 	ctx, cancel := f.listCtx()
 	defer cancel()

@@ -12,14 +12,13 @@ import (
 )
 
 // The two trees a mount serves, from a manifest (manifest.go) or from
-// backend listings (listing.go), both run on go-fuse's raw protocol API
+// backend listings (backendfs.go), both run on go-fuse's raw protocol API
 // (fuse.RawFileSystem) rather than its node tree, which holds ~600 B of Go
 // objects per inode the kernel knows. rawBase is what they share: the
 // EROFS answers, the table of open files and their passthrough backings.
 //
-// Only open files hold state here: a table from file handle to the
-// fs.FileHandle types of handle.go, and the passthrough backing of each
-// open node. mu guards handles, nextFh and backings.
+// Only open files hold state here (openFiles). server and noBacking are
+// set once; the rest is immutable after init.
 type rawBase struct {
 	fuse.RawFileSystem // ENOSYS for what is not implemented
 
@@ -32,6 +31,14 @@ type rawBase struct {
 	// listDir answers READDIR (plus false) and READDIRPLUS; set by the tree.
 	listDir func(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status
 
+	open openFiles
+}
+
+// openFiles is a mounted tree's table of open files: from file handle to
+// the fs.FileHandle types of handle.go, and the passthrough backing of
+// each open node. mu guards handles, nextFh and backings; it is a leaf,
+// and never held across the backing-fd ioctls.
+type openFiles struct {
 	mu       sync.Mutex
 	handles  map[uint64]*rawHandle // by file handle
 	nextFh   uint64
@@ -58,8 +65,8 @@ func (r *rawBase) init(f *FS) {
 	r.RawFileSystem = fuse.NewDefaultRawFileSystem()
 	r.fsys = f
 	r.timeout = f.opts.Timeout
-	r.handles = map[uint64]*rawHandle{}
-	r.backings = map[uint64]*backingRef{}
+	r.open.handles = map[uint64]*rawHandle{}
+	r.open.backings = map[uint64]*backingRef{}
 }
 
 func (r *rawBase) String() string { return "cachefs" }
@@ -137,11 +144,11 @@ func (r *rawBase) openFile(node uint64, f file, in *fuse.OpenIn, out *fuse.OpenO
 		flags &^= fuse.FOPEN_KEEP_CACHE
 	}
 	out.OpenFlags = flags
-	r.mu.Lock()
-	r.nextFh++
-	out.Fh = r.nextFh
-	r.handles[out.Fh] = h
-	r.mu.Unlock()
+	r.open.mu.Lock()
+	r.open.nextFh++
+	out.Fh = r.open.nextFh
+	r.open.handles[out.Fh] = h
+	r.open.mu.Unlock()
 	return fuse.OK
 }
 
@@ -171,23 +178,23 @@ func (r *rawBase) backing(node uint64, fh fs.FileHandle) int32 {
 		}
 		return 0
 	}
-	r.mu.Lock()
-	if b := r.backings[node]; b != nil {
+	r.open.mu.Lock()
+	if b := r.open.backings[node]; b != nil {
 		b.refs++
 		won := b.id
-		r.mu.Unlock()
+		r.open.mu.Unlock()
 		r.unregister(id)
 		return won
 	}
-	r.backings[node] = &backingRef{id: id, refs: 1}
-	r.mu.Unlock()
+	r.open.backings[node] = &backingRef{id: id, refs: 1}
+	r.open.mu.Unlock()
 	return id
 }
 
 func (r *rawBase) refBacking(node uint64) int32 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	b := r.backings[node]
+	r.open.mu.Lock()
+	defer r.open.mu.Unlock()
+	b := r.open.backings[node]
 	if b == nil {
 		return 0
 	}
@@ -202,9 +209,9 @@ func (r *rawBase) unregister(id int32) {
 }
 
 func (r *rawBase) handle(fh uint64) *rawHandle {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.handles[fh]
+	r.open.mu.Lock()
+	defer r.open.mu.Unlock()
+	return r.open.handles[fh]
 }
 
 func (r *rawBase) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
@@ -221,19 +228,19 @@ func (r *rawBase) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 }
 
 func (r *rawBase) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	r.mu.Lock()
-	h := r.handles[in.Fh]
-	delete(r.handles, in.Fh)
+	r.open.mu.Lock()
+	h := r.open.handles[in.Fh]
+	delete(r.open.handles, in.Fh)
 	var drop int32
 	if h != nil && h.backing {
-		if b := r.backings[h.node]; b != nil {
+		if b := r.open.backings[h.node]; b != nil {
 			if b.refs--; b.refs == 0 {
 				drop = b.id
-				delete(r.backings, h.node)
+				delete(r.open.backings, h.node)
 			}
 		}
 	}
-	r.mu.Unlock()
+	r.open.mu.Unlock()
 	if drop != 0 {
 		r.unregister(drop)
 	}

@@ -11,10 +11,13 @@ package fusefs
 // the first included).
 //
 // Readahead never queues: when the background fetches are at their bound
-// (4 × ReadaheadFiles) or the cache has no room left for the file (counting
-// the readahead in flight), that file is skipped. So once an NR cache is full, readahead stops costing backend
-// requests. A file already being read ahead (the windows of two misses in
-// one directory overlap) is skipped too, so it holds one slot, not two.
+// (4 × ReadaheadFiles) or the cache has no room left for the next file
+// (counting the readahead in flight), the rest of the window is skipped.
+// So once an NR cache is full, readahead stops costing backend requests. A
+// file already being read ahead (the windows of two misses in one
+// directory overlap) is skipped too, so it holds one slot, not two.
+//
+// State: FS.readahead (fs.go).
 
 // readaheadFiles fetches files (small, not cached) into the cache in the
 // background, within the bound.
@@ -28,34 +31,34 @@ func (f *FS) readaheadFiles(files []file) {
 			continue
 		}
 		// Room for it, counting the readahead already in flight.
-		if st := f.store.Stats(); st.UsedBytes+f.raBytes.Add(n.size) > st.CapacityBytes {
-			f.raBytes.Add(-n.size)
+		if st := f.store.Stats(); st.UsedBytes+f.readahead.fileBytes.Add(n.size) > st.CapacityBytes {
+			f.readahead.fileBytes.Add(-n.size)
 			return
 		}
 		select {
-		case f.fileRASem <- struct{}{}:
+		case f.readahead.fileSem <- struct{}{}:
 		default:
-			f.raBytes.Add(-n.size)
+			f.readahead.fileBytes.Add(-n.size)
 			return
 		}
-		f.raMu.Lock()
-		_, dup := f.raFlight[n.path]
+		f.readahead.mu.Lock()
+		_, dup := f.readahead.files[n.path]
 		if !dup {
-			f.raFlight[n.path] = struct{}{}
+			f.readahead.files[n.path] = struct{}{}
 		}
-		f.raMu.Unlock()
+		f.readahead.mu.Unlock()
 		if dup {
-			f.raBytes.Add(-n.size)
-			<-f.fileRASem
+			f.readahead.fileBytes.Add(-n.size)
+			<-f.readahead.fileSem
 			continue
 		}
 		go func() {
 			defer func() {
-				f.raMu.Lock()
-				delete(f.raFlight, n.path)
-				f.raMu.Unlock()
-				f.raBytes.Add(-n.size)
-				<-f.fileRASem
+				f.readahead.mu.Lock()
+				delete(f.readahead.files, n.path)
+				f.readahead.mu.Unlock()
+				f.readahead.fileBytes.Add(-n.size)
+				<-f.readahead.fileSem
 			}()
 			res, err := f.store.Fill(f.ctx, span.Key, span.Length, f.loader(n.path, n.version, span.Offset))
 			if err != nil {

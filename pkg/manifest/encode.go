@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/google/renameio/v2"
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
 )
@@ -106,38 +107,26 @@ func (m *Manifest) WriteFile(path string) (int64, error) {
 	return int64(len(data)), nil
 }
 
-// writeFileAtomic writes data to path through a synced temporary file in
-// the same directory, renamed over path.
+// writeFileAtomic writes data to path (mode 0644, whatever the umask or the
+// mode of the file it replaces) through a synced temporary file in the same
+// directory, renamed over path (renameio).
 func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("manifest: write %s: %w", path, err)
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	err := func() error {
+		dir := filepath.Dir(path)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		pf, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(0o644))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = pf.Cleanup() }()
+		if _, err := pf.Write(data); err != nil {
+			return err
+		}
+		return pf.CloseAtomicallyReplace() // fsync, close, rename
+	}()
 	if err != nil {
-		return fmt.Errorf("manifest: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("manifest: write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("manifest: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("manifest: write %s: %w", path, err)
 	}
 	return nil

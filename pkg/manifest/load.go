@@ -362,12 +362,18 @@ func ReadFile(path string, maxSize int64) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manifest: read %s: %w", path, err)
 	}
+	return loadLimited(data, maxSize, path, "file "+path)
+}
+
+// loadLimited is the end of ReadFile and Fetch: data, read from path (where
+// names it in errors), must be at most maxSize bytes and a valid manifest.
+func loadLimited(data []byte, maxSize int64, path, where string) (*Manifest, error) {
 	if int64(len(data)) > maxSize {
 		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, path, maxSize)
 	}
 	m, err := Load(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w (file %s)", err, path)
+		return nil, fmt.Errorf("%w (%s)", err, where)
 	}
 	return m, nil
 }
@@ -398,14 +404,7 @@ func Fetch(ctx context.Context, b backend.Backend, path string, maxSize int64) (
 			return nil, fmt.Errorf("manifest: fetch %s: %w", path, err)
 		}
 	}
-	if int64(len(data)) > maxSize {
-		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrTooLarge, path, maxSize)
-	}
-	m, err := Load(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w (%s in %s)", err, path, b.ID())
-	}
-	return m, nil
+	return loadLimited(data, maxSize, path, path+" in "+b.ID())
 }
 
 // DefaultPath is where a dataset keeps its manifest, relative to the

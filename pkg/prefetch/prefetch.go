@@ -28,7 +28,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"sync"
@@ -577,14 +576,7 @@ func (p *Prefetcher) loader(sp cache.KeySpan, reads chan struct{}) cache.Loader 
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-		n, err := p.cfg.Backend.ReadAt(ctx, sp.Key.Path, sp.Key.Version, buf, sp.Offset)
-		<-reads
-		if n == len(buf) && (err == nil || errors.Is(err, io.EOF)) {
-			return nil
-		}
-		if err == nil || errors.Is(err, io.EOF) {
-			err = fmt.Errorf("%w: got %d of %d bytes at offset %d (the file shrank?)", io.ErrUnexpectedEOF, n, len(buf), sp.Offset)
-		}
-		return err
+		defer func() { <-reads }()
+		return backend.ReadFull(ctx, p.cfg.Backend, sp.Key.Path, sp.Key.Version, buf, sp.Offset)
 	}
 }

@@ -66,6 +66,16 @@ func openBackend(t testing.TB, source string) backend.Backend {
 	return b
 }
 
+// index builds b's manifest by a walk.
+func index(t testing.TB, b backend.Backend) *manifest.Manifest {
+	t.Helper()
+	m, _, err := manifest.Index(context.Background(), b, manifest.IndexOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func openStore(t testing.TB, dir string, capacity int64) *cache.Store {
 	t.Helper()
 	s, err := cache.Open(cache.Options{Dir: dir, Capacity: capacity})
@@ -194,10 +204,7 @@ func TestCompleteThenResume(t *testing.T) {
 // path order into an empty cache of capacity bytes.
 func nrSimulate(t *testing.T, b backend.Backend, capacity int64) (int64, int) {
 	t.Helper()
-	m, _, err := manifest.Index(context.Background(), b, manifest.IndexOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := index(t, b)
 	var used int64
 	full := 0
 	m.Walk(func(i int, p string) bool {
@@ -354,10 +361,7 @@ func TestInterruptedWhileListing(t *testing.T) {
 func TestManifestAndWalkFormTheSameKeys(t *testing.T) {
 	d := makeDataset(t)
 	b := openBackend(t, d.dir)
-	m, _, err := manifest.Index(context.Background(), b, manifest.IndexOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := index(t, b)
 	s := openStore(t, t.TempDir(), 2*d.total)
 	withManifest := run(t, context.Background(), prefetch.Config{Backend: b, Store: s, Manifest: m})
 	if withManifest.State != prefetch.StateComplete || !withManifest.Manifest {
@@ -372,10 +376,7 @@ func TestManifestAndWalkFormTheSameKeys(t *testing.T) {
 func TestChangedFileFails(t *testing.T) {
 	d := makeDataset(t)
 	b := openBackend(t, d.dir)
-	m, _, err := manifest.Index(context.Background(), b, manifest.IndexOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := index(t, b)
 	victim := d.files[3].Path
 	if err := os.WriteFile(filepath.Join(d.dir, victim), []byte("changed"), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,349 @@
+package fusefs
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/zeebo/xxh3"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// The backend tree: without a manifest, the tree is served from listings
+// on go-fuse's raw API. A directory's listing is fetched on first use (or
+// taken from its prelisting, prelist.go) and held by path in the listing
+// cache (listing.go); a dropped listing is fetched again when next needed.
+//
+// The kernel's inodes are a table of small nodes, one per name the kernel
+// holds a lookup of: allocated by LOOKUP (and by READDIRPLUS, which hands
+// the kernel every entry's attributes), counted per lookup, and removed by
+// FORGET once the kernel has forgotten the node and all its children. A
+// node is about 80 bytes plus its table entries; it shares its name and
+// version strings with the listing it came from. (The go-fuse node tree
+// this replaces held ~600 B of Go objects per inode.) Node ids are
+// allocated in order; st_ino is the path's hash, stable across mounts.
+//
+// st_ino is the hash of the path, moved on to the next free number when a
+// live node holds it (inos), so that no two live inodes share one. Only
+// live nodes are in that table: a mount remembers nothing per file it
+// listed but the kernel no longer holds, beyond the listing itself.
+//
+// nmu guards nodes, byKey, inos and nextID; a node's fields but nlookup and
+// kids are immutable.
+type backendFS struct {
+	rawBase
+
+	nmu    sync.Mutex
+	nodes  map[uint64]*backendNode // by node id; the root is node 1
+	byKey  map[nodeKey]uint64      // live nodes by (parent node id, name)
+	inos   map[uint64]uint64       // st_ino → node id, of live nodes
+	nextID uint64
+}
+
+// nodeKey names a node within its parent.
+type nodeKey struct {
+	parent uint64
+	name   string
+}
+
+// backendNode is an inode the kernel knows.
+type backendNode struct {
+	parent  uint64 // 0 for the root
+	ino     uint64
+	nlookup uint64 // lookups the kernel has not forgotten
+	// A file's size, version and modification time (Unix ns, 0: none), as
+	// listed.
+	size    int64
+	mtime   int64
+	name    string
+	version string
+	kids    int32 // live child nodes (they need this one's path)
+	dir     bool
+}
+
+var _ fuse.RawFileSystem = (*backendFS)(nil)
+
+func newBackendFS(f *FS) *backendFS {
+	r := &backendFS{
+		nodes:  map[uint64]*backendNode{fuse.FUSE_ROOT_ID: {dir: true, ino: 1, nlookup: 1}},
+		byKey:  map[nodeKey]uint64{},
+		inos:   map[uint64]uint64{1: fuse.FUSE_ROOT_ID},
+		nextID: fuse.FUSE_ROOT_ID,
+	}
+	r.init(f)
+	r.listDir = r.readDir
+	return r
+}
+
+// node returns a live node and its dataset path.
+func (r *backendFS) node(id uint64) (*backendNode, string, bool) {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	n := r.nodes[id]
+	if n == nil {
+		return nil, "", false
+	}
+	return n, r.pathLocked(n), true
+}
+
+// pathLocked builds n's path from its ancestors (alive: each holds a kid
+// count for its children). r.nmu must be held.
+func (r *backendFS) pathLocked(n *backendNode) string {
+	if n.parent == 0 {
+		return ""
+	}
+	var names []string
+	for ; n.parent != 0; n = r.nodes[n.parent] {
+		names = append(names, n.name)
+	}
+	slices.Reverse(names)
+	return strings.Join(names, "/")
+}
+
+// ref returns the node of entry e in directory parent, created if the
+// kernel holds none, and counts one lookup of it.
+func (r *backendFS) ref(parent uint64, path string, e backend.Entry) uint64 {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	k := nodeKey{parent, e.Name}
+	if id, ok := r.byKey[k]; ok {
+		n := r.nodes[id]
+		if n.dir == e.IsDir && (n.dir || n.version == e.Version && n.size == e.Size) {
+			n.nlookup++
+			return id
+		}
+		// The name now stands for something else (the listing was
+		// fetched again and the file changed): a new node, and the old
+		// one lives on, unnamed, until the kernel forgets it.
+		delete(r.byKey, k)
+	}
+	r.nextID++
+	id := r.nextID
+	n := &backendNode{parent: parent, name: e.Name, dir: e.IsDir, ino: r.inoLocked(parent, e.Name, path), nlookup: 1}
+	r.inos[n.ino] = id
+	if !e.IsDir {
+		n.size, n.version = e.Size, e.Version
+		if !e.ModTime.IsZero() {
+			n.mtime = e.ModTime.UnixNano()
+		}
+	}
+	r.nodes[id] = n
+	r.byKey[k] = id
+	r.nodes[parent].kids++
+	return id
+}
+
+// Forget drops n lookups of a node; a node the kernel forgot and whose
+// children are gone is removed, and so, in turn, may its parent be.
+func (r *backendFS) Forget(id, n uint64) {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	node := r.nodes[id]
+	if node == nil || id == fuse.FUSE_ROOT_ID {
+		return
+	}
+	node.nlookup -= min(n, node.nlookup)
+	for id != fuse.FUSE_ROOT_ID && node.nlookup == 0 && node.kids == 0 {
+		delete(r.nodes, id)
+		if k := (nodeKey{node.parent, node.name}); r.byKey[k] == id {
+			delete(r.byKey, k)
+		}
+		if r.inos[node.ino] == id {
+			delete(r.inos, node.ino)
+		}
+		id = node.parent
+		if node = r.nodes[id]; node == nil {
+			return // cannot happen: a child holds its parent
+		}
+		node.kids--
+	}
+}
+
+// inoLocked returns the st_ino of name in directory parent, whose path is
+// path: its live node's, else the path's hash, or the next number no live
+// node holds. r.nmu must be held.
+func (r *backendFS) inoLocked(parent uint64, name, path string) uint64 {
+	if id, ok := r.byKey[nodeKey{parent, name}]; ok {
+		return r.nodes[id].ino
+	}
+	h := xxh3.HashString(path) | 1<<63 // clear of small numbers (the root is 1)
+	for {
+		if _, taken := r.inos[h]; !taken {
+			return h
+		}
+		h++
+	}
+}
+
+// dirInos returns the st_ino of a directory node and of its parent.
+func (r *backendFS) dirInos(id uint64) (self, parent uint64) {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	n := r.nodes[id]
+	if n == nil {
+		return 0, 0
+	}
+	if p := r.nodes[n.parent]; p != nil {
+		return n.ino, p.ino
+	}
+	return n.ino, n.ino // the root is its own parent
+}
+
+// ino is inoLocked for a directory entry being listed.
+func (r *backendFS) ino(parent uint64, name, path string) uint64 {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	return r.inoLocked(parent, name, path)
+}
+
+// NodeCount is the number of inodes the mount tracks (for tests).
+func (r *backendFS) NodeCount() int {
+	r.nmu.Lock()
+	defer r.nmu.Unlock()
+	return len(r.nodes)
+}
+
+func (r *backendFS) attr(n *backendNode, a *fuse.Attr) {
+	a.Ino = n.ino
+	if n.dir {
+		dirAttr(a)
+		return
+	}
+	a.Mode = syscall.S_IFREG | 0o444
+	a.Nlink = 1
+	a.Size = uint64(n.size)
+	a.Blocks = (a.Size + 511) / 512
+	a.Blksize = 1 << 20
+	if n.mtime != 0 {
+		t := time.Unix(0, n.mtime)
+		a.SetTimes(nil, &t, &t)
+	}
+}
+
+// fillEntry answers a lookup of node id.
+func (r *backendFS) fillEntry(id uint64, out *fuse.EntryOut) {
+	r.nmu.Lock()
+	n := r.nodes[id]
+	r.nmu.Unlock()
+	out.NodeId = id
+	out.Generation = 1
+	out.SetEntryTimeout(r.timeout)
+	out.SetAttrTimeout(r.timeout)
+	r.attr(n, &out.Attr)
+}
+
+// dir returns a directory node's path and listing.
+func (r *backendFS) dir(id uint64) (string, []backend.Entry, fuse.Status) {
+	n, path, ok := r.node(id)
+	if !ok {
+		return "", nil, fuse.ENOENT
+	}
+	if !n.dir {
+		return "", nil, fuse.ENOTDIR
+	}
+	entries, errno := r.fsys.listing(path)
+	if errno != 0 {
+		return "", nil, fuse.Status(errno)
+	}
+	return path, entries, fuse.OK
+}
+
+func (r *backendFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	path, entries, st := r.dir(h.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	e, ok := find(entries, name)
+	if !ok {
+		// A negative entry the kernel may cache: node id 0.
+		out.NodeId = 0
+		out.SetEntryTimeout(r.timeout)
+		return fuse.OK
+	}
+	r.fillEntry(r.ref(h.NodeId, join(path, name), e), out)
+	return fuse.OK
+}
+
+func (r *backendFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	n, _, ok := r.node(in.NodeId)
+	if !ok {
+		return fuse.ENOENT
+	}
+	r.attr(n, &out.Attr)
+	out.SetTimeout(r.timeout)
+	return fuse.OK
+}
+
+func (r *backendFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	n, path, ok := r.node(in.NodeId)
+	if !ok {
+		return fuse.ENOENT
+	}
+	if n.dir {
+		return fuse.Status(syscall.EISDIR)
+	}
+	f := file{fsys: r.fsys, path: path, version: n.version, size: n.size}
+	f.next = func(k int) []file { return r.fsys.siblings(path, k) }
+	return r.openFile(in.NodeId, f, in, out)
+}
+
+func (r *backendFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	n, _, ok := r.node(in.NodeId)
+	if !ok {
+		return fuse.ENOENT
+	}
+	if !n.dir {
+		return fuse.ENOTDIR
+	}
+	return fuse.OK
+}
+
+// readDir lists a directory from its listing (dirStream), as long as the
+// listing is not fetched again with other contents between two calls.
+func (r *backendFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status {
+	path, entries, st := r.dir(in.NodeId)
+	if !st.Ok() {
+		return st
+	}
+	if in.Offset == 0 {
+		// A walk reads the subdirectories next: prelist them meanwhile.
+		var subdirs []string
+		for _, e := range entries {
+			if e.IsDir {
+				subdirs = append(subdirs, join(path, e.Name))
+			}
+		}
+		r.fsys.prelist(subdirs)
+	}
+	self, parent := r.dirInos(in.NodeId)
+	return dirStream(in, out, plus, self, parent, len(entries),
+		func(k int) (string, bool, uint64) {
+			e := &entries[k]
+			return e.Name, e.IsDir, r.ino(in.NodeId, e.Name, join(path, e.Name))
+		},
+		func(k int, eo *fuse.EntryOut) {
+			r.fillEntry(r.ref(in.NodeId, join(path, entries[k].Name), entries[k]), eo)
+		})
+}
+
+func dirAttr(a *fuse.Attr) {
+	a.Mode = syscall.S_IFDIR | 0o555
+	a.Nlink = 2
+}
+
+// statfs reports the cache's capacity and free room as the file system's.
+func (f *FS) statfs(out *fuse.StatfsOut) syscall.Errno {
+	st := f.store.Stats()
+	const bsize = 4096
+	out.Bsize = bsize
+	out.Frsize = bsize
+	out.Blocks = uint64(st.CapacityBytes / bsize)
+	out.Bfree = uint64(max(st.CapacityBytes-st.UsedBytes, 0) / bsize)
+	out.Bavail = out.Bfree
+	out.NameLen = 255
+	return 0
+}
