@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -470,11 +471,11 @@ func TestStaleSidecar(t *testing.T) {
 func TestNoXattrFilesystem(t *testing.T) {
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "ramfs", "-o", "mode=0700", "ramfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a ramfs here (%v: %s)", err, bytes.TrimSpace(out))
+		testenv.RequireOrSkip(t, "ramfs", fmt.Sprintf("cannot mount a ramfs (a filesystem without user xattrs) here: %v: %s", err, bytes.TrimSpace(out)))
 	}
 	t.Cleanup(func() { exec.Command("umount", dir).Run() })
 	if err := unix.Setxattr(dir, "user.x", []byte("1"), 0); err == nil || !isNoXattr(err) {
-		t.Skipf("this ramfs takes user xattrs (%v)", err)
+		testenv.RequireOrSkip(t, "ramfs", fmt.Sprintf("this kernel's ramfs takes user xattrs (%v): no filesystem without them to test on", err))
 	}
 	s, err := Open(Options{Dir: dir, Capacity: 1 << 20})
 	if err != nil {
@@ -825,7 +826,7 @@ func TestWriteFailure(t *testing.T) {
 func TestDiskFull(t *testing.T) {
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, bytes.TrimSpace(out))
+		testenv.RequireOrSkip(t, "tmpfs", fmt.Sprintf("cannot mount a 1 MiB tmpfs here: %v: %s", err, bytes.TrimSpace(out)))
 	}
 	t.Cleanup(func() { exec.Command("umount", dir).Run() })
 	s, err := Open(Options{Dir: dir, Capacity: 100 << 20})

@@ -255,7 +255,7 @@ func TestListingSurvivesForget(t *testing.T) {
 		}
 		unix.Sync()
 		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
-			t.Skipf("cannot make the kernel forget inodes (drop_caches needs root): %v", err)
+			testenv.RequireOrSkip(t, "drop_caches", fmt.Sprintf("cannot make the kernel forget inodes (writing /proc/sys/vm/drop_caches needs root): %v", err))
 		}
 	}
 	if n := m.backend.lists.Load(); n != int64(dirs) {
