@@ -148,15 +148,15 @@ type readahead struct {
 
 // listings is how a mount without a manifest gets listings (see the
 // glossary in the package doc). cache, sem and flight are immutable (and
-// safe for concurrent use); mu guards parked and fetched.
+// safe for concurrent use); mu guards parked and parkedEntries.
 type listings struct {
 	cache  *listingCache      // the listings held (listing.go)
 	sem    chan struct{}      // bounds prelistings (prelist.go)
 	flight singleflight.Group // one foreground fetch per directory at a time
 
-	mu      sync.Mutex
-	parked  map[string]*pendingListing // prelistings not yet taken
-	fetched map[string]bool            // directories fetched in the foreground
+	mu            sync.Mutex
+	parked        map[string]*pendingListing // prelistings not yet taken, at most maxParkedListings
+	parkedEntries int                        // entries of the fetched ones, at most the listing budget
 }
 
 // New validates opts and returns an FS ready to mount.
@@ -201,10 +201,9 @@ func New(opts Options) (*FS, error) {
 			files:    map[string]struct{}{},
 		},
 		listings: listings{
-			cache:   newListingCache(opts.ListingCacheEntries),
-			sem:     make(chan struct{}, DefaultPrelistWorkers),
-			parked:  map[string]*pendingListing{},
-			fetched: map[string]bool{},
+			cache:  newListingCache(opts.ListingCacheEntries),
+			sem:    make(chan struct{}, DefaultPrelistWorkers),
+			parked: map[string]*pendingListing{},
 		},
 	}, nil
 }
@@ -213,6 +212,9 @@ func New(opts Options) (*FS, error) {
 // (zero with a manifest).
 func (f *FS) ListingStats() ListingStats {
 	st := f.listings.cache.stats()
+	f.listings.mu.Lock()
+	st.Parked, st.ParkedEntries = len(f.listings.parked), f.listings.parkedEntries
+	f.listings.mu.Unlock()
 	if t := f.tree.Load(); t != nil {
 		st.Nodes = t.NodeCount()
 	}

@@ -25,8 +25,9 @@ import (
 // directories (the kernel's own dentry and inode caches keep answering for
 // what it holds; a dropped directory is listed again when next needed). The
 // listing just added is never dropped, so one directory larger than the
-// budget still works. Prelistings (prelist.go) are not counted until their
-// directory takes them, which a walk does soon after.
+// budget still works. Prelistings (prelist.go) parked until their directory
+// takes them are bounded on their own: at most maxParkedListings of them,
+// holding at most the same budget of entries.
 //
 // A held listing is sorted by name, unique and never modified, so callers
 // use the slice get returned without a lock, even after it is dropped.
@@ -49,6 +50,14 @@ type cachedListing struct {
 
 func newListingCache(max int) *listingCache {
 	return &listingCache{max: max, order: list.New(), byPath: map[string]*list.Element{}}
+}
+
+// has reports whether a listing is held for path, without marking it used.
+func (l *listingCache) has(path string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.byPath[path]
+	return ok
 }
 
 // get returns the listing held for path, marking it used.
@@ -94,6 +103,10 @@ type ListingStats struct {
 	Dirs    int   // directories whose listing is held
 	Entries int   // entries held, at most Options.ListingCacheEntries (but for one larger directory)
 	Evicted int64 // listings dropped to stay within the budget
+	// Parked and ParkedEntries count prelistings fetched (or being
+	// fetched) ahead and not yet taken by their directory, and the entries
+	// of those fetched.
+	Parked, ParkedEntries int
 	// Nodes is the number of inodes the kernel holds lookups of, which
 	// the mount tracks (the root included); FORGET removes them.
 	Nodes int

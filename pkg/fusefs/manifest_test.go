@@ -347,3 +347,37 @@ func openDir(t *testing.T, src string) backend.Backend {
 	}
 	return b
 }
+
+// TestPrelistingsBounded: listings fetched ahead of a walk that never comes
+// stay within the listing budget plus the prelistings in flight, and a walk
+// then takes them all (none left parked) and stays correct.
+func TestPrelistingsBounded(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src := t.TempDir()
+	classTree(t, src, "f.bin") // 12 class directories of 3 entries each
+	const budget = 8
+	m := mountCountingOpts(t, openDir(t, src), fusefs.Options{ListingCacheEntries: budget}, 1<<20)
+	if _, err := os.ReadDir(m.dir); err != nil { // prelists the 12 class directories
+		t.Fatal(err)
+	}
+	var st fusefs.ListingStats
+	for last, stable := -1, 0; stable < 10; time.Sleep(20 * time.Millisecond) {
+		st = m.fsys.ListingStats()
+		if st.ParkedEntries == last {
+			stable++
+		} else {
+			last, stable = st.ParkedEntries, 0
+		}
+	}
+	if limit := budget + fusefs.DefaultPrelistWorkers*3; st.ParkedEntries > limit || st.Parked >= 12 {
+		t.Fatalf("parked after listing the root: %d listings, %d entries; want at most %d entries and fewer than all 12 directories", st.Parked, st.ParkedEntries, limit)
+	}
+	want := walkTree(t, src)
+	if got := walkTree(t, m.dir); !slices.Equal(got, want) {
+		t.Fatalf("walk differs:\n got %q\nwant %q", got, want)
+	}
+	if st := m.fsys.ListingStats(); st.ParkedEntries != 0 {
+		t.Fatalf("after a full walk: %d listings with %d entries still parked, want none", st.Parked, st.ParkedEntries)
+	}
+	t.Logf("parked before the walk: %d listings, %d entries", st.Parked, st.ParkedEntries)
+}

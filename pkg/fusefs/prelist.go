@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"errors"
+
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
@@ -11,11 +13,21 @@ import (
 // DefaultPrelistWorkers at a time, and each is parked until that
 // subdirectory is first used, which then takes it instead of fetching its
 // listing again. A directory's listing is fetched once per mount unless
-// the listing cache drops it (listing.go); a parked listing that is never
-// taken costs its entries' memory.
+// the listing cache drops it (listing.go). Parked listings are bounded: at
+// most maxParkedListings of them, and no prelisting starts fetching while
+// those fetched hold the listing budget's worth of entries, so they hold at
+// most the budget plus the DefaultPrelistWorkers listings in flight (a walk
+// takes them soon; one that never does cannot grow the mount without bound).
 
 // DefaultPrelistWorkers bounds the concurrent prelistings.
 const DefaultPrelistWorkers = 8
+
+// errPrelistSkipped ends a prelisting that found the budget held by those
+// parked before it; its directory is listed in the foreground when used.
+var errPrelistSkipped = errors.New("fusefs: prelisting skipped: parked listings hold the budget")
+
+// maxParkedListings bounds the prelistings parked at once.
+const maxParkedListings = 4096
 
 // pendingListing is one prelisting: a directory's listing being fetched in
 // the background, or fetched and parked until the directory is used.
@@ -23,6 +35,7 @@ type pendingListing struct {
 	done    chan struct{} // closed when entries and err are set
 	entries []backend.Entry
 	err     error
+	counted bool // entries are in listings.parkedEntries (guarded by listings.mu)
 }
 
 // prelist starts prelistings of the dirs whose listing is not fetched or
@@ -33,25 +46,51 @@ func (f *FS) prelist(dirs []string) {
 	}
 	ls := &f.listings
 	for _, p := range dirs {
+		if ls.cache.has(p) {
+			continue
+		}
 		ls.mu.Lock()
-		if _, ok := ls.parked[p]; ok || ls.fetched[p] {
+		if _, ok := ls.parked[p]; ok {
 			ls.mu.Unlock()
 			continue
+		}
+		if len(ls.parked) >= maxParkedListings || ls.parkedEntries >= ls.cache.max {
+			ls.mu.Unlock()
+			return // the directories are listed when used, as without prelisting
 		}
 		l := &pendingListing{done: make(chan struct{})}
 		ls.parked[p] = l
 		ls.mu.Unlock()
 		go func() {
+			defer close(l.done)
 			select {
 			case ls.sem <- struct{}{}:
-				ctx, cancel := f.listCtx()
-				l.entries, l.err = f.backend.List(ctx, p)
-				cancel()
-				<-ls.sem
 			case <-f.ctx.Done():
 				l.err = f.ctx.Err()
+				return
 			}
-			close(l.done)
+			defer func() { <-ls.sem }()
+			// Checked again once running: those parked meanwhile may
+			// hold the budget now.
+			ls.mu.Lock()
+			over := ls.parkedEntries >= ls.cache.max
+			if over && ls.parked[p] == l {
+				delete(ls.parked, p)
+			}
+			ls.mu.Unlock()
+			if over {
+				l.err = errPrelistSkipped
+				return
+			}
+			ctx, cancel := f.listCtx()
+			l.entries, l.err = f.backend.List(ctx, p)
+			cancel()
+			ls.mu.Lock()
+			if ls.parked[p] == l { // not taken yet: count what it holds
+				l.counted = true
+				ls.parkedEntries += len(l.entries)
+			}
+			ls.mu.Unlock()
 		}()
 	}
 }
@@ -65,7 +104,9 @@ func (f *FS) fetchListing(p string) ([]backend.Entry, error) {
 	ls.mu.Lock()
 	l, ok := ls.parked[p]
 	delete(ls.parked, p)
-	ls.fetched[p] = true
+	if ok && l.counted {
+		ls.parkedEntries -= len(l.entries)
+	}
 	ls.mu.Unlock()
 	if ok {
 		<-l.done
