@@ -20,7 +20,6 @@ import (
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
-	"github.com/epochfs/epochfs/pkg/job/controller"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files of the cachefs job tests")
@@ -172,7 +171,7 @@ func TestJobCLI(t *testing.T) {
 		}
 		alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
 		if n.gpus != "0" {
-			alloc[controller.ResourceGPU] = resource.MustParse(n.gpus)
+			alloc[v1alpha1.ResourceGPU] = resource.MustParse(n.gpus)
 		}
 		node.Status.Allocatable, node.Status.Capacity = alloc, alloc
 		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
@@ -184,19 +183,19 @@ func TestJobCLI(t *testing.T) {
 		idx := string(rune('0' + i))
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "resnet-" + idx + "-abcde", Namespace: ns, Labels: map[string]string{
-				controller.LabelJobName: "resnet", controller.LabelReplica: "worker", batchCompletionIndex: idx,
+				v1alpha1.LabelJobName: "resnet", v1alpha1.LabelReplica: "worker", batchCompletionIndex: idx,
 			}},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: controller.ContainerName, Image: "pytorch/pytorch:2.4.0",
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: v1alpha1.ContainerName, Image: "pytorch/pytorch:2.4.0",
 				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{controller.ResourceGPU: resource.MustParse("4"), corev1.ResourceCPU: resource.MustParse("8")},
-					Limits:   corev1.ResourceList{controller.ResourceGPU: resource.MustParse("4")},
+					Requests: corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("4"), corev1.ResourceCPU: resource.MustParse("8")},
+					Limits:   corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("4")},
 				}}}},
 		}
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
 		pod.Status.Phase = corev1.PodRunning
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: controller.ContainerName, RestartCount: int32(i)}}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.ContainerName, RestartCount: int32(i)}}
 		if err := c.Status().Update(ctx, pod); err != nil {
 			t.Fatal(err)
 		}

@@ -238,7 +238,7 @@ func (e *env) pod(t *testing.T, ns, name, job string, phase corev1.PodPhase) {
 	t.Helper()
 	ctx := context.Background()
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelJobName: job}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{v1alpha1.LabelJobName: job}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
 	}
 	if err := e.c.Create(ctx, p); err != nil {

@@ -22,39 +22,8 @@ import (
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
-// Labels and annotations the controller puts on what it creates.
+// Names of other projects' APIs and defaults of the rendering.
 const (
-	// LabelJobName is on every object and pod of a TrainingJob.
-	LabelJobName = "jobs.epochfs.io/name"
-	// LabelReplica is "worker" or "ps" on pods and Jobs.
-	LabelReplica = "jobs.epochfs.io/replica"
-	// LabelOwnerUID, LabelOwnerNamespace are on the PersistentVolumes,
-	// which are cluster-scoped and so cannot carry an owner reference to a
-	// namespaced TrainingJob.
-	LabelOwnerUID       = "jobs.epochfs.io/owner-uid"
-	LabelOwnerNamespace = "jobs.epochfs.io/owner-namespace"
-	// AnnotationPrefetch is on a dataset's PersistentVolume when the
-	// dataset asks for prefetch.
-	AnnotationPrefetch = "jobs.epochfs.io/prefetch"
-	// AnnotationDatasetID is on a dataset's PersistentVolume.
-	AnnotationDatasetID = "jobs.epochfs.io/dataset-id"
-
-	// FinalizerVolumes removes a TrainingJob's PersistentVolumes.
-	FinalizerVolumes = "jobs.epochfs.io/volumes"
-
-	// CSIDriver is the EpochFS CSI driver.
-	CSIDriver = volattr.DriverName
-
-	// ReplicaWorker and ReplicaPS are the values of LabelReplica.
-	ReplicaWorker = "worker"
-	ReplicaPS     = "ps"
-
-	// ContainerName is the name of the training container.
-	ContainerName = "trainer"
-
-	// ResourceGPU is the resource name of a GPU.
-	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
-
 	// Volcano and scheduler-plugins pod markers.
 	volcanoGroupAnnotation    = "scheduling.k8s.io/group-name"
 	volcanoQueueAnnotation    = "volcano.sh/queue-name"
@@ -161,7 +130,7 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 		p.workerReqs[corev1.ResourceMemory], p.psReqs[corev1.ResourceMemory] = r.Memory.DeepCopy(), r.Memory.DeepCopy()
 	}
 	if r.GPUs > 0 {
-		p.workerReqs[ResourceGPU] = *resource.NewQuantity(int64(r.GPUs), resource.DecimalSI)
+		p.workerReqs[v1alpha1.ResourceGPU] = *resource.NewQuantity(int64(r.GPUs), resource.DecimalSI)
 	}
 	for name, q := range r.Extra {
 		if !strings.Contains(string(name), "/") {
@@ -216,9 +185,9 @@ func pvName(tj *v1alpha1.TrainingJob, dataset string) string {
 }
 
 func (p *plan) labels(replica string) map[string]string {
-	l := map[string]string{LabelJobName: p.tj.Name}
+	l := map[string]string{v1alpha1.LabelJobName: p.tj.Name}
 	if replica != "" {
-		l[LabelReplica] = replica
+		l[v1alpha1.LabelReplica] = replica
 	}
 	return l
 }
@@ -286,16 +255,16 @@ func (p *plan) volumes() ([]*corev1.PersistentVolume, []*corev1.PersistentVolume
 		if d.spec.ReadaheadFiles > 0 {
 			attrs[volattr.ReadaheadFiles] = strconv.Itoa(int(d.spec.ReadaheadFiles))
 		}
-		ann := map[string]string{AnnotationDatasetID: d.id}
+		ann := map[string]string{v1alpha1.AnnotationDatasetID: d.id}
 		if d.spec.Prefetch {
-			ann[AnnotationPrefetch] = "true"
+			ann[v1alpha1.AnnotationPrefetch] = "true"
 			attrs[volattr.Prefetch] = "true" // the CSI node plugin fills the cache once the dataset is staged
 		}
 		pv := &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: d.pvName,
 				Labels: map[string]string{
-					LabelJobName: p.tj.Name, LabelOwnerNamespace: p.tj.Namespace, LabelOwnerUID: string(p.tj.UID),
+					v1alpha1.LabelJobName: p.tj.Name, v1alpha1.LabelOwnerNamespace: p.tj.Namespace, v1alpha1.LabelOwnerUID: string(p.tj.UID),
 				},
 				Annotations: ann,
 			},
@@ -308,7 +277,7 @@ func (p *plan) volumes() ([]*corev1.PersistentVolume, []*corev1.PersistentVolume
 					APIVersion: "v1", Kind: "PersistentVolumeClaim", Namespace: p.tj.Namespace, Name: d.claimName,
 				},
 				PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-					Driver:           CSIDriver,
+					Driver:           volattr.DriverName,
 					VolumeHandle:     d.pvName,
 					ReadOnly:         true,
 					VolumeAttributes: attrs,
@@ -380,7 +349,7 @@ func addTimes(total, per corev1.ResourceList, n int32) {
 func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 	s := &p.tj.Spec
 	name, n, reqs := p.workerJobName(), s.Workers, p.workerReqs
-	if replica == ReplicaPS {
+	if replica == v1alpha1.ReplicaPS {
 		name, n, reqs = p.psJobName(), s.ParameterServers, p.psReqs
 	}
 	limits := corev1.ResourceList{}
@@ -390,7 +359,7 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		}
 	}
 	c := corev1.Container{
-		Name:            ContainerName,
+		Name:            v1alpha1.ContainerName,
 		Image:           s.Image,
 		ImagePullPolicy: s.ImagePullPolicy,
 		Command:         s.Command,
@@ -440,7 +409,7 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		}
 	}
 	backoff := p.backoff
-	if replica == ReplicaPS {
+	if replica == v1alpha1.ReplicaPS {
 		backoff = 0 // a lost parameter server fails the job through its workers
 	}
 	job := &batchv1.Job{
@@ -453,7 +422,7 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			Template:       corev1.PodTemplateSpec{ObjectMeta: tmplMeta, Spec: pod},
 		},
 	}
-	if p.mode == v1alpha1.ModeMPI && replica == ReplicaWorker {
+	if p.mode == v1alpha1.ModeMPI && replica == v1alpha1.ReplicaWorker {
 		// mpirun runs on rank 0 and the other ranks only serve it (sshd):
 		// the job has succeeded when rank 0 has, and the Job controller then
 		// ends the others (successPolicy, beta and on by default since
@@ -592,8 +561,8 @@ func (p *plan) capacityPods(sched Schedulers, placedPS, placedWorkers int32) []i
 			out = append(out, item{reqs: reqs, spec: &spec, replica: replica})
 		}
 	}
-	add(ReplicaPS, p.psReqs, nPS-placedPS)
-	add(ReplicaWorker, p.workerReqs, int32(len(gang))-nPS-placedWorkers)
+	add(v1alpha1.ReplicaPS, p.psReqs, nPS-placedPS)
+	add(v1alpha1.ReplicaWorker, p.workerReqs, int32(len(gang))-nPS-placedWorkers)
 	return out
 }
 
