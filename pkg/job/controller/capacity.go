@@ -353,3 +353,25 @@ func formatList(r corev1.ResourceList) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// capacityPods are the gang's pods for the capacity check (as gangPods,
+// each with its pod template), less placedPS parameter servers and
+// placedWorkers workers that are placed already. Pods without requests
+// are left out.
+func (p *plan) capacityPods(sched Schedulers, placedPS, placedWorkers int32) []item {
+	gang := p.gangPods()
+	nPS := min(p.tj.Spec.ParameterServers, int32(len(gang)))
+	var out []item
+	add := func(replica string, reqs corev1.ResourceList, n int32) {
+		if n <= 0 || len(reqs) == 0 {
+			return
+		}
+		spec := p.job(replica, sched).Spec.Template.Spec
+		for range n {
+			out = append(out, item{reqs: reqs, spec: &spec, replica: replica})
+		}
+	}
+	add(v1alpha1.ReplicaPS, p.psReqs, nPS-placedPS)
+	add(v1alpha1.ReplicaWorker, p.workerReqs, int32(len(gang))-nPS-placedWorkers)
+	return out
+}

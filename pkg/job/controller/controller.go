@@ -9,8 +9,10 @@
 //
 // Kubernetes Jobs run the pods and the gang scheduler places them; this
 // package only translates, watches and cleans up. It knows the CSI driver
-// only by name and volume attributes (docs/CSI.md), and the Node cache
-// labels only through pkg/cachelabel.
+// only through pkg/volattr (its name, the volume attributes and their
+// validation, docs/CSI.md), and the Node cache labels only through
+// pkg/cachelabel. plan.go validates a TrainingJob into a plan; render.go and
+// render_job.go turn a plan into objects.
 package controller
 
 import (
