@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,6 +97,20 @@ func (f *jobFlags) clients() (*jobClients, error) {
 		return nil, err
 	}
 	return &jobClients{c: c, cs: cs, namespace: ns, cfg: cfg}, nil
+}
+
+// getJob connects and reads the TrainingJob name in the command's
+// namespace.
+func (f *jobFlags) getJob(ctx context.Context, name string) (*jobClients, *v1alpha1.TrainingJob, error) {
+	jc, err := f.clients()
+	if err != nil {
+		return nil, nil, err
+	}
+	tj := &v1alpha1.TrainingJob{}
+	if err := jc.c.Get(ctx, client.ObjectKey{Namespace: jc.namespace, Name: name}, tj); err != nil {
+		return nil, nil, apiError(err, "get "+name)
+	}
+	return jc, tj, nil
 }
 
 // apiError turns the errors a user can act on into one clear sentence.

@@ -27,14 +27,10 @@ func newJobLogsCmd(f *jobFlags) *cobra.Command {
 		Short: "Print (or follow) the logs of one worker of a training job",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			jc, err := f.clients()
+			ctx := cmd.Context()
+			jc, tj, err := f.getJob(ctx, args[0])
 			if err != nil {
 				return err
-			}
-			ctx := cmd.Context()
-			tj := &v1alpha1.TrainingJob{}
-			if err := jc.c.Get(ctx, client.ObjectKey{Namespace: jc.namespace, Name: args[0]}, tj); err != nil {
-				return apiError(err, "get "+args[0])
 			}
 			replica, n := v1alpha1.ReplicaWorker, tj.Spec.Workers
 			if ps {

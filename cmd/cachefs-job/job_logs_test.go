@@ -94,15 +94,9 @@ func (k *fakeKubelet) serve(w http.ResponseWriter, r *http.Request) {
 // kube-apiserver, which proxies to the kubelet at the pod's Node
 // (status.addresses InternalIP and daemonEndpoints.kubeletEndpoint.Port).
 func TestJobLogs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kube-apiserver test skipped in -short mode")
-	}
-	kube, c := startJobKube(t)
-	ctx := context.Background()
 	const ns = "ml"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	kube, c := startJobKube(t, ns)
+	ctx := context.Background()
 	tj := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: "resnet", Namespace: ns},
 		Spec: v1alpha1.TrainingJobSpec{Image: "pytorch/pytorch:2.4.0", Workers: 2, Mode: v1alpha1.ModePyTorch}}
 	if err := c.Create(ctx, tj); err != nil {

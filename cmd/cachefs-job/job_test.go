@@ -85,17 +85,9 @@ func TestJobSubmitDryRun(t *testing.T) {
 // (no controller: the test writes the statuses the controller and the
 // kubelet would).
 func TestJobCLI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kube-apiserver test skipped in -short mode")
-	}
-	kube, c := startJobKube(t)
-	ctx := context.Background()
 	const ns = "ml"
-	for _, n := range []string{ns, "other"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kube, c := startJobKube(t, ns, "other")
+	ctx := context.Background()
 	kc := "--kubeconfig=" + kube.Kubeconfig
 	job := func(args ...string) (string, string, error) {
 		return runJob(t, append([]string{"job", kc}, args...)...)
@@ -260,10 +252,14 @@ func TestJobCLI(t *testing.T) {
 	}
 }
 
-// startJobKube starts a kube-apiserver with the TrainingJob CRD and returns
-// it with a client that knows the job types.
-func startJobKube(t *testing.T) (*testenv.Kube, client.Client) {
+// startJobKube skips the test in -short mode; else it starts a
+// kube-apiserver with the TrainingJob CRD and the namespaces, and returns it
+// with a client that knows the job types.
+func startJobKube(t *testing.T, namespaces ...string) (*testenv.Kube, client.Client) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("kube-apiserver test skipped in -short mode")
+	}
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -272,6 +268,11 @@ func startJobKube(t *testing.T) (*testenv.Kube, client.Client) {
 	c, err := client.New(kube.Config, client.Options{Scheme: jobScheme()})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, ns := range namespaces {
+		if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return kube, c
 }

@@ -90,14 +90,10 @@ func newJobGetCmd(f *jobFlags) *cobra.Command {
 			if err := checkOutput(output, "yaml", "json"); err != nil {
 				return err
 			}
-			jc, err := f.clients()
+			ctx := cmd.Context()
+			jc, tj, err := f.getJob(ctx, args[0])
 			if err != nil {
 				return err
-			}
-			ctx := cmd.Context()
-			tj := &v1alpha1.TrainingJob{}
-			if err := jc.c.Get(ctx, client.ObjectKey{Namespace: jc.namespace, Name: args[0]}, tj); err != nil {
-				return apiError(err, "get "+args[0])
 			}
 			if output != "" {
 				return printObject(cmd.OutOrStdout(), tj, output)
