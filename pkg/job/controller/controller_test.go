@@ -840,19 +840,8 @@ func TestTTLAndCleanPodPolicyAll(t *testing.T) {
 	e := startEnv(t)
 	ctx := context.Background()
 	ns := e.namespace(t)
-	tj := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "short", Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: 1,
-			Datasets: []v1alpha1.Dataset{{Name: "d", Source: "/data/d", MountPath: "/d"}},
-			Cleanup:  v1alpha1.Cleanup{TTLSecondsAfterFinished: ptr.To[int32](3600), CleanPodPolicy: v1alpha1.CleanPodAll}},
-	}
-	if err := e.c.Create(ctx, tj); err != nil {
-		t.Fatal(err)
-	}
-	e.waitJob(t, ns, "short")
-	e.pod(t, ns, "short-0-x", "short", corev1.PodSucceeded)
-	e.completeJob(t, ns, "short", 1)
-	e.waitPhase(t, ns, "short", v1alpha1.PhaseSucceeded, "Succeeded")
+	e.succeededJob(t, ns, "short", []v1alpha1.Dataset{{Name: "d", Source: "/data/d", MountPath: "/d"}},
+		v1alpha1.Cleanup{TTLSecondsAfterFinished: ptr.To[int32](3600), CleanPodPolicy: v1alpha1.CleanPodAll})
 	eventually(t, "succeeded pod deleted (cleanPodPolicy All)", func() error { return isGone(e.get(t, ns, "short-0-x", &corev1.Pod{})) })
 	if err := e.get(t, ns, "short", &v1alpha1.TrainingJob{}); err != nil {
 		t.Fatalf("deleted before its TTL: %v", err)
@@ -885,18 +874,7 @@ func TestEditCleanup(t *testing.T) {
 	e := startEnv(t)
 	ctx := context.Background()
 	ns := e.namespace(t)
-	tj := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "keep", Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: 1,
-			Cleanup: v1alpha1.Cleanup{CleanPodPolicy: v1alpha1.CleanPodNone}},
-	}
-	if err := e.c.Create(ctx, tj); err != nil {
-		t.Fatal(err)
-	}
-	e.waitJob(t, ns, "keep")
-	e.pod(t, ns, "keep-0-x", "keep", corev1.PodSucceeded)
-	e.completeJob(t, ns, "keep", 1)
-	e.waitPhase(t, ns, "keep", v1alpha1.PhaseSucceeded, "Succeeded")
+	e.succeededJob(t, ns, "keep", nil, v1alpha1.Cleanup{CleanPodPolicy: v1alpha1.CleanPodNone})
 	patch := func(spec string) {
 		t.Helper()
 		err := e.c.Patch(ctx, &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: "keep", Namespace: ns}},

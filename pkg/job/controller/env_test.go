@@ -268,6 +268,24 @@ func (e *env) completeJob(t *testing.T, ns, name string, succeeded int32) metav1
 	return done
 }
 
+// succeededJob creates a one-worker TrainingJob (image x) with the datasets
+// and cleanup given, and plays the Job controller and the kubelet until it
+// has Succeeded: its pod NAME-0-x Succeeded, its Job complete.
+func (e *env) succeededJob(t *testing.T, ns, name string, datasets []v1alpha1.Dataset, cleanup v1alpha1.Cleanup) {
+	t.Helper()
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1alpha1.TrainingJobSpec{Image: "x", Workers: 1, Datasets: datasets, Cleanup: cleanup},
+	}
+	if err := e.c.Create(context.Background(), tj); err != nil {
+		t.Fatal(err)
+	}
+	e.waitJob(t, ns, name)
+	e.pod(t, ns, name+"-0-x", name, corev1.PodSucceeded)
+	e.completeJob(t, ns, name, 1)
+	e.waitPhase(t, ns, name, v1alpha1.PhaseSucceeded, "Succeeded")
+}
+
 func getUnstructured(e *env, t *testing.T, apiVersion, kind, ns, name string) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion(apiVersion)
