@@ -41,6 +41,9 @@ type plan struct {
 	datasets   []datasetPlan
 }
 
+// datasetPlan is one dataset of a plan: a source dataset (id, pvName and
+// attrs set) gets a PersistentVolume and claim of its own; an existing
+// claim is only mounted.
 type datasetPlan struct {
 	spec      v1alpha1.Dataset
 	id        string // cachelabel.DatasetID, "" for an existing claim
