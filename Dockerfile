@@ -1,5 +1,6 @@
 # The single EpochFS image, epochfs/epochfs, that deploy/ references:
-# /usr/local/bin/cachefs, /usr/local/bin/csi-driver and /usr/local/bin/job-controller.
+# /usr/local/bin/cachefs, /usr/local/bin/cachefs-job (`cachefs job`), /usr/local/bin/csi-driver
+# and /usr/local/bin/job-controller.
 #
 # NOT BUILT OR TESTED: the machine this file was written on has no Docker daemon
 # and no access to an image registry, so `docker build` has never run on it.
@@ -17,13 +18,13 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ \
-        ./cmd/cachefs ./cmd/csi-driver ./cmd/job-controller
+        ./cmd/cachefs ./cmd/cachefs-job ./cmd/csi-driver ./cmd/job-controller
 
 FROM debian:bookworm-slim
 # fuse3: fusermount3 and /etc/fuse.conf for the FUSE mounts; ca-certificates: HTTPS S3 endpoints.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends fuse3 ca-certificates \
     && rm -rf /var/lib/apt/lists/*
-COPY --from=build /out/cachefs /out/csi-driver /out/job-controller /usr/local/bin/
+COPY --from=build /out/cachefs /out/cachefs-job /out/csi-driver /out/job-controller /usr/local/bin/
 # The manifests set each container's command (csi-driver as root; job-controller as uid 65532).
 CMD ["/usr/local/bin/cachefs", "--help"]

@@ -28,6 +28,7 @@ all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cachefs ./cmd/cachefs
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cachefs-job ./cmd/cachefs-job
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/csi-driver ./cmd/csi-driver
 
 ## test: every test, with -race, against real servers (MinIO) and real FUSE mounts (needs root).

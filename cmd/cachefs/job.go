@@ -1,177 +1,60 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strings"
-	"time"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
-
-	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
-// jobFlags are the kubeconfig flags of every `cachefs job` command, in
-// kubectl's spelling.
-type jobFlags struct {
-	kubeconfig string
-	context    string
-	namespace  string
+// jobBinary is the program of the `cachefs job` commands (cmd/cachefs-job).
+// It is a binary of its own so that client-go and controller-runtime stay
+// out of cachefs, which runs once per mounted dataset.
+const jobBinary = "cachefs-job"
 
-	// now is the clock for ages; tests replace it.
-	now func() time.Time
-}
-
-// jobClients are the API clients of one command run.
-type jobClients struct {
-	c         client.Client
-	cs        kubernetes.Interface
-	namespace string
-	cfg       *rest.Config
-}
-
+// newJobCmd runs `cachefs job ARGS` as `cachefs-job ARGS`: the process
+// becomes cachefs-job (same pid, stdio, environment; its exit code is the
+// command's).
 func newJobCmd() *cobra.Command {
-	f := &jobFlags{now: time.Now}
-	cmd := &cobra.Command{
-		Use:   "job",
-		Short: "Submit and watch distributed training jobs (TrainingJobs) that read EpochFS datasets",
-		Long: `cachefs job submits TrainingJobs (jobs.epochfs.io/v1alpha1) to a Kubernetes cluster
-running the EpochFS job controller, and lists, inspects, follows and deletes them.
-
-The cluster comes from --kubeconfig, else $KUBECONFIG, else ~/.kube/config;
---context and -n/--namespace override the kubeconfig's current context and
-namespace, as in kubectl.`,
+	return &cobra.Command{
+		Use:                "job",
+		Short:              "Submit and watch distributed training jobs (TrainingJobs) that read EpochFS datasets (runs " + jobBinary + ")",
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			exe, _ := os.Executable() // "" when unknown: only $PATH is searched
+			bin, err := findJobBinary(exe)
+			if err != nil {
+				return err
+			}
+			return syscall.Exec(bin, append([]string{bin}, args...), os.Environ())
+		},
 	}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&f.kubeconfig, "kubeconfig", "", "path of the kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
-	pf.StringVar(&f.context, "context", "", "kubeconfig context to use (default: the current context)")
-	pf.StringVarP(&f.namespace, "namespace", "n", "", "namespace (default: the context's namespace, else default)")
-	cmd.AddCommand(newJobSubmitCmd(f), newJobListCmd(f), newJobGetCmd(f), newJobLogsCmd(f), newJobDeleteCmd(f), newJobTopCmd(f))
-	return cmd
 }
 
-func jobScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s) // static registrations: cannot fail
-	_ = v1alpha1.AddToScheme(s)
-	return s
-}
-
-// clients loads the kubeconfig and builds the clients.
-func (f *jobFlags) clients() (*jobClients, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: f.context}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		if clientcmd.IsEmptyConfig(err) {
-			return nil, errors.New("no cluster: set --kubeconfig or $KUBECONFIG, or create ~/.kube/config")
-		}
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	ns := f.namespace
-	if ns == "" {
-		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, fmt.Errorf("kubeconfig: %w", err)
+// findJobBinary returns cachefs-job next to the executable exe, else the one
+// on $PATH.
+func findJobBinary(exe string) (string, error) {
+	if exe != "" {
+		if p := filepath.Join(filepath.Dir(exe), jobBinary); isExecutable(p) {
+			return p, nil
 		}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: jobScheme()})
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", cfg.Host, err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &jobClients{c: c, cs: cs, namespace: ns, cfg: cfg}, nil
-}
-
-// apiError turns the errors a user can act on into one clear sentence.
-func apiError(err error, what string) error {
+	p, err := exec.LookPath(jobBinary)
 	if err == nil {
-		return nil
+		return p, nil
 	}
-	if meta.IsNoMatchError(err) || strings.Contains(err.Error(), "the server could not find the requested resource") {
-		return errors.New("the TrainingJob CRD is not installed in this cluster: kubectl apply -f deploy/crds/ and deploy the job controller (deploy/)")
+	if errors.Is(err, exec.ErrDot) {
+		return "", fmt.Errorf("job: %s is in the current directory, which cachefs does not run programs from: put it next to cachefs or on $PATH", jobBinary)
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return "", fmt.Errorf("job: the job commands are in %s, found neither next to cachefs (%s) nor on $PATH: install it there (make build writes bin/%s)",
+		jobBinary, filepath.Dir(exe), jobBinary)
 }
 
-// printObject writes obj as YAML or JSON with its apiVersion and kind, and
-// without managedFields.
-func printObject(w io.Writer, obj runtime.Object, format string) error {
-	obj = obj.DeepCopyObject()
-	if gvks, _, err := jobScheme().ObjectKinds(obj); err == nil && len(gvks) > 0 {
-		obj.GetObjectKind().SetGroupVersionKind(gvks[0])
-	}
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	if l, ok := obj.(*v1alpha1.TrainingJobList); ok {
-		for i := range l.Items {
-			l.Items[i].APIVersion, l.Items[i].Kind = v1alpha1.GroupVersion.String(), "TrainingJob"
-			l.Items[i].ManagedFields = nil
-		}
-	}
-	switch format {
-	case "yaml":
-		b, err := yaml.Marshal(obj)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
-	case "json":
-		b, err := json.MarshalIndent(obj, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	}
-	return fmt.Errorf("-o %q: want yaml or json", format)
-}
-
-// checkOutput accepts "" (the command's own format) and the allowed ones.
-func checkOutput(format string, allowed ...string) error {
-	if format == "" {
-		return nil
-	}
-	for _, a := range allowed {
-		if format == a {
-			return nil
-		}
-	}
-	return fmt.Errorf("-o %q: want %s", format, strings.Join(allowed, " or "))
-}
-
-// age formats a duration as kubectl does: 42s, 5m, 3h, 2d.
-func age(now time.Time, t metav1.Time) string {
-	if t.IsZero() {
-		return "<unknown>"
-	}
-	d := now.Sub(t.Time)
-	switch {
-	case d < 0:
-		return "0s"
-	case d < 2*time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < 2*time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }

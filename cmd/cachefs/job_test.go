@@ -1,278 +1,75 @@
-package main
+package main_test
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
-	"flag"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/epochfs/epochfs/internal/testenv"
-	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
-	"github.com/epochfs/epochfs/pkg/job/controller"
 )
 
-var updateGolden = flag.Bool("update", false, "rewrite the golden files of the cachefs job tests")
-
-// runJob runs `cachefs ARGS...` in-process and returns stdout, stderr and
-// the error line main would print.
-func runJob(t *testing.T, args ...string) (stdout, stderr string, err error) {
+// run runs bin with args and PATH=path, and returns stdout, stderr and the
+// exit code.
+func run(t *testing.T, path, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	root := newRoot()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "PATH="+path)
 	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err = root.ExecuteContext(context.Background())
-	return out.String(), errb.String(), err
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
 }
 
-var ageRE = regexp.MustCompile(`\b\d+[smhd]\b`)
-
-// golden compares got with testdata/job/NAME, or rewrites it under -update.
-// Ages are replaced by <age>, the test's namespace by <ns>.
-func golden(t *testing.T, name, ns, got string) {
-	t.Helper()
-	got = ageRE.ReplaceAllString(got, "<age>")
-	if ns != "" {
-		got = strings.ReplaceAll(got, ns, "<ns>")
-	}
-	path := filepath.Join("testdata", "job", name)
-	if *updateGolden {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -run %s -update to create it)", err, t.Name())
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (go test -run %s -update rewrites it)\n--- got\n%s\n--- want\n%s", path, t.Name(), got, want)
-	}
-}
-
-func TestJobSubmitDryRun(t *testing.T) {
-	out, _, err := runJob(t, "job", "submit", "resnet", "-n", "ml", "--image", "pytorch/pytorch:2.4.0",
-		"--workers", "4", "--gpus", "8", "--cpu", "16", "--memory", "128Gi", "--device", "rdma/hca=1", "--mode", "pytorch",
-		"--dataset", "imagenet=s3://datasets/imagenet/train?endpoint=http://minio.storage:9000&region=us-east-1:/data/imagenet",
-		"--dataset", "labels=claim:shared-labels:/data/labels", "--cache-size", "500Gi", "--prefetch", "--readahead-files", "8",
-		"--env", "EPOCHS=90", "--queue", "research", "--backoff-limit", "2", "--ttl", "3600", "--clean-pod-policy", "All",
-		"--tensorboard-logdir", "/logs/resnet", "--node-selector", "pool=h100", "--toleration", "dedicated=ml:NoSchedule",
-		"--toleration", "spot", "--dry-run",
-		"--", "torchrun", "--nproc-per-node=8", "train.py", "--data", "/data/imagenet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	golden(t, "submit-dry-run.yaml", "", out)
-}
-
-// TestJobCLI runs every `cachefs job` command against a real API server
-// (no controller: the test writes the statuses the controller and the
-// kubelet would).
-func TestJobCLI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kube-apiserver test skipped in -short mode")
-	}
-	kube, c := startJobKube(t)
-	ctx := context.Background()
-	const ns = "ml"
-	for _, n := range []string{ns, "other"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
-			t.Fatal(err)
+// TestJobDispatch: `cachefs job ARGS` is `cachefs-job ARGS` (same output,
+// same exit code) when cachefs-job is next to cachefs or on $PATH, and a
+// clear error when it is nowhere.
+func TestJobDispatch(t *testing.T) {
+	alone, both := t.TempDir(), t.TempDir()
+	for _, b := range []struct{ dir, pkg string }{{alone, "."}, {both, "."}, {both, "../cachefs-job"}} {
+		if out, err := exec.Command("go", "build", "-o", b.dir+"/", b.pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
 		}
 	}
-	kc := "--kubeconfig=" + kube.Kubeconfig
-	job := func(args ...string) (string, string, error) {
-		return runJob(t, append([]string{"job", kc}, args...)...)
+	noPath := t.TempDir()
+
+	_, stderr, code := run(t, noPath, filepath.Join(alone, "cachefs"), "job", "list")
+	if code != 1 || !strings.HasPrefix(stderr, "cachefs: job: the job commands are in cachefs-job, found neither next to cachefs") {
+		t.Errorf("without cachefs-job: exit %d, stderr %q", code, stderr)
 	}
 
-	// Submit two jobs; bad ones are refused with what to change.
-	out, _, err := job("submit", "resnet", "-n", ns, "--image", "pytorch/pytorch:2.4.0", "--workers", "2", "--gpus", "4",
-		"--mode", "pytorch", "--dataset", "imagenet=/datasets/imagenet:/data/imagenet", "--", "torchrun", "train.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	submitted := out
-	if _, _, err := job("submit", "bert", "-n", ns, "--image", "tensorflow/tensorflow:2.17.0", "--workers", "3", "--ps", "1", "--mode", "tensorflow"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := job("submit", "elsewhere", "-n", "other", "--image", "busybox"); err != nil {
-		t.Fatal(err)
-	}
-	var errs strings.Builder
-	for _, args := range [][]string{
-		{"submit", "x", "-n", ns},
-		{"submit", "x", "-n", ns, "--image", "i", "--workers", "0"},
-		{"submit", "x", "-n", ns, "--image", "i", "--mode", "horovod"},
-		{"submit", "x", "-n", ns, "--image", "i", "--dataset", "d=s3:///nobucket:/data"},
-		{"submit", "x", "-n", ns, "--image", "i", "--dataset", "d=/data"},
-		{"submit", "x", "-n", ns, "--image", "i", "--ps", "2"},
-		{"submit", "x", "-n", ns, "--image", "i", "python", "train.py"},
-		{"submit", "x", "-n", ns, "--image", "i", "--node-selector", "pool"},
-		{"submit", "x", "-n", ns, "--image", "i", "--toleration", "dedicated=ml:NoScheduel"},
-		{"submit", "x", "-n", ns, "--image", "i", "--toleration", "=ml"},
-		{"submit", "resnet", "-n", ns, "--image", "i"},
-		{"get", "nosuch", "-n", ns},
-		{"logs", "resnet", "-n", ns},
-		{"logs", "resnet", "-n", ns, "--worker", "5"},
-		{"list", "-n", ns, "-o", "wide"},
-		{"list", "--context", "nosuch"},
+	for _, tc := range []struct {
+		args             []string
+		code             int
+		stdoutHas, errIs string
+	}{
+		{[]string{"submit", "resnet", "-n", "ml", "--image", "pytorch/pytorch:2.4.0", "--workers", "2", "--dry-run", "--", "torchrun", "train.py"},
+			0, "kind: TrainingJob", ""},
+		{[]string{"submit", "resnet", "-n", "ml"}, 1, "", "cachefs: --image is required: the container image of the workers\n"},
+		{[]string{"--help"}, 0, "cachefs job [command]", ""},
 	} {
-		_, _, err := job(args...)
-		errs.WriteString("$ cachefs job " + strings.Join(args, " ") + "\n")
-		if err == nil {
-			errs.WriteString("(no error)\n")
-		} else {
-			errs.WriteString("cachefs: " + err.Error() + "\n")
+		wantOut, wantErr, wantCode := run(t, noPath, filepath.Join(both, "cachefs-job"), tc.args...)
+		if wantCode != tc.code || !strings.Contains(wantOut, tc.stdoutHas) || wantErr != tc.errIs {
+			t.Errorf("cachefs-job %v: exit %d, stdout %q, stderr %q", tc.args, wantCode, wantOut, wantErr)
+		}
+		for _, path := range []string{noPath, both} { // next to cachefs; on $PATH
+			cachefs := filepath.Join(both, "cachefs")
+			if path == both {
+				cachefs = filepath.Join(alone, "cachefs")
+			}
+			out, stderr, code := run(t, path, cachefs, append([]string{"job"}, tc.args...)...)
+			if out != wantOut || stderr != wantErr || code != wantCode {
+				t.Errorf("cachefs job %v (PATH=%s): exit %d, stdout %q, stderr %q; cachefs-job: exit %d, stdout %q, stderr %q",
+					tc.args, path, code, out, stderr, wantCode, wantOut, wantErr)
+			}
 		}
 	}
-	golden(t, "errors.txt", "", errs.String())
-
-	// Play the controller and the kubelet: statuses, pods, an event, nodes.
-	tj := &v1alpha1.TrainingJob{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "resnet"}, tj); err != nil {
-		t.Fatal(err)
-	}
-	start := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	tj.Status = v1alpha1.TrainingJobStatus{
-		Phase: v1alpha1.PhaseRunning, Reason: "Running", Message: "2 of 2 workers ready",
-		Workers:   v1alpha1.ReplicaStatus{Active: 2, Ready: 2},
-		StartTime: &start,
-		Conditions: []metav1.Condition{
-			{Type: "Valid", Status: metav1.ConditionTrue, Reason: "Valid", Message: "the spec is valid", LastTransitionTime: start},
-			{Type: "Running", Status: metav1.ConditionTrue, Reason: "Running", Message: "2 of 2 workers ready", LastTransitionTime: start},
-		},
-	}
-	if err := c.Status().Update(ctx, tj); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []struct {
-		name string
-		gpus string
-	}{{"gpu-a", "8"}, {"gpu-b", "8"}, {"cpu-a", "0"}} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}
-		if err := c.Create(ctx, node); err != nil {
-			t.Fatal(err)
-		}
-		alloc := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
-		if n.gpus != "0" {
-			alloc[controller.ResourceGPU] = resource.MustParse(n.gpus)
-		}
-		node.Status.Allocatable, node.Status.Capacity = alloc, alloc
-		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
-		if err := c.Status().Update(ctx, node); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, node := range []string{"gpu-a", "gpu-b"} {
-		idx := string(rune('0' + i))
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "resnet-" + idx + "-abcde", Namespace: ns, Labels: map[string]string{
-				controller.LabelJobName: "resnet", controller.LabelReplica: "worker", batchCompletionIndex: idx,
-			}},
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: controller.ContainerName, Image: "pytorch/pytorch:2.4.0",
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{controller.ResourceGPU: resource.MustParse("4"), corev1.ResourceCPU: resource.MustParse("8")},
-					Limits:   corev1.ResourceList{controller.ResourceGPU: resource.MustParse("4")},
-				}}}},
-		}
-		if err := c.Create(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-		pod.Status.Phase = corev1.PodRunning
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: controller.ContainerName, RestartCount: int32(i)}}
-		if err := c.Status().Update(ctx, pod); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ev := &eventsv1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: "resnet.created", Namespace: ns},
-		EventTime:  metav1.NewMicroTime(time.Now()), ReportingController: "jobs.epochfs.io/job-controller", ReportingInstance: "test",
-		Action: "Reconcile", Reason: "Created", Type: corev1.EventTypeNormal, Note: "created Job resnet",
-		Regarding: corev1.ObjectReference{APIVersion: "jobs.epochfs.io/v1alpha1", Kind: "TrainingJob", Namespace: ns, Name: "resnet", UID: tj.UID},
-	}
-	if err := c.Create(ctx, ev); err != nil {
-		t.Fatal(err)
-	}
-
-	var b strings.Builder
-	for _, args := range [][]string{
-		{"list", "-n", ns},
-		{"list", "-A"},
-		{"get", "resnet", "-n", ns},
-		{"get", "bert", "-n", ns},
-		{"top"},
-	} {
-		out, stderr, err := job(args...)
-		if err != nil {
-			t.Fatalf("cachefs job %v: %v", args, err)
-		}
-		b.WriteString("$ cachefs job " + strings.Join(args, " ") + "\n" + out + stderr + "\n")
-	}
-	golden(t, "views.txt", "", submitted+"\n"+b.String())
-
-	// -o yaml and json are the stored objects.
-	for _, format := range []string{"json", "yaml"} {
-		out, _, err := job("get", "resnet", "-n", ns, "-o", format)
-		if err != nil || !strings.Contains(out, "kind: TrainingJob") && !strings.Contains(out, `"kind": "TrainingJob"`) {
-			t.Errorf("get -o %s: %v\n%s", format, err, out)
-		}
-	}
-	out, _, err = job("list", "-n", ns, "-o", "json")
-	var list v1alpha1.TrainingJobList
-	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Items) != 2 || list.Items[0].Kind != "TrainingJob" {
-		t.Errorf("list -o json: %v\n%s", err, out)
-	}
-
-	// KUBECONFIG and the kubeconfig's namespace work without flags.
-	t.Setenv("KUBECONFIG", kube.Kubeconfig)
-	out, _, err = runJob(t, "job", "list", "-A")
-	if err != nil || !strings.Contains(out, "elsewhere") {
-		t.Errorf("list with $KUBECONFIG: %v\n%s", err, out)
-	}
-	out, stderr, err := runJob(t, "job", "list") // context namespace: default
-	if err != nil || out != "" || stderr != "no training jobs in namespace default\n" {
-		t.Errorf("list in the context's namespace: %v %q %q", err, out, stderr)
-	}
-
-	// Delete.
-	out, _, err = job("delete", "resnet", "bert", "-n", ns)
-	if err != nil || out != "trainingjob.jobs.epochfs.io/resnet deleted\ntrainingjob.jobs.epochfs.io/bert deleted\n" {
-		t.Errorf("delete: %v\n%s", err, out)
-	}
-	if _, _, err := job("delete", "resnet", "-n", ns); err == nil || !strings.Contains(err.Error(), `delete resnet: trainingjobs.jobs.epochfs.io "resnet" not found`) {
-		t.Errorf("second delete: %v", err)
-	}
-}
-
-// startJobKube starts a kube-apiserver with the TrainingJob CRD and returns
-// it with a client that knows the job types.
-func startJobKube(t *testing.T) (*testenv.Kube, client.Client) {
-	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kube := testenv.StartKube(t, filepath.Join(root, "deploy", "crds", "jobs.epochfs.io_trainingjobs.yaml"))
-	c, err := client.New(kube.Config, client.Options{Scheme: jobScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kube, c
 }

@@ -1,5 +1,7 @@
 // Command cachefs is EpochFS's command line: mount a dataset through the NR
-// cache, inspect a cache directory, and run the demo.
+// cache, inspect a cache directory, and run the demo. `cachefs job …` runs
+// the separate cachefs-job binary (cmd/cachefs-job), which keeps the
+// Kubernetes client libraries out of this one, the per-dataset mount process.
 //
 // Mains are thin: flags become a Config, the package validates it and runs.
 package main

@@ -10,6 +10,8 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
 // capacityRequest is what the pre-check asks: can these pods start now?
@@ -146,7 +148,7 @@ func capacityShortfall(nodes []corev1.Node, pods []corev1.Pod, req capacityReque
 		}
 		if totalAlloc.IsZero() {
 			hint := ""
-			if k == ResourceGPU {
+			if k == v1alpha1.ResourceGPU {
 				hint = " (no GPU nodes, or the NVIDIA device plugin is not running): remove gpus or add GPU nodes"
 			}
 			short = append(short, fmt.Sprintf("%s: need %s, but no eligible node has any%s", k, v.String(), hint))
@@ -207,7 +209,7 @@ type item struct {
 }
 
 func replicaNoun(replica string) string {
-	if replica == ReplicaPS {
+	if replica == v1alpha1.ReplicaPS {
 		return "parameter-server"
 	}
 	return "worker"
@@ -307,7 +309,7 @@ func fits(free, r corev1.ResourceList) bool {
 // weight orders pods for first-fit: GPUs dominate, then CPU.
 func weight(r corev1.ResourceList) float64 {
 	w := 0.0
-	if q, ok := r[ResourceGPU]; ok {
+	if q, ok := r[v1alpha1.ResourceGPU]; ok {
 		w += 1e6 * q.AsApproximateFloat64()
 	}
 	if q, ok := r[corev1.ResourceCPU]; ok {
@@ -350,4 +352,26 @@ func formatList(r corev1.ResourceList) string {
 		parts = append(parts, string(k)+"="+v.String())
 	}
 	return strings.Join(parts, ", ")
+}
+
+// capacityPods are the gang's pods for the capacity check (as gangPods,
+// each with its pod template), less placedPS parameter servers and
+// placedWorkers workers that are placed already. Pods without requests
+// are left out.
+func (p *plan) capacityPods(sched Schedulers, placedPS, placedWorkers int32) []item {
+	gang := p.gangPods()
+	nPS := min(p.tj.Spec.ParameterServers, int32(len(gang)))
+	var out []item
+	add := func(replica string, reqs corev1.ResourceList, n int32) {
+		if n <= 0 || len(reqs) == 0 {
+			return
+		}
+		spec := p.job(replica, sched).Spec.Template.Spec
+		for range n {
+			out = append(out, item{reqs: reqs, spec: &spec, replica: replica})
+		}
+	}
+	add(v1alpha1.ReplicaPS, p.psReqs, nPS-placedPS)
+	add(v1alpha1.ReplicaWorker, p.workerReqs, int32(len(gang))-nPS-placedWorkers)
+	return out
 }

@@ -9,8 +9,10 @@
 //
 // Kubernetes Jobs run the pods and the gang scheduler places them; this
 // package only translates, watches and cleans up. It knows the CSI driver
-// only by name and volume attributes (docs/CSI.md), and the Node cache
-// labels only through pkg/cachelabel.
+// only through pkg/volattr (its name, the volume attributes and their
+// validation, docs/CSI.md), and the Node cache labels only through
+// pkg/cachelabel. plan.go validates a TrainingJob into a plan; render.go and
+// render_job.go turn a plan into objects.
 package controller
 
 import (
@@ -144,7 +146,7 @@ type result struct {
 
 func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (result, error) {
 	// The finalizer first: Update replaces tj, status included.
-	if needsVolumes(tj) && controllerutil.AddFinalizer(tj, FinalizerVolumes) {
+	if needsVolumes(tj) && controllerutil.AddFinalizer(tj, v1alpha1.FinalizerVolumes) {
 		if err := r.cfg.Client.Update(ctx, tj); err != nil {
 			return result{}, fmt.Errorf("add finalizer: %w", err)
 		}
@@ -246,7 +248,7 @@ func (r *Reconciler) checkCapacity(ctx context.Context, tj *v1alpha1.TrainingJob
 	if err != nil {
 		return result{}, false, err
 	}
-	workers := p.job(ReplicaWorker, r.cfg.Schedulers).Spec.Template.Spec
+	workers := p.job(v1alpha1.ReplicaWorker, r.cfg.Schedulers).Spec.Template.Spec
 	req := capacityRequest{what: what, pods: p.capacityPods(r.cfg.Schedulers, 0, 0), spec: &workers}
 	short := capacityShortfall(nodes.Items, pods.Items, req, reserved)
 	if short == "" {
@@ -278,12 +280,12 @@ func (r *Reconciler) reservations(ctx context.Context, self *v1alpha1.TrainingJo
 	placed := map[key]int32{}
 	for i := range pods {
 		pod := &pods[i]
-		name, ok := pod.Labels[LabelJobName]
+		name, ok := pod.Labels[v1alpha1.LabelJobName]
 		if !ok {
 			continue
 		}
 		if (pod.Spec.NodeName != "" && pod.Status.Phase != corev1.PodFailed) || pod.Status.Phase == corev1.PodSucceeded {
-			placed[key{pod.Namespace, name, pod.Labels[LabelReplica]}]++
+			placed[key{pod.Namespace, name, pod.Labels[v1alpha1.LabelReplica]}]++
 		}
 	}
 	var out []reservation
@@ -297,7 +299,7 @@ func (r *Reconciler) reservations(ctx context.Context, self *v1alpha1.TrainingJo
 		if err != nil {
 			continue
 		}
-		want := p.capacityPods(r.cfg.Schedulers, placed[key{tj.Namespace, tj.Name, ReplicaPS}], placed[key{tj.Namespace, tj.Name, ReplicaWorker}])
+		want := p.capacityPods(r.cfg.Schedulers, placed[key{tj.Namespace, tj.Name, v1alpha1.ReplicaPS}], placed[key{tj.Namespace, tj.Name, v1alpha1.ReplicaWorker}])
 		if len(want) > 0 {
 			out = append(out, reservation{job: tj.Namespace + "/" + tj.Name, pods: want})
 		}
@@ -327,9 +329,9 @@ func (r *Reconciler) create(ctx context.Context, tj *v1alpha1.TrainingJob, p *pl
 		objs = append(objs, p.podGroup())
 	}
 	if tj.Spec.ParameterServers > 0 {
-		objs = append(objs, p.job(ReplicaPS, r.cfg.Schedulers))
+		objs = append(objs, p.job(v1alpha1.ReplicaPS, r.cfg.Schedulers))
 	}
-	objs = append(objs, p.job(ReplicaWorker, r.cfg.Schedulers))
+	objs = append(objs, p.job(v1alpha1.ReplicaWorker, r.cfg.Schedulers))
 	for _, o := range objs {
 		if err := r.createOwned(ctx, tj, o); err != nil {
 			return err
@@ -387,11 +389,11 @@ func p2name(group string) string {
 // finalize deletes the job's PersistentVolumes (cluster-scoped, so not
 // reached by owner references) and removes the finalizer.
 func (r *Reconciler) finalize(ctx context.Context, tj *v1alpha1.TrainingJob) error {
-	if !controllerutil.ContainsFinalizer(tj, FinalizerVolumes) {
+	if !controllerutil.ContainsFinalizer(tj, v1alpha1.FinalizerVolumes) {
 		return nil
 	}
 	var pvs corev1.PersistentVolumeList
-	if err := r.cfg.APIReader.List(ctx, &pvs, client.MatchingLabels{LabelOwnerUID: string(tj.UID)}); err != nil {
+	if err := r.cfg.APIReader.List(ctx, &pvs, client.MatchingLabels{v1alpha1.LabelOwnerUID: string(tj.UID)}); err != nil {
 		return fmt.Errorf("list PersistentVolumes: %w", err)
 	}
 	for i := range pvs.Items {
@@ -399,7 +401,7 @@ func (r *Reconciler) finalize(ctx context.Context, tj *v1alpha1.TrainingJob) err
 			return fmt.Errorf("delete PersistentVolume %s: %w", pvs.Items[i].Name, err)
 		}
 	}
-	controllerutil.RemoveFinalizer(tj, FinalizerVolumes)
+	controllerutil.RemoveFinalizer(tj, v1alpha1.FinalizerVolumes)
 	return client.IgnoreNotFound(r.cfg.Client.Update(ctx, tj))
 }
 

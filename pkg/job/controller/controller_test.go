@@ -107,8 +107,8 @@ func TestPyTorchLifecycle(t *testing.T) {
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionInsufficientResources); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("InsufficientResources condition %+v, want False", c)
 	}
-	if !slices.Contains(got.Finalizers, FinalizerVolumes) {
-		t.Errorf("finalizers %v, want %s", got.Finalizers, FinalizerVolumes)
+	if !slices.Contains(got.Finalizers, v1alpha1.FinalizerVolumes) {
+		t.Errorf("finalizers %v, want %s", got.Finalizers, v1alpha1.FinalizerVolumes)
 	}
 
 	// The Job.
@@ -147,7 +147,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 	if fp := c.Env[0].ValueFrom.FieldRef.FieldPath; c.Env[0].Name != "EPOCHFS_REPLICA_INDEX" || fp != "metadata.annotations['batch.kubernetes.io/job-completion-index']" {
 		t.Errorf("first env %s from %q", c.Env[0].Name, fp)
 	}
-	if g := c.Resources.Limits[ResourceGPU]; g.Value() != 4 {
+	if g := c.Resources.Limits[v1alpha1.ResourceGPU]; g.Value() != 4 {
 		t.Errorf("gpu limit %v", g)
 	}
 	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
@@ -180,7 +180,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOwned(t, got, svc)
-	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector[LabelJobName] != "resnet" || !svc.Spec.PublishNotReadyAddresses {
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector[v1alpha1.LabelJobName] != "resnet" || !svc.Spec.PublishNotReadyAddresses {
 		t.Errorf("service %+v", svc.Spec)
 	}
 	pg, err := getUnstructured(e, t, "scheduling.volcano.sh/v1beta1", "PodGroup", ns, "resnet")
@@ -212,7 +212,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 		csi.VolumeAttributes["cacheSize"] != "500Gi" || csi.VolumeAttributes["readaheadFiles"] != "8" || len(csi.VolumeAttributes) != 4 ||
 		pv.Spec.ClaimRef.Name != "resnet-imagenet" || pv.Spec.ClaimRef.Namespace != ns ||
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain ||
-		pv.Annotations[AnnotationPrefetch] != "true" || pv.Spec.CSI.VolumeAttributes["prefetch"] != "true" || pv.Labels[LabelOwnerUID] != string(got.UID) {
+		pv.Annotations[v1alpha1.AnnotationPrefetch] != "true" || pv.Spec.CSI.VolumeAttributes["prefetch"] != "true" || pv.Labels[v1alpha1.LabelOwnerUID] != string(got.UID) {
 		t.Errorf("pv %+v %+v", pv.ObjectMeta, pv.Spec)
 	}
 
@@ -316,7 +316,7 @@ func TestTensorFlowParameterServers(t *testing.T) {
 		if err := json.Unmarshal([]byte(strings.ReplaceAll(got, "$(EPOCHFS_REPLICA_INDEX)", "1")), &parsed); err != nil {
 			t.Errorf("TF_CONFIG is not JSON: %v", err)
 		}
-		if *tc.job.Spec.Completions != tc.n || *tc.job.Spec.BackoffLimit != tc.backoff || tmpl.Labels[LabelReplica] != tc.typ {
+		if *tc.job.Spec.Completions != tc.n || *tc.job.Spec.BackoffLimit != tc.backoff || tmpl.Labels[v1alpha1.LabelReplica] != tc.typ {
 			t.Errorf("%s job: completions %d backoff %d labels %v", tc.typ, *tc.job.Spec.Completions, *tc.job.Spec.BackoffLimit, tmpl.Labels)
 		}
 		if tmpl.Spec.SchedulerName != "scheduler-plugins-scheduler" || tmpl.Labels["scheduling.x-k8s.io/pod-group"] != "wide" {
@@ -492,7 +492,7 @@ func TestCapacity(t *testing.T) {
 	for i, node := range []string{"gpu-a", "gpu-b"} {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("frag-%d-x", i), Namespace: ns,
-				Labels: map[string]string{LabelJobName: "frag", LabelReplica: ReplicaWorker}},
+				Labels: map[string]string{v1alpha1.LabelJobName: "frag", v1alpha1.LabelReplica: v1alpha1.ReplicaWorker}},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "x",
 				Resources: corev1.ResourceRequirements{Requests: res("nvidia.com/gpu", "3"), Limits: res("nvidia.com/gpu", "3")}}}},
 		}
@@ -768,7 +768,7 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		if err := e.get(t, ns, name, tj); err != nil {
 			return err
 		}
-		if !slices.Contains(tj.Finalizers, FinalizerVolumes) {
+		if !slices.Contains(tj.Finalizers, v1alpha1.FinalizerVolumes) {
 			return fmt.Errorf("finalizers %v", tj.Finalizers)
 		}
 		return nil
@@ -840,19 +840,8 @@ func TestTTLAndCleanPodPolicyAll(t *testing.T) {
 	e := startEnv(t)
 	ctx := context.Background()
 	ns := e.namespace(t)
-	tj := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "short", Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: 1,
-			Datasets: []v1alpha1.Dataset{{Name: "d", Source: "/data/d", MountPath: "/d"}},
-			Cleanup:  v1alpha1.Cleanup{TTLSecondsAfterFinished: ptr.To[int32](3600), CleanPodPolicy: v1alpha1.CleanPodAll}},
-	}
-	if err := e.c.Create(ctx, tj); err != nil {
-		t.Fatal(err)
-	}
-	e.waitJob(t, ns, "short")
-	e.pod(t, ns, "short-0-x", "short", corev1.PodSucceeded)
-	e.completeJob(t, ns, "short", 1)
-	e.waitPhase(t, ns, "short", v1alpha1.PhaseSucceeded, "Succeeded")
+	e.succeededJob(t, ns, "short", []v1alpha1.Dataset{{Name: "d", Source: "/data/d", MountPath: "/d"}},
+		v1alpha1.Cleanup{TTLSecondsAfterFinished: ptr.To[int32](3600), CleanPodPolicy: v1alpha1.CleanPodAll})
 	eventually(t, "succeeded pod deleted (cleanPodPolicy All)", func() error { return isGone(e.get(t, ns, "short-0-x", &corev1.Pod{})) })
 	if err := e.get(t, ns, "short", &v1alpha1.TrainingJob{}); err != nil {
 		t.Fatalf("deleted before its TTL: %v", err)
@@ -885,18 +874,7 @@ func TestEditCleanup(t *testing.T) {
 	e := startEnv(t)
 	ctx := context.Background()
 	ns := e.namespace(t)
-	tj := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "keep", Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: 1,
-			Cleanup: v1alpha1.Cleanup{CleanPodPolicy: v1alpha1.CleanPodNone}},
-	}
-	if err := e.c.Create(ctx, tj); err != nil {
-		t.Fatal(err)
-	}
-	e.waitJob(t, ns, "keep")
-	e.pod(t, ns, "keep-0-x", "keep", corev1.PodSucceeded)
-	e.completeJob(t, ns, "keep", 1)
-	e.waitPhase(t, ns, "keep", v1alpha1.PhaseSucceeded, "Succeeded")
+	e.succeededJob(t, ns, "keep", nil, v1alpha1.Cleanup{CleanPodPolicy: v1alpha1.CleanPodNone})
 	patch := func(spec string) {
 		t.Helper()
 		err := e.c.Patch(ctx, &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: "keep", Namespace: ns}},

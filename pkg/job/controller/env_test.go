@@ -238,7 +238,7 @@ func (e *env) pod(t *testing.T, ns, name, job string, phase corev1.PodPhase) {
 	t.Helper()
 	ctx := context.Background()
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelJobName: job}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{v1alpha1.LabelJobName: job}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "trainer", Image: "x"}}},
 	}
 	if err := e.c.Create(ctx, p); err != nil {
@@ -266,6 +266,24 @@ func (e *env) completeJob(t *testing.T, ns, name string, succeeded int32) metav1
 		}
 	})
 	return done
+}
+
+// succeededJob creates a one-worker TrainingJob (image x) with the datasets
+// and cleanup given, and plays the Job controller and the kubelet until it
+// has Succeeded: its pod NAME-0-x Succeeded, its Job complete.
+func (e *env) succeededJob(t *testing.T, ns, name string, datasets []v1alpha1.Dataset, cleanup v1alpha1.Cleanup) {
+	t.Helper()
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1alpha1.TrainingJobSpec{Image: "x", Workers: 1, Datasets: datasets, Cleanup: cleanup},
+	}
+	if err := e.c.Create(context.Background(), tj); err != nil {
+		t.Fatal(err)
+	}
+	e.waitJob(t, ns, name)
+	e.pod(t, ns, name+"-0-x", name, corev1.PodSucceeded)
+	e.completeJob(t, ns, name, 1)
+	e.waitPhase(t, ns, name, v1alpha1.PhaseSucceeded, "Succeeded")
 }
 
 func getUnstructured(e *env, t *testing.T, apiVersion, kind, ns, name string) (*unstructured.Unstructured, error) {

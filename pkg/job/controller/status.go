@@ -176,7 +176,7 @@ func (r *Reconciler) cleanPods(ctx context.Context, tj *v1alpha1.TrainingJob) er
 		}
 	}
 	var pods corev1.PodList
-	if err := r.cfg.APIReader.List(ctx, &pods, client.InNamespace(tj.Namespace), client.MatchingLabels{LabelJobName: tj.Name}); err != nil {
+	if err := r.cfg.APIReader.List(ctx, &pods, client.InNamespace(tj.Namespace), client.MatchingLabels{v1alpha1.LabelJobName: tj.Name}); err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	for i := range pods.Items {

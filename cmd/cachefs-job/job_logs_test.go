@@ -17,7 +17,6 @@ import (
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
-	"github.com/epochfs/epochfs/pkg/job/controller"
 )
 
 // fakeKubelet plays the one kubelet endpoint kube-apiserver proxies pod
@@ -95,15 +94,9 @@ func (k *fakeKubelet) serve(w http.ResponseWriter, r *http.Request) {
 // kube-apiserver, which proxies to the kubelet at the pod's Node
 // (status.addresses InternalIP and daemonEndpoints.kubeletEndpoint.Port).
 func TestJobLogs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kube-apiserver test skipped in -short mode")
-	}
-	kube, c := startJobKube(t)
-	ctx := context.Background()
 	const ns = "ml"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	kube, c := startJobKube(t, ns)
+	ctx := context.Background()
 	tj := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: "resnet", Namespace: ns},
 		Spec: v1alpha1.TrainingJobSpec{Image: "pytorch/pytorch:2.4.0", Workers: 2, Mode: v1alpha1.ModePyTorch}}
 	if err := c.Create(ctx, tj); err != nil {
@@ -116,10 +109,10 @@ func TestJobLogs(t *testing.T) {
 	}
 
 	kubelet := startFakeKubelet(t, map[string]string{
-		ns + "/resnet-0-abcde/" + controller.ContainerName:  "rank 0: epoch 1 loss 2.31\nrank 0: epoch 2 loss 1.87\nrank 0: epoch 3 loss 1.52\n",
-		ns + "/resnet-1-fghij/" + controller.ContainerName:  "rank 1: epoch 1 loss 2.30\n",
-		ns + "/resnet-1-klmno/" + controller.ContainerName:  "rank 1 (restarted): epoch 1 loss 2.29\n",
-		ns + "/bert-ps-0-pqrst/" + controller.ContainerName: "ps 0: serving 110M parameters\n",
+		ns + "/resnet-0-abcde/" + v1alpha1.ContainerName:  "rank 0: epoch 1 loss 2.31\nrank 0: epoch 2 loss 1.87\nrank 0: epoch 3 loss 1.52\n",
+		ns + "/resnet-1-fghij/" + v1alpha1.ContainerName:  "rank 1: epoch 1 loss 2.30\n",
+		ns + "/resnet-1-klmno/" + v1alpha1.ContainerName:  "rank 1 (restarted): epoch 1 loss 2.29\n",
+		ns + "/bert-ps-0-pqrst/" + v1alpha1.ContainerName: "ps 0: serving 110M parameters\n",
 	}, "rank 0: epoch 4 loss 1.33\nrank 0: done\n")
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-a"}}
 	if err := c.Create(ctx, node); err != nil {
@@ -139,19 +132,19 @@ func TestJobLogs(t *testing.T) {
 		job, replica, name, index string
 		phase                     corev1.PodPhase
 	}{
-		{"resnet", controller.ReplicaWorker, "resnet-0-abcde", "0", corev1.PodRunning},
-		{"resnet", controller.ReplicaWorker, "resnet-1-fghij", "1", corev1.PodFailed},
-		{"resnet", controller.ReplicaWorker, "resnet-1-klmno", "1", corev1.PodRunning},
-		{"bert", controller.ReplicaPS, "bert-ps-0-pqrst", "0", corev1.PodRunning},
+		{"resnet", v1alpha1.ReplicaWorker, "resnet-0-abcde", "0", corev1.PodRunning},
+		{"resnet", v1alpha1.ReplicaWorker, "resnet-1-fghij", "1", corev1.PodFailed},
+		{"resnet", v1alpha1.ReplicaWorker, "resnet-1-klmno", "1", corev1.PodRunning},
+		{"bert", v1alpha1.ReplicaPS, "bert-ps-0-pqrst", "0", corev1.PodRunning},
 	} {
 		if i == 2 {
 			time.Sleep(1100 * time.Millisecond)
 		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: ns, Labels: map[string]string{
-				controller.LabelJobName: p.job, controller.LabelReplica: p.replica, batchCompletionIndex: p.index,
+				v1alpha1.LabelJobName: p.job, v1alpha1.LabelReplica: p.replica, batchCompletionIndex: p.index,
 			}},
-			Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: controller.ContainerName, Image: tj.Spec.Image}}},
+			Spec: corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: v1alpha1.ContainerName, Image: tj.Spec.Image}}},
 		}
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatal(err)
@@ -161,7 +154,7 @@ func TestJobLogs(t *testing.T) {
 			state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}
 		}
 		pod.Status.Phase = p.phase
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: controller.ContainerName, State: state}}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: v1alpha1.ContainerName, State: state}}
 		if err := c.Status().Update(ctx, pod); err != nil {
 			t.Fatal(err)
 		}

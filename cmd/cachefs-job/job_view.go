@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
-	"github.com/epochfs/epochfs/pkg/job/controller"
 )
 
 func newJobListCmd(f *jobFlags) *cobra.Command {
@@ -91,20 +90,16 @@ func newJobGetCmd(f *jobFlags) *cobra.Command {
 			if err := checkOutput(output, "yaml", "json"); err != nil {
 				return err
 			}
-			jc, err := f.clients()
+			ctx := cmd.Context()
+			jc, tj, err := f.getJob(ctx, args[0])
 			if err != nil {
 				return err
-			}
-			ctx := cmd.Context()
-			tj := &v1alpha1.TrainingJob{}
-			if err := jc.c.Get(ctx, client.ObjectKey{Namespace: jc.namespace, Name: args[0]}, tj); err != nil {
-				return apiError(err, "get "+args[0])
 			}
 			if output != "" {
 				return printObject(cmd.OutOrStdout(), tj, output)
 			}
 			var pods corev1.PodList
-			if err := jc.c.List(ctx, &pods, client.InNamespace(tj.Namespace), client.MatchingLabels{controller.LabelJobName: tj.Name}); err != nil {
+			if err := jc.c.List(ctx, &pods, client.InNamespace(tj.Namespace), client.MatchingLabels{v1alpha1.LabelJobName: tj.Name}); err != nil {
 				return apiError(err, "list pods")
 			}
 			events, err := jobEvents(ctx, jc, tj)
@@ -209,7 +204,7 @@ func describeJob(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, pods []co
 			for _, cs := range p.Status.ContainerStatuses {
 				restarts += cs.RestartCount
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, orDefault(p.Labels[controller.LabelReplica], "-"),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", p.Name, orDefault(p.Labels[v1alpha1.LabelReplica], "-"),
 				orDefault(p.Labels[batchCompletionIndex], "-"), orDefault(string(p.Status.Phase), "Pending"), restarts,
 				orDefault(p.Spec.NodeName, "<unscheduled>"), age(now, p.CreationTimestamp))
 		}
@@ -288,14 +283,14 @@ func printTop(w io.Writer, nodes []corev1.Node, pods []corev1.Pod) error {
 			used[p.Spec.NodeName] = u
 		}
 		for _, c := range p.Spec.Containers {
-			if q, ok := c.Resources.Requests[controller.ResourceGPU]; ok {
+			if q, ok := c.Resources.Requests[v1alpha1.ResourceGPU]; ok {
 				u.gpu.Add(q)
 			}
 			if q, ok := c.Resources.Requests[corev1.ResourceCPU]; ok {
 				u.cpu.Add(q)
 			}
 		}
-		if name := p.Labels[controller.LabelJobName]; name != "" {
+		if name := p.Labels[v1alpha1.LabelJobName]; name != "" {
 			if jobs[p.Spec.NodeName] == nil {
 				jobs[p.Spec.NodeName] = map[string]bool{}
 			}
@@ -311,7 +306,7 @@ func printTop(w io.Writer, nodes []corev1.Node, pods []corev1.Pod) error {
 		if u == nil {
 			u = &usage{}
 		}
-		total := n.Status.Allocatable[controller.ResourceGPU]
+		total := n.Status.Allocatable[v1alpha1.ResourceGPU]
 		cpu := n.Status.Allocatable[corev1.ResourceCPU]
 		gpuUsed.Add(u.gpu)
 		gpuTotal.Add(total)

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
-	"github.com/epochfs/epochfs/pkg/job/controller"
 )
 
 func newJobLogsCmd(f *jobFlags) *cobra.Command {
@@ -28,25 +27,21 @@ func newJobLogsCmd(f *jobFlags) *cobra.Command {
 		Short: "Print (or follow) the logs of one worker of a training job",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			jc, err := f.clients()
+			ctx := cmd.Context()
+			jc, tj, err := f.getJob(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			tj := &v1alpha1.TrainingJob{}
-			if err := jc.c.Get(ctx, client.ObjectKey{Namespace: jc.namespace, Name: args[0]}, tj); err != nil {
-				return apiError(err, "get "+args[0])
-			}
-			replica, n := controller.ReplicaWorker, tj.Spec.Workers
+			replica, n := v1alpha1.ReplicaWorker, tj.Spec.Workers
 			if ps {
-				replica, n = controller.ReplicaPS, tj.Spec.ParameterServers
+				replica, n = v1alpha1.ReplicaPS, tj.Spec.ParameterServers
 			}
 			if worker < 0 || int32(worker) >= n {
 				return fmt.Errorf("--worker %d: %s has %d %s replicas (0..%d)", worker, tj.Name, n, replica, n-1)
 			}
 			var pods corev1.PodList
 			if err := jc.c.List(ctx, &pods, client.InNamespace(tj.Namespace), client.MatchingLabels{
-				controller.LabelJobName: tj.Name, controller.LabelReplica: replica, batchCompletionIndex: strconv.Itoa(worker),
+				v1alpha1.LabelJobName: tj.Name, v1alpha1.LabelReplica: replica, batchCompletionIndex: strconv.Itoa(worker),
 			}); err != nil {
 				return apiError(err, "list pods")
 			}
@@ -62,7 +57,7 @@ func newJobLogsCmd(f *jobFlags) *cobra.Command {
 			if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodPending && !started(&pod) {
 				return fmt.Errorf("pod %s of %s %d has not started (%s): no logs yet", pod.Name, replica, worker, orDefault(string(pod.Status.Phase), "Pending"))
 			}
-			opts := &corev1.PodLogOptions{Container: controller.ContainerName, Follow: follow}
+			opts := &corev1.PodLogOptions{Container: v1alpha1.ContainerName, Follow: follow}
 			if tail >= 0 {
 				opts.TailLines = &tail
 			}

@@ -1,0 +1,36 @@
+package v1alpha1
+
+import corev1 "k8s.io/api/core/v1"
+
+// Labels, annotations and names the job controller puts on what it creates
+// for a TrainingJob. They are part of the API: clients (`cachefs job`) find
+// a job's pods, Jobs and PersistentVolumes by them.
+const (
+	// LabelJobName is on every object and pod of a TrainingJob.
+	LabelJobName = "jobs.epochfs.io/name"
+	// LabelReplica is ReplicaWorker or ReplicaPS on pods and Jobs.
+	LabelReplica = "jobs.epochfs.io/replica"
+	// LabelOwnerUID, LabelOwnerNamespace are on the PersistentVolumes,
+	// which are cluster-scoped and so cannot carry an owner reference to a
+	// namespaced TrainingJob.
+	LabelOwnerUID       = "jobs.epochfs.io/owner-uid"
+	LabelOwnerNamespace = "jobs.epochfs.io/owner-namespace"
+	// AnnotationPrefetch is on a dataset's PersistentVolume when the
+	// dataset asks for prefetch.
+	AnnotationPrefetch = "jobs.epochfs.io/prefetch"
+	// AnnotationDatasetID is on a dataset's PersistentVolume.
+	AnnotationDatasetID = "jobs.epochfs.io/dataset-id"
+
+	// FinalizerVolumes removes a TrainingJob's PersistentVolumes.
+	FinalizerVolumes = "jobs.epochfs.io/volumes"
+
+	// ReplicaWorker and ReplicaPS are the values of LabelReplica.
+	ReplicaWorker = "worker"
+	ReplicaPS     = "ps"
+
+	// ContainerName is the name of the training container.
+	ContainerName = "trainer"
+
+	// ResourceGPU is the resource name of a GPU.
+	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+)

@@ -1,0 +1,219 @@
+package controller
+
+// This file turns a TrainingJob into a plan: it validates what the CRD's
+// schema cannot, applies the defaults and derives the names and resource
+// requests the rendering (render.go, render_job.go) and the capacity check
+// (capacity.go) use. Nothing here builds Kubernetes objects.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/epochfs/epochfs/pkg/cachelabel"
+	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/units"
+	"github.com/epochfs/epochfs/pkg/volattr"
+)
+
+// Default rendezvous ports (spec.port unset).
+const (
+	defaultTorchPort = 29500
+	defaultTFPort    = 2222
+)
+
+// plan is a validated, defaulted TrainingJob and everything derived from it.
+type plan struct {
+	tj         *v1alpha1.TrainingJob
+	mode       v1alpha1.Mode
+	port       int32
+	gang       bool
+	scheduler  v1alpha1.GangScheduler
+	minMember  int32
+	backoff    int32
+	workerReqs corev1.ResourceList // requests of one worker
+	psReqs     corev1.ResourceList // requests of one parameter server
+	datasets   []datasetPlan
+}
+
+// datasetPlan is one dataset of a plan: a source dataset (id, pvName and
+// attrs set) gets a PersistentVolume and claim of its own; an existing
+// claim is only mounted.
+type datasetPlan struct {
+	spec      v1alpha1.Dataset
+	id        string // cachelabel.DatasetID, "" for an existing claim
+	claimName string
+	pvName    string
+	// attrs are the CSI volumeAttributes of the dataset's
+	// PersistentVolume, nil for an existing claim. volattr.Parse, the CSI
+	// driver's own check, has accepted them.
+	attrs map[string]string
+}
+
+// newPlan validates what the CRD's schema cannot (source URLs, cache sizes)
+// and applies defaults. Errors are sentences a user can act on.
+func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
+	s := &tj.Spec
+	p := &plan{tj: tj, mode: s.Mode, port: s.Port, backoff: 3}
+	if p.mode == "" {
+		p.mode = v1alpha1.ModeStandalone
+	}
+	switch p.mode {
+	case v1alpha1.ModeStandalone, v1alpha1.ModePyTorch, v1alpha1.ModeTensorFlow, v1alpha1.ModeMPI:
+	default:
+		return nil, fmt.Errorf("mode %q is unknown: use standalone, pytorch, tensorflow or mpi", p.mode)
+	}
+	if strings.TrimSpace(s.Image) == "" {
+		return nil, fmt.Errorf("image is empty: set the container image of the workers")
+	}
+	if s.Workers < 1 {
+		return nil, fmt.Errorf("workers is %d: set at least 1", s.Workers)
+	}
+	if s.ParameterServers > 0 && p.mode != v1alpha1.ModeTensorFlow {
+		return nil, fmt.Errorf("parameterServers is only for mode tensorflow")
+	}
+	if p.port == 0 {
+		p.port = defaultTorchPort
+		if p.mode == v1alpha1.ModeTensorFlow {
+			p.port = defaultTFPort
+		}
+	}
+	if s.BackoffLimit != nil {
+		p.backoff = *s.BackoffLimit
+	}
+	total := s.Workers + s.ParameterServers
+	p.gang = total > 1
+	p.scheduler = v1alpha1.GangVolcano
+	p.minMember = total
+	if g := s.Gang; g != nil {
+		if g.Enabled != nil {
+			p.gang = *g.Enabled
+		}
+		if g.Scheduler != "" {
+			p.scheduler = g.Scheduler
+		}
+		if g.MinAvailable != nil {
+			if *g.MinAvailable > total {
+				return nil, fmt.Errorf("gang.minAvailable %d is more than the job's %d pods", *g.MinAvailable, total)
+			}
+			p.minMember = *g.MinAvailable
+		}
+	}
+
+	r := s.Resources
+	p.workerReqs, p.psReqs = corev1.ResourceList{}, corev1.ResourceList{}
+	if r.CPU != nil {
+		p.workerReqs[corev1.ResourceCPU], p.psReqs[corev1.ResourceCPU] = r.CPU.DeepCopy(), r.CPU.DeepCopy()
+	}
+	if r.Memory != nil {
+		p.workerReqs[corev1.ResourceMemory], p.psReqs[corev1.ResourceMemory] = r.Memory.DeepCopy(), r.Memory.DeepCopy()
+	}
+	if r.GPUs > 0 {
+		p.workerReqs[v1alpha1.ResourceGPU] = *resource.NewQuantity(int64(r.GPUs), resource.DecimalSI)
+	}
+	for name, q := range r.Extra {
+		if !strings.Contains(string(name), "/") {
+			return nil, fmt.Errorf("resources.extra %q: an extra resource needs a domain, e.g. rdma/hca_shared_devices_a", name)
+		}
+		p.workerReqs[name] = q.DeepCopy()
+	}
+
+	seen := map[string]bool{}
+	for _, d := range s.Datasets {
+		if seen[d.Name] {
+			return nil, fmt.Errorf("dataset %q is listed twice", d.Name)
+		}
+		seen[d.Name] = true
+		dp := datasetPlan{spec: d, claimName: d.ExistingClaim}
+		switch {
+		case d.Source != "" && d.ExistingClaim != "":
+			return nil, fmt.Errorf("dataset %q: set source or existingClaim, not both", d.Name)
+		case d.Source != "":
+			id, err := cachelabel.DatasetID(d.Source)
+			if err != nil {
+				return nil, fmt.Errorf("dataset %q: %s: fix the URL (forms: /abs/path, s3://bucket/prefix?endpoint=URL&region=R, cephfs://mon/path, nfs://host/export, mirror:URL,URL)",
+					d.Name, strings.TrimPrefix(err.Error(), "backend: "))
+			}
+			dp.id = id
+			dp.claimName = tj.Name + "-" + d.Name
+			dp.pvName = pvName(tj, d.Name)
+			if d.CacheSize != "" {
+				if _, err := units.ParseSize(d.CacheSize); err != nil {
+					return nil, fmt.Errorf("dataset %q: cacheSize %q: %v: use a size such as 50Gi, 50GiB or 500GB", d.Name, d.CacheSize, err)
+				}
+			}
+			dp.attrs = volumeAttributes(d)
+			if _, err := volattr.Parse(dp.attrs, 0); err != nil {
+				return nil, fmt.Errorf("dataset %q: the CSI driver would refuse its volume: %v", d.Name, err)
+			}
+		case d.ExistingClaim == "":
+			return nil, fmt.Errorf("dataset %q: set source (a dataset URL) or existingClaim (a PersistentVolumeClaim)", d.Name)
+		}
+		if !strings.HasPrefix(d.MountPath, "/") {
+			return nil, fmt.Errorf("dataset %q: mountPath %q must be absolute", d.Name, d.MountPath)
+		}
+		p.datasets = append(p.datasets, dp)
+	}
+	return p, nil
+}
+
+// volumeAttributes are the CSI volumeAttributes of a source dataset's
+// PersistentVolume (docs/CSI.md).
+func volumeAttributes(d v1alpha1.Dataset) map[string]string {
+	attrs := map[string]string{volattr.Source: d.Source}
+	if d.CacheSize != "" {
+		attrs[volattr.CacheSize] = d.CacheSize
+	}
+	if d.ReadaheadFiles > 0 {
+		attrs[volattr.ReadaheadFiles] = strconv.Itoa(int(d.ReadaheadFiles))
+	}
+	if d.Prefetch {
+		attrs[volattr.Prefetch] = "true" // the CSI node plugin fills the cache once the dataset is staged
+	}
+	return attrs
+}
+
+// pvName is a cluster-unique PersistentVolume name for a job's dataset.
+func pvName(tj *v1alpha1.TrainingJob, dataset string) string {
+	n := "epochfs-" + tj.Namespace + "-" + tj.Name + "-" + dataset
+	if len(n) <= 253 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(n))
+	return n[:200] + "-" + hex.EncodeToString(sum[:8])
+}
+
+// serviceName is the headless Service that gives workers stable names:
+// <job>-<index>.<service>.
+func (p *plan) serviceName() string   { return p.tj.Name }
+func (p *plan) workerJobName() string { return p.tj.Name }
+func (p *plan) psJobName() string     { return p.tj.Name + "-ps" }
+func (p *plan) podGroupName() string  { return p.tj.Name }
+func (p *plan) hostfileName() string  { return p.tj.Name + "-mpi" }
+
+func (p *plan) host(job string, i int32) string {
+	return job + "-" + strconv.Itoa(int(i)) + "." + p.serviceName()
+}
+
+// gangPods is the list of pod requests that must fit together: parameter
+// servers first, then workers, minMember in all (every pod without gang).
+func (p *plan) gangPods() []corev1.ResourceList {
+	n := p.tj.Spec.Workers + p.tj.Spec.ParameterServers
+	if p.gang {
+		n = p.minMember
+	}
+	var out []corev1.ResourceList
+	for i := range n {
+		if i < p.tj.Spec.ParameterServers {
+			out = append(out, p.psReqs)
+		} else {
+			out = append(out, p.workerReqs)
+		}
+	}
+	return out
+}

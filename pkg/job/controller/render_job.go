@@ -1,0 +1,242 @@
+package controller
+
+// This file renders a plan's Indexed Jobs (workers, and parameter servers
+// for TensorFlow) and their pod template: the training container, its
+// rendezvous environment, dataset volumes, gang scheduler markers,
+// tolerations and the cache-aware node affinity.
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/epochfs/epochfs/pkg/cachelabel"
+	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+)
+
+// Pod markers of other projects.
+const (
+	// Volcano and scheduler-plugins pod markers.
+	volcanoGroupAnnotation = "scheduling.k8s.io/group-name"
+	volcanoQueueAnnotation = "volcano.sh/queue-name"
+	schedPluginsGroupLabel = "scheduling.x-k8s.io/pod-group"
+	// completionIndexAnnotation is set by the Job controller on the pods
+	// of an Indexed Job.
+	completionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
+)
+
+// mpiHostfileDir is where an MPI job's hostfile ConfigMap is mounted.
+const mpiHostfileDir = "/etc/mpi"
+
+// Schedulers names the scheduler of each gang implementation.
+type Schedulers struct {
+	// Volcano is the schedulerName of Volcano's scheduler ("volcano").
+	Volcano string
+	// SchedulerPlugins is the schedulerName of the scheduler-plugins
+	// scheduler ("scheduler-plugins-scheduler").
+	SchedulerPlugins string
+}
+
+// job returns the Indexed Job of one replica type.
+func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
+	s := &p.tj.Spec
+	name, n, reqs := p.workerJobName(), s.Workers, p.workerReqs
+	if replica == v1alpha1.ReplicaPS {
+		name, n, reqs = p.psJobName(), s.ParameterServers, p.psReqs
+	}
+	limits := corev1.ResourceList{}
+	for k, v := range reqs {
+		if k != corev1.ResourceCPU { // CPU is a request only: no throttling
+			limits[k] = v.DeepCopy()
+		}
+	}
+	c := corev1.Container{
+		Name:            v1alpha1.ContainerName,
+		Image:           s.Image,
+		ImagePullPolicy: s.ImagePullPolicy,
+		Command:         s.Command,
+		Args:            s.Args,
+		Env:             append(p.env(replica), s.Env...),
+		Ports:           []corev1.ContainerPort{{Name: "rendezvous", ContainerPort: p.port, Protocol: corev1.ProtocolTCP}},
+		Resources:       corev1.ResourceRequirements{Requests: reqs.DeepCopy(), Limits: limits},
+	}
+	if len(c.Resources.Requests) == 0 {
+		c.Resources = corev1.ResourceRequirements{}
+	}
+	pod := corev1.PodSpec{
+		RestartPolicy:     corev1.RestartPolicyNever,
+		Subdomain:         p.serviceName(),
+		PriorityClassName: s.PriorityClassName,
+		Affinity:          p.affinity(),
+		NodeSelector:      s.NodeSelector,
+		Tolerations:       tolerations(s.Tolerations, reqs),
+	}
+	for _, d := range p.datasets {
+		vol := "dataset-" + d.spec.Name
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: d.claimName, ReadOnly: true},
+		}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: vol, MountPath: d.spec.MountPath, ReadOnly: true})
+	}
+	if p.mode == v1alpha1.ModeMPI {
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "mpi-hostfile", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: p.hostfileName()}},
+		}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "mpi-hostfile", MountPath: mpiHostfileDir, ReadOnly: true})
+	}
+	pod.Containers = []corev1.Container{c}
+
+	tmplMeta := metav1.ObjectMeta{Labels: p.labels(replica)}
+	if p.gang {
+		switch p.scheduler {
+		case v1alpha1.GangSchedulerPlugins:
+			pod.SchedulerName = sched.SchedulerPlugins
+			tmplMeta.Labels[schedPluginsGroupLabel] = p.podGroupName()
+		default:
+			pod.SchedulerName = sched.Volcano
+			tmplMeta.Annotations = map[string]string{volcanoGroupAnnotation: p.podGroupName()}
+			if g := s.Gang; g != nil && g.Queue != "" {
+				tmplMeta.Annotations[volcanoQueueAnnotation] = g.Queue
+			}
+		}
+	}
+	backoff := p.backoff
+	if replica == v1alpha1.ReplicaPS {
+		backoff = 0 // a lost parameter server fails the job through its workers
+	}
+	job := &batchv1.Job{
+		ObjectMeta: p.meta(name, replica),
+		Spec: batchv1.JobSpec{
+			CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			Completions:    ptr.To(n),
+			Parallelism:    ptr.To(n),
+			BackoffLimit:   ptr.To(backoff),
+			Template:       corev1.PodTemplateSpec{ObjectMeta: tmplMeta, Spec: pod},
+		},
+	}
+	if p.mode == v1alpha1.ModeMPI && replica == v1alpha1.ReplicaWorker {
+		// mpirun runs on rank 0 and the other ranks only serve it (sshd):
+		// the job has succeeded when rank 0 has, and the Job controller then
+		// ends the others (successPolicy, beta and on by default since
+		// Kubernetes 1.31).
+		job.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0")}}}
+	}
+	return job
+}
+
+// tolerations returns the spec's tolerations plus, for each extended
+// resource in reqs that none of them tolerates, {key: resource, operator:
+// Exists, effect: NoSchedule}: what the ExtendedResourceToleration admission
+// plugin adds, so that GPU nodes tainted nvidia.com/gpu:NoSchedule (a common
+// way to keep other pods off them) take the workers whether or not the
+// cluster runs that plugin, and the capacity check sees the same thing.
+func tolerations(spec []corev1.Toleration, reqs corev1.ResourceList) []corev1.Toleration {
+	out := append([]corev1.Toleration(nil), spec...)
+	for _, name := range sortedNames(reqs) {
+		if !isExtendedResource(name) {
+			continue
+		}
+		taint := corev1.Taint{Key: string(name), Effect: corev1.TaintEffectNoSchedule}
+		if tolerates(out, &taint) {
+			continue
+		}
+		out = append(out, corev1.Toleration{Key: string(name), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// isExtendedResource: a resource with a domain outside kubernetes.io, as
+// the ExtendedResourceToleration plugin counts them.
+func isExtendedResource(name corev1.ResourceName) bool {
+	domain, _, ok := strings.Cut(string(name), "/")
+	return ok && domain != "kubernetes.io" && !strings.HasSuffix(domain, ".kubernetes.io")
+}
+
+// env returns the rendezvous environment of a replica type. $(VAR)
+// references are expanded by the kubelet from variables defined earlier.
+func (p *plan) env(replica string) []corev1.EnvVar {
+	s := &p.tj.Spec
+	index := corev1.EnvVar{Name: "EPOCHFS_REPLICA_INDEX", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + completionIndexAnnotation + "']"},
+	}}
+	env := []corev1.EnvVar{
+		index,
+		{Name: "EPOCHFS_JOB_NAME", Value: p.tj.Name},
+		{Name: "EPOCHFS_REPLICA_TYPE", Value: replica},
+		{Name: "EPOCHFS_WORKERS", Value: strconv.Itoa(int(s.Workers))},
+	}
+	port := strconv.Itoa(int(p.port))
+	switch p.mode {
+	case v1alpha1.ModePyTorch:
+		env = append(env,
+			corev1.EnvVar{Name: "MASTER_ADDR", Value: p.host(p.workerJobName(), 0)},
+			corev1.EnvVar{Name: "MASTER_PORT", Value: port},
+			corev1.EnvVar{Name: "WORLD_SIZE", Value: strconv.Itoa(int(s.Workers))},
+			corev1.EnvVar{Name: "RANK", Value: "$(EPOCHFS_REPLICA_INDEX)"},
+		)
+	case v1alpha1.ModeTensorFlow:
+		cluster := map[string][]string{}
+		for i := range s.Workers {
+			cluster["worker"] = append(cluster["worker"], p.host(p.workerJobName(), i)+":"+port)
+		}
+		for i := range s.ParameterServers {
+			cluster["ps"] = append(cluster["ps"], p.host(p.psJobName(), i)+":"+port)
+		}
+		cj, _ := json.Marshal(cluster) // map of string slices: cannot fail
+		env = append(env, corev1.EnvVar{Name: "TF_CONFIG",
+			Value: `{"cluster":` + string(cj) + `,"task":{"type":"` + replica + `","index":$(EPOCHFS_REPLICA_INDEX)}}`})
+	case v1alpha1.ModeMPI:
+		env = append(env,
+			corev1.EnvVar{Name: "OMPI_MCA_orte_default_hostfile", Value: mpiHostfileDir + "/hostfile"},
+			corev1.EnvVar{Name: "WORLD_SIZE", Value: strconv.Itoa(int(s.Workers))},
+			corev1.EnvVar{Name: "RANK", Value: "$(EPOCHFS_REPLICA_INDEX)"},
+		)
+	}
+	if s.Tensorboard != nil {
+		env = append(env, corev1.EnvVar{Name: "TENSORBOARD_LOG_DIR", Value: s.Tensorboard.LogDir})
+	}
+	for _, d := range p.datasets {
+		env = append(env, corev1.EnvVar{
+			Name:  "EPOCHFS_DATASET_" + strings.ToUpper(strings.ReplaceAll(d.spec.Name, "-", "_")),
+			Value: d.spec.MountPath,
+		})
+	}
+	return env
+}
+
+// cacheTiers grade the preference for a node by the percent of a dataset
+// its cache holds: a node with more than 98 % gets all four weights.
+var cacheTiers = []struct {
+	above  string
+	weight int32
+}{{"0", 10}, {"49", 20}, {"89", 30}, {"98", 40}}
+
+// affinity prefers nodes whose EpochFS cache already holds the job's
+// datasets (Node labels cache.epochfs.io/<dataset-id> = percent cached).
+func (p *plan) affinity() *corev1.Affinity {
+	var terms []corev1.PreferredSchedulingTerm
+	for _, d := range p.datasets {
+		if d.id == "" {
+			continue
+		}
+		for _, t := range cacheTiers {
+			terms = append(terms, corev1.PreferredSchedulingTerm{Weight: t.weight, Preference: corev1.NodeSelectorTerm{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: cachelabel.Prefix + d.id, Operator: corev1.NodeSelectorOpGt, Values: []string{t.above},
+				}},
+			}})
+		}
+	}
+	if len(terms) == 0 {
+		return nil
+	}
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: terms}}
+}
