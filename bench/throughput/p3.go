@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -190,59 +188,17 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 
 // getLoopEpoch GETs every object once in a shuffled order with workers
 // concurrent requests, hashing each body with sha256 like the epoch reader
-// does, and returns files/s.
+// does (it is the epoch reader, reading with GETs), and returns files/s.
 func getLoopEpoch(ctx context.Context, c *minio.Client, bucket string, ds dataset, workers int, seed uint64) (float64, error) {
-	order := epoch.Shuffled(ds.paths, seed)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-		n        int
-		next     = make(chan string, workers)
-	)
-	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, 256<<10)
-			for p := range next {
-				err := getOne(ctx, c, bucket, p, buf, ds.want[p])
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				n++
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, p := range order {
-		next <- p
-	}
-	close(next)
-	wg.Wait()
-	el := time.Since(start)
-	if firstErr != nil {
-		return 0, firstErr
-	}
-	return float64(n) / el.Seconds(), nil
-}
-
-func getOne(ctx context.Context, c *minio.Client, bucket, key string, buf []byte, want [sha256.Size]byte) error {
-	obj, err := c.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+	res, err := epoch.Run(ctx, epoch.Options{Paths: ds.paths, Workers: workers, Seed: seed, Want: ds.want,
+		Open: func(ctx context.Context, key string) (io.ReadCloser, error) {
+			return c.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+		}})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	defer obj.Close()
-	h := sha256.New()
-	if _, err := io.CopyBuffer(h, obj, buf); err != nil {
-		return fmt.Errorf("GET %s: %w", key, err)
+	if len(res.Mismatches) > 0 {
+		return 0, fmt.Errorf("GET %s: sha256 mismatch", res.Mismatches[0])
 	}
-	var got [sha256.Size]byte
-	h.Sum(got[:0])
-	if got != want {
-		return fmt.Errorf("GET %s: sha256 mismatch", key)
-	}
-	return nil
+	return res.FilesPerSec(), nil
 }
