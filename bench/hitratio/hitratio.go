@@ -124,12 +124,7 @@ func Bench(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	total := datagen.TotalSize(files)
-	paths := make([]string, len(files))
-	want := make(map[string][sha256.Size]byte, len(files))
-	for i, f := range files {
-		paths[i] = f.Path
-		want[f.Path] = datagen.Sum(f)
-	}
+	paths, want := datagen.Paths(files), datagen.Sums(files)
 	fmt.Fprintf(logw, "dataset: %d files, %s\n", len(files), units.FormatSize(total))
 	rep := &Report{Files: len(files), Bytes: total, Epochs: cfg.Epochs, Workers: cfg.Workers, Fractions: cfg.Fractions, Policies: cfg.Policies}
 	for _, frac := range cfg.Fractions {

@@ -136,7 +136,7 @@ func Bench(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	setWorkDisk(cfg.Dir)
-	ds := dataset{root: filepath.Join(cfg.Dir, "data"), want: map[string][sha256.Size]byte{}}
+	ds := dataset{root: filepath.Join(cfg.Dir, "data")}
 	if err := os.RemoveAll(ds.root); err != nil {
 		return nil, err
 	}
@@ -144,10 +144,7 @@ func Bench(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range files {
-		ds.paths = append(ds.paths, f.Path)
-		ds.want[f.Path] = datagen.Sum(f)
-	}
+	ds.paths, ds.want = datagen.Paths(files), datagen.Sums(files)
 	ds.bytes = datagen.TotalSize(files)
 	fmt.Fprintf(logw, "dataset: %d files, %.1f MB\n", len(files), float64(ds.bytes)/1e6)
 	rep := &Report{Files: len(files), Bytes: ds.bytes}
