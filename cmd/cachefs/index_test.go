@@ -17,11 +17,7 @@ import (
 )
 
 func TestIndexWriteAndVerify(t *testing.T) {
-	src := t.TempDir()
-	files, err := datagen.Write(src, datagen.Spec{Files: 120, Classes: 6, MedianSize: 2000, MinSize: 1, MaxSize: 20_000, Seed: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 120, Classes: 6, MedianSize: 2000, MinSize: 1, MaxSize: 20_000, Seed: 5})
 	if err := os.Mkdir(filepath.Join(src, "empty"), 0o755); err != nil {
 		t.Fatal(err)
 	}
