@@ -1,4 +1,5 @@
-// Command hitratio is the hit-ratio benchmark of issue 5: the seed's NR
+// Command hitratio measures the byte hit ratio of every policy through real
+// mounts under shuffled epochs: the seed's NR
 // experiment scaled down. It generates a deterministic image-like dataset D
 // (internal/datagen), then for every cache size C (fractions of D) and every
 // policy mounts the dataset through a fresh cache with pkg/mount — the real
