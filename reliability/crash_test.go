@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 )
 
@@ -90,15 +90,7 @@ func TestCrashConsistency(t *testing.T) {
 // cacheKeys returns each file's whole-file cache key, as the mount forms it.
 func cacheKeys(t *testing.T, src string, files []datagen.File) map[string]cache.Key {
 	t.Helper()
-	s, err := backend.Parse(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(context.Background(), s, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := mounttest.OpenBackend(t, src)
 	keys := map[string]cache.Key{}
 	for _, f := range files {
 		e, err := b.Stat(context.Background(), f.Path)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
@@ -137,15 +138,7 @@ func TestIndexUploadS3(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	s, err := backend.Parse(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(ctx, s, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := mounttest.OpenBackend(t, src)
 	for _, loc := range []string{manifest.LocAuto, elsewhere} {
 		m, where, err := manifest.Discover(ctx, b, loc, backend.Options{})
 		if err != nil || m == nil {

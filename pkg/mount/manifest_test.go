@@ -76,16 +76,7 @@ func TestS3ManifestMountSendsNoListOrHead(t *testing.T) {
 
 	// Index through the S3 backend and store the manifest next to the data.
 	ctx := context.Background()
-	src, err := backend.Parse(source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(ctx, src, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	man, st, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: 4, Checksum: true})
-	b.Close()
+	man, st, err := manifest.Index(ctx, mounttest.OpenBackend(t, source), manifest.IndexOptions{Workers: 4, Checksum: true})
 	if err != nil {
 		t.Fatal(err)
 	}
