@@ -97,7 +97,8 @@ func run() error {
 	return d.Run(ctx)
 }
 
-// defaultCachefs is cachefs next to this binary, else "cachefs" on the PATH.
+// defaultCachefs is cachefs next to this binary, else /usr/local/bin/cachefs
+// (where the image installs it).
 func defaultCachefs() string {
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), "cachefs")
