@@ -13,6 +13,14 @@ import (
 	"github.com/epochfs/epochfs/pkg/manifest"
 )
 
+// p2Reader is one way of reading the dataset in P2: a name, the directory
+// read, and the processes whose CPU time counts for it.
+type p2Reader struct {
+	name string
+	root string
+	pids map[string]int
+}
+
 // benchP2 is P2, the cached epoch: an EpochFS mount whose cache holds the
 // whole dataset (and, with cfg.P2Manifest, one mounted from a manifest) vs
 // a native read of the same files and vs a warm `rclone mount`.
@@ -29,11 +37,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		return err
 	}
 	defer efs.Stop()
-	readers := []struct {
-		name string
-		root string
-		pids map[string]int
-	}{{native, ds.root, nil}, {epochfs, efsMnt, pidOf("mount", efs)}}
+	readers := []p2Reader{{native, ds.root, nil}, {epochfs, efsMnt, pidOf("mount", efs)}}
 	if cfg.P2Manifest {
 		// The same dataset mounted from a manifest (go-fuse raw API).
 		man := filepath.Join(cfg.Dir, "p2.manifest")
@@ -49,11 +53,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			return err
 		}
 		defer m.Stop()
-		readers = append(readers, struct {
-			name string
-			root string
-			pids map[string]int
-		}{epochfsMan, m.Mnt, pidOf("mount", m)})
+		readers = append(readers, p2Reader{epochfsMan, m.Mnt, pidOf("mount", m)})
 	}
 	if cfg.RClone != "" {
 		rc, err := benchproc.StartRclone(cfg.RClone, ds.root, filepath.Join(cfg.Dir, "mnt-rclone"), filepath.Join(cfg.Dir, "cache-rclone"), capacity, nil)
@@ -61,11 +61,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			return err
 		}
 		defer rc.Stop()
-		readers = append(readers, struct {
-			name string
-			root string
-			pids map[string]int
-		}{rcloneR, rc.Mnt, pidOf("rclone", rc)})
+		readers = append(readers, p2Reader{rcloneR, rc.Mnt, pidOf("rclone", rc)})
 	} else {
 		rep.Notes = append(rep.Notes, "rclone not run: no rclone binary (make bench-tools)")
 	}
