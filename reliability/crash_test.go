@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/cache"
 )
@@ -90,7 +90,7 @@ func TestCrashConsistency(t *testing.T) {
 // cacheKeys returns each file's whole-file cache key, as the mount forms it.
 func cacheKeys(t *testing.T, src string, files []datagen.File) map[string]cache.Key {
 	t.Helper()
-	b := mounttest.OpenBackend(t, src)
+	b := backendtest.Open(t, src)
 	keys := map[string]cache.Key{}
 	for _, f := range files {
 		e, err := b.Stat(context.Background(), f.Path)

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
@@ -138,7 +138,7 @@ func TestIndexUploadS3(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	b := mounttest.OpenBackend(t, src)
+	b := backendtest.Open(t, src)
 	for _, loc := range []string{manifest.LocAuto, elsewhere} {
 		m, where, err := manifest.Discover(ctx, b, loc, backend.Options{})
 		if err != nil || m == nil {

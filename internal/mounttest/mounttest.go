@@ -1,6 +1,5 @@
 // Package mounttest mounts a dataset with pkg/mount for one test, as the
-// tests of pkg/mount and reliability/ do, and opens a dataset's backend for
-// a test that checks what a mount or `cachefs index` made of it.
+// tests of pkg/mount and reliability/ do.
 //
 // It lives apart from internal/testenv because testenv must not import
 // EpochFS packages: their own tests import testenv.
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/epochfs/epochfs/internal/testenv"
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
 )
 
@@ -43,21 +41,4 @@ func Start(t testing.TB, cfg mount.Config) *mount.Mount {
 		}
 	})
 	return m
-}
-
-// OpenBackend opens the dataset at url (a source URL, as `cachefs mount`
-// takes it) with the credentials of the environment and closes it in
-// t.Cleanup; the test fails if either step does.
-func OpenBackend(t testing.TB, url string) backend.Backend {
-	t.Helper()
-	src, err := backend.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(context.Background(), src, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
@@ -76,7 +77,7 @@ func TestS3ManifestMountSendsNoListOrHead(t *testing.T) {
 
 	// Index through the S3 backend and store the manifest next to the data.
 	ctx := context.Background()
-	man, st, err := manifest.Index(ctx, mounttest.OpenBackend(t, source), manifest.IndexOptions{Workers: 4, Checksum: true})
+	man, st, err := manifest.Index(ctx, backendtest.Open(t, source), manifest.IndexOptions{Workers: 4, Checksum: true})
 	if err != nil {
 		t.Fatal(err)
 	}
