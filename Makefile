@@ -22,14 +22,29 @@ export PATH := $(TOOLS_BIN):$(PATH)
 export EPOCHFS_TOOLS_BIN := $(TOOLS_BIN)
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build test test-short demo tools lint vet bench clean
+.PHONY: all help build test test-short demo tools lint vet bench clean
 
 all: build
 
-build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cachefs ./cmd/cachefs
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/cachefs-job ./cmd/cachefs-job
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/csi-driver ./cmd/csi-driver
+## help: this list (the `## target: text` lines of Makefile and mk/*.mk).
+help:
+	@awk '/^## [^ :]+:/ { t = $$2; sub(/:$$/, "", t); sub(/^## [^ :]+: */, ""); printf "  %-22s %s\n", t, $$0; next } \
+	     /^##  *[^ ]/ { sub(/^## */, ""); printf "  %-22s %s\n", "", $$0 }' Makefile $(sort $(wildcard mk/*.mk))
+
+# BINARIES: every binary `make build` writes to bin/, one line each (bin/NAME from ./cmd/NAME).
+BINARIES := \
+	cachefs \
+	cachefs-job \
+	csi-driver \
+	job-controller
+
+## build: every binary in BINARIES, into bin/.
+build: $(addprefix bin/,$(BINARIES))
+
+# Always rebuilt (go build is incremental); the version is stamped with -ldflags.
+.PHONY: $(addprefix bin/,$(BINARIES))
+$(addprefix bin/,$(BINARIES)): bin/%:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/$*
 
 ## test: every test, with -race, against real servers (MinIO) and real FUSE mounts (needs root).
 test: tools
@@ -43,6 +58,7 @@ test-short:
 demo: build
 	bin/cachefs demo
 
+## tools: build the pinned test tools once per machine into the tool cache (mk/tools.mk) and link them into .tools/bin.
 tools: $(TOOLS_BIN)/minio $(TOOLS_BIN)/staticcheck $(TOOLS_BIN)/helm $(TOOLS_BIN)/csi-sanity
 
 

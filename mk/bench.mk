@@ -1,11 +1,11 @@
-# Benchmarks of issue 5 (included by the main Makefile). Both need root
+# Benchmarks of the hit-ratio, throughput and metadata goals (included by the main Makefile). They need root
 # (FUSE mounts, dropping the page cache); results go in bench/RESULTS.md by
 # hand, with the machine and the command (the scripts print them).
 #
 #   make bench-hitratio      NR vs LRU/FIFO/Random/TinyLFU byte hit ratios through real mounts
 #   make bench-throughput    P2 (cached epoch vs native and rclone) and P3 (cold epoch from MinIO vs a GET loop)
 #   make bench-throughput-far  P3 again with BENCH_S3_LATENCY (20ms) added to every request: a far object store
-#   make bench-meta          issue 4: 1M files, mount with a manifest vs without vs rclone mount (local and MinIO)
+#   make bench-meta          metadata at 1M files: mount with a manifest vs without vs rclone mount (local and MinIO)
 #
 # BENCH_ARGS passes flags (e.g. BENCH_ARGS=-tiny, BENCH_ARGS='-rounds 5').
 

@@ -37,7 +37,5 @@ generate-job-deploy-files: $(TOOLS_BIN)/controller-gen
 	  echo '{{- if (.Values.jobController).enabled }}'; cat $(JOB_KUSTOMIZE)/role.yaml; echo '{{- end }}'; } > $(JOB_HELM)/job-controller-role.yaml
 
 .PHONY: build-job-controller
-build: build-job-controller
-## build-job-controller: bin/job-controller (the TrainingJob controller).
-build-job-controller:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/job-controller ./cmd/job-controller
+## build-job-controller: bin/job-controller (the TrainingJob controller) only; `make build` builds it with the rest.
+build-job-controller: bin/job-controller

@@ -1,4 +1,4 @@
-# Reliability runs at full scale (issue 7): 100k reads under 10% injected S3
+# Reliability runs at full scale: 100k reads under 10% injected S3
 # faults, 20 kill -9 rounds, full and read-only cache disks, 64-reader load.
 # `make test` runs the same tests at a small scale. Figures: RELIABILITY.md.
 

@@ -16,20 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 )
-
-func buildCachefs(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "cachefs")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/cachefs").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // TestCrashConsistency kills `cachefs mount` with SIGKILL at random moments
 // while readers fill the cache, over many rounds. After each kill the cache
@@ -38,12 +29,8 @@ func buildCachefs(t *testing.T) string {
 func TestCrashConsistency(t *testing.T) {
 	testenv.RequireFUSE(t)
 	rounds := envInt("RELIABILITY_ROUNDS", 20)
-	bin := buildCachefs(t)
-	src := t.TempDir()
-	files, err := datagen.Write(src, datagen.Spec{Files: 300, Classes: 6, MedianSize: 40_000, MinSize: 1_000, MaxSize: 400_000, Seed: 31})
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.GoBuild(t, "./cmd/cachefs")
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 300, Classes: 6, MedianSize: 40_000, MinSize: 1_000, MaxSize: 400_000, Seed: 31})
 	capacity := datagen.TotalSize(files) * 6 / 10
 	cacheDir, mnt := t.TempDir(), t.TempDir()
 	keys := cacheKeys(t, src, files)
@@ -57,7 +44,10 @@ func TestCrashConsistency(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitMounted(t, mnt, cmd)
+		if err := testenv.WaitMounted(mnt, 6*time.Second, nil); err != nil {
+			_ = cmd.Process.Kill()
+			t.Fatal(err)
+		}
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for w := range 4 {
@@ -100,15 +90,7 @@ func TestCrashConsistency(t *testing.T) {
 // cacheKeys returns each file's whole-file cache key, as the mount forms it.
 func cacheKeys(t *testing.T, src string, files []datagen.File) map[string]cache.Key {
 	t.Helper()
-	s, err := backend.Parse(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(context.Background(), s, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := backendtest.Open(t, src)
 	keys := map[string]cache.Key{}
 	for _, f := range files {
 		e, err := b.Stat(context.Background(), f.Path)
@@ -191,17 +173,4 @@ func entryBytes(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return n
-}
-
-func waitMounted(t *testing.T, mnt string, cmd *exec.Cmd) {
-	t.Helper()
-	for range 600 {
-		b, _ := os.ReadFile("/proc/self/mountinfo")
-		if bytes.Contains(b, []byte(" "+mnt+" ")) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	_ = cmd.Process.Kill()
-	t.Fatal("mount did not appear")
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/mount"
 )
@@ -26,15 +27,11 @@ func TestCacheDiskFull(t *testing.T) {
 				testenv.RequireOrSkip(t, "tmpfs", "cannot mount a tmpfs for the cache: "+err.Error())
 			}
 			t.Cleanup(func() { _ = syscall.Unmount(cacheDir, syscall.MNT_DETACH) })
-			src := t.TempDir()
-			files, err := datagen.Write(src, datagen.Spec{Files: 120, Classes: 4, MedianSize: 100_000, MinSize: 50_000, MaxSize: 200_000, Seed: 41})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := sums(files)
+			src, files := testenv.WriteDataset(t, datagen.Spec{Files: 120, Classes: 4, MedianSize: 100_000, MinSize: 50_000, MaxSize: 200_000, Seed: 41})
+			want := datagen.Sums(files)
 			logs := &logBuffer{}
 			root := t.TempDir()
-			m := startMount(t, mount.Config{Source: src, Mountpoint: root, CacheDir: cacheDir, CacheSize: 64 << 20, Logger: logs.logger(), MetricsAddr: "127.0.0.1:0"})
+			m := mounttest.Start(t, mount.Config{Source: src, Mountpoint: root, CacheDir: cacheDir, CacheSize: 64 << 20, Logger: logs.logger(), MetricsAddr: "127.0.0.1:0"})
 			if mode == "read-only" {
 				// The store has opened its lock file; now the cache dir turns
 				// read-only (like ext4's errors=remount-ro): a read-only bind

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/faultproxy"
+	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
@@ -28,7 +30,7 @@ func TestBackendFaults(t *testing.T) {
 	mi.MakeBucket(t, "faults")
 	files := smallSpec(200, 21).Plan()
 	mi.PutFiles(t, "faults", "ds/", files)
-	want := sums(files)
+	want := datagen.Sums(files)
 	proxy, err := faultproxy.Start(faultproxy.Options{Target: mi.Endpoint, Rate: 0.10, Seed: 7, Stall: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +41,7 @@ func TestBackendFaults(t *testing.T) {
 
 	const deadline = 8 * time.Second
 	root := t.TempDir()
-	m := startMount(t, mount.Config{
+	m := mounttest.Start(t, mount.Config{
 		Source: "s3://faults/ds?endpoint=" + proxy.URL, Mountpoint: root, MetricsAddr: "127.0.0.1:0",
 		// 1 byte: nothing is admitted, so every open is a backend read.
 		CacheSize:   1,
@@ -117,12 +119,12 @@ func TestBackendOutage(t *testing.T) {
 	mi.MakeBucket(t, "outage")
 	files := smallSpec(60, 5).Plan()
 	mi.PutFiles(t, "outage", "ds/", files)
-	want := sums(files)
+	want := datagen.Sums(files)
 	t.Setenv("AWS_ACCESS_KEY_ID", mi.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", mi.SecretKey)
 	logs := &logBuffer{}
 	root := t.TempDir()
-	startMount(t, mount.Config{
+	mounttest.Start(t, mount.Config{
 		Source: "s3://outage/ds?endpoint=" + mi.Endpoint, Mountpoint: root,
 		CacheSize: 1 << 30, ReadTimeout: 10 * time.Second, Logger: logs.logger(),
 	})

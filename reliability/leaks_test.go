@@ -14,6 +14,8 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/internal/mounttest"
+	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/mount"
 )
 
@@ -21,13 +23,9 @@ import (
 // time and checks that goroutines, open file descriptors and RSS return to
 // their baseline afterwards.
 func TestLoadAndLeaks(t *testing.T) {
-	src := t.TempDir()
-	files, err := datagen.Write(src, datagen.Spec{Files: 400, Classes: 8, MedianSize: 30_000, MinSize: 1_000, MaxSize: 300_000, Seed: 51})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 400, Classes: 8, MedianSize: 30_000, MinSize: 1_000, MaxSize: 300_000, Seed: 51})
 	root := t.TempDir()
-	startMount(t, mount.Config{Source: src, Mountpoint: root, CacheSize: datagen.TotalSize(files) / 2})
+	mounttest.Start(t, mount.Config{Source: src, Mountpoint: root, CacheSize: datagen.TotalSize(files) / 2})
 	paths := make([]string, len(files))
 	for i, f := range files {
 		paths[i] = f.Path

@@ -1,4 +1,5 @@
-// Command hitratio is the hit-ratio benchmark of issue 5: the seed's NR
+// Command hitratio measures the byte hit ratio of every policy through real
+// mounts under shuffled epochs: the seed's NR
 // experiment scaled down. It generates a deterministic image-like dataset D
 // (internal/datagen), then for every cache size C (fractions of D) and every
 // policy mounts the dataset through a fresh cache with pkg/mount — the real
@@ -124,12 +125,7 @@ func Bench(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	total := datagen.TotalSize(files)
-	paths := make([]string, len(files))
-	want := make(map[string][sha256.Size]byte, len(files))
-	for i, f := range files {
-		paths[i] = f.Path
-		want[f.Path] = datagen.Sum(f)
-	}
+	paths, want := datagen.Paths(files), datagen.Sums(files)
 	fmt.Fprintf(logw, "dataset: %d files, %s\n", len(files), units.FormatSize(total))
 	rep := &Report{Files: len(files), Bytes: total, Epochs: cfg.Epochs, Workers: cfg.Workers, Fractions: cfg.Fractions, Policies: cfg.Policies}
 	for _, frac := range cfg.Fractions {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/pkg/cache"
 )
 
@@ -48,15 +49,12 @@ func main() {
 	}
 	cfg.Workers = *workers
 	cfg.Log = os.Stderr
-	cfg.Dir = *dir
-	if cfg.Dir == "" {
-		tmp, err := os.MkdirTemp("/var/tmp", "epochfs-hitratio-")
-		if err != nil {
-			fatal(err)
-		}
-		defer os.RemoveAll(tmp)
-		cfg.Dir = tmp
+	workDir, removeDir, err := benchproc.WorkDir(*dir, "epochfs-hitratio-")
+	if err != nil {
+		fatal(err)
 	}
+	defer removeDir()
+	cfg.Dir = workDir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/internal/datagen"
 )
 
@@ -58,15 +59,12 @@ func main() {
 	if _, err := os.Stat(*cachefs); err == nil {
 		cfg.CacheFS, _ = filepath.Abs(*cachefs)
 	}
-	cfg.Dir = *dir
-	if cfg.Dir == "" {
-		tmp, err := os.MkdirTemp("/var/tmp", "epochfs-throughput-")
-		if err != nil {
-			fatal(err)
-		}
-		defer os.RemoveAll(tmp)
-		cfg.Dir = tmp
+	workDir, removeDir, err := benchproc.WorkDir(*dir, "epochfs-throughput-")
+	if err != nil {
+		fatal(err)
 	}
+	defer removeDir()
+	cfg.Dir = workDir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := Bench(ctx, cfg)

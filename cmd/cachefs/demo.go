@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -95,12 +94,7 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 		return err
 	}
 	total := datagen.TotalSize(files)
-	paths := make([]string, len(files))
-	want := make(map[string][sha256.Size]byte, len(files))
-	for i, f := range files {
-		paths[i] = f.Path
-		want[f.Path] = datagen.Sum(f)
-	}
+	paths, want := datagen.Paths(files), datagen.Sums(files)
 	capacity := int64(float64(total) * c.cacheFraction)
 	fmt.Fprintf(out, "dataset: %d files, %s in %s (generated in %.1fs)\n", len(files), units.FormatSize(total), data, time.Since(start).Seconds())
 	fmt.Fprintf(out, "cache:   %s = %.2f of the dataset, policy %s\n", units.FormatSize(capacity), c.cacheFraction, c.policy)

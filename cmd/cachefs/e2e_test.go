@@ -6,13 +6,10 @@ package main_test
 // epoch from /metrics, check EROFS, SIGTERM, and the mount is gone.
 
 import (
-	"bufio"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,25 +24,11 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv"
 )
 
-func buildCachefs(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "cachefs")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 var spec = datagen.Spec{Files: 400, Classes: 8, MedianSize: 30_000, MinSize: 1000, MaxSize: 400_000, Seed: 3}
 
 func TestMountBinaryPosix(t *testing.T) {
 	testenv.RequireFUSE(t)
-	src := t.TempDir()
-	files, err := datagen.Write(src, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, files := testenv.WriteDataset(t, spec)
 	runE2E(t, src, files, nil)
 }
 
@@ -63,7 +46,7 @@ func TestMountBinaryS3(t *testing.T) {
 }
 
 func runE2E(t *testing.T, src string, files []datagen.File, env []string) {
-	bin := buildCachefs(t)
+	bin := testenv.GoBuild(t, "./cmd/cachefs")
 	total := datagen.TotalSize(files)
 	capacity := total / 2
 	mnt, cacheDir := t.TempDir(), t.TempDir()
@@ -94,14 +77,13 @@ func runE2E(t *testing.T, src string, files []datagen.File, env []string) {
 		}
 		_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
 	})
-	waitMounted(t, mnt, exited, logs)
-
-	want := map[string][sha256.Size]byte{}
-	paths := make([]string, len(files))
-	for i, f := range files {
-		want[f.Path] = datagen.Sum(f)
-		paths[i] = f.Path
+	if err := testenv.WaitMounted(mnt, 30*time.Second, exited); errors.Is(err, testenv.ErrExited) {
+		t.Fatalf("cachefs mount: %v\n%s", err, <-logs)
+	} else if err != nil {
+		t.Fatal(err)
 	}
+
+	paths, want := datagen.Paths(files), datagen.Sums(files)
 	ents, err := os.ReadDir(mnt)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +126,9 @@ func runE2E(t *testing.T, src string, files []datagen.File, env []string) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("cachefs mount did not exit within 20s of SIGTERM")
 	}
-	if mounted(t, mnt) {
+	if ok, err := testenv.Mounted(mnt); err != nil {
+		t.Fatal(err)
+	} else if ok {
 		t.Fatal("still mounted after SIGTERM")
 	}
 	if l := <-logs; strings.Contains(l, "AWS_SECRET") || (len(env) > 1 && strings.Contains(l, strings.TrimPrefix(env[1], "AWS_SECRET_ACCESS_KEY="))) {
@@ -158,67 +142,19 @@ func runE2E(t *testing.T, src string, files []datagen.File, env []string) {
 	}
 }
 
-func waitMounted(t *testing.T, mnt string, exited <-chan error, logs <-chan string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			t.Fatalf("cachefs mount exited early: %v\n%s", err, <-logs)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if mounted(t, mnt) {
-			return
-		}
-	}
-	t.Fatal("mount did not appear within 30s")
-}
-
-func mounted(t *testing.T, mnt string) bool {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && fields[4] == mnt {
-			return true
-		}
-	}
-	return false
-}
-
 // scrape returns cachefs_cache_hit_bytes_total and cachefs_cache_miss_bytes_total.
 func scrape(t *testing.T, url string) (hit, miss float64) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	found := 0
-	for _, line := range strings.Split(string(body), "\n") {
-		var v float64
-		if _, err := fmt.Sscanf(line, "cachefs_cache_hit_bytes_total %g", &v); err == nil {
-			hit = v
-			found++
-		}
-		if _, err := fmt.Sscanf(line, "cachefs_cache_miss_bytes_total %g", &v); err == nil {
-			miss = v
-			found++
-		}
-	}
+	samples, body := testenv.Scrape(t, url)
 	for _, name := range []string{"cachefs_cache_hits_total", "cachefs_cache_misses_total", "cachefs_cache_used_bytes",
 		"cachefs_cache_capacity_bytes", "cachefs_cache_entries", "cachefs_backend_read_seconds_bucket", "cachefs_backend_errors_total", "cachefs_backend_retries_total"} {
-		if !strings.Contains(string(body), "\n"+name) {
+		if !strings.Contains(body, "\n"+name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
 	}
-	if found != 2 {
+	hit, okHit := samples["cachefs_cache_hit_bytes_total"]
+	miss, okMiss := samples["cachefs_cache_miss_bytes_total"]
+	if !okHit || !okMiss {
 		t.Fatalf("/metrics lacks the byte counters:\n%s", body)
 	}
 	return hit, miss

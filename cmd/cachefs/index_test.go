@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
@@ -17,11 +18,7 @@ import (
 )
 
 func TestIndexWriteAndVerify(t *testing.T) {
-	src := t.TempDir()
-	files, err := datagen.Write(src, datagen.Spec{Files: 120, Classes: 6, MedianSize: 2000, MinSize: 1, MaxSize: 20_000, Seed: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 120, Classes: 6, MedianSize: 2000, MinSize: 1, MaxSize: 20_000, Seed: 5})
 	if err := os.Mkdir(filepath.Join(src, "empty"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -141,15 +138,7 @@ func TestIndexUploadS3(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	s, err := backend.Parse(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(ctx, s, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := backendtest.Open(t, src)
 	for _, loc := range []string{manifest.LocAuto, elsewhere} {
 		m, where, err := manifest.Discover(ctx, b, loc, backend.Options{})
 		if err != nil || m == nil {

@@ -13,10 +13,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/epochfs/epochfs/internal/logging"
 )
 
 // exitError carries an exit code through cobra.
@@ -71,16 +72,5 @@ cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
 }
 
 func (g *globalFlags) logger() (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch strings.ToLower(g.logFormat) {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
+	return logging.New(os.Stderr, g.logFormat, g.logLevel)
 }

@@ -9,7 +9,6 @@ package main_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"os"
@@ -82,12 +81,7 @@ func laterEpoch(t *testing.T, src, cacheDir string, capacity int64, files []data
 			t.Error(err)
 		}
 	}()
-	paths := make([]string, len(files))
-	want := map[string][sha256.Size]byte{}
-	for i, f := range files {
-		paths[i] = f.Path
-		want[f.Path] = datagen.Sum(f)
-	}
+	paths, want := datagen.Paths(files), datagen.Sums(files)
 	res, err := epoch.Run(context.Background(), epoch.Options{Root: mnt, Paths: paths, Workers: 8, Seed: 5, Want: want})
 	if err != nil {
 		t.Fatal(err)
@@ -101,12 +95,8 @@ func laterEpoch(t *testing.T, src, cacheDir string, capacity int64, files []data
 
 func TestPrefetchBinaryResumeControlAndLaterMount(t *testing.T) {
 	testenv.RequireFUSE(t)
-	bin := buildCachefs(t)
-	src := t.TempDir()
-	files, err := datagen.Write(src, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.GoBuild(t, "./cmd/cachefs")
+	src, files := testenv.WriteDataset(t, spec)
 	total := datagen.TotalSize(files)
 	capacity := total / 2
 	cacheDir := t.TempDir()
@@ -154,7 +144,7 @@ func TestPrefetchBinaryResumeControlAndLaterMount(t *testing.T) {
 
 func TestPrefetchBinaryS3LaterMountHitsEverything(t *testing.T) {
 	testenv.RequireFUSE(t)
-	bin := buildCachefs(t)
+	bin := testenv.GoBuild(t, "./cmd/cachefs")
 	mi := testenv.StartMinIO(t)
 	mi.MakeBucket(t, "datasets")
 	files := spec.Plan()

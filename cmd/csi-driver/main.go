@@ -7,7 +7,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/logging"
 	"github.com/epochfs/epochfs/pkg/csi"
 	"github.com/epochfs/epochfs/pkg/units"
 )
@@ -63,7 +63,7 @@ func run() error {
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
-	log, err := newLogger(logFormat, logLevel)
+	log, err := logging.New(os.Stderr, logFormat, logLevel)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,8 @@ func run() error {
 	return d.Run(ctx)
 }
 
-// defaultCachefs is cachefs next to this binary, else "cachefs" on the PATH.
+// defaultCachefs is cachefs next to this binary, else /usr/local/bin/cachefs
+// (where the image installs it).
 func defaultCachefs() string {
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), "cachefs")
@@ -106,19 +107,4 @@ func defaultCachefs() string {
 		}
 	}
 	return "/usr/local/bin/cachefs"
-}
-
-func newLogger(format, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want json or text", format)
 }

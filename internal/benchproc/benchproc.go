@@ -37,7 +37,7 @@ type Proc struct {
 
 // Start starts cmd and returns it as a Proc; Done closes when it exits.
 func Start(name string, cmd *exec.Cmd, mnt string) (*Proc, error) {
-	p := &Proc{Name: name, Cmd: cmd, Mnt: mnt, Out: &SyncBuffer{}, Done: make(chan struct{})}
+	p := &Proc{Name: name, Cmd: cmd, Mnt: mnt, Out: &SyncBuffer{Max: 1 << 20}, Done: make(chan struct{})}
 	if cmd.Stderr == nil {
 		cmd.Stderr = p.Out
 	}
@@ -255,6 +255,20 @@ func FreePort() int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// WorkDir returns dir, or when dir is "" a new temporary directory under
+// /var/tmp named prefix*, and a func that removes the directory if WorkDir
+// created it (else does nothing).
+func WorkDir(dir, prefix string) (string, func(), error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("/var/tmp", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return tmp, func() { os.RemoveAll(tmp) }, nil
+}
+
 // RandHex returns n random bytes in hex.
 func RandHex(n int) string {
 	b := make([]byte, n)
@@ -262,9 +276,14 @@ func RandHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// SyncBuffer is a concurrency-safe buffer of a process's output that keeps
-// only its last MiB.
+// SyncBuffer is a bytes.Buffer safe for concurrent writers (a child's two
+// pipes, a logger shared by goroutines) and readers. The zero value is
+// ready and keeps everything written; internal/testenv uses it as is.
 type SyncBuffer struct {
+	// Max > 0 keeps only a process's tail: once the buffer holds more than
+	// Max bytes, the next write starts it afresh.
+	Max int
+
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
@@ -272,12 +291,13 @@ type SyncBuffer struct {
 func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.buf.Len() > 1<<20 { // keep the tail only
+	if b.Max > 0 && b.buf.Len() > b.Max {
 		b.buf.Reset()
 	}
 	return b.buf.Write(p)
 }
 
+// String returns what the buffer holds.
 func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()

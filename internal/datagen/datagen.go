@@ -9,6 +9,7 @@
 package datagen
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -46,27 +47,13 @@ type File struct {
 }
 
 func (s Spec) withDefaults() Spec {
-	if s.Files == 0 {
-		s.Files = 2000
-	}
-	if s.Classes == 0 {
-		s.Classes = 20
-	}
-	if s.Seed == 0 {
-		s.Seed = 1
-	}
-	if s.MedianSize == 0 {
-		s.MedianSize = 110_000
-	}
-	if s.Sigma == 0 {
-		s.Sigma = 0.9
-	}
-	if s.MinSize == 0 {
-		s.MinSize = 16_000
-	}
-	if s.MaxSize == 0 {
-		s.MaxSize = 5_000_000
-	}
+	s.Files = cmp.Or(s.Files, 2000)
+	s.Classes = cmp.Or(s.Classes, 20)
+	s.Seed = cmp.Or(s.Seed, 1)
+	s.MedianSize = cmp.Or(s.MedianSize, 110_000)
+	s.Sigma = cmp.Or(s.Sigma, 0.9)
+	s.MinSize = cmp.Or(s.MinSize, 16_000)
+	s.MaxSize = cmp.Or(s.MaxSize, 5_000_000)
 	return s
 }
 
@@ -235,4 +222,23 @@ func TotalSize(files []File) int64 {
 		n += f.Size
 	}
 	return n
+}
+
+// Paths returns the files' paths, in the files' order.
+func Paths(files []File) []string {
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.Path
+	}
+	return paths
+}
+
+// Sums returns every file's sha256 (Sum) by path, what a reader of the
+// dataset checks its bytes against.
+func Sums(files []File) map[string][sha256.Size]byte {
+	m := make(map[string][sha256.Size]byte, len(files))
+	for _, f := range files {
+		m[f.Path] = Sum(f)
+	}
+	return m
 }

@@ -24,6 +24,9 @@ type Options struct {
 	Seed    uint64   // shuffle seed (use the epoch number)
 	// Want maps a path to its expected sha256; nil skips verification.
 	Want map[string][sha256.Size]byte
+	// Open, when set, opens a path instead of os.Open of Root/path: for a
+	// dataset read some other way, like GETs from an object store.
+	Open func(ctx context.Context, path string) (io.ReadCloser, error)
 }
 
 // Result of one epoch.
@@ -76,7 +79,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			defer wg.Done()
 			buf := make([]byte, 256<<10)
 			for p := range next {
-				n, sum, err := readFile(filepath.Join(o.Root, filepath.FromSlash(p)), buf)
+				n, sum, err := o.readFile(ctx, p, buf)
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil {
@@ -111,9 +114,19 @@ feed:
 	return res, firstErr
 }
 
-func readFile(path string, buf []byte) (int64, [sha256.Size]byte, error) {
+// readFile reads the whole of path and returns its size and sha256.
+func (o Options) readFile(ctx context.Context, path string, buf []byte) (int64, [sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
-	f, err := os.Open(path)
+	var (
+		f   io.ReadCloser
+		err error
+	)
+	if o.Open != nil {
+		f, err = o.Open(ctx, path)
+	} else {
+		path = filepath.Join(o.Root, filepath.FromSlash(path))
+		f, err = os.Open(path)
+	}
 	if err != nil {
 		return 0, sum, fmt.Errorf("epoch: %w", err)
 	}

@@ -3,8 +3,6 @@ package testenv
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/internal/datagen"
 )
 
@@ -60,8 +59,8 @@ func StartMinIO(t testing.TB) *MinIO {
 			bin:       bin,
 			data:      t.TempDir(),
 			ports:     [2]int{FreePort(t), FreePort(t)},
-			AccessKey: "epochfs" + randHex(t, 8),
-			SecretKey: randHex(t, 20),
+			AccessKey: "epochfs" + benchproc.RandHex(8),
+			SecretKey: benchproc.RandHex(20),
 			out:       &SyncBuffer{},
 		}
 		m.Host = "127.0.0.1:" + strconv.Itoa(m.ports[0])
@@ -196,30 +195,6 @@ func (m *MinIO) Put(t testing.TB, bucket, key string, data []byte) {
 	}
 }
 
-func randHex(t testing.TB, n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatalf("testenv: random: %v", err)
-	}
-	return hex.EncodeToString(b)
-}
-
 // SyncBuffer is a bytes.Buffer safe for concurrent writers (a child's two
 // pipes, a logger shared by goroutines) and readers. The zero value is ready.
-type SyncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *SyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns everything written so far.
-func (b *SyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type SyncBuffer = benchproc.SyncBuffer

@@ -1,6 +1,9 @@
 // Package testenv starts the real servers that EpochFS tests run against
-// (MinIO today; Ceph, NFS-Ganesha and kube-apiserver later) on 127.0.0.1,
-// each owned by one test and stopped in its t.Cleanup.
+// on 127.0.0.1 (MinIO in minio.go, kube-apiserver with etcd in kube.go;
+// Ceph and NFS-Ganesha are not built yet), each owned by one test and
+// stopped in its t.Cleanup. It also holds the small helpers the tests of
+// several packages share (helpers.go): building a command, generating a
+// dataset, waiting for a FUSE mount, scraping /metrics.
 //
 // The servers are installed by the project itself (`make tools`) under
 // <repo>/.tools/bin, or in $EPOCHFS_TOOLS_BIN. A test whose server is

@@ -1,5 +1,5 @@
 // Package metrics exposes an EpochFS mount's counters to Prometheus under the
-// metric names fixed in DESIGN.md. It reads the cache's and the backend's
+// metric names fixed in docs/DESIGN.md. It reads the cache's and the backend's
 // counters when scraped and times backend reads through backend.WithObserver;
 // it holds no state of its own beyond the backend histogram and error counter.
 package metrics

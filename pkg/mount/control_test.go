@@ -77,16 +77,9 @@ func readAll(t *testing.T, mnt string, files []datagen.File, sums map[string][32
 // cache directory hits exactly what is cached.
 func TestPrefetchThroughControlWhileServing(t *testing.T) {
 	testenv.RequireFUSE(t)
-	src := t.TempDir()
-	files, err := datagen.Write(src, ctlSpec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, files := testenv.WriteDataset(t, ctlSpec)
 	total := datagen.TotalSize(files)
-	sums := map[string][32]byte{}
-	for _, f := range files {
-		sums[f.Path] = datagen.Sum(f)
-	}
+	sums := datagen.Sums(files)
 	cacheDir := t.TempDir()
 	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: cacheDir, CacheSize: total / 2,
 		WholeFileMax: ctlWholeMax, BlockSize: ctlBlockSize}
@@ -184,11 +177,7 @@ func (s slowBackend) ReadAt(ctx context.Context, path, version string, p []byte,
 // reports the truth, and a later request completes the rest.
 func TestRemotePrefetchCancel(t *testing.T) {
 	testenv.RequireFUSE(t)
-	src := t.TempDir()
-	files, err := datagen.Write(src, ctlSpec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, files := testenv.WriteDataset(t, ctlSpec)
 	total := datagen.TotalSize(files)
 	// A cache dir path longer than a sockaddr_un holds.
 	cacheDir := filepath.Join(t.TempDir(), strings.Repeat("long-directory-name-", 6))

@@ -11,7 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
@@ -57,23 +59,6 @@ func (c *requestCounter) snapshot() map[string]int {
 	return out
 }
 
-func startMount(t *testing.T, cfg mount.Config) *mount.Mount {
-	t.Helper()
-	m, err := mount.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Unmount(); err != nil {
-			t.Error(err)
-		}
-	})
-	return m
-}
-
 // TestS3ManifestMountSendsNoListOrHead mounts a MinIO dataset whose
 // manifest sits at prefix/.epochfs/manifest (found without --manifest) and
 // counts the HTTP requests: mounting sends only the manifest's GET (the
@@ -92,16 +77,7 @@ func TestS3ManifestMountSendsNoListOrHead(t *testing.T) {
 
 	// Index through the S3 backend and store the manifest next to the data.
 	ctx := context.Background()
-	src, err := backend.Parse(source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(ctx, src, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	man, st, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: 4, Checksum: true})
-	b.Close()
+	man, st, err := manifest.Index(ctx, backendtest.Open(t, source), manifest.IndexOptions{Workers: 4, Checksum: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +93,7 @@ func TestS3ManifestMountSendsNoListOrHead(t *testing.T) {
 
 	counter := &requestCounter{base: http.DefaultTransport.(*http.Transport).Clone(), counts: map[string]int{}}
 	mnt := t.TempDir()
-	m := startMount(t, mount.Config{Source: source, Mountpoint: mnt, CacheDir: t.TempDir(), CacheSize: 1 << 30,
+	m := mounttest.Start(t, mount.Config{Source: source, Mountpoint: mnt, CacheDir: t.TempDir(), CacheSize: 1 << 30,
 		Backend: backend.Options{Transport: counter}})
 	if m.Manifest() == nil || m.Manifest().Files() != len(files) {
 		t.Fatal("the manifest at .epochfs/manifest was not used")
@@ -170,7 +146,7 @@ func TestS3ManifestMountSendsNoListOrHead(t *testing.T) {
 
 	// --manifest as the URL of another object.
 	mnt2 := t.TempDir()
-	m2 := startMount(t, mount.Config{Source: source, Mountpoint: mnt2, CacheDir: t.TempDir(), CacheSize: 1 << 20,
+	m2 := mounttest.Start(t, mount.Config{Source: source, Mountpoint: mnt2, CacheDir: t.TempDir(), CacheSize: 1 << 20,
 		Manifest: "s3://datasets/elsewhere/train.manifest?endpoint=" + mi.Endpoint + "&region=us-east-1"})
 	if m2.Manifest() == nil || m2.Manifest().Files() != len(files) {
 		t.Fatal("--manifest URL not used")
@@ -224,14 +200,14 @@ func TestManifestOption(t *testing.T) {
 	}
 	t.Run("local file", func(t *testing.T) {
 		c := cfg(local)
-		startMount(t, c)
+		mounttest.Start(t, c)
 		if got := names(c.Mountpoint); got != "only-in-manifest" {
 			t.Errorf("mount lists %q", got)
 		}
 	})
 	t.Run("auto without manifest", func(t *testing.T) {
 		c := cfg(mount.ManifestAuto)
-		if m := startMount(t, c); m.Manifest() != nil {
+		if m := mounttest.Start(t, c); m.Manifest() != nil {
 			t.Error("a manifest appeared")
 		}
 		if got := names(c.Mountpoint); got != "f0,f1,f2,f3,f4" {
@@ -244,12 +220,12 @@ func TestManifestOption(t *testing.T) {
 		}
 		defer os.RemoveAll(filepath.Join(src, ".epochfs"))
 		c := cfg(mount.ManifestAuto)
-		startMount(t, c)
+		mounttest.Start(t, c)
 		if got := names(c.Mountpoint); got != "only-in-manifest" {
 			t.Errorf("auto: mount lists %q", got)
 		}
 		c = cfg(mount.ManifestNone)
-		startMount(t, c)
+		mounttest.Start(t, c)
 		if got := names(c.Mountpoint); got != ".epochfs,f0,f1,f2,f3,f4" {
 			t.Errorf("none: mount lists %q", got)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
@@ -99,23 +100,12 @@ func TestS3NamesThroughMount(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", mi.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", mi.SecretKey)
 	mnt := t.TempDir()
-	m, err := mount.New(mount.Config{
+	mounttest.Start(t, mount.Config{
 		Source:     "s3://names/ds?endpoint=" + mi.Endpoint,
 		Mountpoint: mnt, CacheDir: t.TempDir(), CacheSize: 1 << 20,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Unmount(); err != nil {
-			t.Error(err)
-		}
-	})
 	var got []string
-	err = filepath.Walk(mnt, func(p string, fi os.FileInfo, err error) error {
+	err := filepath.Walk(mnt, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}

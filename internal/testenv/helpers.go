@@ -1,0 +1,137 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/datagen"
+)
+
+// GoBuild builds the main package pkg (a path relative to the repository
+// root, like "./cmd/cachefs") into a temporary directory of t and returns
+// the binary's path, named after the package's directory.
+func GoBuild(t testing.TB, pkg string) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), path.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
+}
+
+// WriteDataset generates spec's dataset in a temporary directory of t and
+// returns the directory and the files.
+func WriteDataset(t testing.TB, spec datagen.Spec) (dir string, files []datagen.File) {
+	t.Helper()
+	dir = t.TempDir()
+	files, err := datagen.Write(dir, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, files
+}
+
+// Mounted reports whether dir is a mount point in this process's mount
+// namespace (/proc/self/mountinfo).
+func Mounted(dir string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 && fields[4] == dir {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// ErrExited is WaitMounted's error when the mounting process ended first.
+var ErrExited = errors.New("testenv: the mounting process exited before the mount appeared")
+
+// WaitMounted waits until dir is a mount point (Mounted), polling every
+// 10ms. It returns an error when timeout passes first, or one wrapping
+// ErrExited when a value arrives on exited first (the mounting process's
+// Wait result; a nil channel is not watched).
+func WaitMounted(dir string, timeout time.Duration, exited <-chan error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := Mounted(dir)
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testenv: %s was not mounted within %v", dir, timeout)
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("%w: %v", ErrExited, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Scrape GETs a Prometheus text endpoint (http://host:port/metrics) and
+// returns its samples, keyed by the name as written with its labels
+// (`x_bucket{le="0.1"}`), and the whole body.
+func Scrape(t testing.TB, url string) (samples map[string]float64, body string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	samples = map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, ok := cutLast(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			samples[name] = v
+		}
+	}
+	return samples, string(b)
+}
+
+// Metric returns the value of one sample (a name with its labels, if any)
+// of a Prometheus text endpoint; the test fails when there is none.
+func Metric(t testing.TB, url, name string) float64 {
+	t.Helper()
+	samples, _ := Scrape(t, url)
+	v, ok := samples[name]
+	if !ok {
+		t.Fatalf("%s has no %s", url, name)
+	}
+	return v
+}
+
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
+}
