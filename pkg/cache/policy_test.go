@@ -63,7 +63,7 @@ func runEpochs(t *testing.T, s *Store, d simDataset, epochs int, seed uint64) []
 	return ratios
 }
 
-// TestPolicyEpochs is the claim of DESIGN.md "Why NR": over shuffled
+// TestPolicyEpochs is the claim of docs/DESIGN.md "Why NR": over shuffled
 // epochs NR hits exactly C/D of the bytes from epoch 2 on, and LRU, FIFO,
 // Random and TinyLFU do no better (LRU thrashes).
 func TestPolicyEpochs(t *testing.T) {
