@@ -186,11 +186,7 @@ func (n *nodeState) writeSecrets(key string, secrets map[string]string) error {
 			fmt.Fprintf(&b, "%s=%s\n", k, v)
 		}
 	}
-	tmp := n.secretPath(key) + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("csi: write secrets: %w", err)
-	}
-	if err := os.Rename(tmp, n.secretPath(key)); err != nil {
+	if err := writeFileAtomic(n.secretPath(key), []byte(b.String())); err != nil {
 		return fmt.Errorf("csi: write secrets: %w", err)
 	}
 	return nil
