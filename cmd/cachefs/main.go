@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/epochfs/epochfs/pkg/mount"
 )
 
 // exitError carries an exit code through cobra.
@@ -62,7 +64,7 @@ cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
+	root.PersistentFlags().StringVar(&g.logFormat, mount.FlagLogFormat, "text", "log format on stderr: text or json")
 	root.AddCommand(newMountCmd(g), newIndexCmd(g), newPrefetchCmd(g), newStatsCmd(), newVersionCmd(), newDemoCmd(g))
 	root.AddCommand(newJobCmd())
 	return root

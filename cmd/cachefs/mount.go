@@ -18,7 +18,7 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		blockSize    string
 	)
 	cmd := &cobra.Command{
-		Use:   "mount SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
+		Use:   mount.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
 		Short: "Mount a dataset read-only through the cache, in the foreground",
 		Long: `Mount SOURCE read-only at MOUNTPOINT through the node-local cache and serve
 until SIGINT/SIGTERM or an outside unmount, then unmount cleanly.
@@ -42,13 +42,13 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 			}
 			cfg.Source, cfg.Mountpoint, cfg.Logger = args[0], args[1], log
 			if cfg.CacheSize, err = units.ParseSize(cacheSize); err != nil {
-				return fmt.Errorf("--cache-size: %w", err)
+				return fmt.Errorf("--%s: %w", mount.FlagCacheSize, err)
 			}
 			if cfg.WholeFileMax, err = units.ParseSize(wholeFileMax); err != nil {
-				return fmt.Errorf("--whole-file-max: %w", err)
+				return fmt.Errorf("--%s: %w", mount.FlagWholeFileMax, err)
 			}
 			if cfg.BlockSize, err = units.ParseSize(blockSize); err != nil {
-				return fmt.Errorf("--block-size: %w", err)
+				return fmt.Errorf("--%s: %w", mount.FlagBlockSize, err)
 			}
 			m, err := mount.New(cfg)
 			if err != nil {
@@ -58,20 +58,20 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.CacheDir, "cache-dir", "", "cache directory (created if missing; one mount process per directory) (required)")
-	f.StringVar(&cacheSize, "cache-size", "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
-	f.StringVar(&cfg.Policy, "policy", "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
-	f.StringVar(&cfg.Manifest, "manifest", "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
-	f.BoolVar(&cfg.AllowOther, "allow-other", true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
-	f.StringVar(&wholeFileMax, "whole-file-max", fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
-	f.StringVar(&blockSize, "block-size", fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
-	f.IntVar(&cfg.Readahead, "readahead", fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
-	f.IntVar(&cfg.ReadaheadFiles, "readahead-files", 0, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background (0: off); raises a cold epoch's backend concurrency above the loader's workers")
-	f.IntVar(&cfg.ListingCacheEntries, "listing-cache-entries", fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
-	f.DurationVar(&cfg.ReadTimeout, "read-timeout", fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
-	f.BoolVar(&cfg.Debug, "fuse-debug", false, "log every FUSE request (very verbose)")
-	_ = cmd.MarkFlagRequired("cache-dir")
-	_ = cmd.MarkFlagRequired("cache-size")
+	f.StringVar(&cfg.CacheDir, mount.FlagCacheDir, "", "cache directory (created if missing; one mount process per directory) (required)")
+	f.StringVar(&cacheSize, mount.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
+	f.StringVar(&cfg.Policy, mount.FlagPolicy, "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
+	f.StringVar(&cfg.Manifest, mount.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
+	f.StringVar(&cfg.MetricsAddr, mount.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
+	f.BoolVar(&cfg.AllowOther, mount.FlagAllowOther, true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
+	f.StringVar(&wholeFileMax, mount.FlagWholeFileMax, fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
+	f.StringVar(&blockSize, mount.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
+	f.IntVar(&cfg.Readahead, mount.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
+	f.IntVar(&cfg.ReadaheadFiles, mount.FlagReadaheadFiles, 0, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background (0: off); raises a cold epoch's backend concurrency above the loader's workers")
+	f.IntVar(&cfg.ListingCacheEntries, mount.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
+	f.DurationVar(&cfg.ReadTimeout, mount.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
+	f.BoolVar(&cfg.Debug, mount.FlagFuseDebug, false, "log every FUSE request (very verbose)")
+	_ = cmd.MarkFlagRequired(mount.FlagCacheDir)
+	_ = cmd.MarkFlagRequired(mount.FlagCacheSize)
 	return cmd
 }

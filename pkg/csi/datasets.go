@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/epochfs/epochfs/pkg/mount"
 )
 
 // datasetMount is one `cachefs mount` process serving one set of volume
@@ -89,18 +91,16 @@ func (n *nodeState) start(ds *datasetMount) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"mount", ds.Params.Source, ds.MountPoint,
-		"--cache-dir", ds.CacheDir,
-		"--cache-size", strconv.FormatInt(ds.Params.CacheSize, 10),
-		"--policy", ds.Params.Policy,
-		"--log-format", "json",
-	}
-	if ds.Params.Manifest != "" {
-		args = append(args, "--manifest", ds.Params.Manifest)
-	}
-	if ds.Params.ReadaheadFiles > 0 {
-		args = append(args, "--readahead-files", strconv.Itoa(ds.Params.ReadaheadFiles))
-	}
+	args := mount.CommandOptions{
+		Source:         ds.Params.Source,
+		Mountpoint:     ds.MountPoint,
+		CacheDir:       ds.CacheDir,
+		CacheSize:      ds.Params.CacheSize,
+		Policy:         ds.Params.Policy,
+		Manifest:       ds.Params.Manifest,
+		ReadaheadFiles: ds.Params.ReadaheadFiles,
+		LogFormat:      mount.LogFormatJSON,
+	}.Args()
 	logStart := int64(0)
 	if st, err := os.Stat(n.logPath(ds.Key)); err == nil {
 		logStart = st.Size()

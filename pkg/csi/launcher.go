@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/epochfs/epochfs/pkg/mount"
 )
 
 // A launcher starts `cachefs` with args and env in its own session, its
@@ -183,7 +185,7 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 // checkLaunch accepts only `mount SOURCE MOUNTPOINT --flags…` with known
 // secret variables and a log file under logDir.
 func checkLaunch(req launchRequest, logDir string) error {
-	if len(req.Args) < 3 || req.Args[0] != "mount" {
+	if len(req.Args) < 3 || req.Args[0] != mount.Command {
 		return errors.New("only `cachefs mount SOURCE MOUNTPOINT …` may be launched")
 	}
 	for _, kv := range req.Env {
