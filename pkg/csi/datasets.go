@@ -30,11 +30,13 @@ type datasetMount struct {
 
 // Directory layout under the state dir.
 func (n *nodeState) datasetPath(key string) string {
-	return filepath.Join(n.dir, "datasets", key+".json")
+	return filepath.Join(n.cfg.dir, "datasets", key+".json")
 }
-func (n *nodeState) secretPath(key string) string { return filepath.Join(n.dir, "secrets", key+".env") }
-func (n *nodeState) logPath(key string) string    { return filepath.Join(n.dir, "logs", key+".log") }
-func (n *nodeState) mountPath(key string) string  { return filepath.Join(n.dir, "mnt", key) }
+func (n *nodeState) secretPath(key string) string {
+	return filepath.Join(n.cfg.dir, "secrets", key+".env")
+}
+func (n *nodeState) logPath(key string) string   { return filepath.Join(n.cfg.dir, "logs", key+".log") }
+func (n *nodeState) mountPath(key string) string { return filepath.Join(n.cfg.dir, "mnt", key) }
 
 // processAlive reports whether pid still runs the process started at ticks.
 func processAlive(pid int, ticks uint64) bool {
@@ -105,14 +107,14 @@ func (n *nodeState) start(ds *datasetMount) error {
 	if st, err := os.Stat(n.logPath(ds.Key)); err == nil {
 		logStart = st.Size()
 	}
-	pid, err := n.launcher.launch(args, env, n.logPath(ds.Key))
+	pid, err := n.cfg.launcher.launch(args, env, n.logPath(ds.Key))
 	if err != nil {
 		return err
 	}
 	ds.PID = pid
 	ds.StartTicks, _ = startTicks(pid)
 
-	deadline := time.Now().Add(n.d.cfg.MountTimeout)
+	deadline := time.Now().Add(n.cfg.mountTimeout)
 	for {
 		time.Sleep(20 * time.Millisecond)
 		if !processAlive(ds.PID, ds.StartTicks) {
@@ -120,14 +122,14 @@ func (n *nodeState) start(ds *datasetMount) error {
 		}
 		if ok, fstype, _ := isMounted(ds.MountPoint); ok && strings.HasPrefix(fstype, "fuse") {
 			if checkMount(ds.MountPoint) == nil {
-				n.d.log.Info("dataset mounted", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID, "mountpoint", ds.MountPoint)
+				n.cfg.log.Info("dataset mounted", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID, "mountpoint", ds.MountPoint)
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
 			_ = unmountAll(ds.MountPoint)
-			return fmt.Errorf("csi: cachefs mount of %s not live after %s: %s", ds.Params.Source, n.d.cfg.MountTimeout, n.logTail(ds.Key, logStart))
+			return fmt.Errorf("csi: cachefs mount of %s not live after %s: %s", ds.Params.Source, n.cfg.mountTimeout, n.logTail(ds.Key, logStart))
 		}
 	}
 }
@@ -142,7 +144,7 @@ func (n *nodeState) stop(ds *datasetMount) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if processAlive(ds.PID, ds.StartTicks) {
-			n.d.log.Warn("mount process ignored SIGTERM; killing it", "key", ds.Key, "pid", ds.PID)
+			n.cfg.log.Warn("mount process ignored SIGTERM; killing it", "key", ds.Key, "pid", ds.PID)
 			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
 		}
 	}
@@ -153,7 +155,7 @@ func (n *nodeState) stop(ds *datasetMount) error {
 		return err
 	}
 	if err := os.Remove(ds.MountPoint); err != nil && !errors.Is(err, os.ErrNotExist) {
-		n.d.log.Warn("cannot remove dataset mount point", "path", ds.MountPoint, "err", err)
+		n.cfg.log.Warn("cannot remove dataset mount point", "path", ds.MountPoint, "err", err)
 	}
 	return nil
 }
