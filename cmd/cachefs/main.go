@@ -19,10 +19,12 @@ import (
 	"github.com/epochfs/epochfs/pkg/mount"
 )
 
-// exitError carries an exit code through cobra.
+// exitError carries an exit code through cobra; reported when the
+// command has already written its error (to its log).
 type exitError struct {
-	code int
-	err  error
+	code     int
+	err      error
+	reported bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -37,12 +39,14 @@ func main() {
 	defer stop()
 	err := newRoot().ExecuteContext(ctx)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "cachefs:", err)
 		var ee *exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
+		if !errors.As(err, &ee) {
+			ee = &exitError{code: 1, err: err}
 		}
-		os.Exit(1)
+		if !ee.reported {
+			fmt.Fprintln(os.Stderr, "cachefs:", err)
+		}
+		os.Exit(ee.code)
 	}
 }
 
