@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 )
 
 // datasetMount is one `cachefs mount` process serving one set of volume
@@ -118,7 +119,7 @@ func (n *nodeState) start(ds *datasetMount) error {
 	for {
 		time.Sleep(20 * time.Millisecond)
 		if !processAlive(ds.PID, ds.StartTicks) {
-			return fmt.Errorf("csi: cachefs mount of %s exited: %s", ds.Params.Source, n.logTail(ds.Key, logStart))
+			return n.exited(ds, logStart)
 		}
 		if ok, fstype, _ := isMounted(ds.MountPoint); ok && strings.HasPrefix(fstype, "fuse") {
 			if checkMount(ds.MountPoint) == nil {
@@ -160,14 +161,54 @@ func (n *nodeState) stop(ds *datasetMount) error {
 	return nil
 }
 
+// mountExit is a mount process that exited before its mount was live, with
+// the failure line it wrote last to its log (package exitcode). Without
+// one (it was killed, or crashed) Failure.Code is exitcode.Internal.
+type mountExit struct {
+	source  string
+	failure exitcode.Failure
+	tail    string // the log since the launch, when there is no failure line
+}
+
+func (e *mountExit) Error() string {
+	f := e.failure
+	if f.Error == "" {
+		return fmt.Sprintf("csi: cachefs mount of %s exited: %s", e.source, e.tail)
+	}
+	return fmt.Sprintf("csi: cachefs mount of %s failed (exit code %d, %s): %s", e.source, f.Code, f.Reason, f.Error)
+}
+
+// exited reads why ds's mount process exited from its log since offset.
+// The log is read in both launcher modes: the driver is not the parent of
+// a process a mounter started, so it cannot wait(2) for its status.
+func (n *nodeState) exited(ds *datasetMount, offset int64) error {
+	e := &mountExit{source: ds.Params.Source, failure: exitcode.Failure{Code: exitcode.Internal, Reason: exitcode.Internal.Reason()}}
+	b, _ := readFrom(n.logPath(ds.Key), offset)
+	if f, ok := exitcode.LastFailure(b); ok {
+		e.failure = f
+	} else {
+		e.tail = n.logTail(ds.Key, offset)
+	}
+	return e
+}
+
+// readFrom reads path from offset on (at most its last 1 MiB).
+func readFrom(path string, offset int64) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) <= offset {
+		return nil, err
+	}
+	b = b[offset:]
+	return b[max(len(b)-1<<20, 0):], nil
+}
+
 // logTail returns the mount log written since offset (at most 2 KiB), for
 // error messages. cachefs never logs credentials.
 func (n *nodeState) logTail(key string, offset int64) string {
-	b, err := os.ReadFile(n.logPath(key))
-	if err != nil || int64(len(b)) <= offset {
+	b, _ := readFrom(n.logPath(key), offset)
+	if b = bytes.TrimSpace(b); len(b) == 0 {
 		return "(no output)"
 	}
-	b = bytes.TrimSpace(b[offset:])
 	if len(b) > 2048 {
 		b = b[len(b)-2048:]
 	}

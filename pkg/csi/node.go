@@ -5,13 +5,13 @@ import (
 	"errors"
 	"os"
 	"slices"
-	"strings"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 )
 
 // The node service's gRPC handlers. They validate requests, take the node
@@ -280,17 +280,33 @@ func checkVolumeAndPath(id, what, path string) error {
 	return checkPath(what, path)
 }
 
-// mountError maps a failure to start a mount: a source that does not exist
-// or refuses our credentials is the caller's problem, the rest is Internal.
+// mountError translates a failure to start a dataset mount into a gRPC
+// status: a mount process's exit code (package exitcode, read from its log)
+// says whose problem it is; every other failure (the driver's own: state
+// dir, launcher, a mount that never became live) is Internal.
 func mountError(err error) error {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "NoSuchBucket"):
-		return status.Error(codes.NotFound, msg)
-	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "AccessDenied") || strings.Contains(msg, "InvalidAccessKeyId") || strings.Contains(msg, "SignatureDoesNotMatch"):
-		return status.Error(codes.PermissionDenied, msg)
-	case strings.Contains(msg, "invalid source URL") || strings.Contains(msg, "unsupported source"):
-		return status.Error(codes.InvalidArgument, msg)
+	var e *mountExit
+	if !errors.As(err, &e) {
+		return status.Error(codes.Internal, err.Error())
 	}
-	return status.Error(codes.Internal, msg)
+	return status.Error(exitCodeToGRPC(e.failure.Code), err.Error())
+}
+
+// exitCodeToGRPC maps the exit codes of `cachefs mount` to gRPC codes.
+func exitCodeToGRPC(c exitcode.Code) codes.Code {
+	switch c {
+	case exitcode.NotFound:
+		return codes.NotFound
+	case exitcode.PermissionDenied:
+		return codes.PermissionDenied
+	case exitcode.Usage:
+		return codes.InvalidArgument
+	case exitcode.Unavailable:
+		return codes.Unavailable
+	case exitcode.CacheLocked:
+		return codes.Aborted // another store holds the cache: a retry may succeed
+	case exitcode.CacheUnusable:
+		return codes.FailedPrecondition // the node's cache root needs fixing
+	}
+	return codes.Internal // exitcode.Internal, exitcode.Mountpoint (the driver made it), unknown codes
 }
