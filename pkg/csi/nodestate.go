@@ -108,30 +108,30 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	if err := os.MkdirAll(cfg.cacheRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("csi: cache root: %w", err)
 	}
-	files, _ := filepath.Glob(filepath.Join(cfg.dir, "datasets", "*.json"))
-	for _, f := range files {
-		var ds datasetMount
-		if err := readJSON(f, &ds); err != nil {
-			cfg.log.Error("skipping unreadable dataset state", "file", f, "err", err)
-			continue
-		}
-		n.datasets[ds.Key] = &ds
-		if err := n.healthy(&ds); err != nil {
+	loadState(cfg, "datasets", func(ds *datasetMount) {
+		n.datasets[ds.Key] = ds
+		if err := n.healthy(ds); err != nil {
 			cfg.log.Warn("dataset mount needs repair", "key", ds.Key, "source", ds.Params.Source, "err", err)
 		} else {
 			cfg.log.Info("re-adopted dataset mount", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID)
 		}
-	}
-	files, _ = filepath.Glob(filepath.Join(cfg.dir, "volumes", "*.json"))
+	})
+	loadState(cfg, "volumes", func(v *nodeVolume) { n.volumes[v.ID] = v })
+	return n, nil
+}
+
+// loadState passes each JSON record of the state subdirectory sub
+// (datasets, volumes) to add, skipping (and logging) unreadable ones.
+func loadState[T any](cfg nodeConfig, sub string, add func(*T)) {
+	files, _ := filepath.Glob(filepath.Join(cfg.dir, sub, "*.json"))
 	for _, f := range files {
-		var v nodeVolume
-		if err := readJSON(f, &v); err != nil {
-			cfg.log.Error("skipping unreadable volume state", "file", f, "err", err)
+		v := new(T)
+		if err := readJSON(f, v); err != nil {
+			cfg.log.Error("skipping unreadable state", "kind", sub, "file", f, "err", err)
 			continue
 		}
-		n.volumes[v.ID] = &v
+		add(v)
 	}
-	return n, nil
 }
 
 // run makes ctx (the driver's Run's, cancelled when it stops) the parent of
