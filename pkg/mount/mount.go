@@ -7,6 +7,10 @@
 // `cachefs mount` runs in the foreground and what the CSI node plugin starts,
 // one process per staged volume.
 //
+// ExitCode classifies its errors (and those of the packages it wires) into
+// the exit codes of `cachefs mount` (package exitcode); CommandOptions
+// builds that command line for the programs that start it.
+//
 // It wires backend, cache, fusefs and metrics together and knows nothing of
 // CSI.
 package mount
