@@ -37,7 +37,7 @@ type nodeConfig struct {
 // lastStats are atomics. mu serialises every node operation and guards
 // ctx, datasets, volumes and prefetching; node calls are rare and a stage may
 // wait for a mount, so one lock keeps the state simple and consistent.
-// Lock order: mu before sizes.mu.
+// sizes.mu is never taken with mu held, nor mu with sizes.mu held.
 type nodeState struct {
 	cfg   nodeConfig
 	sizes datasetSizes
