@@ -33,7 +33,7 @@ type nodeConfig struct {
 // driver re-adopts them. It knows nothing of gRPC but the status codes its
 // acquire returns (node.go holds the handlers).
 //
-// cfg and sizes (which has its own lock) are immutable. repairs and
+// cfg is immutable; sizes has its own lock; repairs and
 // lastStats are atomics. mu serialises every node operation and guards
 // ctx, datasets, volumes and prefetching; node calls are rare and a stage may
 // wait for a mount, so one lock keeps the state simple and consistent.
