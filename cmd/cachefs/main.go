@@ -18,12 +18,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epochfs/epochfs/internal/logging"
+	"github.com/epochfs/epochfs/pkg/mount"
 )
 
-// exitError carries an exit code through cobra.
+// exitError carries an exit code through cobra; reported when the
+// command has already written its error (to its log).
 type exitError struct {
-	code int
-	err  error
+	code     int
+	err      error
+	reported bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -38,12 +41,14 @@ func main() {
 	defer stop()
 	err := newRoot().ExecuteContext(ctx)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "cachefs:", err)
 		var ee *exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
+		if !errors.As(err, &ee) {
+			ee = &exitError{code: 1, err: err}
 		}
-		os.Exit(1)
+		if !ee.reported {
+			fmt.Fprintln(os.Stderr, "cachefs:", err)
+		}
+		os.Exit(ee.code)
 	}
 }
 
@@ -65,7 +70,7 @@ cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format on stderr: text or json")
+	root.PersistentFlags().StringVar(&g.logFormat, mount.FlagLogFormat, "text", "log format on stderr: text or json")
 	root.AddCommand(newMountCmd(g), newIndexCmd(g), newPrefetchCmd(g), newStatsCmd(), newVersionCmd(), newDemoCmd(g))
 	root.AddCommand(newJobCmd())
 	return root

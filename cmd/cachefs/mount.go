@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -18,10 +22,11 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		blockSize    string
 	)
 	cmd := &cobra.Command{
-		Use:   "mount SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
+		Use:   mount.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
 		Short: "Mount a dataset read-only through the cache, in the foreground",
 		Long: `Mount SOURCE read-only at MOUNTPOINT through the node-local cache and serve
 until SIGINT/SIGTERM or an outside unmount, then unmount cleanly.
+` + exitCodesHelp + `
 
 SOURCE is one of:
   /abs/path or file:///abs/path    a local or kernel-mounted directory
@@ -34,44 +39,97 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 		Example: `  cachefs mount /data/imagenet /mnt/imagenet --cache-dir /var/cache/epochfs --cache-size 50GiB
   cachefs mount 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' /mnt/imagenet \
       --cache-dir /var/cache/epochfs --cache-size 100GiB --metrics-addr 127.0.0.1:9567`,
-		Args: cobra.ExactArgs(2),
+		// Cobra's own checks (arguments, required flags) run here so that
+		// they too exit with exitcode.Usage and a failure line.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.ExactArgs(2)(cmd, args); err != nil {
+				return g.mountFailed(usageError(err))
+			}
+			if err := cmd.ValidateRequiredFlags(); err != nil {
+				return g.mountFailed(usageError(err))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			cfg.Source, cfg.Mountpoint, cfg.Logger = args[0], args[1], log
-			if cfg.CacheSize, err = units.ParseSize(cacheSize); err != nil {
-				return fmt.Errorf("--cache-size: %w", err)
-			}
-			if cfg.WholeFileMax, err = units.ParseSize(wholeFileMax); err != nil {
-				return fmt.Errorf("--whole-file-max: %w", err)
-			}
-			if cfg.BlockSize, err = units.ParseSize(blockSize); err != nil {
-				return fmt.Errorf("--block-size: %w", err)
-			}
-			m, err := mount.New(cfg)
-			if err != nil {
-				return err
-			}
-			return m.Run(cmd.Context())
+			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize))
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return g.mountFailed(usageError(err)) })
 	f := cmd.Flags()
-	f.StringVar(&cfg.CacheDir, "cache-dir", "", "cache directory (created if missing; one mount process per directory) (required)")
-	f.StringVar(&cacheSize, "cache-size", "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
-	f.StringVar(&cfg.Policy, "policy", "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
-	f.StringVar(&cfg.Manifest, "manifest", "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
-	f.BoolVar(&cfg.AllowOther, "allow-other", true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
-	f.StringVar(&wholeFileMax, "whole-file-max", fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
-	f.StringVar(&blockSize, "block-size", fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
-	f.IntVar(&cfg.Readahead, "readahead", fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
-	f.IntVar(&cfg.ReadaheadFiles, "readahead-files", 0, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background (0: off); raises a cold epoch's backend concurrency above the loader's workers")
-	f.IntVar(&cfg.ListingCacheEntries, "listing-cache-entries", fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
-	f.DurationVar(&cfg.ReadTimeout, "read-timeout", fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
-	f.BoolVar(&cfg.Debug, "fuse-debug", false, "log every FUSE request (very verbose)")
-	_ = cmd.MarkFlagRequired("cache-dir")
-	_ = cmd.MarkFlagRequired("cache-size")
+	f.StringVar(&cfg.CacheDir, mount.FlagCacheDir, "", "cache directory (created if missing; one mount process per directory) (required)")
+	f.StringVar(&cacheSize, mount.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
+	f.StringVar(&cfg.Policy, mount.FlagPolicy, "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
+	f.StringVar(&cfg.Manifest, mount.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
+	f.StringVar(&cfg.MetricsAddr, mount.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
+	f.BoolVar(&cfg.AllowOther, mount.FlagAllowOther, true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
+	f.StringVar(&wholeFileMax, mount.FlagWholeFileMax, fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
+	f.StringVar(&blockSize, mount.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
+	f.IntVar(&cfg.Readahead, mount.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
+	f.IntVar(&cfg.ReadaheadFiles, mount.FlagReadaheadFiles, 0, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background (0: off); raises a cold epoch's backend concurrency above the loader's workers")
+	f.IntVar(&cfg.ListingCacheEntries, mount.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
+	f.DurationVar(&cfg.ReadTimeout, mount.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
+	f.BoolVar(&cfg.Debug, mount.FlagFuseDebug, false, "log every FUSE request (very verbose)")
+	_ = cmd.MarkFlagRequired(mount.FlagCacheDir)
+	_ = cmd.MarkFlagRequired(mount.FlagCacheSize)
 	return cmd
+}
+
+// exitCodesHelp documents the exit codes (package exitcode; docs/CSI.md).
+const exitCodesHelp = `
+When it fails, the last line it logs is "mount failed" with exitCode, reason
+and error (one JSON object with --log-format json), and it exits with:
+  1 internal           anything else (e.g. a corrupt manifest)
+  2 invalid            bad arguments or source URL
+  3 not_found          the source (directory, bucket, prefix) or manifest is missing
+  4 permission_denied  the source refused access (credentials, policy, EACCES)
+  5 unavailable        the source's server is unreachable or keeps failing
+  6 cache_locked       another mount holds the cache directory
+  7 cache_unusable     the cache directory cannot be created, locked or written
+  8 mountpoint         the mount point is missing, not a directory, or FUSE failed`
+
+func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize string) error {
+	log, err := g.logger()
+	if err != nil {
+		return usageError(err)
+	}
+	cfg.Source, cfg.Mountpoint, cfg.Logger = args[0], args[1], log
+	if cfg.CacheSize, err = units.ParseSize(cacheSize); err != nil {
+		return usageError(fmt.Errorf("--%s: %w", mount.FlagCacheSize, err))
+	}
+	if cfg.WholeFileMax, err = units.ParseSize(wholeFileMax); err != nil {
+		return usageError(fmt.Errorf("--%s: %w", mount.FlagWholeFileMax, err))
+	}
+	if cfg.BlockSize, err = units.ParseSize(blockSize); err != nil {
+		return usageError(fmt.Errorf("--%s: %w", mount.FlagBlockSize, err))
+	}
+	m, err := mount.New(cfg)
+	if err != nil {
+		return err
+	}
+	return m.Run(ctx)
+}
+
+// usageError marks a command-line error as mount.ErrInvalidConfig (exit
+// code 2), keeping its message.
+func usageError(err error) error { return &invalidUsage{err} }
+
+type invalidUsage struct{ err error }
+
+func (e *invalidUsage) Error() string   { return e.err.Error() }
+func (e *invalidUsage) Unwrap() []error { return []error{e.err, mount.ErrInvalidConfig} }
+
+// mountFailed turns an error of `cachefs mount` into its exit code and
+// writes the failure line (package exitcode) as the last log line; main
+// then only exits. nil stays nil.
+func (g *globalFlags) mountFailed(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := mount.ExitCode(err)
+	log, lerr := g.logger()
+	if lerr != nil { // a bad --log-format or --log-level: report in text
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	exitcode.LogFailure(log, code, err)
+	return &exitError{code: int(code), err: err, reported: true}
 }

@@ -46,6 +46,10 @@ var (
 	// ErrPermission: the backend refused access (bad or missing
 	// credentials, a bucket policy, file permissions).
 	ErrPermission = errors.New("permission denied")
+	// ErrUnavailable: the backend's server could not be reached or kept
+	// failing transiently (connection refused, DNS, timeouts, 5xx) until
+	// the retries ran out. Wrapped together with the last cause.
+	ErrUnavailable = errors.New("backend unavailable")
 )
 
 // Entry describes one file or directory of the dataset.

@@ -498,10 +498,14 @@ func (b *s3Backend) mapErr(op, p string, err error) error {
 		return fmt.Errorf("s3: %s %q: %w: %s (%s): check the credentials (Options.Credentials, "+
 			"AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the shared credentials file, IAM role) "+
 			"and the bucket policy", op, p, ErrPermission, resp.Code, strings.TrimSuffix(resp.Message, "."))
-	case resp.Code != "":
-		return fmt.Errorf("s3: %s %q: %s (%s, HTTP %d): %w", op, p, resp.Code, strings.TrimSuffix(resp.Message, "."), resp.StatusCode, err)
 	case errors.Is(err, errShortBody):
 		return fmt.Errorf("s3: %s %q: %w", op, p, io.ErrUnexpectedEOF)
+	case b.retryable(err) && resp.Code != "":
+		return fmt.Errorf("s3: %s %q: %w: %s (%s, HTTP %d): %w", op, p, ErrUnavailable, resp.Code, strings.TrimSuffix(resp.Message, "."), resp.StatusCode, err)
+	case b.retryable(err):
+		return fmt.Errorf("s3: %s %q: %w: %w", op, p, ErrUnavailable, err)
+	case resp.Code != "":
+		return fmt.Errorf("s3: %s %q: %s (%s, HTTP %d): %w", op, p, resp.Code, strings.TrimSuffix(resp.Message, "."), resp.StatusCode, err)
 	}
 	return fmt.Errorf("s3: %s %q: %w", op, p, err)
 }

@@ -417,7 +417,8 @@ func TestS3Retries(t *testing.T) {
 		{"short body", []fault{truncated(false)}, 0, nil, 1, 2},
 		{"three different faults", []fault{s3Error(503, "SlowDown"), connReset, truncated(true)}, 0, nil, 3, 4},
 		{"attempt timeout", []fault{hang, stuckBody}, 200 * time.Millisecond, nil, 2, 3},
-		{"exhausted", repeatFault(s3Error(503, "ServiceUnavailable"), 4), 0, errAny, 3, 4},
+		{"exhausted", repeatFault(s3Error(503, "ServiceUnavailable"), 4), 0, backend.ErrUnavailable, 3, 4},
+		{"connection resets exhausted", repeatFault(connReset, 4), 0, backend.ErrUnavailable, 3, 4},
 		{"403 not retried", []fault{s3Error(403, "AccessDenied")}, 0, backend.ErrPermission, 0, 1},
 		{"400 not retried", []fault{s3Error(400, "InvalidArgument")}, 0, errAny, 0, 1},
 	} {

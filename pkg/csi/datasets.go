@@ -11,6 +11,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 )
 
 // datasetMount is one `cachefs mount` process serving one set of volume
@@ -28,11 +31,13 @@ type datasetMount struct {
 
 // Directory layout under the state dir.
 func (n *nodeState) datasetPath(key string) string {
-	return filepath.Join(n.dir, "datasets", key+".json")
+	return filepath.Join(n.cfg.dir, "datasets", key+".json")
 }
-func (n *nodeState) secretPath(key string) string { return filepath.Join(n.dir, "secrets", key+".env") }
-func (n *nodeState) logPath(key string) string    { return filepath.Join(n.dir, "logs", key+".log") }
-func (n *nodeState) mountPath(key string) string  { return filepath.Join(n.dir, "mnt", key) }
+func (n *nodeState) secretPath(key string) string {
+	return filepath.Join(n.cfg.dir, "secrets", key+".env")
+}
+func (n *nodeState) logPath(key string) string   { return filepath.Join(n.cfg.dir, "logs", key+".log") }
+func (n *nodeState) mountPath(key string) string { return filepath.Join(n.cfg.dir, "mnt", key) }
 
 // processAlive reports whether pid still runs the process started at ticks.
 func processAlive(pid int, ticks uint64) bool {
@@ -89,45 +94,43 @@ func (n *nodeState) start(ds *datasetMount) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"mount", ds.Params.Source, ds.MountPoint,
-		"--cache-dir", ds.CacheDir,
-		"--cache-size", strconv.FormatInt(ds.Params.CacheSize, 10),
-		"--policy", ds.Params.Policy,
-		"--log-format", "json",
-	}
-	if ds.Params.Manifest != "" {
-		args = append(args, "--manifest", ds.Params.Manifest)
-	}
-	if ds.Params.ReadaheadFiles > 0 {
-		args = append(args, "--readahead-files", strconv.Itoa(ds.Params.ReadaheadFiles))
-	}
+	args := mount.CommandOptions{
+		Source:         ds.Params.Source,
+		Mountpoint:     ds.MountPoint,
+		CacheDir:       ds.CacheDir,
+		CacheSize:      ds.Params.CacheSize,
+		Policy:         ds.Params.Policy,
+		Manifest:       ds.Params.Manifest,
+		ReadaheadFiles: ds.Params.ReadaheadFiles,
+		LogFormat:      mount.LogFormatJSON,
+	}.Args()
 	logStart := int64(0)
 	if st, err := os.Stat(n.logPath(ds.Key)); err == nil {
 		logStart = st.Size()
 	}
-	pid, err := n.launcher.launch(args, env, n.logPath(ds.Key))
+	pid, err := n.cfg.launcher.launch(args, env, n.logPath(ds.Key))
 	if err != nil {
 		return err
 	}
 	ds.PID = pid
 	ds.StartTicks, _ = startTicks(pid)
 
-	deadline := time.Now().Add(n.d.cfg.MountTimeout)
+	deadline := time.Now().Add(n.cfg.mountTimeout)
 	for {
 		time.Sleep(20 * time.Millisecond)
 		if !processAlive(ds.PID, ds.StartTicks) {
-			return fmt.Errorf("csi: cachefs mount of %s exited: %s", ds.Params.Source, n.logTail(ds.Key, logStart))
+			return n.exited(ds, logStart)
 		}
 		if ok, fstype, _ := isMounted(ds.MountPoint); ok && strings.HasPrefix(fstype, "fuse") {
 			if checkMount(ds.MountPoint) == nil {
-				n.d.log.Info("dataset mounted", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID, "mountpoint", ds.MountPoint)
+				n.cfg.log.Info("dataset mounted", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID, "mountpoint", ds.MountPoint)
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
 			_ = unmountAll(ds.MountPoint)
-			return fmt.Errorf("csi: cachefs mount of %s not live after %s: %s", ds.Params.Source, n.d.cfg.MountTimeout, n.logTail(ds.Key, logStart))
+			return fmt.Errorf("csi: cachefs mount of %s not live after %s: %s", ds.Params.Source, n.cfg.mountTimeout, n.logTail(ds.Key, logStart))
 		}
 	}
 }
@@ -142,7 +145,7 @@ func (n *nodeState) stop(ds *datasetMount) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 		if processAlive(ds.PID, ds.StartTicks) {
-			n.d.log.Warn("mount process ignored SIGTERM; killing it", "key", ds.Key, "pid", ds.PID)
+			n.cfg.log.Warn("mount process ignored SIGTERM; killing it", "key", ds.Key, "pid", ds.PID)
 			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
 		}
 	}
@@ -153,19 +156,59 @@ func (n *nodeState) stop(ds *datasetMount) error {
 		return err
 	}
 	if err := os.Remove(ds.MountPoint); err != nil && !errors.Is(err, os.ErrNotExist) {
-		n.d.log.Warn("cannot remove dataset mount point", "path", ds.MountPoint, "err", err)
+		n.cfg.log.Warn("cannot remove dataset mount point", "path", ds.MountPoint, "err", err)
 	}
 	return nil
+}
+
+// mountExit is a mount process that exited before its mount was live, with
+// the failure line it wrote last to its log (package exitcode). Without
+// one (it was killed, or crashed) Failure.Code is exitcode.Internal.
+type mountExit struct {
+	source  string
+	failure exitcode.Failure
+	tail    string // the log since the launch, when there is no failure line
+}
+
+func (e *mountExit) Error() string {
+	f := e.failure
+	if f.Error == "" {
+		return fmt.Sprintf("csi: cachefs mount of %s exited: %s", e.source, e.tail)
+	}
+	return fmt.Sprintf("csi: cachefs mount of %s failed (exit code %d, %s): %s", e.source, f.Code, f.Reason, f.Error)
+}
+
+// exited reads why ds's mount process exited from its log since offset.
+// The log is read in both launcher modes: the driver is not the parent of
+// a process a mounter started, so it cannot wait(2) for its status.
+func (n *nodeState) exited(ds *datasetMount, offset int64) error {
+	e := &mountExit{source: ds.Params.Source, failure: exitcode.Failure{Code: exitcode.Internal, Reason: exitcode.Internal.Reason()}}
+	b, _ := readFrom(n.logPath(ds.Key), offset)
+	if f, ok := exitcode.LastFailure(b); ok {
+		e.failure = f
+	} else {
+		e.tail = n.logTail(ds.Key, offset)
+	}
+	return e
+}
+
+// readFrom reads path from offset on (at most its last 1 MiB).
+func readFrom(path string, offset int64) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) <= offset {
+		return nil, err
+	}
+	b = b[offset:]
+	return b[max(len(b)-1<<20, 0):], nil
 }
 
 // logTail returns the mount log written since offset (at most 2 KiB), for
 // error messages. cachefs never logs credentials.
 func (n *nodeState) logTail(key string, offset int64) string {
-	b, err := os.ReadFile(n.logPath(key))
-	if err != nil || int64(len(b)) <= offset {
+	b, _ := readFrom(n.logPath(key), offset)
+	if b = bytes.TrimSpace(b); len(b) == 0 {
 		return "(no output)"
 	}
-	b = bytes.TrimSpace(b[offset:])
 	if len(b) > 2048 {
 		b = b[len(b)-2048:]
 	}
@@ -186,11 +229,7 @@ func (n *nodeState) writeSecrets(key string, secrets map[string]string) error {
 			fmt.Fprintf(&b, "%s=%s\n", k, v)
 		}
 	}
-	tmp := n.secretPath(key) + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("csi: write secrets: %w", err)
-	}
-	if err := os.Rename(tmp, n.secretPath(key)); err != nil {
+	if err := writeFileAtomic(n.secretPath(key), []byte(b.String())); err != nil {
 		return fmt.Errorf("csi: write secrets: %w", err)
 	}
 	return nil

@@ -145,13 +145,44 @@ func New(cfg Config) (*Driver, error) {
 				return nil, fmt.Errorf("csi: --cachefs-binary: %w", err)
 			}
 		}
-		ns, err := newNodeState(d)
+		ncfg, err := d.nodeConfig()
+		if err != nil {
+			return nil, err
+		}
+		ns, err := newNodeState(ncfg)
 		if err != nil {
 			return nil, err
 		}
 		d.node = ns
 	}
 	return d, nil
+}
+
+// nodeConfig takes the node state's dependencies from the driver's Config:
+// its launcher (local, or the mounter's) and, with NodeLabels, its labeler.
+func (d *Driver) nodeConfig() (nodeConfig, error) {
+	cfg := nodeConfig{
+		dir:          filepath.Join(d.cfg.StateDir, "node"),
+		cacheRoot:    d.cfg.CacheRoot,
+		launcher:     localLauncher{binary: d.cfg.CachefsBinary},
+		mountTimeout: d.cfg.MountTimeout,
+		log:          d.log,
+	}
+	if d.cfg.MounterEndpoint != "" {
+		ml, err := newMounterLauncher(d.cfg.MounterEndpoint)
+		if err != nil {
+			return nodeConfig{}, err
+		}
+		cfg.launcher = ml
+	}
+	if d.cfg.NodeLabels {
+		client, err := kubeClient(d.cfg.Kubeconfig)
+		if err != nil {
+			return nodeConfig{}, err
+		}
+		cfg.labeler = &nodeLabeler{client: client, node: d.cfg.NodeID}
+	}
+	return cfg, nil
 }
 
 // Run serves CSI on the endpoint until ctx is done, then stops gracefully.
@@ -168,9 +199,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	if d.node != nil {
 		csipb.RegisterNodeServer(srv, d)
-		if d.cfg.HealthInterval > 0 {
-			go d.node.healthLoop(ctx, d.cfg.HealthInterval)
-		}
+		d.node.run(ctx, d.cfg.HealthInterval)
 	}
 	d.ready.Store(true)
 	d.log.Info("serving CSI", "driver", DriverName, "version", d.cfg.Version, "mode", d.cfg.Mode, "endpoint", d.cfg.Endpoint, "node", d.cfg.NodeID)

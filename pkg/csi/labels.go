@@ -69,7 +69,7 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 	if err != nil {
 		return size
 	}
-	opts := backend.Options{Logger: n.d.log}
+	opts := backend.Options{Logger: n.cfg.log}
 	if env, err := n.readSecrets(ds.Key); err == nil {
 		for _, kv := range env {
 			k, v, _ := strings.Cut(kv, "=")
@@ -85,14 +85,14 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 	}
 	b, err := backend.Open(ctx, src, opts)
 	if err != nil {
-		n.d.log.Warn("node labels: cannot open the dataset to find its manifest", "key", ds.Key, "err", err)
+		n.cfg.log.Warn("node labels: cannot open the dataset to find its manifest", "key", ds.Key, "err", err)
 		return size // not remembered: retried next time
 	}
 	defer b.Close()
 	m, _, err := manifest.Discover(ctx, b, ds.Params.Manifest, opts)
 	switch {
 	case err != nil:
-		n.d.log.Warn("node labels: cannot load the dataset's manifest", "key", ds.Key, "err", err)
+		n.cfg.log.Warn("node labels: cannot load the dataset's manifest", "key", ds.Key, "err", err)
 		return size
 	case m != nil:
 		size = m.TotalBytes()
@@ -166,15 +166,15 @@ func (l *nodeLabeler) sync(ctx context.Context, n *nodeState) error {
 	if _, err := l.client.CoreV1().Nodes().Patch(ctx, l.node, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("csi: node labels: patch node %s: %w", l.node, err)
 	}
-	n.d.log.Info("node cache labels updated", "node", l.node, "labels", patch)
+	n.cfg.log.Info("node cache labels updated", "node", l.node, "labels", patch)
 	return nil
 }
 
 // SyncNodeLabels updates this node's cache labels now (the health loop
 // does it every interval). It is a no-op unless Config.NodeLabels is set.
 func (d *Driver) SyncNodeLabels(ctx context.Context) error {
-	if d.node == nil || d.node.labeler == nil {
+	if d.node == nil || d.node.cfg.labeler == nil {
 		return nil
 	}
-	return d.node.labeler.sync(ctx, d.node)
+	return d.node.cfg.labeler.sync(ctx, d.node)
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/epochfs/epochfs/pkg/mount"
 )
 
 // A launcher starts `cachefs` with args and env in its own session, its
@@ -32,13 +34,26 @@ type launcher interface {
 type localLauncher struct{ binary string }
 
 func (l localLauncher) launch(args, env []string, logPath string) (int, error) {
-	return startDetached(l.binary, args, env, logPath)
+	return startReaped(l.binary, args, env, logPath)
 }
 
-func startDetached(binary string, args, env []string, logPath string) (int, error) {
+// startReaped starts binary (startDetached) and reaps it when it exits.
+func startReaped(binary string, args, env []string, logPath string) (int, error) {
+	cmd, err := startDetached(binary, args, env, logPath)
+	if err != nil {
+		return 0, err
+	}
+	go func() { _ = cmd.Wait() }() // reap our child when it exits
+	return cmd.Process.Pid, nil
+}
+
+// startDetached starts binary with args in its own session, its output
+// appended to logPath, its environment the driver's with env's credentials
+// replacing any the driver has. The caller must Wait for it.
+func startDetached(binary string, args, env []string, logPath string) (*exec.Cmd, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("csi: mount log: %w", err)
+		return nil, fmt.Errorf("csi: mount log: %w", err)
 	}
 	defer logf.Close()
 	cmd := exec.Command(binary, args...)
@@ -49,10 +64,9 @@ func startDetached(binary string, args, env []string, logPath string) (int, erro
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("csi: start %s: %w", binary, err)
+		return nil, fmt.Errorf("csi: start %s: %w", binary, err)
 	}
-	go func() { _ = cmd.Wait() }() // reap our child when it exits
-	return cmd.Process.Pid, nil
+	return cmd, nil
 }
 
 // mounterLauncher asks a mounter (csi-driver --mode mounter, a separate,
@@ -155,7 +169,7 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 			resp.Error = "bad request: " + err.Error()
 		} else if err := checkLaunch(req, logDir); err != nil {
 			resp.Error = err.Error()
-		} else if pid, err := startDetached(cfg.CachefsBinary, req.Args, req.Env, req.Log); err != nil {
+		} else if pid, err := startReaped(cfg.CachefsBinary, req.Args, req.Env, req.Log); err != nil {
 			resp.Error = err.Error()
 		} else {
 			resp.PID = pid
@@ -183,7 +197,7 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 // checkLaunch accepts only `mount SOURCE MOUNTPOINT --flags…` with known
 // secret variables and a log file under logDir.
 func checkLaunch(req launchRequest, logDir string) error {
-	if len(req.Args) < 3 || req.Args[0] != "mount" {
+	if len(req.Args) < 3 || req.Args[0] != mount.Command {
 		return errors.New("only `cachefs mount SOURCE MOUNTPOINT …` may be launched")
 	}
 	for _, kv := range req.Env {

@@ -1,78 +1,35 @@
 package csi
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
+
+	mountutils "k8s.io/mount-utils"
 )
 
-// mountEntry is one line of /proc/self/mountinfo.
-type mountEntry struct {
-	Point  string
-	FSType string
-}
+// mountTable is the mount table of this process's mount namespace.
+const mountTable = "/proc/self/mountinfo"
 
-// mounts returns the mount table of this process's mount namespace.
-func mounts() ([]mountEntry, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []mountEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		// id parent maj:min root point options [optional...] - fstype source superopts
-		if len(fields) < 10 {
-			continue
-		}
-		sep := 6
-		for sep < len(fields) && fields[sep] != "-" {
-			sep++
-		}
-		if sep+1 >= len(fields) {
-			continue
-		}
-		out = append(out, mountEntry{Point: unescapeMount(fields[4]), FSType: fields[sep+1]})
-	}
-	return out, sc.Err()
-}
+// mountinfoEscaper escapes a path the way the kernel writes mount points in
+// mountinfo (octal \ooo for space, tab, newline and backslash), so that a
+// path can be compared with k8s.io/mount-utils' MountPoint field, which is
+// left escaped.
+var mountinfoEscaper = strings.NewReplacer(`\`, `\134`, " ", `\040`, "\t", `\011`, "\n", `\012`)
 
-// unescapeMount undoes the octal escapes (\040 for space…) of mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// isMounted reports whether path is a mount point, and its file system type.
+// isMounted reports whether path is a mount point, and its file system type
+// (of the mount on top when several are stacked there).
 func isMounted(path string) (bool, string, error) {
-	ms, err := mounts()
+	infos, err := mountutils.ParseMountInfo(mountTable)
 	if err != nil {
-		return false, "", err
+		return false, "", fmt.Errorf("csi: mount table: %w", err)
 	}
+	escaped := mountinfoEscaper.Replace(path)
 	found, fstype := false, ""
-	for _, m := range ms {
-		if m.Point == path {
-			found, fstype = true, m.FSType // the last one is on top
+	for _, m := range infos {
+		if m.MountPoint == escaped {
+			found, fstype = true, m.FsType // the last one is on top
 		}
 	}
 	return found, fstype, nil

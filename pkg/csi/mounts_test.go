@@ -1,26 +1,26 @@
 package csi_test
 
 import (
-	"bufio"
-	"os"
 	"strings"
 	"testing"
+
+	mountutils "k8s.io/mount-utils"
 )
+
+// mountinfoUnescaper undoes the kernel's octal escapes of mount points.
+var mountinfoUnescaper = strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
 
 // mountsUnder lists mount points at or below dir.
 func mountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	infos, err := mountutils.ParseMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			out = append(out, fields[4])
+	for _, m := range infos {
+		if p := mountinfoUnescaper.Replace(m.MountPoint); p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
 		}
 	}
 	return out

@@ -3,347 +3,20 @@ package csi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/pkg/cache"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 )
 
-// nodeState is the node service's view of its volumes and dataset mounts,
-// mirrored in the state directory (one JSON file each) so that a restarted
-// driver re-adopts them.
-//
-// d and dir are immutable. mu serialises every node operation and guards
-// datasets and volumes; node calls are rare and a stage may wait for a
-// mount, so one lock keeps the state simple and consistent.
-type nodeState struct {
-	d        *Driver
-	dir      string
-	launcher launcher
-	labeler  *nodeLabeler // nil unless Config.NodeLabels
-	sizes    datasetSizes
-	ctx      context.Context // parent of background prefetches
-
-	repairs   atomic.Int64
-	lastStats atomic.Pointer[NodeStats] // counts as of the last NodeStats that got mu
-
-	mu          sync.Mutex
-	datasets    map[string]*datasetMount // by key
-	volumes     map[string]*nodeVolume   // by volume id
-	prefetching map[string]*prefetchRun  // by dataset key, while a prefetch runs
-}
-
-// NodeStats counts what the node service manages.
-type NodeStats struct {
-	DatasetMounts, Volumes int
-	Repairs                int64
-}
-
-// NodeStats returns the node service's counts (zero in controller mode).
-func (d *Driver) NodeStats() NodeStats {
-	n := d.node
-	if n == nil {
-		return NodeStats{}
-	}
-	// A stage may hold mu for up to MountTimeout: a metrics scrape then gets
-	// the counts seen last instead of waiting.
-	if n.mu.TryLock() {
-		n.lastStats.Store(&NodeStats{DatasetMounts: len(n.datasets), Volumes: len(n.volumes)})
-		n.mu.Unlock()
-	}
-	st := NodeStats{}
-	if last := n.lastStats.Load(); last != nil {
-		st = *last
-	}
-	st.Repairs = n.repairs.Load()
-	return st
-}
-
-// nodeVolume is a staged or (inline) published volume on this node.
-type nodeVolume struct {
-	ID          string   `json:"id"`
-	DatasetKey  string   `json:"datasetKey"`
-	StagingPath string   `json:"stagingPath,omitempty"` // empty for inline ephemeral volumes
-	Targets     []string `json:"targets"`
-	Ephemeral   bool     `json:"ephemeral,omitempty"`
-}
-
-func (n *nodeState) volumePath(id string) string { return filepath.Join(n.dir, "volumes", id+".json") }
-
-// newNodeState loads the state directory and re-adopts dataset mounts whose
-// processes still run; broken ones are repaired by the first health check or
-// the next stage/publish.
-func newNodeState(d *Driver) (*nodeState, error) {
-	n := &nodeState{d: d, dir: filepath.Join(d.cfg.StateDir, "node"), datasets: map[string]*datasetMount{}, volumes: map[string]*nodeVolume{},
-		prefetching: map[string]*prefetchRun{}, ctx: context.Background(), sizes: datasetSizes{sizes: map[string]int64{}}}
-	n.launcher = localLauncher{binary: d.cfg.CachefsBinary}
-	if d.cfg.MounterEndpoint != "" {
-		ml, err := newMounterLauncher(d.cfg.MounterEndpoint)
-		if err != nil {
-			return nil, err
-		}
-		n.launcher = ml
-	}
-	if d.cfg.NodeLabels {
-		client, err := kubeClient(d.cfg.Kubeconfig)
-		if err != nil {
-			return nil, err
-		}
-		n.labeler = &nodeLabeler{client: client, node: d.cfg.NodeID}
-	}
-	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt"} {
-		if err := os.MkdirAll(filepath.Join(n.dir, sub), 0o700); err != nil {
-			return nil, fmt.Errorf("csi: state dir: %w", err)
-		}
-	}
-	if err := os.MkdirAll(d.cfg.CacheRoot, 0o700); err != nil {
-		return nil, fmt.Errorf("csi: cache root: %w", err)
-	}
-	files, _ := filepath.Glob(filepath.Join(n.dir, "datasets", "*.json"))
-	for _, f := range files {
-		var ds datasetMount
-		if err := readJSON(f, &ds); err != nil {
-			d.log.Error("skipping unreadable dataset state", "file", f, "err", err)
-			continue
-		}
-		n.datasets[ds.Key] = &ds
-		if err := n.healthy(&ds); err != nil {
-			d.log.Warn("dataset mount needs repair", "key", ds.Key, "source", ds.Params.Source, "err", err)
-		} else {
-			d.log.Info("re-adopted dataset mount", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID)
-			if ds.Params.Prefetch {
-				n.startPrefetch(&ds) // resumes: what is cached is skipped
-			}
-		}
-	}
-	files, _ = filepath.Glob(filepath.Join(n.dir, "volumes", "*.json"))
-	for _, f := range files {
-		var v nodeVolume
-		if err := readJSON(f, &v); err != nil {
-			d.log.Error("skipping unreadable volume state", "file", f, "err", err)
-			continue
-		}
-		n.volumes[v.ID] = &v
-	}
-	return n, nil
-}
-
-func (n *nodeState) usable() error {
-	for _, dir := range []string{n.dir, n.d.cfg.CacheRoot} {
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			return fmt.Errorf("csi: %s is not usable: %v", dir, err)
-		}
-	}
-	return nil
-}
-
-func (n *nodeState) saveVolume(v *nodeVolume) error { return writeJSON(n.volumePath(v.ID), v) }
-
-// putVolume records v in memory and in the state dir. Called with mu held.
-func (n *nodeState) putVolume(v *nodeVolume) error {
-	n.volumes[v.ID] = v
-	if err := n.saveVolume(v); err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
-	return nil
-}
-func (n *nodeState) saveDataset(ds *datasetMount) error {
-	return writeJSON(n.datasetPath(ds.Key), ds)
-}
-
-// acquire returns a live dataset mount for params used by volume id,
-// starting or repairing it as needed. Called with mu held.
-func (n *nodeState) acquire(params volumeParams, secrets map[string]string, id string) (*datasetMount, error) {
-	key := datasetKey(params)
-	if err := n.writeSecrets(key, secrets); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	ds, ok := n.datasets[key]
-	if !ok {
-		ds = &datasetMount{Key: key, Params: params, MountPoint: n.mountPath(key), CacheDir: filepath.Join(n.d.cfg.CacheRoot, key)}
-		if err := n.start(ds); err != nil {
-			return nil, mountError(err)
-		}
-		n.datasets[key] = ds
-	} else if err := n.healthy(ds); err != nil {
-		if err := n.repair(ds, err); err != nil {
-			return nil, mountError(err)
-		}
-	}
-	if !slices.Contains(ds.Users, id) {
-		ds.Users = append(ds.Users, id)
-	}
-	if params.Prefetch && !ds.Params.Prefetch {
-		ds.Params.Prefetch = true
-	}
-	if err := n.saveDataset(ds); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if ds.Params.Prefetch {
-		n.startPrefetch(ds)
-	}
-	return ds, nil
-}
-
-// prefetchRun is one background prefetch.
-type prefetchRun struct{ cancel context.CancelFunc }
-
-// startPrefetch fills ds's cache in the background through its mount's
-// control socket, unless a prefetch of it already runs. A driver restart
-// cancels it; the re-adopting driver starts it again, and it resumes.
-// Called with mu held, or before the node serves.
-func (n *nodeState) startPrefetch(ds *datasetMount) {
-	if _, running := n.prefetching[ds.Key]; running {
-		return
-	}
-	ctx, cancel := context.WithCancel(n.ctx)
-	run := &prefetchRun{cancel: cancel}
-	n.prefetching[ds.Key] = run
-	key, cacheDir, source := ds.Key, ds.CacheDir, ds.Params.Source
-	go func() {
-		defer func() {
-			n.mu.Lock()
-			if n.prefetching[key] == run {
-				delete(n.prefetching, key)
-			}
-			n.mu.Unlock()
-			cancel()
-		}()
-		sum, err := mount.RemotePrefetch(ctx, cacheDir, mount.ControlRequest{Source: source}, nil)
-		if err != nil {
-			n.d.log.Warn("prefetch stopped", "key", key, "source", source, "err", err)
-			return
-		}
-		n.d.log.Info("prefetch finished", "key", key, "source", source, "state", sum.State, "message", sum.Message)
-	}()
-}
-
-// mountError maps a failure to start a mount: a source that does not exist
-// or refuses our credentials is the caller's problem, the rest is Internal.
-func mountError(err error) error {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "NoSuchBucket"):
-		return status.Error(codes.NotFound, msg)
-	case strings.Contains(msg, "permission denied") || strings.Contains(msg, "AccessDenied") || strings.Contains(msg, "InvalidAccessKeyId") || strings.Contains(msg, "SignatureDoesNotMatch"):
-		return status.Error(codes.PermissionDenied, msg)
-	case strings.Contains(msg, "invalid source URL") || strings.Contains(msg, "unsupported source"):
-		return status.Error(codes.InvalidArgument, msg)
-	}
-	return status.Error(codes.Internal, msg)
-}
-
-// release drops volume id from its dataset mount and stops the mount when no
-// volume uses it. Called with mu held.
-func (n *nodeState) release(key, id string) error {
-	ds, ok := n.datasets[key]
-	if !ok {
-		return nil
-	}
-	ds.Users = slices.DeleteFunc(ds.Users, func(u string) bool { return u == id })
-	if len(ds.Users) > 0 {
-		return n.saveDataset(ds)
-	}
-	if run, ok := n.prefetching[key]; ok {
-		run.cancel()
-		delete(n.prefetching, key)
-	}
-	if err := n.stop(ds); err != nil {
-		return err
-	}
-	delete(n.datasets, key)
-	_ = removeFile(n.secretPath(key))
-	return removeFile(n.datasetPath(key))
-}
-
-// repair restarts a broken dataset mount and re-binds every staging path and
-// target that uses it. Pods see the new mount through a target only if their
-// mount propagation lets it in (HostToContainer); otherwise they need a
-// restart. Called with mu held.
-func (n *nodeState) repair(ds *datasetMount, why error) error {
-	n.d.log.Warn("repairing dataset mount", "key", ds.Key, "source", ds.Params.Source, "reason", why.Error())
-	n.repairs.Add(1)
-	if processAlive(ds.PID, ds.StartTicks) {
-		if err := n.stop(ds); err != nil {
-			return err
-		}
-	}
-	if err := n.start(ds); err != nil {
-		return err
-	}
-	if err := n.saveDataset(ds); err != nil {
-		return err
-	}
-	for _, id := range ds.Users {
-		v, ok := n.volumes[id]
-		if !ok {
-			continue
-		}
-		src := ds.MountPoint
-		if v.StagingPath != "" {
-			if err := rebind(src, v.StagingPath); err != nil {
-				return err
-			}
-			src = v.StagingPath
-		}
-		for _, t := range v.Targets {
-			if err := rebind(src, t); err != nil {
-				return err
-			}
-		}
-	}
-	n.d.log.Info("dataset mount repaired", "key", ds.Key, "pid", ds.PID, "volumes", len(ds.Users))
-	return nil
-}
-
-func rebind(src, dst string) error {
-	if err := unmountAll(dst); err != nil {
-		return err
-	}
-	return bindReadOnly(src, dst)
-}
-
-// healthLoop repairs broken dataset mounts every interval until ctx ends.
-func (n *nodeState) healthLoop(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		n.checkAll()
-		if n.labeler != nil {
-			if err := n.labeler.sync(ctx, n); err != nil {
-				n.d.log.Warn("node cache labels not updated", "err", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (n *nodeState) checkAll() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, ds := range n.datasets {
-		if err := n.healthy(ds); err != nil && len(ds.Users) > 0 {
-			if err := n.repair(ds, err); err != nil {
-				n.d.log.Error("dataset mount repair failed", "key", ds.Key, "err", err)
-			}
-		}
-	}
-}
+// The node service's gRPC handlers. They validate requests, take the node
+// state's lock and translate its errors to gRPC status codes; the state
+// itself (dataset mounts, volumes, repairs) is in nodestate.go.
 
 func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
 	var caps []*csipb.NodeServiceCapability
@@ -435,12 +108,8 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVo
 			return nil, status.Errorf(codes.Internal, "unstage: %v", err)
 		}
 	}
-	if err := n.release(v.DatasetKey, id); err != nil {
+	if err := n.dropVolume(v); err != nil {
 		return nil, status.Errorf(codes.Internal, "unstage: %v", err)
-	}
-	delete(n.volumes, id)
-	if err := removeFile(n.volumePath(id)); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csipb.NodeUnstageVolumeResponse{}, nil
 }
@@ -543,12 +212,8 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpubli
 	}
 	v.Targets = slices.DeleteFunc(v.Targets, func(t string) bool { return t == target })
 	if v.Ephemeral && len(v.Targets) == 0 {
-		if err := n.release(v.DatasetKey, id); err != nil {
+		if err := n.dropVolume(v); err != nil {
 			return nil, status.Errorf(codes.Internal, "unpublish: %v", err)
-		}
-		delete(n.volumes, id)
-		if err := removeFile(n.volumePath(id)); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
 		}
 		return &csipb.NodeUnpublishVolumeResponse{}, nil
 	}
@@ -613,4 +278,35 @@ func checkVolumeAndPath(id, what, path string) error {
 		return err
 	}
 	return checkPath(what, path)
+}
+
+// mountError translates a failure to start a dataset mount into a gRPC
+// status: a mount process's exit code (package exitcode, read from its log)
+// says whose problem it is; every other failure (the driver's own: state
+// dir, launcher, a mount that never became live) is Internal.
+func mountError(err error) error {
+	var e *mountExit
+	if !errors.As(err, &e) {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return status.Error(exitCodeToGRPC(e.failure.Code), err.Error())
+}
+
+// exitCodeToGRPC maps the exit codes of `cachefs mount` to gRPC codes.
+func exitCodeToGRPC(c exitcode.Code) codes.Code {
+	switch c {
+	case exitcode.NotFound:
+		return codes.NotFound
+	case exitcode.PermissionDenied:
+		return codes.PermissionDenied
+	case exitcode.Usage:
+		return codes.InvalidArgument
+	case exitcode.Unavailable:
+		return codes.Unavailable
+	case exitcode.CacheLocked:
+		return codes.Aborted // another store holds the cache: a retry may succeed
+	case exitcode.CacheUnusable:
+		return codes.FailedPrecondition // the node's cache root needs fixing
+	}
+	return codes.Internal // exitcode.Internal, exitcode.Mountpoint (the driver made it), unknown codes
 }

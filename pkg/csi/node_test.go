@@ -182,6 +182,34 @@ func TestStageOncePublishTwice(t *testing.T) {
 	}
 }
 
+// TestPathsWithSpaces: a state dir (so the dataset's FUSE mount point),
+// staging path and target with spaces in their names are found mounted
+// (mountinfo escapes them) and unmounted.
+func TestPathsWithSpaces(t *testing.T) {
+	stateDir := filepath.Join(t.TempDir(), "state dir")
+	td := startDriver(t, func(c *cfgT) { c.StateDir = stateDir })
+	data, files := dataset(t)
+	work := filepath.Join(t.TempDir(), "kubelet dir")
+	staging, target := filepath.Join(work, "staging path"), filepath.Join(work, "pod 1", "vol")
+	vctx := map[string]string{"source": data, "cacheSize": "100MiB"}
+
+	stage(t, td, "vol-1", staging, vctx)
+	stage(t, td, "vol-1", staging, vctx) // idempotent: found mounted
+	publish(t, td, "vol-1", staging, target, vctx)
+	checkFiles(t, target, files)
+	if _, err := node(td).NodeGetVolumeStats(ctx, &csipb.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: target}); err != nil {
+		t.Errorf("stats of a target with a space: %v", err)
+	}
+	if pids := mountProcesses(t, stateDir); len(pids) != 1 {
+		t.Errorf("%d cachefs processes, want 1", len(pids))
+	}
+	unpublish(t, td, "vol-1", target)
+	unstage(t, td, "vol-1", staging)
+	if m := append(mountsUnder(t, work), mountsUnder(t, stateDir)...); len(m) != 0 {
+		t.Errorf("still mounted: %q", m)
+	}
+}
+
 // TestTwoVolumesOneDataset: two volumes with the same parameters share one
 // mount process and one cache, which lives until the last is unstaged.
 func TestTwoVolumesOneDataset(t *testing.T) {

@@ -6,34 +6,27 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/google/renameio/v2"
 )
 
-// writeJSON writes v to path atomically (temp file + rename), mode 0600.
+// writeJSON writes v to path atomically (temp file in the same directory,
+// fsync, rename), mode 0600.
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("csi: state: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("csi: state: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("csi: state: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("csi: state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := writeFileAtomic(path, append(b, '\n')); err != nil {
 		return fmt.Errorf("csi: state: %w", err)
 	}
 	return nil
+}
+
+// writeFileAtomic replaces path with data, mode 0600, through a temp file
+// in path's directory (so that the rename never crosses file systems).
+func writeFileAtomic(path string, data []byte) error {
+	return renameio.WriteFile(path, data, 0o600, renameio.WithTempDir(filepath.Dir(path)))
 }
 
 // readJSON reads path into v; a missing file is os.ErrNotExist.

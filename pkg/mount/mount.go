@@ -7,6 +7,10 @@
 // `cachefs mount` runs in the foreground and what the CSI node plugin starts,
 // one process per staged volume.
 //
+// ExitCode classifies its errors (and those of the packages it wires) into
+// the exit codes of `cachefs mount` (package exitcode); CommandOptions
+// builds that command line for the programs that start it.
+//
 // It wires backend, cache, fusefs and metrics together and knows nothing of
 // CSI.
 package mount
@@ -36,6 +40,20 @@ const (
 	ManifestAuto = manifest.LocAuto
 	// ManifestNone mounts without a manifest (lazy backend listings).
 	ManifestNone = manifest.LocNone
+)
+
+// Sentinel errors of New and Start, besides those of pkg/backend and
+// pkg/cache that they wrap; ExitCode classifies them all.
+var (
+	// ErrInvalidConfig: a Config (or command line) that cannot work: a
+	// missing required value or a bad one.
+	ErrInvalidConfig = errors.New("mount: invalid configuration")
+	// ErrMountpoint: the mount point is missing or not a directory, or the
+	// FUSE mount on it failed.
+	ErrMountpoint = errors.New("mount: unusable mount point")
+	// ErrCacheDir: the cache directory cannot be created, locked or
+	// written (cache.ErrLocked, another store holding it, is not wrapped).
+	ErrCacheDir = errors.New("mount: unusable cache directory")
 )
 
 // Config of one mount. Validated by New.
@@ -109,18 +127,18 @@ func New(cfg Config) (*Mount, error) {
 	}
 	switch {
 	case cfg.Mountpoint == "":
-		return nil, errors.New("mount: the mount point is required")
+		return nil, fmt.Errorf("%w: the mount point is required", ErrInvalidConfig)
 	case cfg.CacheDir == "":
-		return nil, errors.New("mount: --cache-dir is required")
+		return nil, fmt.Errorf("%w: --cache-dir is required", ErrInvalidConfig)
 	case cfg.CacheSize <= 0:
-		return nil, fmt.Errorf("mount: --cache-size must be positive, got %d", cfg.CacheSize)
+		return nil, fmt.Errorf("%w: --cache-size must be positive, got %d", ErrInvalidConfig, cfg.CacheSize)
 	}
 	st, err := os.Stat(cfg.Mountpoint)
 	if err != nil {
-		return nil, fmt.Errorf("mount: mount point: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrMountpoint, err)
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("mount: mount point %s is not a directory", cfg.Mountpoint)
+		return nil, fmt.Errorf("%w: %s is not a directory", ErrMountpoint, cfg.Mountpoint)
 	}
 	return &Mount{cfg: cfg, src: src, log: cfg.Logger}, nil
 }
@@ -166,7 +184,10 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 
 	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy, Logger: m.log})
 	if err != nil {
-		return err
+		if errors.Is(err, cache.ErrLocked) || errors.Is(err, cache.ErrInvalidOptions) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrCacheDir, err)
 	}
 	cleanup = append(cleanup, func() { store.Close() })
 
@@ -207,11 +228,11 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		Debug:      m.cfg.Debug,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrMountpoint, err)
 	}
 	if err := server.WaitMount(); err != nil {
 		_ = server.Unmount()
-		return fmt.Errorf("mount: waiting for the mount: %w", err)
+		return fmt.Errorf("%w: waiting for the mount: %w", ErrMountpoint, err)
 	}
 	m.backend, m.manifest, m.store, m.fsys, m.server = b, man, store, fsys, server
 	if m.control, err = m.startControl(); err != nil {

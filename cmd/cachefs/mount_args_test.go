@@ -1,0 +1,80 @@
+package main
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/units"
+)
+
+// TestCommandOptionsParseBack: the command lines that mount.CommandOptions
+// builds (the CSI driver starts cachefs with them) parse back, with this
+// CLI's own flag set, to the same values.
+func TestCommandOptionsParseBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts mount.CommandOptions
+	}{
+		{"minimal", mount.CommandOptions{Source: "/data/set", Mountpoint: "/mnt/x", CacheDir: "/var/cache/x", CacheSize: 1 << 30}},
+		{"everything", mount.CommandOptions{
+			Source: "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1", Mountpoint: "/mnt/with space",
+			CacheDir: "/var/cache/ds", CacheSize: 123456789, Policy: "lru", Manifest: "none", ReadaheadFiles: 16,
+			LogFormat: mount.LogFormatJSON,
+		}},
+		{"values that look like flags", mount.CommandOptions{Source: "/data/--policy", Mountpoint: "/mnt/-x", CacheDir: "--weird", CacheSize: 1, Manifest: "-"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.opts.Args()
+			root := newRoot()
+			cmd, rest, err := root.Find(args)
+			if err != nil || cmd.Name() != mount.Command {
+				t.Fatalf("Find(%q) = %v, %v; want the mount command", args, cmd.Name(), err)
+			}
+			if err := cmd.ParseFlags(rest); err != nil {
+				t.Fatalf("ParseFlags(%q): %v", rest, err)
+			}
+			if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+				t.Fatalf("args of %q: %v", rest, err)
+			}
+			if err := cmd.ValidateRequiredFlags(); err != nil {
+				t.Fatalf("%q: %v", rest, err)
+			}
+			f := cmd.Flags()
+			str := func(name string) string {
+				t.Helper()
+				v, err := f.GetString(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			size, err := units.ParseSize(str(mount.FlagCacheSize))
+			if err != nil {
+				t.Fatal(err)
+			}
+			readahead, err := f.GetInt(mount.FlagReadaheadFiles)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := mount.CommandOptions{
+				Source: f.Arg(0), Mountpoint: f.Arg(1),
+				CacheDir: str(mount.FlagCacheDir), CacheSize: size, Policy: str(mount.FlagPolicy),
+				Manifest: str(mount.FlagManifest), ReadaheadFiles: readahead, LogFormat: str(mount.FlagLogFormat),
+			}
+			want := tc.opts
+			if want.Policy == "" {
+				want.Policy = "nr" // the CLI's defaults
+			}
+			if want.LogFormat == "" {
+				want.LogFormat = "text"
+			}
+			if got != want {
+				t.Errorf("parsed back\n  %+v\nwant\n  %+v\nargs %q", got, want, args)
+			}
+			if !slices.Equal(f.Args(), []string{tc.opts.Source, tc.opts.Mountpoint}) {
+				t.Errorf("positional args %q", f.Args())
+			}
+		})
+	}
+}
