@@ -106,19 +106,7 @@ func genDataset(t *testing.T, n int) (string, []datagen.File, map[string][sha256
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][sha256.Size]byte{}
-	for _, f := range files {
-		want[f.Path] = datagen.Sum(f)
-	}
-	return dir, files, want
-}
-
-func paths(files []datagen.File) []string {
-	out := make([]string, len(files))
-	for i, f := range files {
-		out[i] = f.Path
-	}
-	return out
+	return dir, files, datagen.Sums(files)
 }
 
 // TestEpochsMatchSourceAndHitCD reads shuffled epochs through a half-size NR
@@ -132,7 +120,7 @@ func testEpochsMatchSourceAndHitCD(t *testing.T, mode string) {
 	m := mountDir(t, mode, src, total/2, fusefs.Options{})
 	for e := 1; e <= 3; e++ {
 		before := m.store.Stats()
-		res, err := epoch.Run(context.Background(), epoch.Options{Root: m.dir, Paths: paths(files), Workers: 8, Seed: uint64(e), Want: want})
+		res, err := epoch.Run(context.Background(), epoch.Options{Root: m.dir, Paths: datagen.Paths(files), Workers: 8, Seed: uint64(e), Want: want})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
@@ -50,20 +51,6 @@ func makeDataset(t testing.TB) dataset {
 		d.byPath[f.Path] = f
 	}
 	return d
-}
-
-func openBackend(t testing.TB, source string) backend.Backend {
-	t.Helper()
-	src, err := backend.Parse(source)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(context.Background(), src, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
 }
 
 // index builds b's manifest by a walk.
@@ -166,7 +153,7 @@ func TestDefaultsMatchFUSE(t *testing.T) {
 
 func TestCompleteThenResume(t *testing.T) {
 	d := makeDataset(t)
-	b := openBackend(t, d.dir)
+	b := backendtest.Open(t, d.dir)
 	cacheDir := t.TempDir()
 	s := openStore(t, cacheDir, 2*d.total)
 
@@ -226,7 +213,7 @@ func nrSimulate(t *testing.T, b backend.Backend, capacity int64) (int64, int) {
 
 func TestCapacityBoundary(t *testing.T) {
 	d := makeDataset(t)
-	b := openBackend(t, d.dir)
+	b := backendtest.Open(t, d.dir)
 	for _, tc := range []struct {
 		name     string
 		capacity int64
@@ -294,7 +281,7 @@ func (g *gateBackend) ReadAt(ctx context.Context, path, version string, p []byte
 
 func TestInterruptedRunIsTruthfulAndResumes(t *testing.T) {
 	d := makeDataset(t)
-	b := openBackend(t, d.dir)
+	b := backendtest.Open(t, d.dir)
 	cacheDir := t.TempDir()
 	s := openStore(t, cacheDir, 2*d.total)
 	gate := &gateBackend{Backend: b, allow: 40, reached: make(chan struct{})}
@@ -348,7 +335,7 @@ func TestInterruptedRunIsTruthfulAndResumes(t *testing.T) {
 
 func TestInterruptedWhileListing(t *testing.T) {
 	d := makeDataset(t)
-	b := openBackend(t, d.dir)
+	b := backendtest.Open(t, d.dir)
 	s := openStore(t, t.TempDir(), d.total)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -360,7 +347,7 @@ func TestInterruptedWhileListing(t *testing.T) {
 
 func TestManifestAndWalkFormTheSameKeys(t *testing.T) {
 	d := makeDataset(t)
-	b := openBackend(t, d.dir)
+	b := backendtest.Open(t, d.dir)
 	m := index(t, b)
 	s := openStore(t, t.TempDir(), 2*d.total)
 	withManifest := run(t, context.Background(), prefetch.Config{Backend: b, Store: s, Manifest: m})
@@ -375,7 +362,7 @@ func TestManifestAndWalkFormTheSameKeys(t *testing.T) {
 
 func TestChangedFileFails(t *testing.T) {
 	d := makeDataset(t)
-	b := openBackend(t, d.dir)
+	b := backendtest.Open(t, d.dir)
 	m := index(t, b)
 	victim := d.files[3].Path
 	if err := os.WriteFile(filepath.Join(d.dir, victim), []byte("changed"), 0o644); err != nil {
@@ -390,7 +377,7 @@ func TestChangedFileFails(t *testing.T) {
 }
 
 func TestEmptyDataset(t *testing.T) {
-	b := openBackend(t, t.TempDir())
+	b := backendtest.Open(t, t.TempDir())
 	s := openStore(t, t.TempDir(), 1<<20)
 	sum := run(t, context.Background(), prefetch.Config{Backend: b, Store: s})
 	if sum.State != prefetch.StateComplete || sum.Files != 0 || sum.PercentBytes != 100 {
@@ -399,7 +386,7 @@ func TestEmptyDataset(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	b := openBackend(t, t.TempDir())
+	b := backendtest.Open(t, t.TempDir())
 	s := openStore(t, t.TempDir(), 1<<20)
 	for _, tc := range []struct {
 		name string
@@ -461,7 +448,7 @@ func (b *peakBackend) ReadAt(ctx context.Context, path, version string, p []byte
 func TestWorkersBoundReads(t *testing.T) {
 	d := makeDataset(t)
 	const workers = 3
-	b := &peakBackend{Backend: openBackend(t, d.dir), want: workers, full: make(chan struct{})}
+	b := &peakBackend{Backend: backendtest.Open(t, d.dir), want: workers, full: make(chan struct{})}
 	s := openStore(t, t.TempDir(), 2*d.total)
 	sum := run(t, context.Background(), prefetch.Config{Backend: b, Store: s, WholeFileMax: wholeMax, BlockSize: blockSize, Workers: workers})
 	if sum.State != prefetch.StateComplete {
