@@ -270,8 +270,9 @@ func (e *env) completeJob(t *testing.T, ns, name string, succeeded int32) metav1
 
 // succeededJob creates a one-worker TrainingJob (image x) with the datasets
 // and cleanup given, and plays the Job controller and the kubelet until it
-// has Succeeded: its pod NAME-0-x Succeeded, its Job complete.
-func (e *env) succeededJob(t *testing.T, ns, name string, datasets []v1alpha1.Dataset, cleanup v1alpha1.Cleanup) {
+// has Succeeded: its pod NAME-0-x Succeeded, its Job complete. It returns
+// the TrainingJob as created.
+func (e *env) succeededJob(t *testing.T, ns, name string, datasets []v1alpha1.Dataset, cleanup v1alpha1.Cleanup) *v1alpha1.TrainingJob {
 	t.Helper()
 	tj := &v1alpha1.TrainingJob{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -284,6 +285,7 @@ func (e *env) succeededJob(t *testing.T, ns, name string, datasets []v1alpha1.Da
 	e.pod(t, ns, name+"-0-x", name, corev1.PodSucceeded)
 	e.completeJob(t, ns, name, 1)
 	e.waitPhase(t, ns, name, v1alpha1.PhaseSucceeded, "Succeeded")
+	return tj
 }
 
 func getUnstructured(e *env, t *testing.T, apiVersion, kind, ns, name string) (*unstructured.Unstructured, error) {
