@@ -10,8 +10,11 @@
 // Kubernetes Jobs run the pods and the gang scheduler places them; this
 // package only translates, watches and cleans up. It knows the CSI driver
 // only through pkg/volattr (its name, the volume attributes and their
-// validation, docs/CSI.md), and the Node cache labels only through
-// pkg/cachelabel. plan.go validates a TrainingJob into a plan; render.go and
+// validation, docs/CSI.md), the Node cache labels only through
+// pkg/cachelabel, and the admin's source policy through pkg/sourcepolicy
+// (the rules the CSI node enforces; the controller applies them early so
+// that a forbidden source is refused before anything is created).
+// plan.go validates a TrainingJob into a plan; render.go and
 // render_job.go turn a plan into objects.
 package controller
 
@@ -33,7 +36,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 )
 
 // Config configures the controller. The zero value of every field but
@@ -56,6 +61,14 @@ type Config struct {
 	CapacityRetry time.Duration
 	// SkipCapacityCheck turns the capacity pre-check off.
 	SkipCapacityCheck bool
+	// SourcePolicy says which dataset sources a TrainingJob may name: the
+	// allowed local roots and network rules of the CSI node plugin. The
+	// zero Policy refuses every local source and allows any network
+	// source. The controller cannot see the nodes' file systems or a
+	// volume's credentials: it checks local sources by their cleaned path
+	// and network sources against the rules only; the node checks again,
+	// resolving symlinks and enforcing credentials.
+	SourcePolicy sourcepolicy.Policy
 	// Now is the clock (default time.Now); tests replace it.
 	Now func() time.Time
 }
@@ -64,7 +77,8 @@ type Config struct {
 // read-only afterwards; it holds no other state, so Reconcile may run
 // concurrently for different jobs.
 type Reconciler struct {
-	cfg Config
+	cfg     Config
+	sources *sourcepolicy.Checker
 }
 
 // New validates cfg, applies defaults and returns a Reconciler.
@@ -84,7 +98,11 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Reconciler{cfg: cfg}, nil
+	sources, err := sourcepolicy.New(cfg.SourcePolicy)
+	if err != nil {
+		return nil, fmt.Errorf("job controller: %w", err)
+	}
+	return &Reconciler{cfg: cfg, sources: sources}, nil
 }
 
 // SetupWithManager registers the controller: it watches TrainingJobs and
@@ -171,6 +189,17 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 	err = r.cfg.Client.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: p.workerJobName()}, worker)
 	switch {
 	case apierrors.IsNotFound(err):
+		// Sources are checked before anything is created, not on every
+		// pass: a policy tightened later does not fail running jobs (the
+		// node refuses their new mounts).
+		if err := r.checkSources(p); err != nil {
+			msg := err.Error()
+			setCondition(tj, v1alpha1.ConditionValid, false, ReasonSourceNotAllowed, msg)
+			setPhase(tj, v1alpha1.PhaseFailed, ReasonSourceNotAllowed, msg+"; the job was not started: use a source the cluster's policy allows and submit again")
+			tj.Status.CompletionTime = ptrTime(r.cfg.Now())
+			r.event(tj, corev1.EventTypeWarning, ReasonSourceNotAllowed, msg)
+			return result{}, nil
+		}
 		if res, wait, err := r.checkCapacity(ctx, tj, p); err != nil || wait {
 			return res, err
 		}
@@ -208,6 +237,30 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 		return r.afterFinish(ctx, tj)
 	}
 	return result{}, nil
+}
+
+// ReasonSourceNotAllowed is the reason of a job refused by the source
+// policy (condition Valid False, phase Failed).
+const ReasonSourceNotAllowed = "SourceNotAllowed"
+
+// checkSources applies the source policy to every source dataset. The
+// controller sees no credentials (they are the node's or the volume's
+// secrets), so network sources are checked as if they had some: only the
+// network rules apply here; the node enforces the credential rule.
+func (r *Reconciler) checkSources(p *plan) error {
+	for _, d := range p.datasets {
+		if d.id == "" {
+			continue
+		}
+		src, err := backend.Parse(d.spec.Source)
+		if err != nil { // newPlan has parsed it
+			return fmt.Errorf("dataset %q: %w", d.spec.Name, err)
+		}
+		if err := r.sources.CheckLexically(src, true); err != nil {
+			return fmt.Errorf("dataset %q: %w", d.spec.Name, err)
+		}
+	}
+	return nil
 }
 
 // markCreated records that the job's objects exist: condition Created,

@@ -29,6 +29,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 )
 
 func init() { logf.SetLogger(logr.Discard()) }
@@ -75,6 +76,10 @@ func startEnv(t *testing.T, podGroups ...string) *env {
 	return startController(t, kube, kube.Config)
 }
 
+// testPolicy is the source policy of the tests' controller: local sources
+// under /data (which need not exist: the controller checks names only).
+var testPolicy = sourcepolicy.Policy{AllowedLocalRoots: []string{"/data"}}
+
 // startController runs the controller against kube as the identity of
 // cfg; the env's client is the cluster admin.
 func startController(t *testing.T, kube *testenv.Kube, cfg *rest.Config) *env {
@@ -99,6 +104,7 @@ func startController(t *testing.T, kube *testenv.Kube, cfg *rest.Config) *env {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
 		Recorder:      mgr.GetEventRecorder("job-controller"),
 		CapacityRetry: 300 * time.Millisecond,
+		SourcePolicy:  testPolicy,
 		Now: func() time.Time {
 			if p := e.now.Load(); p != nil {
 				return *p

@@ -16,11 +16,12 @@ import (
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 )
 
 // This file tests what a hostile TrainingJob could try: names that collide
 // with another job's cluster-scoped volumes, a volume someone else created
-// under the name the job would use.
+// under the name the job would use, and sources the admin's policy forbids.
 // The reconciler is called directly (no manager), so every outcome is that
 // of one known pass.
 
@@ -38,10 +39,11 @@ func directEnv(t *testing.T) *env {
 	return &env{kube: kube, c: c}
 }
 
-// reconciler is a Reconciler on e's client without the capacity check.
-func (e *env) reconciler(t *testing.T) *Reconciler {
+// reconciler is a Reconciler on e's client with the source policy given
+// and no capacity check.
+func (e *env) reconciler(t *testing.T, pol sourcepolicy.Policy) *Reconciler {
 	t.Helper()
-	r, err := New(Config{Client: e.c, APIReader: e.c, Scheme: e.c.Scheme(), SkipCapacityCheck: true})
+	r, err := New(Config{Client: e.c, APIReader: e.c, Scheme: e.c.Scheme(), SkipCapacityCheck: true, SourcePolicy: pol})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,7 @@ func (e *env) checkBinding(t *testing.T, tj *v1alpha1.TrainingJob) *corev1.Persi
 // pre-bound to its own claim.
 func TestVolumeNamesDoNotCollide(t *testing.T) {
 	e := directEnv(t)
-	r := e.reconciler(t)
+	r := e.reconciler(t, testPolicy)
 	e.createNamespace(t, "team")
 	e.createNamespace(t, "team-a")
 	a := e.submit(t, "team", "a-x", "/data/a")
@@ -148,7 +150,7 @@ func TestVolumeNamesDoNotCollide(t *testing.T) {
 // left as it was; once it is gone the job starts.
 func TestForeignVolumeNotAdopted(t *testing.T) {
 	e := directEnv(t)
-	r := e.reconciler(t)
+	r := e.reconciler(t, testPolicy)
 	ctx := context.Background()
 	ns := e.namespace(t)
 	for _, tc := range []struct {
@@ -236,7 +238,7 @@ func TestForeignVolumeNotAdopted(t *testing.T) {
 // stopped before the Job was created) is its own and is used.
 func TestOwnVolumeReused(t *testing.T) {
 	e := directEnv(t)
-	r := e.reconciler(t)
+	r := e.reconciler(t, testPolicy)
 	ctx := context.Background()
 	ns := e.namespace(t)
 	tj := e.submit(t, ns, "again", "/data/d")
@@ -254,5 +256,71 @@ func TestOwnVolumeReused(t *testing.T) {
 	}
 	if again := e.checkBinding(t, tj); again.UID != pv.UID {
 		t.Errorf("volume replaced: %s then %s", pv.UID, again.UID)
+	}
+}
+
+// TestSourcePolicy: a TrainingJob naming a source the policy forbids fails
+// with condition Valid False, reason SourceNotAllowed and a message naming
+// the rule, and nothing is created; an allowed source works.
+func TestSourcePolicy(t *testing.T) {
+	e := directEnv(t)
+	strict := e.reconciler(t, sourcepolicy.Policy{
+		AllowedLocalRoots: []string{"/data"},
+		Network:           []string{"s3://datasets?endpoint=http://minio.storage:9000"},
+	})
+	byDefault := e.reconciler(t, sourcepolicy.Policy{})
+	ns := e.namespace(t)
+	for _, tc := range []struct {
+		name   string
+		r      *Reconciler
+		source string
+		want   string // substring of the refusal; "" when allowed
+	}{
+		{"root", strict, "/", "is the node's whole file system"},
+		{"etc", strict, "/etc", `local source "/etc" is not under an allowed local root (/data)`},
+		{"proc-root", strict, "/proc/1/root", "overlaps /proc"},
+		{"dotdot", strict, "/data/../etc/shadow", "is not under an allowed local root"},
+		{"file-url", strict, "file:///etc", "is not under an allowed local root"},
+		{"mirror-replica", strict, "mirror:/data/a,/var/lib/kubelet", "mirror replica 2: "},
+		{"other-bucket", strict, "s3://secrets/x?endpoint=http://minio.storage:9000", "matches none of the node's network rules"},
+		{"other-endpoint", strict, "s3://datasets/x?endpoint=http://169.254.169.254", "matches none of the node's network rules"},
+		{"default-local", byDefault, "/data/imagenet", "local sources are disabled"},
+		{"allowed-local", strict, "/data/imagenet", ""},
+		{"allowed-s3", strict, "s3://datasets/imagenet?endpoint=http://minio.storage:9000", ""},
+		{"default-network", byDefault, "nfs://filer/exports/imagenet", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tj := e.submit(t, ns, tc.name, tc.source)
+			got := e.reconcile(t, tc.r, tj)
+			if tc.want == "" {
+				if !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionCreated) {
+					t.Fatalf("status %s %s: %s, want Created", got.Status.Phase, got.Status.Reason, got.Status.Message)
+				}
+				if pv := e.checkBinding(t, got); pv.Spec.CSI.VolumeAttributes["source"] != tc.source {
+					t.Errorf("volume source %q", pv.Spec.CSI.VolumeAttributes["source"])
+				}
+				return
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionValid)
+			if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != ReasonSourceNotAllowed ||
+				c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonSourceNotAllowed ||
+				!strings.HasPrefix(c.Message, `dataset "d": `) || !strings.Contains(c.Message, "source not allowed: ") || !strings.Contains(c.Message, tc.want) {
+				t.Fatalf("status %s %s: %s; Valid %+v; want SourceNotAllowed containing %q", got.Status.Phase, got.Status.Reason, got.Status.Message, c, tc.want)
+			}
+			t.Logf("%s", got.Status.Message)
+			if err := e.get(t, ns, tc.name, &batchv1.Job{}); isGone(err) != nil {
+				t.Errorf("Job created for a forbidden source: %v", err)
+			}
+			if err := e.get(t, ns, tc.name+"-d", &corev1.PersistentVolumeClaim{}); isGone(err) != nil {
+				t.Errorf("claim created for a forbidden source: %v", err)
+			}
+			if pvs := e.volumesOf(t, got); len(pvs) != 0 {
+				t.Errorf("%d volumes created for a forbidden source", len(pvs))
+			}
+			// A later pass leaves the failed job alone.
+			if again := e.reconcile(t, tc.r, tj); again.Status.Reason != ReasonSourceNotAllowed {
+				t.Errorf("second pass: %s %s", again.Status.Phase, again.Status.Reason)
+			}
+		})
 	}
 }
