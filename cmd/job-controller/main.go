@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/job/controller"
+	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 )
 
 var version = "dev"
@@ -42,6 +44,8 @@ func run() error {
 		schedPlugins  = flag.String("scheduler-plugins-scheduler", "scheduler-plugins-scheduler", "schedulerName of the scheduler-plugins scheduler")
 		capacityRetry = flag.Duration("capacity-retry", 30*time.Second, "how often a job waiting for capacity is checked again")
 		skipCapacity  = flag.Bool("skip-capacity-check", false, "create jobs without checking that the cluster can fit them")
+		localRoots    = flag.String("allowed-local-roots", "", "comma-separated absolute directories under which a dataset source may be a local path, as on the CSI node plugin (default: none, local sources are refused)")
+		networkRules  = flag.String("network-rules", "", "comma-separated network source URLs (s3://bucket[/prefix][?endpoint=URL], cephfs://host/path, nfs://host/export) that network sources must lie within, as on the CSI node plugin (default: any network source)")
 		printVersion  = flag.Bool("version", false, "print the version and exit")
 	)
 	opts := zap.Options{}
@@ -83,6 +87,7 @@ func run() error {
 		Schedulers:        controller.Schedulers{Volcano: *volcano, SchedulerPlugins: *schedPlugins},
 		CapacityRetry:     *capacityRetry,
 		SkipCapacityCheck: *skipCapacity,
+		SourcePolicy:      sourcepolicy.Policy{AllowedLocalRoots: splitList(*localRoots), Network: splitList(*networkRules)},
 	})
 	if err != nil {
 		return err
@@ -94,4 +99,15 @@ func run() error {
 		return err
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -10,8 +10,11 @@
 // Kubernetes Jobs run the pods and the gang scheduler places them; this
 // package only translates, watches and cleans up. It knows the CSI driver
 // only through pkg/volattr (its name, the volume attributes and their
-// validation, docs/CSI.md), and the Node cache labels only through
-// pkg/cachelabel. plan.go validates a TrainingJob into a plan; render.go and
+// validation, docs/CSI.md), the Node cache labels only through
+// pkg/cachelabel, and the admin's source policy through pkg/sourcepolicy
+// (the rules the CSI node enforces; the controller applies them early so
+// that a forbidden source is refused before anything is created).
+// plan.go validates a TrainingJob into a plan; render.go and
 // render_job.go turn a plan into objects.
 package controller
 
@@ -33,7 +36,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 )
 
 // Config configures the controller. The zero value of every field but
@@ -56,6 +61,14 @@ type Config struct {
 	CapacityRetry time.Duration
 	// SkipCapacityCheck turns the capacity pre-check off.
 	SkipCapacityCheck bool
+	// SourcePolicy says which dataset sources a TrainingJob may name: the
+	// allowed local roots and network rules of the CSI node plugin. The
+	// zero Policy refuses every local source and allows any network
+	// source. The controller cannot see the nodes' file systems or a
+	// volume's credentials: it checks local sources by their cleaned path
+	// and network sources against the rules only; the node checks again,
+	// resolving symlinks and enforcing credentials.
+	SourcePolicy sourcepolicy.Policy
 	// Now is the clock (default time.Now); tests replace it.
 	Now func() time.Time
 }
@@ -64,7 +77,8 @@ type Config struct {
 // read-only afterwards; it holds no other state, so Reconcile may run
 // concurrently for different jobs.
 type Reconciler struct {
-	cfg Config
+	cfg     Config
+	sources *sourcepolicy.Checker
 }
 
 // New validates cfg, applies defaults and returns a Reconciler.
@@ -84,7 +98,11 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Reconciler{cfg: cfg}, nil
+	sources, err := sourcepolicy.New(cfg.SourcePolicy)
+	if err != nil {
+		return nil, fmt.Errorf("job controller: %w", err)
+	}
+	return &Reconciler{cfg: cfg, sources: sources}, nil
 }
 
 // SetupWithManager registers the controller: it watches TrainingJobs and
@@ -171,6 +189,17 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 	err = r.cfg.Client.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: p.workerJobName()}, worker)
 	switch {
 	case apierrors.IsNotFound(err):
+		// Sources are checked before anything is created, not on every
+		// pass: a policy tightened later does not fail running jobs (the
+		// node refuses their new mounts).
+		if err := r.checkSources(p); err != nil {
+			msg := err.Error()
+			setCondition(tj, v1alpha1.ConditionValid, false, ReasonSourceNotAllowed, msg)
+			setPhase(tj, v1alpha1.PhaseFailed, ReasonSourceNotAllowed, msg+"; the job was not started: use a source the cluster's policy allows and submit again")
+			tj.Status.CompletionTime = ptrTime(r.cfg.Now())
+			r.event(tj, corev1.EventTypeWarning, ReasonSourceNotAllowed, msg)
+			return result{}, nil
+		}
 		if res, wait, err := r.checkCapacity(ctx, tj, p); err != nil || wait {
 			return res, err
 		}
@@ -208,6 +237,30 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 		return r.afterFinish(ctx, tj)
 	}
 	return result{}, nil
+}
+
+// ReasonSourceNotAllowed is the reason of a job refused by the source
+// policy (condition Valid False, phase Failed).
+const ReasonSourceNotAllowed = "SourceNotAllowed"
+
+// checkSources applies the source policy to every source dataset. The
+// controller sees no credentials (they are the node's or the volume's
+// secrets), so network sources are checked as if they had some: only the
+// network rules apply here; the node enforces the credential rule.
+func (r *Reconciler) checkSources(p *plan) error {
+	for _, d := range p.datasets {
+		if d.id == "" {
+			continue
+		}
+		src, err := backend.Parse(d.spec.Source)
+		if err != nil { // newPlan has parsed it
+			return fmt.Errorf("dataset %q: %w", d.spec.Name, err)
+		}
+		if err := r.sources.CheckLexically(src, true); err != nil {
+			return fmt.Errorf("dataset %q: %w", d.spec.Name, err)
+		}
+	}
+	return nil
 }
 
 // markCreated records that the job's objects exist: condition Created,
@@ -308,19 +361,28 @@ func (r *Reconciler) reservations(ctx context.Context, self *v1alpha1.TrainingJo
 }
 
 // create makes every object of the job, the Jobs last (they start pods):
-// volumes, hostfile, Service, PodGroup, parameter servers, workers. An
-// object that exists already is left alone if this job owns it.
+// each dataset's claim and volume, hostfile, Service, PodGroup, parameter
+// servers, workers. An object that exists already is left alone if this
+// job owns it.
 func (r *Reconciler) create(ctx context.Context, tj *v1alpha1.TrainingJob, p *plan) error {
+	// Per dataset: a volume of its name that is not this job's stops
+	// everything before a claim naming it exists; then the claim; then the
+	// volume, pre-bound to that claim (name and UID), so that no other
+	// claim, not even a later one of the same name, can bind it.
 	pvs, pvcs := p.volumes()
-	for _, pv := range pvs {
-		if err := r.cfg.Client.Create(ctx, pv); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create PersistentVolume %s: %w", pv.Name, err)
+	for i, pvc := range pvcs {
+		if _, err := r.checkVolume(ctx, tj, pvs[i]); err != nil {
+			return err
+		}
+		if err := r.createOwned(ctx, tj, pvc); err != nil {
+			return err
+		}
+		pvs[i].Spec.ClaimRef.UID = pvc.UID
+		if err := r.createVolume(ctx, tj, pvs[i]); err != nil {
+			return err
 		}
 	}
 	var objs []client.Object
-	for _, pvc := range pvcs {
-		objs = append(objs, pvc)
-	}
 	if p.mode == v1alpha1.ModeMPI {
 		objs = append(objs, p.hostfile())
 	}
@@ -340,6 +402,8 @@ func (r *Reconciler) create(ctx context.Context, tj *v1alpha1.TrainingJob, p *pl
 	return nil
 }
 
+// createOwned creates o, or accepts the object of that name if this job
+// controls it. Either way o carries the UID of the object in the cluster.
 func (r *Reconciler) createOwned(ctx context.Context, tj *v1alpha1.TrainingJob, o client.Object) error {
 	err := r.cfg.Client.Create(ctx, o)
 	if err == nil {
@@ -376,7 +440,76 @@ func (r *Reconciler) createOwned(ctx context.Context, tj *v1alpha1.TrainingJob, 
 		setPhase(tj, v1alpha1.PhasePending, "NameConflict", msg)
 		return errWait
 	}
+	o.SetUID(existing.GetUID())
 	return nil
+}
+
+// ReasonVolumeConflict is the reason of a job waiting because a
+// PersistentVolume of the name it would create belongs to someone else.
+const ReasonVolumeConflict = "VolumeConflict"
+
+// createVolume creates a dataset's PersistentVolume. A volume of that name
+// that exists already is used only if it is this job's (see checkVolume).
+func (r *Reconciler) createVolume(ctx context.Context, tj *v1alpha1.TrainingJob, pv *corev1.PersistentVolume) error {
+	err := r.cfg.Client.Create(ctx, pv)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create PersistentVolume %s: %w", pv.Name, err)
+	}
+	found, err := r.checkVolume(ctx, tj, pv)
+	if err == nil && !found {
+		err = fmt.Errorf("create PersistentVolume %s: it exists, then did not: trying again", pv.Name)
+	}
+	return err
+}
+
+// checkVolume looks for the PersistentVolume named as pv. One that exists
+// is this job's only when its owner labels name this TrainingJob and it is
+// pre-bound to the job's claim (to its UID, once pv has one); otherwise the
+// job waits with reason VolumeConflict (errWait) and the volume is left
+// alone. PersistentVolumes are read with APIReader: the manager does not
+// cache them (the controller may not watch them).
+func (r *Reconciler) checkVolume(ctx context.Context, tj *v1alpha1.TrainingJob, pv *corev1.PersistentVolume) (found bool, err error) {
+	existing := &corev1.PersistentVolume{}
+	if err := r.cfg.APIReader.Get(ctx, client.ObjectKeyFromObject(pv), existing); apierrors.IsNotFound(err) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("get PersistentVolume %s: %w", pv.Name, err)
+	}
+	why := volumeConflict(tj, pv, existing)
+	if why == "" {
+		return true, nil
+	}
+	msg := fmt.Sprintf("the PersistentVolume %s this job would create for claim %s exists and %s; it is not used and the job waits: delete that PersistentVolume, or delete and resubmit the TrainingJob (its volumes are then named anew)",
+		pv.Name, pv.Spec.ClaimRef.Name, why)
+	if tj.Status.Reason != ReasonVolumeConflict || tj.Status.Message != msg {
+		r.event(tj, corev1.EventTypeWarning, ReasonVolumeConflict, msg)
+	}
+	setCondition(tj, v1alpha1.ConditionCreated, false, ReasonVolumeConflict, msg)
+	setPhase(tj, v1alpha1.PhasePending, ReasonVolumeConflict, msg)
+	return true, errWait
+}
+
+// volumeConflict says why existing, found where want was to be created, is
+// not this job's volume ("" when it is).
+func volumeConflict(tj *v1alpha1.TrainingJob, want, existing *corev1.PersistentVolume) string {
+	uid, ns := existing.Labels[v1alpha1.LabelOwnerUID], existing.Labels[v1alpha1.LabelOwnerNamespace]
+	if uid != string(tj.UID) || ns != tj.Namespace {
+		if uid == "" && ns == "" {
+			return "is not owned by a TrainingJob"
+		}
+		return fmt.Sprintf("is owned by another TrainingJob (namespace %q, uid %q)", ns, uid)
+	}
+	ref, w := existing.Spec.ClaimRef, want.Spec.ClaimRef
+	if ref == nil || ref.Namespace != w.Namespace || ref.Name != w.Name {
+		return "is not pre-bound to this job's claim"
+	}
+	if ref.UID != "" && w.UID != "" && ref.UID != w.UID {
+		return fmt.Sprintf("is pre-bound to an earlier claim %s (uid %s), not to the current one", ref.Name, ref.UID)
+	}
+	return ""
 }
 
 func p2name(group string) string {

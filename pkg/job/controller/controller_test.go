@@ -199,18 +199,18 @@ func TestPyTorchLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOwned(t, got, pvc)
-	pvName := "epochfs-" + ns + "-resnet-imagenet"
-	if pvc.Spec.VolumeName != pvName || pvc.Spec.AccessModes[0] != corev1.ReadOnlyMany || *pvc.Spec.StorageClassName != "" {
+	volName := pvName(got, "imagenet")
+	if pvc.Spec.VolumeName != volName || pvc.Spec.AccessModes[0] != corev1.ReadOnlyMany || *pvc.Spec.StorageClassName != "" {
 		t.Errorf("pvc %+v", pvc.Spec)
 	}
 	pv := &corev1.PersistentVolume{}
-	if err := e.get(t, "", pvName, pv); err != nil {
+	if err := e.get(t, "", volName, pv); err != nil {
 		t.Fatal(err)
 	}
 	csi := pv.Spec.CSI
 	if csi.Driver != "cachefs.epochfs.io" || !csi.ReadOnly || csi.VolumeAttributes["source"] != imagenet ||
 		csi.VolumeAttributes["cacheSize"] != "500Gi" || csi.VolumeAttributes["readaheadFiles"] != "8" || len(csi.VolumeAttributes) != 4 ||
-		pv.Spec.ClaimRef.Name != "resnet-imagenet" || pv.Spec.ClaimRef.Namespace != ns ||
+		pv.Spec.ClaimRef.Name != "resnet-imagenet" || pv.Spec.ClaimRef.Namespace != ns || pv.Spec.ClaimRef.UID != pvc.UID ||
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain ||
 		pv.Annotations[v1alpha1.AnnotationPrefetch] != "true" || pv.Spec.CSI.VolumeAttributes["prefetch"] != "true" || pv.Labels[v1alpha1.LabelOwnerUID] != string(got.UID) {
 		t.Errorf("pv %+v %+v", pv.ObjectMeta, pv.Spec)
@@ -274,7 +274,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 	if err := e.c.Delete(ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pv deleted", func() error { return pvDeleted(e, t, pvName) })
+	eventually(t, "pv deleted", func() error { return pvDeleted(e, t, volName) })
 	eventually(t, "TrainingJob deleted", func() error { return isGone(e.get(t, ns, "resnet", &v1alpha1.TrainingJob{})) })
 }
 
@@ -840,7 +840,7 @@ func TestTTLAndCleanPodPolicyAll(t *testing.T) {
 	e := startEnv(t)
 	ctx := context.Background()
 	ns := e.namespace(t)
-	e.succeededJob(t, ns, "short", []v1alpha1.Dataset{{Name: "d", Source: "/data/d", MountPath: "/d"}},
+	short := e.succeededJob(t, ns, "short", []v1alpha1.Dataset{{Name: "d", Source: "/data/d", MountPath: "/d"}},
 		v1alpha1.Cleanup{TTLSecondsAfterFinished: ptr.To[int32](3600), CleanPodPolicy: v1alpha1.CleanPodAll})
 	eventually(t, "succeeded pod deleted (cleanPodPolicy All)", func() error { return isGone(e.get(t, ns, "short-0-x", &corev1.Pod{})) })
 	if err := e.get(t, ns, "short", &v1alpha1.TrainingJob{}); err != nil {
@@ -862,7 +862,7 @@ func TestTTLAndCleanPodPolicyAll(t *testing.T) {
 	})
 	eventually(t, "TrainingJob deleted after its TTL", func() error { return isGone(e.get(t, ns, "short", &v1alpha1.TrainingJob{})) })
 	eventually(t, "its pv deleted", func() error {
-		return pvDeleted(e, t, "epochfs-"+ns+"-short-d")
+		return pvDeleted(e, t, pvName(short, "d"))
 	})
 }
 

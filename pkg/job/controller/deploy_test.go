@@ -156,7 +156,7 @@ func TestDeployManifests(t *testing.T) {
 	if err := e.c.Delete(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pv deleted", func() error { return pvDeleted(e, t, "epochfs-"+jobNS+"-rbac-d") })
+	eventually(t, "pv deleted", func() error { return pvDeleted(e, t, pvName(tj, "d")) })
 	eventually(t, "TrainingJob deleted", func() error { return isGone(e.get(t, jobNS, "rbac", &v1alpha1.TrainingJob{})) })
 }
 

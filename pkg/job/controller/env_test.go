@@ -29,6 +29,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 )
 
 func init() { logf.SetLogger(logr.Discard()) }
@@ -75,6 +76,10 @@ func startEnv(t *testing.T, podGroups ...string) *env {
 	return startController(t, kube, kube.Config)
 }
 
+// testPolicy is the source policy of the tests' controller: local sources
+// under /data (which need not exist: the controller checks names only).
+var testPolicy = sourcepolicy.Policy{AllowedLocalRoots: []string{"/data"}}
+
 // startController runs the controller against kube as the identity of
 // cfg; the env's client is the cluster admin.
 func startController(t *testing.T, kube *testenv.Kube, cfg *rest.Config) *env {
@@ -99,6 +104,7 @@ func startController(t *testing.T, kube *testenv.Kube, cfg *rest.Config) *env {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: scheme,
 		Recorder:      mgr.GetEventRecorder("job-controller"),
 		CapacityRetry: 300 * time.Millisecond,
+		SourcePolicy:  testPolicy,
 		Now: func() time.Time {
 			if p := e.now.Load(); p != nil {
 				return *p
@@ -270,8 +276,9 @@ func (e *env) completeJob(t *testing.T, ns, name string, succeeded int32) metav1
 
 // succeededJob creates a one-worker TrainingJob (image x) with the datasets
 // and cleanup given, and plays the Job controller and the kubelet until it
-// has Succeeded: its pod NAME-0-x Succeeded, its Job complete.
-func (e *env) succeededJob(t *testing.T, ns, name string, datasets []v1alpha1.Dataset, cleanup v1alpha1.Cleanup) {
+// has Succeeded: its pod NAME-0-x Succeeded, its Job complete. It returns
+// the TrainingJob as created.
+func (e *env) succeededJob(t *testing.T, ns, name string, datasets []v1alpha1.Dataset, cleanup v1alpha1.Cleanup) *v1alpha1.TrainingJob {
 	t.Helper()
 	tj := &v1alpha1.TrainingJob{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -284,6 +291,7 @@ func (e *env) succeededJob(t *testing.T, ns, name string, datasets []v1alpha1.Da
 	e.pod(t, ns, name+"-0-x", name, corev1.PodSucceeded)
 	e.completeJob(t, ns, name, 1)
 	e.waitPhase(t, ns, name, v1alpha1.PhaseSucceeded, "Succeeded")
+	return tj
 }
 
 func getUnstructured(e *env, t *testing.T, apiVersion, kind, ns, name string) (*unstructured.Unstructured, error) {

@@ -7,6 +7,7 @@ package controller
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -178,14 +179,22 @@ func volumeAttributes(d v1alpha1.Dataset) map[string]string {
 	return attrs
 }
 
-// pvName is a cluster-unique PersistentVolume name for a job's dataset.
+// pvName is a cluster-unique PersistentVolume name for a job's dataset:
+// "epochfs-" and the first 20 hex digits (80 bits) of a SHA-256 over the
+// job's namespace, name and UID and the dataset's name, each field
+// length-prefixed so that no two tuples hash the same input (namespace
+// "team", job "a-x" and namespace "team-a", job "x" used to share a name).
+// The UID makes the name of a resubmitted job's volume new, and one nobody
+// can claim before the job exists. It is a valid DNS subdomain (and label).
 func pvName(tj *v1alpha1.TrainingJob, dataset string) string {
-	n := "epochfs-" + tj.Namespace + "-" + tj.Name + "-" + dataset
-	if len(n) <= 253 {
-		return n
+	h := sha256.New()
+	for _, f := range []string{tj.Namespace, tj.Name, string(tj.UID), dataset} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
 	}
-	sum := sha256.Sum256([]byte(n))
-	return n[:200] + "-" + hex.EncodeToString(sum[:8])
+	return "epochfs-" + hex.EncodeToString(h.Sum(nil))[:20]
 }
 
 // serviceName is the headless Service that gives workers stable names:

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/volattr"
@@ -50,5 +52,39 @@ func TestPlanVolumeAttributes(t *testing.T) {
 				t.Errorf("rendered attributes parse to %+v", got)
 			}
 		})
+	}
+}
+
+// TestPVName: PersistentVolume names are valid, distinct for tuples whose
+// dash-joined spellings collide, and new for a resubmitted job (new UID).
+func TestPVName(t *testing.T) {
+	tj := func(ns, name, uid string) *v1alpha1.TrainingJob {
+		return &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid)}}
+	}
+	long := strings.Repeat("n", 63)
+	names := map[string]string{}
+	for _, tc := range []struct {
+		what    string
+		tj      *v1alpha1.TrainingJob
+		dataset string
+	}{
+		{"team/a-x d", tj("team", "a-x", "u1"), "d"},
+		{"team-a/x d", tj("team-a", "x", "u1"), "d"},
+		{"team/a x-d", tj("team", "a", "u1"), "x-d"},
+		{"team/a-x d, other uid", tj("team", "a-x", "u2"), "d"},
+		{"uid moved into the name", tj("team", "a-x", ""), "du1"},
+		{"long", tj(long, strings.Repeat("j", 253), "u1"), strings.Repeat("d", 40)},
+	} {
+		n := pvName(tc.tj, tc.dataset)
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 || !strings.HasPrefix(n, "epochfs-") || len(n) != len("epochfs-")+20 {
+			t.Errorf("%s: %q: %v", tc.what, n, errs)
+		}
+		if other, dup := names[n]; dup {
+			t.Errorf("%s and %s share the PersistentVolume name %s", tc.what, other, n)
+		}
+		names[n] = tc.what
+		if again := pvName(tc.tj, tc.dataset); again != n {
+			t.Errorf("%s: %s then %s", tc.what, n, again)
+		}
 	}
 }
