@@ -3,6 +3,8 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -550,6 +552,10 @@ func ClusterDown(dir string, logf func(string, ...any)) error {
 	}
 	note(stopProc(p, "containerd", 15*time.Second))
 	note(killShims(p))
+	if n, err := killKubepods(); n > 0 || err != nil {
+		logf("cluster down: killed %d container processes the kubelet and containerd left", n)
+		note(err)
+	}
 	note(stopProc(p, "kube-apiserver", 15*time.Second))
 	note(stopProc(p, "etcd", 15*time.Second))
 	note(unmountUnder(dir))
@@ -667,11 +673,20 @@ func killShims(p clusterPaths) error {
 		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-runc-v2" {
 			continue
 		}
-		for i, a := range args {
-			if a == "-address" && i+1 < len(args) && args[i+1] == sock {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+		flags := map[string]string{}
+		for i := 1; i+1 < len(args); i++ {
+			if strings.HasPrefix(args[i], "-") {
+				flags[args[i]] = args[i+1]
 			}
 		}
+		if flags["-address"] != sock {
+			continue
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		// A killed shim leaves its socket, named as containerd 1.6 names it
+		// (runtime/v2/shim SocketAddress).
+		sum := sha256.Sum256([]byte(filepath.Join(sock, flags["-namespace"], flags["-id"])))
+		_ = os.Remove(filepath.Join("/run/containerd/s", hex.EncodeToString(sum[:])))
 	}
 	return nil
 }
@@ -693,6 +708,72 @@ func removeContainerLogLinks(p clusterPaths) error {
 	return nil
 }
 
+// killKubepods is the teardown's last resort for containers the kubelet and
+// containerd could not stop (they crashed or were killed): it SIGKILLs every
+// process left in the kubelet's kubepods cgroups (only one test cluster runs
+// per machine, so they are this cluster's containers) and removes the
+// network namespaces (/run/netns/cni-*) that those processes were in.
+func killKubepods() (int, error) {
+	pids := map[int]bool{}
+	var tops []string
+	for _, pattern := range []string{"/sys/fs/cgroup/*/kubepods", "/sys/fs/cgroup/kubepods"} {
+		m, _ := filepath.Glob(pattern)
+		tops = append(tops, m...)
+	}
+	for _, top := range tops {
+		_ = filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(path)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+					pids[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	if len(pids) == 0 {
+		return 0, nil
+	}
+	netns := map[uint64]bool{}
+	for pid := range pids {
+		var st syscall.Stat_t
+		if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st); err == nil {
+			netns[st.Ino] = true
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for range 100 { // wait until they are gone, so their cgroups can be removed
+		left := 0
+		for pid := range pids {
+			if syscall.Kill(pid, 0) == nil {
+				left++
+			}
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The host's own network namespace is never removed: only cni-* files.
+	files, _ := filepath.Glob("/run/netns/cni-*")
+	var errs []error
+	for _, f := range files {
+		var st syscall.Stat_t
+		if err := syscall.Stat(f, &st); err != nil || !netns[st.Ino] {
+			continue
+		}
+		if err := syscall.Unmount(f, syscall.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", f, err))
+			continue
+		}
+		_ = os.Remove(f)
+	}
+	return len(pids), errors.Join(errs...)
+}
+
 // removeMachineLeftovers removes what the kubelet, containerd and its CNI
 // library make outside the state dir at fixed paths when it is empty or
 // theirs: the kubelet's device-plugin socket dir (fixed in the kubelet),
@@ -702,6 +783,16 @@ func removeContainerLogLinks(p clusterPaths) error {
 func removeMachineLeftovers() {
 	for _, f := range []string{"/var/lib/kubelet/device-plugins/kubelet.sock", "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"} {
 		_ = os.Remove(f)
+	}
+	// libcni caches results as <network name>-<container id>-<ifname>.
+	results, _ := filepath.Glob("/var/lib/cni/results/epochfs-test-*")
+	for _, f := range results {
+		_ = os.Remove(f)
+		// and the loopback network's result of the same container
+		id := strings.TrimPrefix(filepath.Base(f), "epochfs-test-")
+		if i := strings.LastIndexByte(id, '-'); i > 0 {
+			_ = os.Remove("/var/lib/cni/results/cni-loopback-" + id[:i] + "-lo")
+		}
 	}
 	for _, d := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet", "/var/lib/cni/results", "/var/lib/cni", "/run/containerd/s", "/run/containerd", "/var/log/containers"} {
 		_ = syscall.Rmdir(d) // only when empty
