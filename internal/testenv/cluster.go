@@ -301,8 +301,8 @@ func UpCluster(ctx context.Context, dir string, logf func(string, ...any)) (c *C
 	if err := waitNodeReady(ctx, client, kubelet); err != nil {
 		return nil, err
 	}
-	// The default ServiceAccount is made by kube-controller-manager; Pods
-	// (and Jobs' pods) are refused until it exists.
+	// The default ServiceAccount, made by kube-controller-manager: its
+	// controllers run (and pods that name it find it).
 	if err := waitDefaultServiceAccount(ctx, client); err != nil {
 		return nil, err
 	}
