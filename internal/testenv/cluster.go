@@ -61,7 +61,10 @@ const PauseImage = "docker.io/local/pause:1"
 const clusterUpTimeout = 3 * time.Minute
 
 // clusterOwnerFile names the state directory of the cluster that runs on
-// this machine; a second UpCluster refuses to start while it is alive.
+// this machine, and for StartCluster's clusters the test process's PID; a
+// second UpCluster refuses to start while it is alive, unless it is a
+// test's whose process is gone (killed, timed out: no t.Cleanup ran), which
+// it tears down first.
 const clusterOwnerFile = "/run/epochfs-test-cluster"
 
 // cniBridge is the bridge the cluster's CNI config makes for pods that do
@@ -110,7 +113,7 @@ func StartCluster(t testing.TB) *Cluster {
 		RequireOrSkip(t, "test cluster: missing "+strings.Join(missing, ", "), "run `make cluster-tools` as root")
 	}
 	dir := t.TempDir()
-	c, err := UpCluster(context.Background(), dir, t.Logf)
+	c, err := upCluster(context.Background(), dir, t.Logf, os.Getpid())
 	t.Cleanup(func() {
 		if err := ClusterDown(dir, t.Logf); err != nil {
 			t.Errorf("testenv: cluster down: %v", err)
@@ -149,14 +152,28 @@ var clusterProcs = []string{"etcd", "kube-apiserver", "containerd", "kubelet", "
 // output in dir/logs); ClusterDown(dir) stops them. On failure it tears
 // down what it started. logf reports progress.
 func UpCluster(ctx context.Context, dir string, logf func(string, ...any)) (c *Cluster, err error) {
+	return upCluster(ctx, dir, logf, 0)
+}
+
+// upCluster is UpCluster; testPID is the PID of the test process that owns
+// the cluster, 0 for one that outlives its starter (make cluster-up).
+func upCluster(ctx context.Context, dir string, logf func(string, ...any), testPID int) (c *Cluster, err error) {
 	start := time.Now()
 	dir, err = filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
 	p := clusterPaths{dir}
-	if owner, alive := clusterOwner(); alive {
-		return nil, fmt.Errorf("a test cluster already runs in %s (stop it: make cluster-down, or ClusterDown)", owner)
+	if owner, ownerPID, alive := clusterOwner(); alive {
+		if ownerPID == 0 || syscall.Kill(ownerPID, 0) == nil {
+			return nil, fmt.Errorf("a test cluster already runs in %s (stop it: make cluster-down CLUSTER_DIR=%s)", owner, owner)
+		}
+		logf("tearing down the cluster in %s: the test process %d that started it is gone", owner, ownerPID)
+		if err := ClusterDown(owner, logf); err != nil {
+			return nil, fmt.Errorf("cluster left by test process %d in %s: %w", ownerPID, owner, err)
+		}
+		_ = os.RemoveAll(owner)            // that test's t.TempDir, which its cleanup did not remove,
+		_ = os.Remove(filepath.Dir(owner)) // and its parent when empty
 	}
 	if running := runningProcs(p); len(running) > 0 {
 		return nil, fmt.Errorf("%s already runs from %s (run cluster down first)", strings.Join(running, ", "), dir)
@@ -176,7 +193,7 @@ func UpCluster(ctx context.Context, dir string, logf func(string, ...any)) (c *C
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(clusterOwnerFile, []byte(dir+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(clusterOwnerFile, []byte(fmt.Sprintf("%s\n%d\n", dir, testPID)), 0o644); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -566,7 +583,7 @@ func ClusterDown(dir string, logf func(string, ...any)) error {
 			note(fmt.Errorf("ip link delete %s: %v: %s", cniBridge, err, out))
 		}
 	}
-	if b, err := os.ReadFile(clusterOwnerFile); err == nil && strings.TrimSpace(string(b)) == dir {
+	if owner, _, _ := clusterOwner(); owner == dir {
 		note(os.Remove(clusterOwnerFile))
 	}
 	return errors.Join(errs...)
@@ -858,15 +875,19 @@ func runningProcs(p clusterPaths) []string {
 	return running
 }
 
-// clusterOwner returns the state dir named by clusterOwnerFile and whether
-// any of its processes still runs.
-func clusterOwner() (string, bool) {
+// clusterOwner returns the state dir and test PID named by
+// clusterOwnerFile and whether any of its processes still runs.
+func clusterOwner() (dir string, testPID int, alive bool) {
 	b, err := os.ReadFile(clusterOwnerFile)
 	if err != nil {
-		return "", false
+		return "", 0, false
 	}
-	dir := strings.TrimSpace(string(b))
-	return dir, len(runningProcs(clusterPaths{dir})) > 0
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	dir = lines[0]
+	if len(lines) > 1 {
+		testPID, _ = strconv.Atoi(lines[1])
+	}
+	return dir, testPID, len(runningProcs(clusterPaths{dir})) > 0
 }
 
 // stopProc sends SIGTERM to the recorded process, waits up to grace, then
