@@ -172,8 +172,11 @@ func upCluster(ctx context.Context, dir string, logf func(string, ...any), testP
 		if err := ClusterDown(owner, logf); err != nil {
 			return nil, fmt.Errorf("cluster left by test process %d in %s: %w", ownerPID, owner, err)
 		}
-		_ = os.RemoveAll(owner)            // that test's t.TempDir, which its cleanup did not remove,
-		_ = os.Remove(filepath.Dir(owner)) // and its parent when empty
+		// The dead test's t.TempDir root (TMPDIR/TestName123/001), which its
+		// cleanup did not remove either.
+		if root := filepath.Dir(owner); filepath.Dir(root) == filepath.Clean(os.TempDir()) {
+			_ = os.RemoveAll(root)
+		}
 	}
 	if running := runningProcs(p); len(running) > 0 {
 		return nil, fmt.Errorf("%s already runs from %s (run cluster down first)", strings.Join(running, ", "), dir)
