@@ -185,7 +185,10 @@ func upCluster(ctx context.Context, dir string, logf func(string, ...any), testP
 		return nil, fmt.Errorf("missing %s", strings.Join(missing, ", "))
 	}
 	// A fresh state, but never through a mount point a crashed cluster left.
-	if err := unmountUnder(dir); err != nil {
+	if err := checkStateDir(dir); err != nil {
+		return nil, err
+	}
+	if err := p.unmount(); err != nil {
 		return nil, err
 	}
 	if err := removeContents(dir); err != nil {
@@ -572,16 +575,23 @@ func ClusterDown(dir string, logf func(string, ...any)) error {
 	}
 	note(stopProc(p, "containerd", 15*time.Second))
 	note(killShims(p))
-	if n, err := killKubepods(); n > 0 || err != nil {
-		logf("cluster down: killed %d container processes the kubelet and containerd left", n)
-		note(err)
+	// The machine-wide leftovers are this cluster's unless another one runs.
+	owner, _, ownerAlive := clusterOwner()
+	machineWide := !ownerAlive || owner == dir
+	if machineWide {
+		if n, err := killKubepods(); n > 0 || err != nil {
+			logf("cluster down: killed %d container processes the kubelet and containerd left", n)
+			note(err)
+		}
 	}
 	note(stopProc(p, "kube-apiserver", 15*time.Second))
 	note(stopProc(p, "etcd", 15*time.Second))
-	note(unmountUnder(dir))
+	note(p.unmount())
 	note(removeContainerLogLinks(p))
-	removeMachineLeftovers()
-	if _, err := os.Stat(filepath.Join("/sys/class/net", cniBridge)); err == nil {
+	if machineWide {
+		removeMachineLeftovers()
+	}
+	if _, err := os.Stat(filepath.Join("/sys/class/net", cniBridge)); err == nil && machineWide {
 		if out, err := exec.Command("ip", "link", "delete", cniBridge).CombinedOutput(); err != nil {
 			note(fmt.Errorf("ip link delete %s: %v: %s", cniBridge, err, out))
 		}
@@ -985,6 +995,32 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// unmount unmounts what the kubelet and containerd mounted: everything
+// under their directories in the state dir (never above them, whatever dir
+// a caller passed).
+func (p clusterPaths) unmount() error {
+	return errors.Join(unmountUnder(p.kubeletRoot()), unmountUnder(p.join("containerd")))
+}
+
+// checkStateDir refuses a state dir that is neither missing, nor empty, nor
+// an earlier cluster's (it has pids/): UpCluster empties it.
+func checkStateDir(dir string) error {
+	if dir == "/" {
+		return errors.New("state dir /: refused")
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && len(ents) == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "pids")); err == nil && fi.IsDir() {
+		return nil
+	}
+	return fmt.Errorf("state dir %s is not empty and not a test cluster's (no pids/): refused, it would be emptied", dir)
 }
 
 // removeContents empties dir (creating it if missing), refusing to cross a
