@@ -114,6 +114,11 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	dir := t.TempDir()
 	c, err := upCluster(context.Background(), dir, t.Logf, os.Getpid())
+	if err != nil && strings.Contains(err.Error(), "address already in use") {
+		// A port taken between freePorts and bind: once more, on new ports.
+		t.Logf("testenv: cluster up: %v; retrying", err)
+		c, err = upCluster(context.Background(), dir, t.Logf, os.Getpid())
+	}
 	t.Cleanup(func() {
 		if err := ClusterDown(dir, t.Logf); err != nil {
 			t.Errorf("testenv: cluster down: %v", err)
