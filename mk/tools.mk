@@ -37,19 +37,34 @@ $(eval $(call go_tool,csi-sanity,$(CSI_SANITY_VERSION),github.com/kubernetes-csi
 $(eval $(call go_tool,controller-gen,$(CONTROLLER_GEN_VERSION),sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)))
 $(eval $(call go_tool,rclone,$(RCLONE_VERSION),github.com/rclone/rclone@$(RCLONE_VERSION)))
 
-# k8s_tool NAME: built by scripts/build-k8s-tools.sh from tools/k8s/NAME;
-# keyed by what pins it.
+# k8s_tool NAME [MODULE]: built by scripts/build-k8s-tools.sh from the tools
+# module tools/k8s/MODULE (default NAME); keyed by what pins it.
 k8s_tool_key = $(shell cat tools/k8s/$(1)/go.mod tools/k8s/$(1)/go.sum scripts/build-k8s-tools.sh | sha256sum | cut -c1-16)
 define k8s_tool
-$(TOOLS_CACHE)/$(1)-$(call k8s_tool_key,$(1))/$(1):
+$(TOOLS_CACHE)/$(1)-$(call k8s_tool_key,$(or $(2),$(1)))/$(1):
 	GO=$$(GO) bash scripts/build-k8s-tools.sh $$(@D) $(1)
-$(TOOLS_BIN)/$(1): $(TOOLS_CACHE)/$(1)-$(call k8s_tool_key,$(1))/$(1)
+$(TOOLS_BIN)/$(1): $(TOOLS_CACHE)/$(1)-$(call k8s_tool_key,$(or $(2),$(1)))/$(1)
 	@mkdir -p $$(@D)
 	ln -sfn $$< $$@
 endef
 
 $(eval $(call k8s_tool,kube-apiserver))
 $(eval $(call k8s_tool,etcd))
+# The node side of the test cluster (mk/cluster.mk `cluster-tools`, not in
+# `tools`): same module, version and -X ldflags as kube-apiserver.
+$(eval $(call k8s_tool,kubelet,kube-apiserver))
+$(eval $(call k8s_tool,kube-controller-manager,kube-apiserver))
+$(eval $(call k8s_tool,kube-scheduler,kube-apiserver))
+
+# pause: the test cluster's pod sandbox process, static C (gcc), keyed by its
+# source.
+PAUSE_KEY := $(shell cat tools/pause/pause.c | sha256sum | cut -c1-16)
+$(TOOLS_CACHE)/pause-$(PAUSE_KEY)/pause: tools/pause/pause.c
+	@mkdir -p $(@D)
+	gcc -static -O2 -s -o $@.tmp $< && mv $@.tmp $@
+$(TOOLS_BIN)/pause: $(TOOLS_CACHE)/pause-$(PAUSE_KEY)/pause
+	@mkdir -p $(@D)
+	ln -sfn $< $@
 
 .PHONY: tools-clean tools-where
 ## tools-where: the tool cache directory and what .tools/bin links to.

@@ -1,16 +1,21 @@
 #!/bin/bash
-# Build the pinned kube-apiserver and etcd that the job controller's tests run
-# against, from the Go module proxy, into a tools directory.
+# Build the pinned Kubernetes servers from the Go module proxy into a tools
+# directory: kube-apiserver and etcd (the job controller's tests), and kubelet,
+# kube-controller-manager and kube-scheduler (the single-node test cluster,
+# mk/cluster.mk).
 #
-#   scripts/build-k8s-tools.sh OUTDIR kube-apiserver|etcd ...
+#   scripts/build-k8s-tools.sh OUTDIR TOOL ...
+#   TOOL: kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|etcd
 #
-# Versions are pinned in tools/k8s/<tool>/go.mod (kube-apiserver: k8s.io/kubernetes
-# with every k8s.io/* staging module replaced by the matching v0.x.y; etcd:
-# go.etcd.io/etcd/server/v3). kube-apiserver gets -X version ldflags so that it
-# reports a parseable version (kubectl and discovery need one).
+# Versions are pinned in tools/k8s/<module>/go.mod. The four Kubernetes
+# binaries come from one module, tools/k8s/kube-apiserver (k8s.io/kubernetes
+# with every k8s.io/* staging module replaced by the matching v0.x.y); etcd
+# from tools/k8s/etcd (go.etcd.io/etcd/server/v3). The Kubernetes binaries get
+# -X version ldflags so that they report a parseable version (kubectl and
+# discovery need one; without them the node reports v0.0.0-master+$Format:%H$).
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  echo "usage: $0 OUTDIR kube-apiserver|etcd ..." >&2
+  echo "usage: $0 OUTDIR kube-apiserver|kubelet|kube-controller-manager|kube-scheduler|etcd ..." >&2
   exit 2
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,10 +25,10 @@ GO=${GO:-go}
 export GOFLAGS=-mod=readonly CGO_ENABLED=0
 
 for tool in "$@"; do
-  dir=$root/tools/k8s/$tool
   start=$(date +%s)
   case $tool in
-  kube-apiserver)
+  kube-apiserver | kubelet | kube-controller-manager | kube-scheduler)
+    dir=$root/tools/k8s/kube-apiserver
     v=$(cd "$dir" && $GO list -m -f '{{.Version}}' k8s.io/kubernetes)
     minor=$(echo "$v" | cut -d. -f2)
     ld="-s -w"
@@ -31,17 +36,18 @@ for tool in "$@"; do
       ld="$ld -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
       ld="$ld -X $p.buildDate=1970-01-01T00:00:00Z"
     done
-    echo "building kube-apiserver $v (about 5 minutes on 2 cores, once)"
+    echo "building $tool $v (minutes on 2 cores, once per machine)"
     (cd "$dir" && $GO build -trimpath -tags=providerless -ldflags "$ld" \
-      -o "$out/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+      -o "$out/$tool.tmp" "k8s.io/kubernetes/cmd/$tool")
     ;;
   etcd)
+    dir=$root/tools/k8s/etcd
     v=$(cd "$dir" && $GO list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
     echo "building etcd $v (about a minute, once)"
     (cd "$dir" && $GO build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3)
     ;;
   *)
-    echo "$0: unknown tool $tool (want kube-apiserver or etcd)" >&2
+    echo "$0: unknown tool $tool (want kube-apiserver, kubelet, kube-controller-manager, kube-scheduler or etcd)" >&2
     exit 2
     ;;
   esac

@@ -95,13 +95,15 @@ func StartKube(t testing.TB, crdPaths ...string) *Kube {
 	return k
 }
 
-// child is a started server process.
+// child is a started server process. Its output goes to out, or for the
+// test cluster's processes (which outlive `cluster up`) to the file logPath.
 type child struct {
-	name   string
-	cmd    *exec.Cmd
-	out    *SyncBuffer
-	exited chan struct{}
-	err    error
+	name    string
+	cmd     *exec.Cmd
+	out     *SyncBuffer
+	logPath string
+	exited  chan struct{}
+	err     error
 }
 
 func startChild(name, bin string, args ...string) (*child, error) {
@@ -123,7 +125,13 @@ func (c *child) stop() {
 
 // tail returns the last n bytes of the output.
 func (c *child) tail(n int) string {
-	s := c.out.String()
+	var s string
+	if c.out != nil {
+		s = c.out.String()
+	} else {
+		b, _ := os.ReadFile(c.logPath)
+		s = string(b)
+	}
 	if len(s) > n {
 		s = "…" + s[len(s)-n:]
 	}
@@ -150,17 +158,7 @@ func startKube(t testing.TB, etcdBin, kasBin string, pki *kubePKI) (*Kube, error
 	dir := t.TempDir()
 	clientURL := "http://127.0.0.1:" + strconv.Itoa(FreePort(t))
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(FreePort(t))
-	etcdArgs := []string{
-		"--name", "epochfs-test", "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "epochfs-test=" + peerURL,
-		"--log-level", "warn",
-	}
-	if etcdHasNoFsync(etcdBin) {
-		etcdArgs = append(etcdArgs, "--unsafe-no-fsync=true")
-	}
-	etcd, err := startChild("etcd", etcdBin, etcdArgs...)
+	etcd, err := startChild("etcd", etcdBin, etcdArgs(etcdBin, filepath.Join(dir, "etcd"), clientURL, peerURL)...)
 	if err != nil {
 		return nil, err
 	}
@@ -172,18 +170,7 @@ func startKube(t testing.TB, etcdBin, kasBin string, pki *kubePKI) (*Kube, error
 	port := FreePort(t)
 	host := "https://127.0.0.1:" + strconv.Itoa(port)
 	kas, err := startChild("kube-apiserver", kasBin,
-		"--etcd-servers="+clientURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--tls-cert-file="+pki.serverCert, "--tls-private-key-file="+pki.serverKey,
-		"--client-ca-file="+pki.caCert,
-		"--service-account-issuer="+host,
-		"--service-account-key-file="+pki.saPub, "--service-account-signing-key-file="+pki.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
-		"--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
-		"--endpoint-reconciler-type=none",
-		"--cert-dir="+filepath.Join(dir, "kas-certs"),
-	)
+		kubeAPIServerArgs(pki, clientURL, port, filepath.Join(dir, "kas-certs"))...)
 	if err != nil {
 		etcd.stop()
 		return nil, err
@@ -216,6 +203,40 @@ func startKube(t testing.TB, etcdBin, kasBin string, pki *kubePKI) (*Kube, error
 		t.Fatalf("testenv: write kubeconfig: %v", err)
 	}
 	return k, nil
+}
+
+// etcdArgs are etcd's flags for a throw-away single member on 127.0.0.1.
+func etcdArgs(bin, dataDir, clientURL, peerURL string) []string {
+	args := []string{
+		"--name", "epochfs-test", "--data-dir", dataDir,
+		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "epochfs-test=" + peerURL,
+		"--log-level", "warn",
+	}
+	if etcdHasNoFsync(bin) {
+		args = append(args, "--unsafe-no-fsync=true")
+	}
+	return args
+}
+
+// kubeAPIServerArgs are kube-apiserver's flags on 127.0.0.1:port with the
+// certificates of pki (RBAC on, the ServiceAccount admission plugin off).
+func kubeAPIServerArgs(pki *kubePKI, etcdURL string, port int, certDir string) []string {
+	host := "https://127.0.0.1:" + strconv.Itoa(port)
+	return []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + pki.serverCert, "--tls-private-key-file=" + pki.serverKey,
+		"--client-ca-file=" + pki.caCert,
+		"--service-account-issuer=" + host,
+		"--service-account-key-file=" + pki.saPub, "--service-account-signing-key-file=" + pki.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+		"--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
+		"--endpoint-reconciler-type=none",
+		"--cert-dir=" + certDir,
+	}
 }
 
 // waitHTTP polls url until it answers 200, the process exits or
@@ -327,6 +348,7 @@ func readYAMLObjects(path string) ([]*unstructured.Unstructured, error) {
 // client certificate (O=system:masters) and a service-account key pair.
 type kubePKI struct {
 	caCert, serverCert, serverKey, saPub, saKey string // file paths
+	adminCert, adminKey                         string // file paths of the admin client certificate
 	caPEM, adminCertPEM, adminKeyPEM            []byte
 }
 
@@ -403,7 +425,8 @@ func newKubePKI(dir string) (*kubePKI, error) {
 	p := &kubePKI{
 		caCert: filepath.Join(dir, "ca.crt"), serverCert: filepath.Join(dir, "apiserver.crt"),
 		serverKey: filepath.Join(dir, "apiserver.key"), saPub: filepath.Join(dir, "sa.pub"),
-		saKey:        filepath.Join(dir, "sa.key"),
+		saKey:     filepath.Join(dir, "sa.key"),
+		adminCert: filepath.Join(dir, "admin.crt"), adminKey: filepath.Join(dir, "admin.key"),
 		caPEM:        pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
 		adminCertPEM: adminCert, adminKeyPEM: adminKey,
 	}
@@ -413,6 +436,8 @@ func newKubePKI(dir string) (*kubePKI, error) {
 		p.serverKey:  serverKey,
 		p.saPub:      pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER}),
 		p.saKey:      pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saKeyDER}),
+		p.adminCert:  adminCert,
+		p.adminKey:   adminKey,
 	} {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			return nil, err
