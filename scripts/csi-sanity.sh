@@ -25,6 +25,7 @@ printf 'source: %s\ncacheSize: 64Mi\n' "$work/data" > "$work/params.yaml"
 
 bin/csi-driver --endpoint "unix://$work/csi.sock" --nodeid sanity-node --mode all \
   --state-dir "$work/state" --cache-root "$work/cache" --cachefs-binary "$PWD/bin/cachefs" \
+  --allowed-local-roots "$work/data" \
   --log-format text --log-level warn 2> "$work/driver.log" &
 driver_pid=$!
 for _ in $(seq 100); do [ -S "$work/csi.sock" ] && break; sleep 0.1; done

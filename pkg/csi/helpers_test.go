@@ -48,6 +48,9 @@ func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
 		CacheRoot:     td.cacheDir,
 		CachefsBinary: cachefs,
 		MountTimeout:  30 * time.Second,
+		// Tests make their datasets in temp dirs; the state dir and cache
+		// root are forbidden inside this root all the same.
+		AllowedLocalRoots: []string{os.TempDir()},
 	}
 	if mutate != nil {
 		mutate(&cfg)

@@ -49,6 +49,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 	if err != nil {
 		return nil, err
 	}
+	if err := d.checkSource(&params, hasCredentials(secrets)); err != nil {
+		return nil, err
+	}
 	n := d.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -141,6 +144,9 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		}
 		secrets, err := checkSecrets(req.GetSecrets())
 		if err != nil {
+			return nil, err
+		}
+		if err := d.checkSource(&params, hasCredentials(secrets)); err != nil {
 			return nil, err
 		}
 		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != datasetKey(params)) {

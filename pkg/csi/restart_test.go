@@ -38,7 +38,8 @@ func runDriverProcess(t *testing.T, dir, mode string, extra ...string) *driverPr
 	log := &testenv.SyncBuffer{}
 	args := append([]string{"--endpoint", "unix://" + sock, "--nodeid", "n1", "--mode", mode,
 		"--state-dir", filepath.Join(dir, "state"), "--cache-root", filepath.Join(dir, "cache"),
-		"--cachefs-binary", cachefs, "--health-interval", "0", "--log-format", "text"}, extra...)
+		"--cachefs-binary", cachefs, "--health-interval", "0", "--log-format", "text",
+		"--allowed-local-roots", os.TempDir()}, extra...)
 	if mode == "mounter" {
 		args = append(args, "--mounter-endpoint", "unix://"+sock)
 	}
