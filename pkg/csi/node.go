@@ -59,7 +59,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 		if v.StagingPath != staging {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged at %s", id, v.StagingPath)
 		}
-		if v.DatasetKey != datasetKey(params) {
+		if v.DatasetKey != n.datasetKey(params, secrets) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged with other parameters", id)
 		}
 		if checkMount(staging) == nil {
@@ -149,7 +149,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		if err := d.checkSource(&params, hasCredentials(secrets)); err != nil {
 			return nil, err
 		}
-		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != datasetKey(params)) {
+		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != n.datasetKey(params, secrets)) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already in use with other parameters", id)
 		}
 		ds, err := n.acquire(params, secrets, id)

@@ -1,6 +1,7 @@
 package csi
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -35,8 +36,12 @@ var secretKeys = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SES
 type volumeParams = volattr.Params
 
 // datasetKey names the mount process (and cache directory) serving these
-// parameters: volumes with equal parameters share one mount and one cache.
-func datasetKey(p volumeParams) string {
+// parameters with these credentials: volumes with equal parameters and
+// equal credentials share one mount and one cache. creds is credentialsID
+// of the volume's secrets: "" for none, which keeps the keys of volumes
+// without secrets what they were before credentials were part of the key
+// (so an upgraded driver re-adopts their mounts and caches).
+func datasetKey(p volumeParams, creds string) string {
 	h := sha256.New()
 	for _, s := range []string{p.Source, strconv.FormatInt(p.CacheSize, 10), p.Policy, p.Manifest} {
 		fmt.Fprintf(h, "%d:%s\n", len(s), s)
@@ -46,7 +51,30 @@ func datasetKey(p volumeParams) string {
 		// cache directories) are what they were before the parameter.
 		fmt.Fprintf(h, "readaheadFiles:%d\n", p.ReadaheadFiles)
 	}
+	if creds != "" {
+		fmt.Fprintf(h, "credentials:%s\n", creds)
+	}
 	return "ds-" + hex.EncodeToString(h.Sum(nil))[:24]
+}
+
+// credentialsID is an HMAC-SHA256, under the node's secret key, of a
+// volume's checked secrets (sorted key=value pairs): "" when there are none.
+// It tells credentials apart without storing or logging them, and without
+// the node key it cannot be used to guess them.
+func credentialsID(nodeKey []byte, secrets map[string]string) string {
+	if len(secrets) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(secrets))
+	for k := range secrets {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	m := hmac.New(sha256.New, nodeKey)
+	for _, k := range keys {
+		fmt.Fprintf(m, "%d:%s=%d:%s\n", len(k), k, len(secrets[k]), secrets[k])
+	}
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // parseParams validates volume parameters. Errors are InvalidArgument and
