@@ -102,7 +102,10 @@ type Driver struct {
 	cfg    Config
 	log    *slog.Logger
 	policy *sourcepolicy.Checker // immutable
-	ready  atomic.Bool
+	// kubeletReal is KubeletDir with symlinks resolved (as cleaned when it
+	// does not exist). Immutable.
+	kubeletReal string
+	ready       atomic.Bool
 
 	controller *controllerState // nil in node mode
 	node       *nodeState       // nil in controller mode
@@ -156,7 +159,11 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("csi: source policy: %w", err)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, policy: policy}
+	cfg.KubeletDir = filepath.Clean(cfg.KubeletDir)
+	d := &Driver{cfg: cfg, log: cfg.Logger, policy: policy, kubeletReal: cfg.KubeletDir}
+	if r, err := filepath.EvalSymlinks(cfg.KubeletDir); err == nil {
+		d.kubeletReal = r
+	}
 	if cfg.Mode != ModeNode {
 		cs, err := newControllerState(filepath.Join(cfg.StateDir, "controller"))
 		if err != nil {

@@ -23,8 +23,8 @@ import (
 func TestSourcePolicy(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
-	work := t.TempDir()
-	outside := filepath.Join(work, "links")
+	work := td.workDir(t)
+	outside := filepath.Join(t.TempDir(), "links")
 	if err := os.MkdirAll(outside, 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +43,7 @@ func TestSourcePolicy(t *testing.T) {
 		{"state dir", td.stateDir, "overlaps"},
 		{"state dir secrets", filepath.Join(td.stateDir, "node", "secrets"), "overlaps"},
 		{"cache root", td.cacheDir, "overlaps"},
+		{"kubelet dir", td.kubeletDir, "overlaps"},
 		{"allowed root itself holds the state dir", os.TempDir(), "overlaps"},
 		{"symlink to etc", filepath.Join(outside, "etc"), "not under an allowed local root"},
 		{"symlink to root", filepath.Join(outside, "root"), "whole file system"},
@@ -111,7 +112,7 @@ func TestSourcePolicyNetwork(t *testing.T) {
 	vctx := map[string]string{"source": "s3://private/ds?endpoint=" + mi.Endpoint, "cacheSize": "16Mi"}
 
 	td := startDriver(t, nil)
-	work := t.TempDir()
+	work := td.workDir(t)
 	staging := filepath.Join(work, "staging")
 	_, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: "vol-n", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: vctx,
@@ -135,6 +136,7 @@ func TestSourcePolicyNetwork(t *testing.T) {
 	ruled := startDriver(t, func(c *csi.Config) {
 		c.NetworkRules = []string{"s3://other?endpoint=" + mi.Endpoint}
 	})
+	staging = filepath.Join(ruled.workDir(t), "staging")
 	_, err = node(ruled).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: "vol-r", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: vctx,
 		Secrets: map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey},
@@ -143,6 +145,7 @@ func TestSourcePolicyNetwork(t *testing.T) {
 	nothingLeft(t, ruled, work)
 
 	lending := startDriver(t, func(c *csi.Config) { c.AllowNodeCredentials = true })
+	staging = filepath.Join(lending.workDir(t), "staging")
 	stage(t, lending, "vol-n", staging, vctx)
 	checkFiles(t, staging, files)
 	unstage(t, lending, "vol-n", staging)
@@ -179,5 +182,54 @@ func nothingLeft(t *testing.T, td *testDriver, work string) {
 	}
 	if ents, _ := os.ReadDir(td.cacheDir); len(ents) > 0 {
 		t.Errorf("cache root holds %d entries", len(ents))
+	}
+}
+
+// TestNodePathsUnderKubeletDir: staging paths and targets outside the
+// kubelet dir, or led out of it by a symlink, are refused before anything
+// is mounted, created or removed.
+func TestNodePathsUnderKubeletDir(t *testing.T) {
+	td := startDriver(t, nil)
+	data, _ := dataset(t)
+	work := td.workDir(t)
+	elsewhere := t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(work, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(work, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	vctx := map[string]string{"source": data, "cacheSize": "16Mi"}
+	inline := map[string]string{"source": data, "cacheSize": "16Mi", "csi.storage.k8s.io/ephemeral": "true"}
+	for _, tc := range []struct{ name, path, rule string }{
+		{"outside", filepath.Join(elsewhere, "staging"), "outside the kubelet dir"},
+		{"etc", "/etc/x", "outside the kubelet dir"},
+		{"symlinked parent", filepath.Join(work, "escape", "staging"), "through a symlink"},
+		{"symlink itself", filepath.Join(work, "etc"), "through a symlink"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+				VolumeId: "vol-p", StagingTargetPath: tc.path, VolumeCapability: readerCap, VolumeContext: vctx,
+			})
+			wantRefused(t, "stage", err, tc.rule)
+			_, err = node(td).NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
+				VolumeId: "vol-i", TargetPath: tc.path, VolumeCapability: readerCap, Readonly: true, VolumeContext: inline,
+			})
+			wantRefused(t, "inline publish", err, tc.rule)
+			_, err = node(td).NodeUnpublishVolume(ctx, &csipb.NodeUnpublishVolumeRequest{VolumeId: "vol-i", TargetPath: tc.path})
+			wantRefused(t, "unpublish", err, tc.rule)
+			_, err = node(td).NodeUnstageVolume(ctx, &csipb.NodeUnstageVolumeRequest{VolumeId: "vol-p", StagingTargetPath: tc.path})
+			wantRefused(t, "unstage", err, tc.rule)
+			if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
+				t.Errorf("something was created outside the kubelet dir: %d entries", len(ents))
+			}
+			if _, err := os.Lstat(filepath.Join(work, "etc")); err != nil {
+				t.Errorf("the symlink was removed: %v", err)
+			}
+			nothingLeft(t, td, work)
+			if m := mountsUnder(t, elsewhere); len(m) > 0 {
+				t.Errorf("mounted: %v", m)
+			}
+		})
 	}
 }

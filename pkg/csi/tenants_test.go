@@ -43,7 +43,7 @@ func TestTenantCredentialIsolation(t *testing.T) {
 	}
 	td := startDriver(t, func(c *csi.Config) { c.AllowNodeCredentials = true })
 	vctx := map[string]string{"source": "s3://private/ds?endpoint=" + mi.Endpoint + "&region=us-east-1", "cacheSize": "16Mi"}
-	work := t.TempDir()
+	work := td.workDir(t)
 	stageWith := func(id string, secrets map[string]string) (string, error) {
 		staging := filepath.Join(work, id)
 		if err := os.MkdirAll(staging, 0o750); err != nil {
