@@ -242,18 +242,25 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolum
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume path is required")
 	}
+	// Copy what is needed under mu: stage, publish and unpublish change
+	// the volume and the dataset mount while the checks below run.
 	n := d.node
 	n.mu.Lock()
-	v, ok := n.volumes[id]
 	var ds *datasetMount
-	if ok {
-		ds = n.datasets[v.DatasetKey]
+	atPath := false
+	if v, ok := n.volumes[id]; ok {
+		if m := n.datasets[v.DatasetKey]; m != nil {
+			snap := *m
+			snap.Users = nil
+			ds = &snap
+		}
+		atPath = path == v.StagingPath || slices.Contains(v.Targets, path)
 	}
 	n.mu.Unlock()
-	if !ok || ds == nil {
+	if ds == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not staged or published on this node", id)
 	}
-	if path != v.StagingPath && !slices.Contains(v.Targets, path) {
+	if !atPath {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not at %s", id, path)
 	}
 	if err := checkMount(path); err != nil {
