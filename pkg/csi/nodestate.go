@@ -226,7 +226,10 @@ func (n *nodeState) acquire(params volumeParams, secrets map[string]string, id s
 		}
 		ds = &datasetMount{Key: key, Params: params, MountPoint: n.mountPath(key), CacheDir: filepath.Join(n.cfg.cacheRoot, key)}
 		if err := n.start(ds); err != nil {
-			_ = removeFile(n.secretPath(key)) // no dataset record: nothing would remove it
+			// No dataset record: nothing else would remove these, and
+			// unstage of an unrecorded volume does nothing.
+			_ = removeFile(n.secretPath(key))
+			_ = os.Remove(ds.MountPoint) // only if empty and not mounted
 			return nil, mountError(err)
 		}
 		n.datasets[key] = ds

@@ -115,3 +115,28 @@ func TestTenantCredentialIsolation(t *testing.T) {
 		t.Errorf("secrets files left: %v", m)
 	}
 }
+
+// TestFailedStartLeavesNoSecrets: a stage whose mount process fails (wrong
+// credentials) leaves no secrets file, record or mount point behind, though
+// the volume was never recorded (so unstage has nothing to clean).
+func TestFailedStartLeavesNoSecrets(t *testing.T) {
+	mi := testenv.StartMinIO(t)
+	mi.MakeBucket(t, "private")
+	mi.Put(t, "private", "ds/a.jpg", []byte("data"))
+	td := startDriver(t, nil)
+	staging := filepath.Join(td.workDir(t), "staging")
+	_, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: "vol-f", StagingTargetPath: staging, VolumeCapability: readerCap,
+		VolumeContext: map[string]string{"source": "s3://private/ds?endpoint=" + mi.Endpoint + "&region=us-east-1", "cacheSize": "16Mi"},
+		Secrets:       map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": "wrong-secret-0123456789"},
+	})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("stage: %v, want PermissionDenied", err)
+	}
+	unstage(t, td, "vol-f", staging)
+	for _, sub := range []string{"secrets", "datasets", "volumes", "mnt"} {
+		if ents, _ := os.ReadDir(filepath.Join(td.stateDir, "node", sub)); len(ents) > 0 {
+			t.Errorf("node/%s holds %d entries after a failed stage", sub, len(ents))
+		}
+	}
+}
