@@ -3,6 +3,7 @@ package csi_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,8 +103,11 @@ func (td *testDriver) workDir(t *testing.T) string {
 
 func waitSocket(t *testing.T, sock string) {
 	t.Helper()
+	// Dial, not stat: the socket file exists from bind(2) on, but connects
+	// are refused until listen(2).
 	for i := 0; i < 500; i++ {
-		if _, err := os.Stat(sock); err == nil {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
