@@ -18,20 +18,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkdir -p "$work/data/a"
+mkdir -p "$work/data/a" "$work/kubelet"
 printf 'hello\n' > "$work/data/a/hello.txt"
 head -c 100000 /dev/urandom > "$work/data/a/blob.bin"
 printf 'source: %s\ncacheSize: 64Mi\n' "$work/data" > "$work/params.yaml"
 
 bin/csi-driver --endpoint "unix://$work/csi.sock" --nodeid sanity-node --mode all \
   --state-dir "$work/state" --cache-root "$work/cache" --cachefs-binary "$PWD/bin/cachefs" \
+  --allowed-local-roots "$work/data" --kubelet-dir "$work/kubelet" \
   --log-format text --log-level warn 2> "$work/driver.log" &
 driver_pid=$!
 for _ in $(seq 100); do [ -S "$work/csi.sock" ] && break; sleep 0.1; done
 
 status=0
 "$SANITY" --csi.endpoint "$work/csi.sock" --csi.testvolumeparameters "$work/params.yaml" \
-  --csi.mountdir "$work/target" --csi.stagingdir "$work/staging" "$@" || status=$?
+  --csi.mountdir "$work/kubelet/target" --csi.stagingdir "$work/kubelet/staging" "$@" || status=$?
 if [ "$status" != 0 ]; then
   echo "csi-sanity failed; driver log:" >&2
   tail -50 "$work/driver.log" >&2

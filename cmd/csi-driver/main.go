@@ -37,6 +37,8 @@ func run() error {
 		logFormat    string
 		logLevel     string
 		showVersion  bool
+		localRoots   string
+		networkRules string
 	)
 	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
 	flag.StringVar(&cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
@@ -51,6 +53,10 @@ func run() error {
 	flag.BoolVar(&cfg.StrictReadOnly, "strict-readonly", false, "refuse single-node writer access modes unless the publish is readOnly (csi-sanity and kubelet's inline volumes use SINGLE_NODE_WRITER)")
 	flag.BoolVar(&cfg.NodeLabels, "node-labels", false, "record on this node's Node object which datasets it holds cached (cache.epochfs.io/<dataset-id>=<percent>, for cache-aware job placement; needs nodes get/patch)")
 	flag.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig for --node-labels (default: the in-cluster config)")
+	flag.StringVar(&cfg.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's root directory: no volume source may be, lie under or contain it")
+	flag.StringVar(&localRoots, "allowed-local-roots", "", "comma-separated absolute directories under which local sources (/path, file://) may lie, after resolving symlinks (empty: local sources are refused)")
+	flag.StringVar(&networkRules, "network-rules", "", "comma-separated source URLs (s3://bucket[/prefix]?endpoint=URL, cephfs://, nfs://) that network sources must lie within (empty: any network source that brings credentials)")
+	flag.BoolVar(&cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty)")
 	flag.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	flag.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -70,6 +76,7 @@ func run() error {
 	if cfg.DefaultCacheSize, err = units.ParseSize(defaultCache); err != nil {
 		return fmt.Errorf("--default-cache-size: %w", err)
 	}
+	cfg.AllowedLocalRoots, cfg.NetworkRules = splitList(localRoots), splitList(networkRules)
 	cfg.Version, cfg.Logger = version, log
 	// A mount must outlive whoever reads its output: with SIGPIPE ignored, a
 	// closed stdout/stderr pipe makes writes fail instead of killing the
@@ -95,6 +102,17 @@ func run() error {
 		}
 	}
 	return d.Run(ctx)
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // defaultCachefs is cachefs next to this binary, else /usr/local/bin/cachefs

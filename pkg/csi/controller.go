@@ -75,6 +75,9 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csipb.CreateVolumeReques
 	if err != nil {
 		return nil, err
 	}
+	if err := d.checkSourceEarly(params); err != nil {
+		return nil, err
+	}
 	capRange := req.GetCapacityRange()
 	if capRange.GetLimitBytes() < 0 || capRange.GetRequiredBytes() < 0 ||
 		(capRange.GetLimitBytes() > 0 && capRange.GetRequiredBytes() > capRange.GetLimitBytes()) {

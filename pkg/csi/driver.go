@@ -26,6 +26,7 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/volattr"
 	"google.golang.org/grpc"
 )
@@ -75,8 +76,21 @@ type Config struct {
 	// StrictReadOnly refuses single-node writer access modes unless a
 	// publish asks for readonly (see checkCapability).
 	StrictReadOnly bool
-	Version        string
-	Logger         *slog.Logger
+	// KubeletDir is kubelet's root directory (default /var/lib/kubelet).
+	// No volume source may be, lie under or contain it.
+	KubeletDir string
+	// AllowedLocalRoots are the directories under which a local source
+	// (/path, file://) may lie, compared after resolving symlinks. Empty:
+	// every local source is refused (package sourcepolicy).
+	AllowedLocalRoots []string
+	// NetworkRules restrict network sources to these source URLs (an s3://
+	// bucket and prefix on an endpoint, cephfs://, nfs://). Empty: any.
+	NetworkRules []string
+	// AllowNodeCredentials lets a network source without secrets of its
+	// own read with the node's identity. Off: such volumes are refused.
+	AllowNodeCredentials bool
+	Version              string
+	Logger               *slog.Logger
 }
 
 // Driver implements the CSI services.
@@ -85,9 +99,13 @@ type Driver struct {
 	csipb.UnimplementedControllerServer
 	csipb.UnimplementedNodeServer
 
-	cfg   Config
-	log   *slog.Logger
-	ready atomic.Bool
+	cfg    Config
+	log    *slog.Logger
+	policy *sourcepolicy.Checker // immutable
+	// kubeletReal is KubeletDir with symlinks resolved (as cleaned when it
+	// does not exist). Immutable.
+	kubeletReal string
+	ready       atomic.Bool
 
 	controller *controllerState // nil in node mode
 	node       *nodeState       // nil in controller mode
@@ -111,6 +129,9 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
+	if cfg.KubeletDir == "" {
+		cfg.KubeletDir = "/var/lib/kubelet"
+	}
 	switch cfg.Mode {
 	case ModeNode, ModeController, ModeAll:
 	default:
@@ -122,7 +143,27 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
 		return nil, fmt.Errorf("csi: --state-dir %q must be an absolute path", cfg.StateDir)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger}
+	if !filepath.IsAbs(cfg.KubeletDir) {
+		return nil, fmt.Errorf("csi: --kubelet-dir %q must be an absolute path", cfg.KubeletDir)
+	}
+	forbidden := []string{cfg.StateDir, cfg.KubeletDir}
+	if cfg.CacheRoot != "" {
+		forbidden = append(forbidden, cfg.CacheRoot)
+	}
+	policy, err := sourcepolicy.New(sourcepolicy.Policy{
+		AllowedLocalRoots:    cfg.AllowedLocalRoots,
+		Forbidden:            forbidden,
+		Network:              cfg.NetworkRules,
+		AllowNodeCredentials: cfg.AllowNodeCredentials,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("csi: source policy: %w", err)
+	}
+	cfg.KubeletDir = filepath.Clean(cfg.KubeletDir)
+	d := &Driver{cfg: cfg, log: cfg.Logger, policy: policy, kubeletReal: cfg.KubeletDir}
+	if r, err := filepath.EvalSymlinks(cfg.KubeletDir); err == nil {
+		d.kubeletReal = r
+	}
 	if cfg.Mode != ModeNode {
 		cs, err := newControllerState(filepath.Join(cfg.StateDir, "controller"))
 		if err != nil {

@@ -147,7 +147,7 @@ func TestMountExitCodes(t *testing.T) {
 			if tc.secrets != nil {
 				secrets = tc.secrets(m)
 			}
-			key := datasetKey(params)
+			key := n.datasetKey(params, secrets)
 			if tc.prepare != nil {
 				tc.prepare(t, filepath.Join(n.cfg.cacheRoot, key), l)
 			}

@@ -1,6 +1,8 @@
 package csi
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,7 +40,7 @@ func FuzzRequestValidation(f *testing.F) {
 			if p.Source == "" || p.CacheSize <= 0 {
 				t.Fatalf("accepted %+v", p)
 			}
-			if k := datasetKey(p); filepath.Base(k) != k || strings.ContainsAny(k, "/\x00") {
+			if k := datasetKey(p, ""); filepath.Base(k) != k || strings.ContainsAny(k, "/\x00") {
 				t.Fatalf("dataset key %q is not a safe file name", k)
 			}
 		}
@@ -56,11 +58,52 @@ func TestDatasetKeyStable(t *testing.T) {
 	}
 	// Computed by the code before readaheadFiles (commit d56d8d5).
 	const before = "ds-6463e661a9b597ab008a3df7"
-	if k := datasetKey(p); k != before {
+	if k := datasetKey(p, ""); k != before {
 		t.Errorf("key %s, want %s as before", k, before)
 	}
 	p.ReadaheadFiles = 8
-	if k := datasetKey(p); k == before {
+	if k := datasetKey(p, ""); k == before {
 		t.Error("readaheadFiles does not change the dataset key")
+	}
+}
+
+// TestCredentialsID: credentials are part of the dataset key through a keyed
+// hash: no secrets keep the old key, other secrets or another node key give
+// another id, and the id never holds the secret.
+func TestCredentialsID(t *testing.T) {
+	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	a := map[string]string{"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s3cr3t"}
+	b := map[string]string{"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "other"}
+	if credentialsID(k1, nil) != "" || credentialsID(k1, map[string]string{}) != "" {
+		t.Error("no secrets must give the empty id (the key of a volume without secrets is unchanged)")
+	}
+	ids := map[string]bool{}
+	for _, id := range []string{credentialsID(k1, a), credentialsID(k1, b), credentialsID(k2, a),
+		credentialsID(k1, map[string]string{"AWS_SESSION_TOKEN": ""})} {
+		if id == "" || ids[id] || strings.Contains(id, "s3cr3t") {
+			t.Errorf("id %q: empty, repeated or holding the secret", id)
+		}
+		ids[id] = true
+	}
+	p := volumeParams{Source: "s3://bucket/x", CacheSize: 1 << 30, Policy: "nr"}
+	if datasetKey(p, "") == datasetKey(p, credentialsID(k1, a)) {
+		t.Error("credentials do not change the dataset key")
+	}
+}
+
+// TestNodeKey: the node key is created 0600 on first start and reused.
+func TestNodeKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "key")
+	k1, err := loadNodeKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 || len(k1) != 32 {
+		t.Fatalf("key file: %v, mode %v, %d bytes", err, st.Mode().Perm(), len(k1))
+	}
+	k2, err := loadNodeKey(path)
+	if err != nil || !bytes.Equal(k1, k2) {
+		t.Fatalf("second start: %v, same key %v", err, bytes.Equal(k1, k2))
 	}
 }

@@ -3,6 +3,7 @@ package csi_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,8 +27,9 @@ func buildBinaries(t *testing.T) (cachefs, driver string) { return csi.BuildBina
 // client connection; the driver stops and every mount it made is undone in
 // t.Cleanup.
 type testDriver struct {
-	sock     string
-	stateDir string
+	sock       string
+	stateDir   string
+	kubeletDir string // staging paths and targets must lie under it
 	cacheDir string
 	conn     *grpc.ClientConn
 	driver   *csi.Driver
@@ -39,7 +41,8 @@ func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
 	testenv.RequireFUSE(t)
 	cachefs, _ := buildBinaries(t)
 	dir := t.TempDir()
-	td := &testDriver{sock: filepath.Join(dir, "csi.sock"), stateDir: filepath.Join(dir, "state"), cacheDir: filepath.Join(dir, "cache")}
+	td := &testDriver{sock: filepath.Join(dir, "csi.sock"), stateDir: filepath.Join(dir, "state"), cacheDir: filepath.Join(dir, "cache"),
+		kubeletDir: filepath.Join(dir, "kubelet")}
 	cfg := csi.Config{
 		Endpoint:      "unix://" + td.sock,
 		NodeID:        "test-node",
@@ -48,9 +51,17 @@ func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
 		CacheRoot:     td.cacheDir,
 		CachefsBinary: cachefs,
 		MountTimeout:  30 * time.Second,
+		// Tests make their datasets in temp dirs; the state dir and cache
+		// root are forbidden inside this root all the same.
+		AllowedLocalRoots: []string{os.TempDir()},
+		KubeletDir:        td.kubeletDir,
 	}
 	if mutate != nil {
 		mutate(&cfg)
+	}
+	td.kubeletDir = cfg.KubeletDir
+	if err := os.MkdirAll(td.kubeletDir, 0o750); err != nil {
+		t.Fatal(err)
 	}
 	d, err := csi.New(cfg)
 	if err != nil {
@@ -79,10 +90,24 @@ func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
 	return td
 }
 
+// workDir returns a new directory under the driver's kubelet dir, for
+// staging paths and targets.
+func (td *testDriver) workDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(td.kubeletDir, "pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func waitSocket(t *testing.T, sock string) {
 	t.Helper()
+	// Dial, not stat: the socket file exists from bind(2) on, but connects
+	// are refused until listen(2).
 	for i := 0; i < 500; i++ {
-		if _, err := os.Stat(sock); err == nil {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
 			return
 		}
 		time.Sleep(10 * time.Millisecond)

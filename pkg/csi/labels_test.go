@@ -53,7 +53,7 @@ func TestNodeCacheLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	staging := filepath.Join(t.TempDir(), "staging")
+	staging := filepath.Join(td.workDir(t), "staging")
 	vctx := map[string]string{"source": data, "cacheSize": "1GiB"}
 	stage(t, td, "vol-l", staging, vctx)
 	half := files[:len(files)/2]

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -35,7 +37,7 @@ func (d *Driver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb
 
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := checkVolumeAndPath(id, "staging target path", staging); err != nil {
+	if err := d.checkVolumeAndPath(id, "staging target path", staging); err != nil {
 		return nil, err
 	}
 	if err := d.checkCapability(req.GetVolumeCapability(), false, false); err != nil {
@@ -49,6 +51,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 	if err != nil {
 		return nil, err
 	}
+	if err := d.checkSource(&params, hasCredentials(secrets)); err != nil {
+		return nil, err
+	}
 	n := d.node
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -56,7 +61,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 		if v.StagingPath != staging {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged at %s", id, v.StagingPath)
 		}
-		if v.DatasetKey != datasetKey(params) {
+		if v.DatasetKey != n.datasetKey(params, secrets) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged with other parameters", id)
 		}
 		if checkMount(staging) == nil {
@@ -90,7 +95,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if err := checkVolumeAndPath(id, "staging target path", staging); err != nil {
+	if err := d.checkVolumeAndPath(id, "staging target path", staging); err != nil {
 		return nil, err
 	}
 	n := d.node
@@ -116,7 +121,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVo
 
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	id, target, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
-	if err := checkVolumeAndPath(id, "target path", target); err != nil {
+	if err := d.checkVolumeAndPath(id, "target path", target); err != nil {
 		return nil, err
 	}
 	if err := d.checkCapability(req.GetVolumeCapability(), req.GetReadonly(), true); err != nil {
@@ -124,7 +129,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 	}
 	ephemeral := req.GetVolumeContext()[ephemeralKey] == "true"
 	if !ephemeral {
-		if err := checkPath("staging target path", staging); err != nil {
+		if err := d.checkNodePath("staging target path", staging); err != nil {
 			return nil, err
 		}
 	}
@@ -143,7 +148,10 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		if err != nil {
 			return nil, err
 		}
-		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != datasetKey(params)) {
+		if err := d.checkSource(&params, hasCredentials(secrets)); err != nil {
+			return nil, err
+		}
+		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != n.datasetKey(params, secrets)) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already in use with other parameters", id)
 		}
 		ds, err := n.acquire(params, secrets, id)
@@ -194,7 +202,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if err := checkVolumeAndPath(id, "target path", target); err != nil {
+	if err := d.checkVolumeAndPath(id, "target path", target); err != nil {
 		return nil, err
 	}
 	n := d.node
@@ -234,18 +242,25 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolum
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume path is required")
 	}
+	// Copy what is needed under mu: stage, publish and unpublish change
+	// the volume and the dataset mount while the checks below run.
 	n := d.node
 	n.mu.Lock()
-	v, ok := n.volumes[id]
 	var ds *datasetMount
-	if ok {
-		ds = n.datasets[v.DatasetKey]
+	atPath := false
+	if v, ok := n.volumes[id]; ok {
+		if m := n.datasets[v.DatasetKey]; m != nil {
+			snap := *m
+			snap.Users = nil
+			ds = &snap
+		}
+		atPath = path == v.StagingPath || slices.Contains(v.Targets, path)
 	}
 	n.mu.Unlock()
-	if !ok || ds == nil {
+	if ds == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not staged or published on this node", id)
 	}
-	if path != v.StagingPath && !slices.Contains(v.Targets, path) {
+	if !atPath {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not at %s", id, path)
 	}
 	if err := checkMount(path); err != nil {
@@ -273,11 +288,50 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolum
 }
 
 // checkVolumeAndPath validates the volume id and path every node call takes.
-func checkVolumeAndPath(id, what, path string) error {
+func (d *Driver) checkVolumeAndPath(id, what, path string) error {
 	if err := checkVolumeID(id); err != nil {
 		return err
 	}
-	return checkPath(what, path)
+	return d.checkNodePath(what, path)
+}
+
+// checkNodePath accepts a staging or target path only when it is clean and
+// lies under the kubelet dir, also once symlinks are resolved: the nearest
+// existing of the path and its ancestors is resolved, so that neither a
+// symlinked parent nor a symlink at the path itself (mount(2) follows it)
+// can lead a bind mount, an unmount or a removal elsewhere. Malformed is
+// InvalidArgument; outside the kubelet dir is PermissionDenied.
+func (d *Driver) checkNodePath(what, path string) error {
+	if err := checkPath(what, path); err != nil {
+		return err
+	}
+	kd := d.cfg.KubeletDir
+	if !within(path, kd) && !within(path, d.kubeletReal) {
+		return status.Errorf(codes.PermissionDenied, "%s %q is outside the kubelet dir %s (--kubelet-dir)", what, path, kd)
+	}
+	p := path
+	for {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		}
+		if p == "/" {
+			return nil
+		}
+		p = filepath.Dir(p)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return status.Errorf(codes.PermissionDenied, "%s %q: %s cannot be resolved: %v", what, path, p, err)
+	}
+	if !within(real, d.kubeletReal) {
+		return status.Errorf(codes.PermissionDenied, "%s %q leads through a symlink to %s, outside the kubelet dir %s (--kubelet-dir)", what, path, real, kd)
+	}
+	return nil
+}
+
+// within reports whether clean absolute path p is dir or lies under it.
+func within(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
 // mountError translates a failure to start a dataset mount into a gRPC

@@ -138,7 +138,7 @@ func mountCmdline(t *testing.T, td *testDriver) []byte {
 func TestStageOncePublishTwice(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
-	work := t.TempDir()
+	work := td.workDir(t)
 	staging := filepath.Join(work, "staging")
 	t1, t2 := filepath.Join(work, "pod1", "vol"), filepath.Join(work, "pod2", "vol")
 	vctx := map[string]string{"source": data, "cacheSize": "100MiB"}
@@ -187,9 +187,9 @@ func TestStageOncePublishTwice(t *testing.T) {
 // (mountinfo escapes them) and unmounted.
 func TestPathsWithSpaces(t *testing.T) {
 	stateDir := filepath.Join(t.TempDir(), "state dir")
-	td := startDriver(t, func(c *cfgT) { c.StateDir = stateDir })
-	data, files := dataset(t)
 	work := filepath.Join(t.TempDir(), "kubelet dir")
+	td := startDriver(t, func(c *cfgT) { c.StateDir, c.KubeletDir = stateDir, work })
+	data, files := dataset(t)
 	staging, target := filepath.Join(work, "staging path"), filepath.Join(work, "pod 1", "vol")
 	vctx := map[string]string{"source": data, "cacheSize": "100MiB"}
 
@@ -215,7 +215,7 @@ func TestPathsWithSpaces(t *testing.T) {
 func TestTwoVolumesOneDataset(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
-	work := t.TempDir()
+	work := td.workDir(t)
 	vctx := map[string]string{"source": data, "cacheSize": "100MiB"}
 	s1, s2 := filepath.Join(work, "s1"), filepath.Join(work, "s2")
 	stage(t, td, "vol-a", s1, vctx)
@@ -238,7 +238,7 @@ func TestTwoVolumesOneDataset(t *testing.T) {
 func TestInlineEphemeral(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
-	target := filepath.Join(t.TempDir(), "pod", "vol")
+	target := filepath.Join(td.workDir(t), "pod", "vol")
 	vctx := map[string]string{"source": data, "cacheSize": "64MiB", "csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": "p"}
 	capSNW := &csipb.VolumeCapability{
 		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
@@ -268,7 +268,7 @@ func TestDeadMountRepaired(t *testing.T) {
 			}
 			td := startDriver(t, func(c *cfgT) { c.HealthInterval = interval })
 			data, files := dataset(t)
-			work := t.TempDir()
+			work := td.workDir(t)
 			staging, t1, t2 := filepath.Join(work, "staging"), filepath.Join(work, "t1"), filepath.Join(work, "t2")
 			vctx := map[string]string{"source": data, "cacheSize": "64MiB"}
 			stage(t, td, "vol-r", staging, vctx)
@@ -322,7 +322,7 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 func TestBadInput(t *testing.T) {
 	td := startDriver(t, nil)
 	data, _ := dataset(t)
-	work := t.TempDir()
+	work := td.workDir(t)
 	staging := filepath.Join(work, "staging")
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		t.Fatal(err)
@@ -372,7 +372,7 @@ func TestBadInput(t *testing.T) {
 		{"negative readaheadFiles", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("readaheadFiles", "-1")}, codes.InvalidArgument, `parameter "readaheadFiles"`},
 		{"huge readaheadFiles", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("readaheadFiles", "100000")}, codes.InvalidArgument, `parameter "readaheadFiles"`},
 		{"unknown secret", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: good, Secrets: map[string]string{"password": "hunter2"}}, codes.InvalidArgument, `unknown secret keys ["password"]`},
-		{"missing source dir", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("source", filepath.Join(work, "nope"))}, codes.NotFound, "no such file or directory"},
+		{"missing source dir", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("source", filepath.Join(data, "nope"))}, codes.NotFound, "no such file or directory"},
 	}
 	for _, tc := range stageCases {
 		t.Run("stage/"+tc.name, func(t *testing.T) {
@@ -449,7 +449,7 @@ func expectCode(t *testing.T, err error, code codes.Code, substr string) {
 func TestReadaheadFilesParameter(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
-	staging := filepath.Join(t.TempDir(), "staging")
+	staging := filepath.Join(td.workDir(t), "staging")
 	stage(t, td, "vol-ra", staging, map[string]string{"source": data, "cacheSize": "1GiB", "readaheadFiles": "4"})
 	cmdline := mountCmdline(t, td)
 	if !bytes.Contains(cmdline, []byte("\x00--readahead-files\x004\x00")) {
@@ -457,7 +457,7 @@ func TestReadaheadFilesParameter(t *testing.T) {
 	}
 	checkFiles(t, staging, files)
 
-	plain := filepath.Join(t.TempDir(), "staging")
+	plain := filepath.Join(td.workDir(t), "staging")
 	stage(t, td, "vol-plain", plain, map[string]string{"source": data, "cacheSize": "1GiB"})
 	if n := len(mountProcesses(t, td.stateDir)); n != 2 {
 		t.Errorf("%d mount processes for a volume with readaheadFiles and one without, want 2", n)
@@ -471,7 +471,7 @@ func TestReadaheadFilesParameter(t *testing.T) {
 func TestPrefetchParameter(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
-	staging := filepath.Join(t.TempDir(), "staging")
+	staging := filepath.Join(td.workDir(t), "staging")
 	stage(t, td, "vol-p", staging, map[string]string{"source": data, "cacheSize": "1GiB", "prefetch": "true"})
 	want := datagen.TotalSize(files)
 	waitFor(t, 30*time.Second, "the prefetch to cache the whole dataset", func() bool {

@@ -2,6 +2,8 @@ package csi
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -39,8 +41,9 @@ type nodeConfig struct {
 // wait for a mount, so one lock keeps the state simple and consistent.
 // sizes.mu is never taken with mu held, nor mu with sizes.mu held.
 type nodeState struct {
-	cfg   nodeConfig
-	sizes datasetSizes
+	cfg     nodeConfig
+	nodeKey []byte // HMAC key of credentialsID; immutable
+	sizes   datasetSizes
 
 	repairs   atomic.Int64
 	lastStats atomic.Pointer[NodeStats] // counts as of the last NodeStats that got mu
@@ -108,6 +111,11 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	if err := os.MkdirAll(cfg.cacheRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("csi: cache root: %w", err)
 	}
+	key, err := loadNodeKey(filepath.Join(cfg.dir, "key"))
+	if err != nil {
+		return nil, err
+	}
+	n.nodeKey = key
 	loadState(cfg, "datasets", func(ds *datasetMount) {
 		n.datasets[ds.Key] = ds
 		if err := n.healthy(ds); err != nil {
@@ -161,6 +169,35 @@ func (n *nodeState) usable() error {
 	return nil
 }
 
+// datasetKey is the key of the dataset mount serving params with secrets
+// (see datasetKey and credentialsID).
+func (n *nodeState) datasetKey(params volumeParams, secrets map[string]string) string {
+	return datasetKey(params, credentialsID(n.nodeKey, secrets))
+}
+
+// loadNodeKey reads the node's 32-byte HMAC key from path, creating it
+// (0600, random) on first start.
+func loadNodeKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(b) != 32 {
+			return nil, fmt.Errorf("csi: node key %s: %d bytes, want 32", path, len(b))
+		}
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("csi: node key: %w", err)
+	}
+	b = make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("csi: node key: %w", err)
+	}
+	if err := writeFileAtomic(path, b); err != nil {
+		return nil, fmt.Errorf("csi: node key: %w", err)
+	}
+	return b, nil
+}
+
 func (n *nodeState) saveVolume(v *nodeVolume) error { return writeJSON(n.volumePath(v.ID), v) }
 
 // putVolume records v in memory and in the state dir. Called with mu held.
@@ -178,14 +215,21 @@ func (n *nodeState) saveDataset(ds *datasetMount) error {
 // acquire returns a live dataset mount for params used by volume id,
 // starting or repairing it as needed. Called with mu held.
 func (n *nodeState) acquire(params volumeParams, secrets map[string]string, id string) (*datasetMount, error) {
-	key := datasetKey(params)
-	if err := n.writeSecrets(key, secrets); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
+	key := n.datasetKey(params, secrets)
 	ds, ok := n.datasets[key]
 	if !ok {
+		// A new dataset mount: its secrets file is this volume's. The file
+		// of a live dataset is never rewritten: another volume reaches it
+		// only with equal credentials (they are part of the key).
+		if err := n.writeSecrets(key, secrets); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
 		ds = &datasetMount{Key: key, Params: params, MountPoint: n.mountPath(key), CacheDir: filepath.Join(n.cfg.cacheRoot, key)}
 		if err := n.start(ds); err != nil {
+			// No dataset record: nothing else would remove these, and
+			// unstage of an unrecorded volume does nothing.
+			_ = removeFile(n.secretPath(key))
+			_ = os.Remove(ds.MountPoint) // only if empty and not mounted
 			return nil, mountError(err)
 		}
 		n.datasets[key] = ds

@@ -38,7 +38,8 @@ func runDriverProcess(t *testing.T, dir, mode string, extra ...string) *driverPr
 	log := &testenv.SyncBuffer{}
 	args := append([]string{"--endpoint", "unix://" + sock, "--nodeid", "n1", "--mode", mode,
 		"--state-dir", filepath.Join(dir, "state"), "--cache-root", filepath.Join(dir, "cache"),
-		"--cachefs-binary", cachefs, "--health-interval", "0", "--log-format", "text"}, extra...)
+		"--cachefs-binary", cachefs, "--health-interval", "0", "--log-format", "text",
+		"--allowed-local-roots", os.TempDir(), "--kubelet-dir", filepath.Join(dir, "kubelet")}, extra...)
 	if mode == "mounter" {
 		args = append(args, "--mounter-endpoint", "unix://"+sock)
 	}
@@ -61,7 +62,7 @@ func runDriverProcess(t *testing.T, dir, mode string, extra ...string) *driverPr
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.td = &testDriver{sock: sock, stateDir: filepath.Join(dir, "state"), conn: conn}
+	p.td = &testDriver{sock: sock, stateDir: filepath.Join(dir, "state"), kubeletDir: filepath.Join(dir, "kubelet"), conn: conn}
 	t.Cleanup(func() {
 		conn.Close()
 		_ = cmd.Process.Kill()
@@ -97,7 +98,7 @@ func testKill9AndRestart(t *testing.T, viaMounter bool) {
 		extra = []string{"--mounter-endpoint", "unix://" + filepath.Join(dir, "mounter.sock")}
 	}
 	data, files := dataset(t)
-	work := t.TempDir()
+	work := filepath.Join(dir, "kubelet", "pod")
 	staging, target := filepath.Join(work, "staging"), filepath.Join(work, "pod", "vol")
 	vctx := map[string]string{"source": data, "cacheSize": "64MiB"}
 	t.Cleanup(func() {

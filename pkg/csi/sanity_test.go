@@ -16,7 +16,7 @@ func TestSanity(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, "hello.txt"), []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	work := t.TempDir()
+	work := td.workDir(t)
 	cfg := sanity.NewTestConfig()
 	cfg.Address = "unix://" + td.sock
 	cfg.TargetPath = filepath.Join(work, "target")

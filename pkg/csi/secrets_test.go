@@ -28,7 +28,7 @@ func TestSecretsNeverInArgsOrLogs(t *testing.T) {
 	td := startDriver(t, func(c *csi.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	staging := filepath.Join(t.TempDir(), "staging")
+	staging := filepath.Join(td.workDir(t), "staging")
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		t.Fatal(err)
 	}

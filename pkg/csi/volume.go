@@ -1,9 +1,12 @@
 package csi
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -11,6 +14,7 @@ import (
 	"strings"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/volattr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,8 +36,12 @@ var secretKeys = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SES
 type volumeParams = volattr.Params
 
 // datasetKey names the mount process (and cache directory) serving these
-// parameters: volumes with equal parameters share one mount and one cache.
-func datasetKey(p volumeParams) string {
+// parameters with these credentials: volumes with equal parameters and
+// equal credentials share one mount and one cache. creds is credentialsID
+// of the volume's secrets: "" for none, which keeps the keys of volumes
+// without secrets what they were before credentials were part of the key
+// (so an upgraded driver re-adopts their mounts and caches).
+func datasetKey(p volumeParams, creds string) string {
 	h := sha256.New()
 	for _, s := range []string{p.Source, strconv.FormatInt(p.CacheSize, 10), p.Policy, p.Manifest} {
 		fmt.Fprintf(h, "%d:%s\n", len(s), s)
@@ -43,7 +51,30 @@ func datasetKey(p volumeParams) string {
 		// cache directories) are what they were before the parameter.
 		fmt.Fprintf(h, "readaheadFiles:%d\n", p.ReadaheadFiles)
 	}
+	if creds != "" {
+		fmt.Fprintf(h, "credentials:%s\n", creds)
+	}
 	return "ds-" + hex.EncodeToString(h.Sum(nil))[:24]
+}
+
+// credentialsID is an HMAC-SHA256, under the node's secret key, of a
+// volume's checked secrets (sorted key=value pairs): "" when there are none.
+// It tells credentials apart without storing or logging them, and without
+// the node key it cannot be used to guess them.
+func credentialsID(nodeKey []byte, secrets map[string]string) string {
+	if len(secrets) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(secrets))
+	for k := range secrets {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	m := hmac.New(sha256.New, nodeKey)
+	for _, k := range keys {
+		fmt.Fprintf(m, "%d:%s=%d:%s\n", len(k), k, len(secrets[k]), secrets[k])
+	}
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // parseParams validates volume parameters. Errors are InvalidArgument and
@@ -54,6 +85,65 @@ func parseParams(in map[string]string, defaultCacheSize int64) (volumeParams, er
 		return p, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return p, nil
+}
+
+// checkSource applies the node's source policy (package sourcepolicy) to a
+// volume about to be staged or published, before anything is created for
+// it: hasCredentials says whether the volume brings secrets of its own. A
+// local source is replaced by its symlink-resolved path, which is what gets
+// mounted. A refusal is PermissionDenied naming the rule (the interceptor
+// logs it once).
+func (d *Driver) checkSource(p *volumeParams, hasCredentials bool) error {
+	src, err := backend.Parse(p.Source)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
+	}
+	checked, err := d.policy.Check(src, hasCredentials)
+	if err != nil {
+		if d.missingUnderRoot(src) {
+			return status.Errorf(codes.NotFound, "source %s: no such file or directory", src.Path)
+		}
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	p.Source = checked.String()
+	return nil
+}
+
+// missingUnderRoot reports whether a local source does not exist but its
+// nearest existing ancestor is itself an allowed source: a dataset missing
+// inside an allowed root is NotFound, as the mount would say, while a path
+// anywhere else stays refused whether or not it exists.
+func (d *Driver) missingUnderRoot(src backend.Source) bool {
+	if src.Kind != backend.KindPosix || !filepath.IsAbs(src.Path) {
+		return false
+	}
+	p := filepath.Clean(src.Path)
+	if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	for p != "/" {
+		p = filepath.Dir(p)
+		if _, err := os.Lstat(p); err == nil {
+			anc := src
+			anc.Path = p
+			_, err := d.policy.Check(anc, false)
+			return err == nil
+		}
+	}
+	return false
+}
+
+// checkSourceEarly is CreateVolume's check: it sees no secrets and may run
+// where the source is not visible (sourcepolicy.Checker.CheckNames).
+func (d *Driver) checkSourceEarly(p volumeParams) error {
+	src, err := backend.Parse(p.Source)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
+	}
+	if err := d.policy.CheckNames(src); err != nil {
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	return nil
 }
 
 // checkSecrets keeps only the known secret keys and rejects others by name
@@ -76,6 +166,12 @@ func checkSecrets(in map[string]string) (map[string]string, error) {
 		return nil, status.Error(codes.InvalidArgument, "secrets must hold both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither")
 	}
 	return out, nil
+}
+
+// hasCredentials reports whether checked secrets carry credentials (a key
+// pair; a session token alone is none).
+func hasCredentials(secrets map[string]string) bool {
+	return secrets["AWS_ACCESS_KEY_ID"] != "" && secrets["AWS_SECRET_ACCESS_KEY"] != ""
 }
 
 // maxIDLen is the CSI size limit of string fields such as volume ids.

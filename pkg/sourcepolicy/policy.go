@@ -26,6 +26,7 @@ package sourcepolicy
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -146,6 +147,47 @@ func (c *Checker) Check(src backend.Source, hasCredentials bool) (backend.Source
 		return out, nil
 	}
 	return src, fmt.Errorf("%w: unknown source kind %q", ErrForbidden, src.Kind)
+}
+
+// CheckNames is the early check of a caller that may not see the source
+// (a controller on another machine) and sees no credentials: the network
+// rules apply but not the credential rule, and a local source is checked
+// as written (cleaned), and through its symlinks only when it exists here.
+// It never replaces Check on the node, which is the enforcement.
+func (c *Checker) CheckNames(src backend.Source) error {
+	switch src.Kind {
+	case backend.KindPosix:
+		if _, err := os.Lstat(filepath.Clean(src.Path)); err == nil {
+			_, err := c.checkLocal(src)
+			return err
+		}
+		p := src.Path
+		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
+			return fmt.Errorf("%w: local source %q must be an absolute path", ErrForbidden, p)
+		}
+		clean := filepath.Clean(p)
+		if err := c.overlaps(p, clean); err != nil {
+			return err
+		}
+		if len(c.roots) == 0 {
+			return fmt.Errorf("%w: local source %q: local sources are disabled on this node (the admin allows them with --allowed-local-roots)", ErrForbidden, p)
+		}
+		for _, r := range c.roots {
+			if within(clean, r) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: local source %q is not under an allowed local root (%s)", ErrForbidden, p, strings.Join(c.roots, ", "))
+	case backend.KindMirror:
+		for i, r := range src.Replicas {
+			if err := c.CheckNames(r); err != nil {
+				return fmt.Errorf("mirror replica %d: %w", i+1, err)
+			}
+		}
+		return nil
+	}
+	_, err := c.Check(src, true)
+	return err
 }
 
 func (c *Checker) checkLocal(src backend.Source) (backend.Source, error) {

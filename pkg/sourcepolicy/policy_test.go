@@ -217,3 +217,30 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckNames(t *testing.T) {
+	base, c := tree(t)
+	for _, tc := range []struct {
+		name, src string
+		ok        bool
+	}{
+		{"missing path under the root", filepath.Join(base, "datasets/not-yet"), true},
+		{"existing dataset", filepath.Join(base, "datasets/imagenet"), true},
+		{"missing path outside", filepath.Join(base, "other/nope"), false},
+		{"dotdot out of the root", filepath.Join(base, "datasets") + "/../state/x", false},
+		{"symlink out", filepath.Join(base, "datasets/up"), false},
+		{"root", "/", false},
+		{"etc", "/etc", false},
+		{"network without credentials is not judged here", "s3://bkt/p?endpoint=http://127.0.0.1:9000", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.CheckNames(mustParse(t, tc.src))
+			if tc.ok != (err == nil) {
+				t.Fatalf("CheckNames(%s) = %v, want ok=%v", tc.src, err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, ErrForbidden) {
+				t.Fatalf("%v does not wrap ErrForbidden", err)
+			}
+		})
+	}
+}
