@@ -32,13 +32,13 @@ func main() {
 func run() error {
 	host, _ := os.Hostname()
 	var (
-		cfg          csi.Config
-		defaultCache string
-		logFormat    string
-		logLevel     string
-		showVersion  bool
-		localRoots   string
-		networkRules string
+		cfg                    csi.Config
+		defaultCache, maxCache string
+		logFormat              string
+		logLevel               string
+		showVersion            bool
+		localRoots             string
+		networkRules           string
 	)
 	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
 	flag.StringVar(&cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
@@ -48,6 +48,8 @@ func run() error {
 	flag.StringVar(&cfg.CacheRoot, "cache-root", "/var/lib/epochfs/cache", "parent of the per-dataset NR cache directories")
 	flag.StringVar(&cfg.CachefsBinary, "cachefs-binary", defaultCachefs(), "the cachefs executable started for each dataset mount")
 	flag.StringVar(&defaultCache, "default-cache-size", "10GiB", "cache size of volumes without a cacheSize parameter")
+	flag.StringVar(&maxCache, "max-cache-size", "1TiB", "refuse volumes whose cacheSize is larger (OutOfRange)")
+	flag.BoolVar(&cfg.AllowInlineVolumes, "allow-inline-volumes", false, "accept CSI inline ephemeral volumes (pod-spec csi: volumes); they must then name a network source with the pod's own nodePublishSecretRef")
 	flag.DurationVar(&cfg.HealthInterval, "health-interval", 30*time.Second, "how often dataset mounts are checked and repaired (0 disables)")
 	flag.DurationVar(&cfg.MountTimeout, "mount-timeout", time.Minute, "how long a new dataset mount may take to become live")
 	flag.BoolVar(&cfg.StrictReadOnly, "strict-readonly", false, "refuse single-node writer access modes unless the publish is readOnly (csi-sanity and kubelet's inline volumes use SINGLE_NODE_WRITER)")
@@ -75,6 +77,9 @@ func run() error {
 	}
 	if cfg.DefaultCacheSize, err = units.ParseSize(defaultCache); err != nil {
 		return fmt.Errorf("--default-cache-size: %w", err)
+	}
+	if cfg.MaxCacheSize, err = units.ParseSize(maxCache); err != nil {
+		return fmt.Errorf("--max-cache-size: %w", err)
 	}
 	cfg.AllowedLocalRoots, cfg.NetworkRules = splitList(localRoots), splitList(networkRules)
 	cfg.Version, cfg.Logger = version, log

@@ -215,9 +215,16 @@ def check_csidriver(where, objs):
         fail(where, "CSIDriver: attachRequired must be false")
     if s.get("podInfoOnMount") is not True:
         fail(where, "CSIDriver: podInfoOnMount must be true")
-    if set(s.get("volumeLifecycleModes") or []) != {"Persistent", "Ephemeral"}:
-        fail(where, f"CSIDriver: volumeLifecycleModes must be Persistent and Ephemeral, "
+    modes = set(s.get("volumeLifecycleModes") or [])
+    if modes not in ({"Persistent"}, {"Persistent", "Ephemeral"}):
+        fail(where, f"CSIDriver: volumeLifecycleModes must be Persistent, or Persistent and Ephemeral, "
                     f"got {s.get('volumeLifecycleModes')}")
+    # Inline volumes are advertised exactly when the node plugin accepts them.
+    inline = {a for o in find(objs, "DaemonSet") for c in containers(o["spec"]["template"]["spec"])
+              for a in args_of(c) if a.startswith("--allow-inline-volumes=")}
+    want = "--allow-inline-volumes=true" if "Ephemeral" in modes else "--allow-inline-volumes=false"
+    if inline != {want}:
+        fail(where, f"CSIDriver modes {sorted(modes)} need the node plugin to run with {want}, got {sorted(inline) or 'none'}")
     if s.get("fsGroupPolicy") != "None":
         fail(where, "CSIDriver: fsGroupPolicy must be None")
     if s.get("requiresRepublish") is not False:

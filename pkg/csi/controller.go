@@ -71,7 +71,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csipb.CreateVolumeReques
 	if req.GetVolumeContentSource() != nil {
 		return nil, status.Error(codes.InvalidArgument, "volume content sources (snapshots, clones) are not supported: a dataset volume is a view of its source URL")
 	}
-	params, err := parseParams(req.GetParameters(), d.cfg.DefaultCacheSize)
+	params, err := d.params(req.GetParameters())
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
+	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
 	"google.golang.org/grpc"
 )
@@ -63,6 +64,15 @@ type Config struct {
 	MounterEndpoint string
 	// DefaultCacheSize applies when a volume has no cacheSize parameter.
 	DefaultCacheSize int64
+	// MaxCacheSize refuses volumes whose cacheSize is larger (default
+	// 1TiB); DefaultCacheSize must not exceed it.
+	MaxCacheSize int64
+	// AllowInlineVolumes accepts CSI inline ephemeral volumes (a pod spec's
+	// csi: volume). Off by default: a pod author could otherwise name any
+	// source. When on, an inline volume must be a network source with the
+	// pod's own nodePublishSecretRef (never a local path, never the node's
+	// identity).
+	AllowInlineVolumes bool
 	// HealthInterval is the period of the dataset-mount health check;
 	// 0 disables it.
 	HealthInterval time.Duration
@@ -122,6 +132,12 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.DefaultCacheSize == 0 {
 		cfg.DefaultCacheSize = 10 << 30
+	}
+	if cfg.MaxCacheSize == 0 {
+		cfg.MaxCacheSize = 1 << 40
+	}
+	if cfg.DefaultCacheSize > cfg.MaxCacheSize {
+		return nil, fmt.Errorf("csi: --default-cache-size %s is over --max-cache-size %s", units.FormatSize(cfg.DefaultCacheSize), units.FormatSize(cfg.MaxCacheSize))
 	}
 	if cfg.MountTimeout == 0 {
 		cfg.MountTimeout = 60 * time.Second

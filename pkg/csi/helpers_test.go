@@ -30,10 +30,10 @@ type testDriver struct {
 	sock       string
 	stateDir   string
 	kubeletDir string // staging paths and targets must lie under it
-	cacheDir string
-	conn     *grpc.ClientConn
-	driver   *csi.Driver
-	stop     func()
+	cacheDir   string
+	conn       *grpc.ClientConn
+	driver     *csi.Driver
+	stop       func()
 }
 
 func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
@@ -55,6 +55,9 @@ func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
 		// root are forbidden inside this root all the same.
 		AllowedLocalRoots: []string{os.TempDir()},
 		KubeletDir:        td.kubeletDir,
+		// The tests exercise inline volumes; TestInlineVolumesOff checks
+		// the default.
+		AllowInlineVolumes: true,
 	}
 	if mutate != nil {
 		mutate(&cfg)

@@ -43,7 +43,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 	if err := d.checkCapability(req.GetVolumeCapability(), false, false); err != nil {
 		return nil, err
 	}
-	params, err := parseParams(req.GetVolumeContext(), d.cfg.DefaultCacheSize)
+	params, err := d.params(req.GetVolumeContext())
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 	var src string
 	var v *nodeVolume
 	if ephemeral {
-		params, err := parseParams(req.GetVolumeContext(), d.cfg.DefaultCacheSize)
+		params, err := d.params(req.GetVolumeContext())
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +148,13 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		if err != nil {
 			return nil, err
 		}
+		if err := d.checkInlineEnabled(); err != nil {
+			return nil, err
+		}
 		if err := d.checkSource(&params, hasCredentials(secrets)); err != nil {
+			return nil, err
+		}
+		if err := d.checkInline(params, hasCredentials(secrets)); err != nil {
 			return nil, err
 		}
 		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != n.datasetKey(params, secrets)) {

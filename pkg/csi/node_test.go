@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/cache"
 )
 
@@ -234,18 +235,23 @@ func TestTwoVolumesOneDataset(t *testing.T) {
 	}
 }
 
-// TestInlineEphemeral: no stage call; publish mounts, unpublish cleans up.
+// TestInlineEphemeral: no stage call; publish mounts (a network source with
+// the pod's own secrets, as inline volumes must be), unpublish cleans up.
 func TestInlineEphemeral(t *testing.T) {
+	mi := testenv.StartMinIO(t)
+	mi.MakeBucket(t, "inline")
+	files := datagen.Spec{Files: 20, Classes: 3, MedianSize: 5000, MinSize: 100, MaxSize: 50000, Seed: 4}.Plan()
+	mi.PutFiles(t, "inline", "ds/", files)
 	td := startDriver(t, nil)
-	data, files := dataset(t)
 	target := filepath.Join(td.workDir(t), "pod", "vol")
-	vctx := map[string]string{"source": data, "cacheSize": "64MiB", "csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": "p"}
+	vctx := map[string]string{"source": "s3://inline/ds?endpoint=" + mi.Endpoint, "cacheSize": "64MiB", "csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": "p"}
 	capSNW := &csipb.VolumeCapability{
 		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
 		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}
 	_, err := node(td).NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
 		VolumeId: "csi-abc123", TargetPath: target, VolumeCapability: capSNW, Readonly: true, VolumeContext: vctx,
+		Secrets: map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey},
 	})
 	if err != nil {
 		t.Fatal(err)

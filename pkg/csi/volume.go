@@ -15,6 +15,7 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -85,6 +86,46 @@ func parseParams(in map[string]string, defaultCacheSize int64) (volumeParams, er
 		return p, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return p, nil
+}
+
+// params parses and validates a volume's parameters with the node's
+// defaults and limits: InvalidArgument for malformed input, OutOfRange for a
+// cacheSize over MaxCacheSize.
+func (d *Driver) params(in map[string]string) (volumeParams, error) {
+	p, err := parseParams(in, d.cfg.DefaultCacheSize)
+	if err != nil {
+		return p, err
+	}
+	if p.CacheSize > d.cfg.MaxCacheSize {
+		return p, status.Errorf(codes.OutOfRange, "parameter %q: %s is over this node's limit of %s (--max-cache-size)",
+			volattr.CacheSize, units.FormatSize(p.CacheSize), units.FormatSize(d.cfg.MaxCacheSize))
+	}
+	return p, nil
+}
+
+// checkInlineEnabled refuses inline ephemeral volumes unless the admin
+// enabled them (AllowInlineVolumes); checked first.
+func (d *Driver) checkInlineEnabled() error {
+	if !d.cfg.AllowInlineVolumes {
+		return status.Error(codes.PermissionDenied, "inline ephemeral volumes are disabled on this node (the admin enables them with --allow-inline-volumes, chart value node.inlineVolumes): use a PersistentVolume")
+	}
+	return nil
+}
+
+// checkInline is the extra rule of inline ephemeral volumes, checked after
+// the source policy: a network source with the pod's own secrets.
+func (d *Driver) checkInline(p volumeParams, hasCredentials bool) error {
+	src, err := backend.Parse(p.Source)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
+	}
+	if src.Kind == backend.KindPosix || slices.ContainsFunc(src.Replicas, func(r backend.Source) bool { return r.Kind == backend.KindPosix }) {
+		return status.Errorf(codes.PermissionDenied, "inline volume source %s: an inline volume takes only network sources (a local path needs a PersistentVolume the admin creates)", p.Source)
+	}
+	if !hasCredentials {
+		return status.Errorf(codes.PermissionDenied, "inline volume source %s: an inline volume needs its own credentials (nodePublishSecretRef); it never reads with the node's identity", p.Source)
+	}
+	return nil
 }
 
 // checkSource applies the node's source policy (package sourcepolicy) to a

@@ -161,23 +161,6 @@ func (c *Checker) CheckNames(src backend.Source) error {
 			_, err := c.checkLocal(src)
 			return err
 		}
-		p := src.Path
-		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
-			return fmt.Errorf("%w: local source %q must be an absolute path", ErrForbidden, p)
-		}
-		clean := filepath.Clean(p)
-		if err := c.overlaps(p, clean); err != nil {
-			return err
-		}
-		if len(c.roots) == 0 {
-			return fmt.Errorf("%w: local source %q: local sources are disabled on this node (the admin allows them with --allowed-local-roots)", ErrForbidden, p)
-		}
-		for _, r := range c.roots {
-			if within(clean, r) {
-				return nil
-			}
-		}
-		return fmt.Errorf("%w: local source %q is not under an allowed local root (%s)", ErrForbidden, p, strings.Join(c.roots, ", "))
 	case backend.KindMirror:
 		for i, r := range src.Replicas {
 			if err := c.CheckNames(r); err != nil {
@@ -186,8 +169,7 @@ func (c *Checker) CheckNames(src backend.Source) error {
 		}
 		return nil
 	}
-	_, err := c.Check(src, true)
-	return err
+	return c.CheckLexically(src, true)
 }
 
 func (c *Checker) checkLocal(src backend.Source) (backend.Source, error) {
