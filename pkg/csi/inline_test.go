@@ -40,7 +40,11 @@ func TestInlineVolumeRules(t *testing.T) {
 	wantRefused(t, "inline volume on a default driver", publish(off, inline(s3), secrets), "--allow-inline-volumes")
 	nothingLeft(t, off, off.workDir(t))
 
-	on := startDriver(t, func(c *csi.Config) { c.AllowNodeCredentials = true; c.MaxCacheSize = 1 << 30; c.DefaultCacheSize = 64 << 20 })
+	on := startDriver(t, func(c *csi.Config) {
+		c.AllowNodeCredentials = true
+		c.MaxCacheSize = 1 << 30
+		c.DefaultCacheSize = 64 << 20
+	})
 	t.Setenv("AWS_ACCESS_KEY_ID", mi.AccessKey) // the node's identity, which inline volumes never get
 	t.Setenv("AWS_SECRET_ACCESS_KEY", mi.SecretKey)
 	wantRefused(t, "inline local source", publish(on, inline(local), nil), "only network sources")
