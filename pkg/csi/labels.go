@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -31,6 +32,13 @@ type nodeLabeler struct {
 	client kubernetes.Interface
 	node   string
 }
+
+// labelManifestMax bounds the manifest the node plugin reads to size a
+// dataset for its node labels: the driver container runs within a small
+// memory limit, and one large manifest must not crash-loop it. A larger
+// dataset gets no cache label (about 2M files; the mount itself reads
+// manifests of up to manifest.DefaultMaxFileSize).
+const labelManifestMax = 64 << 20
 
 // datasetSizes remembers each dataset's size from its manifest.
 type datasetSizes struct {
@@ -89,8 +97,12 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 		return size // not remembered: retried next time
 	}
 	defer b.Close()
-	m, _, err := manifest.Discover(ctx, b, ds.Params.Manifest, opts)
+	m, _, err := manifest.DiscoverLimit(ctx, b, ds.Params.Manifest, opts, labelManifestMax)
 	switch {
+	case errors.Is(err, manifest.ErrTooLarge):
+		// Remembered: a dataset too large to size here is not fetched
+		// again on every sync.
+		n.cfg.log.Warn("node labels: the dataset's manifest is too large to read in the driver; no cache label for it", "key", ds.Key, "limit", labelManifestMax, "err", err)
 	case err != nil:
 		n.cfg.log.Warn("node labels: cannot load the dataset's manifest", "key", ds.Key, "err", err)
 		return size

@@ -33,21 +33,28 @@ const (
 // or an auto manifest that exists but does not load, is an error naming
 // where.
 func Discover(ctx context.Context, b backend.Backend, loc string, opts backend.Options) (m *Manifest, where string, err error) {
+	return DiscoverLimit(ctx, b, loc, opts, 0)
+}
+
+// DiscoverLimit is Discover refusing (with ErrTooLarge) a manifest file of
+// more than maxSize bytes (0: DefaultMaxFileSize), for callers that must
+// stay within a small memory budget.
+func DiscoverLimit(ctx context.Context, b backend.Backend, loc string, opts backend.Options, maxSize int64) (m *Manifest, where string, err error) {
 	switch {
 	case loc == LocNone:
 		return nil, "", nil
 	case loc == LocAuto:
 		where = b.ID() + "/" + DefaultPath
-		m, err = Fetch(ctx, b, DefaultPath, 0)
+		m, err = Fetch(ctx, b, DefaultPath, maxSize)
 		if errors.Is(err, backend.ErrNotExist) {
 			return nil, where, nil
 		}
 	case strings.Contains(loc, "://"):
 		where = loc
-		m, err = fetchURL(ctx, loc, opts)
+		m, err = fetchURL(ctx, loc, opts, maxSize)
 	default:
 		where = loc
-		m, err = ReadFile(loc, 0)
+		m, err = ReadFile(loc, maxSize)
 	}
 	if err != nil {
 		return nil, where, fmt.Errorf("manifest %s: %w", where, err)
@@ -57,13 +64,13 @@ func Discover(ctx context.Context, b backend.Backend, loc string, opts backend.O
 
 // fetchURL loads a manifest object named by a source URL: the URL of its
 // directory plus its name, e.g. s3://bucket/prefix/.epochfs/manifest?endpoint=….
-func fetchURL(ctx context.Context, loc string, opts backend.Options) (*Manifest, error) {
+func fetchURL(ctx context.Context, loc string, opts backend.Options, maxSize int64) (*Manifest, error) {
 	b, name, err := openURLDir(ctx, loc, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Close()
-	return Fetch(ctx, b, name, 0)
+	return Fetch(ctx, b, name, maxSize)
 }
 
 // openURLDir opens the backend of the directory of the object a URL names,

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
@@ -66,4 +67,32 @@ func TestDiscover(t *testing.T) {
 		check(t, LocAuto, man.Files(), nil)
 		check(t, "file://"+filepath.Join(dir, DefaultPath), man.Files(), nil)
 	})
+}
+
+// TestDiscoverLimit: a manifest over the caller's limit is ErrTooLarge,
+// wherever it is found (a local file, or inside the dataset).
+func TestDiscoverLimit(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := backendtest.Open(t, dir)
+	man := mustBuild(t, sampleFiles(), BuildOptions{Info: Info{Source: "test", Created: created}})
+	data := mustEncode(t, man)
+	local := filepath.Join(t.TempDir(), "m")
+	if err := os.WriteFile(local, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, ".epochfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, DefaultPath), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, loc := range []string{local, LocAuto} {
+		if _, _, err := DiscoverLimit(ctx, b, loc, backend.Options{}, int64(len(data))-1); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("DiscoverLimit(%q) one byte under the manifest's size: %v, want ErrTooLarge", loc, err)
+		}
+		if m, _, err := DiscoverLimit(ctx, b, loc, backend.Options{}, int64(len(data))); err != nil || m == nil {
+			t.Errorf("DiscoverLimit(%q) at the manifest's size: %v, %v", loc, m, err)
+		}
+	}
 }
