@@ -1,13 +1,13 @@
 package testenv
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/pkg/mount/fusectl"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,25 +42,6 @@ func FUSEConn(mnt string) (uint32, error) {
 	return unix.Minor(st.Dev), nil
 }
 
-// AbortFUSE aborts FUSE connection id, mounting the fusectl file system at
-// /sys/fs/fuse/connections first if needed. It is the way out of a FUSE
-// server that cannot exit: a process killed with SIGKILL while one of its
-// own threads closes a file on its own mount (go-fuse's poll hack at mount
-// time does) waits in that FLUSH, uninterruptibly, for itself to answer.
-func AbortFUSE(id uint32) error {
-	const dir = "/sys/fs/fuse/connections"
-	abort := fmt.Sprintf("%s/%d/abort", dir, id)
-	if _, err := os.Stat(abort); err != nil {
-		if err := unix.Mount("fusectl", dir, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("testenv: mount fusectl: %w", err)
-		}
-	}
-	if err := os.WriteFile(abort, []byte("1"), 0); err != nil {
-		return fmt.Errorf("testenv: abort FUSE connection %d: %w", id, err)
-	}
-	return nil
-}
-
 // KillFUSEServer sends SIGKILL to a FUSE server process serving mnt (conn
 // from FUSEConn, taken while it was mounted) and waits for it to exit; if it
 // has not within 5 s, it aborts the connection so that it can. wait is the
@@ -76,7 +57,7 @@ func KillFUSEServer(p *os.Process, conn uint32, wait func() error) error {
 		return nil
 	case <-time.After(5 * time.Second):
 	}
-	if err := AbortFUSE(conn); err != nil {
+	if err := fusectl.Abort(conn); err != nil {
 		return err
 	}
 	select {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
+	"github.com/epochfs/epochfs/pkg/mount/fusectl"
 )
 
 // datasetMount is one `cachefs mount` process serving one set of volume
@@ -138,6 +139,7 @@ func (n *nodeState) start(ds *datasetMount) error {
 // stop ends the dataset's mount process: SIGTERM (it unmounts itself), then
 // SIGKILL and a lazy unmount if it does not go within 10 s.
 func (n *nodeState) stop(ds *datasetMount) error {
+	conn, isFUSE := fuseConn(ds.MountPoint)
 	if processAlive(ds.PID, ds.StartTicks) {
 		_ = syscall.Kill(ds.PID, syscall.SIGTERM)
 		deadline := time.Now().Add(10 * time.Second)
@@ -151,6 +153,16 @@ func (n *nodeState) stop(ds *datasetMount) error {
 	}
 	for i := 0; i < 250 && processAlive(ds.PID, ds.StartTicks); i++ {
 		time.Sleep(20 * time.Millisecond) // after SIGKILL: until the kernel has reaped it
+	}
+	if processAlive(ds.PID, ds.StartTicks) && isFUSE {
+		// Killed, yet alive: it waits on its own mount (package fusectl).
+		n.cfg.log.Warn("mount process survived SIGKILL; aborting its FUSE connection", "key", ds.Key, "pid", ds.PID, "conn", conn)
+		if err := fusectl.Abort(conn); err != nil {
+			n.cfg.log.Warn("cannot abort the FUSE connection", "key", ds.Key, "err", err)
+		}
+		for i := 0; i < 250 && processAlive(ds.PID, ds.StartTicks); i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	if err := unmountAll(ds.MountPoint); err != nil {
 		return err

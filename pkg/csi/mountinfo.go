@@ -35,6 +35,23 @@ func isMounted(path string) (bool, string, error) {
 	return found, fstype, nil
 }
 
+// fuseConn returns the id of the FUSE connection mounted at path (the minor
+// number of its device, read from the mount table: never from the file
+// system, whose server may hang), and whether a FUSE mount is there.
+func fuseConn(path string) (uint32, bool) {
+	infos, err := mountutils.ParseMountInfo(mountTable)
+	if err != nil {
+		return 0, false
+	}
+	escaped := mountinfoEscaper.Replace(path)
+	for i := len(infos) - 1; i >= 0; i-- {
+		if m := infos[i]; m.MountPoint == escaped && strings.HasPrefix(m.FsType, "fuse") {
+			return uint32(m.Minor), true
+		}
+	}
+	return 0, false
+}
+
 // errDeadMount: a FUSE mount whose server is gone (ENOTCONN).
 var errDeadMount = errors.New("mount is dead (transport endpoint is not connected)")
 
