@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,7 +126,31 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 		}
 	})
 	loadState(cfg, "volumes", func(v *nodeVolume) { n.volumes[v.ID] = v })
+	n.removeOrphanSecrets()
 	return n, nil
+}
+
+// removeOrphanSecrets removes the secrets files of datasets the node no
+// longer records (a driver killed between writing a dataset's secrets and
+// recording it, or a crash mid-removal), and renameio's leftover temp files:
+// credentials stay on disk only while a dataset that uses them is staged.
+func (n *nodeState) removeOrphanSecrets() {
+	ents, err := os.ReadDir(filepath.Join(n.cfg.dir, "secrets"))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		key, ok := strings.CutSuffix(e.Name(), ".env")
+		if ok && n.datasets[key] != nil {
+			continue
+		}
+		p := filepath.Join(n.cfg.dir, "secrets", e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			n.cfg.log.Warn("cannot remove an orphaned secrets file", "file", p, "err", err)
+			continue
+		}
+		n.cfg.log.Info("removed the secrets file of a dataset no longer staged", "file", p)
+	}
 }
 
 // loadState passes each JSON record of the state subdirectory sub

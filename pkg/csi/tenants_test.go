@@ -140,3 +140,44 @@ func TestFailedStartLeavesNoSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestOrphanSecretsRemovedAtStart: secrets files the node has no dataset
+// for (a driver killed between writing them and recording the dataset) are
+// removed when the driver starts; a recorded dataset's are kept.
+func TestOrphanSecretsRemovedAtStart(t *testing.T) {
+	mi := testenv.StartMinIO(t)
+	mi.MakeBucket(t, "orphans")
+	mi.PutFiles(t, "orphans", "ds/", datagen.Spec{Files: 4, Classes: 1, MedianSize: 1000, MinSize: 10, MaxSize: 4000, Seed: 3}.Plan())
+	secrets := map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey}
+	var stateDir string
+	td := startDriver(t, func(c *csi.Config) { stateDir = c.StateDir })
+	staging := filepath.Join(td.workDir(t), "staging")
+	vctx := map[string]string{"source": "s3://orphans/ds?endpoint=" + mi.Endpoint, "cacheSize": "16Mi"}
+	if _, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: "vol-o", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: vctx, Secrets: secrets,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	live, _ := filepath.Glob(filepath.Join(stateDir, "node", "secrets", "*.env"))
+	if len(live) != 1 {
+		t.Fatalf("secrets files of the staged dataset: %v, want one", live)
+	}
+	orphans := []string{filepath.Join(stateDir, "node", "secrets", "ds-0123456789abcdef01234567.env"), filepath.Join(stateDir, "node", "secrets", ".ds-x.env123")}
+	for _, o := range orphans {
+		if err := os.WriteFile(o, []byte("AWS_ACCESS_KEY_ID=x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A second driver on the same state dir: what a restart sees.
+	startDriver(t, func(c *csi.Config) { c.StateDir = stateDir; c.CacheRoot = td.cacheDir; c.KubeletDir = td.kubeletDir })
+	for _, o := range orphans {
+		if _, err := os.Stat(o); !os.IsNotExist(err) {
+			t.Errorf("orphaned secrets file %s still there after a driver start (%v)", filepath.Base(o), err)
+		}
+	}
+	if _, err := os.Stat(live[0]); err != nil {
+		t.Errorf("the staged dataset's secrets file was removed: %v", err)
+	}
+	unstage(t, td, "vol-o", staging)
+}
