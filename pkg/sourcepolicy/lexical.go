@@ -2,8 +2,6 @@ package sourcepolicy
 
 import (
 	"fmt"
-	"path/filepath"
-	"strings"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 )
@@ -32,21 +30,9 @@ func (c *Checker) CheckLexically(src backend.Source, hasCredentials bool) error 
 }
 
 func (c *Checker) checkLocalLexically(src backend.Source) error {
-	p := src.Path
-	if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
-		return fmt.Errorf("%w: local source %q must be an absolute path", ErrForbidden, p)
-	}
-	clean := filepath.Clean(p)
-	if err := c.overlaps(p, clean); err != nil {
+	clean, err := c.cleanLocal(src.Path)
+	if err != nil {
 		return err
 	}
-	if len(c.roots) == 0 {
-		return fmt.Errorf("%w: local source %q: local sources are disabled (the admin allows them with --allowed-local-roots)", ErrForbidden, p)
-	}
-	for _, r := range c.roots {
-		if within(clean, r) {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: local source %q is not under an allowed local root (%s)", ErrForbidden, p, strings.Join(c.roots, ", "))
+	return c.underRoot(src.Path, clean, false)
 }

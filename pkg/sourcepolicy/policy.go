@@ -174,14 +174,11 @@ func (c *Checker) CheckNames(src backend.Source) error {
 
 func (c *Checker) checkLocal(src backend.Source) (backend.Source, error) {
 	p := src.Path
-	if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
-		return src, fmt.Errorf("%w: local source %q must be an absolute path", ErrForbidden, p)
-	}
-	clean := filepath.Clean(p)
 	// Both the path as given and as resolved must pass: the given one so
 	// that /proc/1/root/… is refused by name, the resolved one so that a
 	// symlink cannot lead out of an allowed root.
-	if err := c.overlaps(p, clean); err != nil {
+	clean, err := c.cleanLocal(p)
+	if err != nil {
 		return src, err
 	}
 	real, err := filepath.EvalSymlinks(clean)
@@ -191,17 +188,45 @@ func (c *Checker) checkLocal(src backend.Source) (backend.Source, error) {
 	if err := c.overlaps(p, real); err != nil {
 		return src, err
 	}
+	if err := c.underRoot(p, real, true); err != nil {
+		return src, err
+	}
+	out := src
+	out.Path = real
+	return out, nil
+}
+
+// cleanLocal returns the cleaned local source path p, refusing a relative
+// path or NUL, and a path that overlaps a forbidden one by name.
+func (c *Checker) cleanLocal(p string) (string, error) {
+	if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("%w: local source %q must be an absolute path", ErrForbidden, p)
+	}
+	clean := filepath.Clean(p)
+	return clean, c.overlaps(p, clean)
+}
+
+// underRoot refuses q (the given local source p, cleaned, or resolved when
+// resolved) unless it lies under an allowed root. The resolving check is the
+// node's own, and its messages say so.
+func (c *Checker) underRoot(p, q string, resolved bool) error {
 	if len(c.roots) == 0 {
-		return src, fmt.Errorf("%w: local source %q: local sources are disabled on this node (the admin allows them with --allowed-local-roots)", ErrForbidden, p)
+		where := ""
+		if resolved {
+			where = " on this node"
+		}
+		return fmt.Errorf("%w: local source %q: local sources are disabled%s (the admin allows them with --allowed-local-roots)", ErrForbidden, p, where)
 	}
 	for _, r := range c.roots {
-		if within(real, r) {
-			out := src
-			out.Path = real
-			return out, nil
+		if within(q, r) {
+			return nil
 		}
 	}
-	return src, fmt.Errorf("%w: local source %q (resolved: %s) is not under an allowed local root (%s)", ErrForbidden, p, real, strings.Join(c.roots, ", "))
+	shown := ""
+	if resolved {
+		shown = " (resolved: " + q + ")"
+	}
+	return fmt.Errorf("%w: local source %q%s is not under an allowed local root (%s)", ErrForbidden, p, shown, strings.Join(c.roots, ", "))
 }
 
 // overlaps refuses q (the given source p, cleaned or resolved) when it is
