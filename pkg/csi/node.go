@@ -51,7 +51,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 	if err != nil {
 		return nil, err
 	}
-	if err := d.checkSource(&params, hasCredentials(secrets)); err != nil {
+	if err := d.checkSource(&params, hasCredentials(secrets), false); err != nil {
 		return nil, err
 	}
 	n := d.node
@@ -151,10 +151,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		if err := d.checkInlineEnabled(); err != nil {
 			return nil, err
 		}
-		if err := d.checkSource(&params, hasCredentials(secrets)); err != nil {
-			return nil, err
-		}
-		if err := d.checkInline(params, hasCredentials(secrets)); err != nil {
+		if err := d.checkSource(&params, hasCredentials(secrets), true); err != nil {
 			return nil, err
 		}
 		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != n.datasetKey(params, secrets)) {

@@ -112,29 +112,14 @@ func (d *Driver) checkInlineEnabled() error {
 	return nil
 }
 
-// checkInline is the extra rule of inline ephemeral volumes, checked after
-// the source policy: a network source with the pod's own secrets.
-func (d *Driver) checkInline(p volumeParams, hasCredentials bool) error {
-	src, err := backend.Parse(p.Source)
-	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
-	}
-	if src.Kind == backend.KindPosix || slices.ContainsFunc(src.Replicas, func(r backend.Source) bool { return r.Kind == backend.KindPosix }) {
-		return status.Errorf(codes.PermissionDenied, "inline volume source %s: an inline volume takes only network sources (a local path needs a PersistentVolume the admin creates)", p.Source)
-	}
-	if !hasCredentials {
-		return status.Errorf(codes.PermissionDenied, "inline volume source %s: an inline volume needs its own credentials (nodePublishSecretRef); it never reads with the node's identity", p.Source)
-	}
-	return nil
-}
-
 // checkSource applies the node's source policy (package sourcepolicy) to a
 // volume about to be staged or published, before anything is created for
 // it: hasCredentials says whether the volume brings secrets of its own. A
 // local source is replaced by its symlink-resolved path, which is what gets
-// mounted. A refusal is PermissionDenied naming the rule (the interceptor
-// logs it once).
-func (d *Driver) checkSource(p *volumeParams, hasCredentials bool) error {
+// mounted. An inline volume must then also be a network source with the
+// pod's own secrets (checkInlineEnabled comes first). A refusal is
+// PermissionDenied naming the rule (the interceptor logs it once).
+func (d *Driver) checkSource(p *volumeParams, hasCredentials, inline bool) error {
 	src, err := backend.Parse(p.Source)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
@@ -145,6 +130,14 @@ func (d *Driver) checkSource(p *volumeParams, hasCredentials bool) error {
 			return status.Errorf(codes.NotFound, "source %s: no such file or directory", src.Path)
 		}
 		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	if inline {
+		if src.Kind == backend.KindPosix || slices.ContainsFunc(src.Replicas, func(r backend.Source) bool { return r.Kind == backend.KindPosix }) {
+			return status.Errorf(codes.PermissionDenied, "inline volume source %s: an inline volume takes only network sources (a local path needs a PersistentVolume the admin creates)", p.Source)
+		}
+		if !hasCredentials {
+			return status.Errorf(codes.PermissionDenied, "inline volume source %s: an inline volume needs its own credentials (nodePublishSecretRef); it never reads with the node's identity", p.Source)
+		}
 	}
 	p.Source = checked.String()
 	return nil
