@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epochfs/epochfs/pkg/mount/fusectl"
 	"golang.org/x/sys/unix"
+
+	"github.com/epochfs/epochfs/pkg/mount/fusectl"
 )
 
 // RequireFUSE skips (or, under CI=true, fails) a test that needs to mount a

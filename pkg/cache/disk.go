@@ -20,10 +20,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/google/renameio/v2"
 	"github.com/zeebo/xxh3"
 	"golang.org/x/sys/unix"
+
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // Names inside a cache directory (see the package doc for the layout).

@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epochfs/epochfs/internal/testenv"
 	"golang.org/x/sys/unix"
+
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
 func key(path string) Key {
