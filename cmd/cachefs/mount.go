@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -74,18 +75,20 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	return cmd
 }
 
-// exitCodesHelp documents the exit codes (package exitcode; docs/CSI.md).
-const exitCodesHelp = `
+// exitCodesHelp documents the exit codes, from package exitcode (also in
+// docs/CSI.md).
+var exitCodesHelp = func() string {
+	var b strings.Builder
+	b.WriteString(`
 When it fails, the last line it logs is "mount failed" with exitCode, reason
-and error (one JSON object with --log-format json), and it exits with:
-  1 internal           anything else (e.g. a corrupt manifest)
-  2 invalid            bad arguments or source URL
-  3 not_found          the source (directory, bucket, prefix) or manifest is missing
-  4 permission_denied  the source refused access (credentials, policy, EACCES)
-  5 unavailable        the source's server is unreachable or keeps failing
-  6 cache_locked       another mount holds the cache directory
-  7 cache_unusable     the cache directory cannot be created, locked or written
-  8 mountpoint         the mount point is missing, not a directory, or FUSE failed`
+and error (one JSON object with --log-format json), and it exits with:`)
+	for _, c := range exitcode.Codes() {
+		if c != exitcode.OK {
+			fmt.Fprintf(&b, "\n  %d %-18s %s", int(c), c.Reason(), c.Summary())
+		}
+	}
+	return b.String()
+}()
 
 func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize string) error {
 	log, err := g.logger()

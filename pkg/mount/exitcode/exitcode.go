@@ -59,6 +59,21 @@ var reasons = map[Code]string{
 	Mountpoint:       "mountpoint",
 }
 
+// summaries are the one-line meanings `cachefs mount --help` lists.
+var summaries = map[Code]string{
+	Internal:         "anything else (e.g. a corrupt manifest)",
+	Usage:            "bad arguments or source URL",
+	NotFound:         "the source (directory, bucket, prefix) or manifest is missing",
+	PermissionDenied: "the source refused access (credentials, policy, EACCES)",
+	Unavailable:      "the source's server is unreachable or keeps failing",
+	CacheLocked:      "another mount holds the cache directory",
+	CacheUnusable:    "the cache directory cannot be created, locked or written",
+	Mountpoint:       "the mount point is missing, not a directory, or FUSE failed",
+}
+
+// Summary is the code's one-line meaning ("" for OK).
+func (c Code) Summary() string { return summaries[c] }
+
 // Codes lists every code, in order.
 func Codes() []Code {
 	return []Code{OK, Internal, Usage, NotFound, PermissionDenied, Unavailable, CacheLocked, CacheUnusable, Mountpoint}
