@@ -1,15 +1,14 @@
 package testenv
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,20 +48,10 @@ func WriteDataset(t testing.TB, spec datagen.Spec) (dir string, files []datagen.
 }
 
 // Mounted reports whether dir is a mount point in this process's mount
-// namespace (/proc/self/mountinfo).
+// namespace (MountPoints).
 func Mounted(dir string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) > 4 && fields[4] == dir {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
+	mounts, err := MountPoints()
+	return slices.Contains(mounts, dir), err
 }
 
 // ErrExited is WaitMounted's error when the mounting process ended first.
