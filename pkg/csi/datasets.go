@@ -30,6 +30,18 @@ type datasetMount struct {
 	Users      []string     `json:"users"`      // volume ids
 }
 
+// identity copies the fields of ds that never change once it is recorded
+// (its key, directories and the parameters that make its key), so that a
+// caller without ds's lock may read them while a start or repair changes
+// the others.
+func (ds *datasetMount) identity() *datasetMount {
+	p := &ds.Params // field by field: Prefetch may change meanwhile
+	return &datasetMount{
+		Key: ds.Key, MountPoint: ds.MountPoint, CacheDir: ds.CacheDir,
+		Params: volumeParams{Source: p.Source, CacheSize: p.CacheSize, Manifest: p.Manifest, Policy: p.Policy, ReadaheadFiles: p.ReadaheadFiles},
+	}
+}
+
 // Directory layout under the state dir.
 func (n *nodeState) datasetPath(key string) string {
 	return filepath.Join(n.cfg.dir, "datasets", key+".json")

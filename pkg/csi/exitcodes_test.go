@@ -152,12 +152,15 @@ func TestMountExitCodes(t *testing.T) {
 				tc.prepare(t, filepath.Join(n.cfg.cacheRoot, key), l)
 			}
 
-			n.mu.Lock()
-			_, err := n.acquire(params, secrets, "vol-1")
+			unlock, err := n.lockDataset(context.Background(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = n.acquire(key, params, secrets, "vol-1")
 			if err == nil {
 				_ = n.release(key, "vol-1")
 			}
-			n.mu.Unlock()
+			unlock()
 
 			select {
 			case code := <-l.exits:
@@ -218,9 +221,14 @@ func TestMountExitCodeThroughMounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.run(ctx, 0)
-	n.mu.Lock()
-	_, err = n.acquire(volumeParams{Source: filepath.Join(t.TempDir(), "nope"), CacheSize: 1 << 20, Policy: cache.PolicyNR}, nil, "vol-1")
-	n.mu.Unlock()
+	params := volumeParams{Source: filepath.Join(t.TempDir(), "nope"), CacheSize: 1 << 20, Policy: cache.PolicyNR}
+	key := n.datasetKey(params, nil)
+	unlock, err := n.lockDataset(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.acquire(key, params, nil, "vol-1")
+	unlock()
 	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "(exit code 3, not_found)") {
 		t.Fatalf("acquire = %v, want NotFound from exit code 3", err)
 	}

@@ -120,8 +120,7 @@ func (l *nodeLabeler) sync(ctx context.Context, n *nodeState) error {
 	n.mu.Lock()
 	datasets := make([]*datasetMount, 0, len(n.datasets))
 	for _, ds := range n.datasets {
-		c := *ds
-		datasets = append(datasets, &c)
+		datasets = append(datasets, ds.identity())
 	}
 	n.mu.Unlock()
 

@@ -55,17 +55,26 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 		return nil, err
 	}
 	n := d.node
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if v, ok := n.volumes[id]; ok {
+	unlockVol, err := n.lockVolume(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockVol()
+	key := n.datasetKey(params, secrets)
+	unlockDS, err := n.lockDataset(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockDS()
+	if v := n.volume(id); v != nil {
 		if v.StagingPath != staging {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged at %s", id, v.StagingPath)
 		}
-		if v.DatasetKey != n.datasetKey(params, secrets) {
+		if v.DatasetKey != key {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged with other parameters", id)
 		}
 		if checkMount(staging) == nil {
-			if ds := n.datasets[v.DatasetKey]; ds != nil && n.healthy(ds) == nil {
+			if ds := n.dataset(key); ds != nil && n.healthy(ds) == nil {
 				return &csipb.NodeStageVolumeResponse{}, nil // idempotent
 			}
 		}
@@ -73,12 +82,12 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "staging path: %v", err)
 	}
-	ds, err := n.acquire(params, secrets, id)
+	ds, err := n.acquire(key, params, secrets, id)
 	if err != nil {
 		return nil, err
 	}
 	v := &nodeVolume{ID: id, DatasetKey: ds.Key, StagingPath: staging}
-	if old, ok := n.volumes[id]; ok {
+	if old := n.volume(id); old != nil {
 		v.Targets = old.Targets
 	}
 	if err := rebind(ds.MountPoint, staging); err != nil {
@@ -99,15 +108,23 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVo
 		return nil, err
 	}
 	n := d.node
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	unlockVol, err := n.lockVolume(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockVol()
 	if err := unmountAll(staging); err != nil {
 		return nil, status.Errorf(codes.Internal, "unstage: %v", err)
 	}
-	v, ok := n.volumes[id]
-	if !ok || v.StagingPath != staging {
+	v := n.volume(id)
+	if v == nil || v.StagingPath != staging {
 		return &csipb.NodeUnstageVolumeResponse{}, nil // idempotent
 	}
+	unlockDS, err := n.lockDataset(ctx, v.DatasetKey)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockDS()
 	for _, t := range v.Targets { // kubelet unpublishes first; be safe if it did not
 		if err := unmountAll(t); err != nil {
 			return nil, status.Errorf(codes.Internal, "unstage: %v", err)
@@ -134,8 +151,11 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		}
 	}
 	n := d.node
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	unlockVol, err := n.lockVolume(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockVol()
 
 	var src string
 	var v *nodeVolume
@@ -154,25 +174,34 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		if err := d.checkSource(&params, hasCredentials(secrets), true); err != nil {
 			return nil, err
 		}
-		if old, ok := n.volumes[id]; ok && (!old.Ephemeral || old.DatasetKey != n.datasetKey(params, secrets)) {
+		key := n.datasetKey(params, secrets)
+		if old := n.volume(id); old != nil && (!old.Ephemeral || old.DatasetKey != key) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already in use with other parameters", id)
 		}
-		ds, err := n.acquire(params, secrets, id)
+		unlockDS, err := n.lockDataset(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		defer unlockDS()
+		ds, err := n.acquire(key, params, secrets, id)
 		if err != nil {
 			return nil, err
 		}
 		src = ds.MountPoint
-		v = n.volumes[id]
-		if v == nil {
+		if v = n.volume(id); v == nil {
 			v = &nodeVolume{ID: id, DatasetKey: ds.Key, Ephemeral: true}
 		}
 	} else {
-		var ok bool
-		v, ok = n.volumes[id]
-		if !ok || v.StagingPath != staging {
+		v = n.volume(id)
+		if v == nil || v.StagingPath != staging {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s", id, staging)
 		}
-		if ds := n.datasets[v.DatasetKey]; ds != nil {
+		unlockDS, err := n.lockDataset(ctx, v.DatasetKey)
+		if err != nil {
+			return nil, err
+		}
+		defer unlockDS()
+		if ds := n.dataset(v.DatasetKey); ds != nil {
 			if err := n.healthy(ds); err != nil {
 				if err := n.repair(ds, err); err != nil {
 					return nil, mountError(err)
@@ -209,18 +238,26 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpubli
 		return nil, err
 	}
 	n := d.node
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	unlockVol, err := n.lockVolume(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockVol()
 	if err := unmountAll(target); err != nil {
 		return nil, status.Errorf(codes.Internal, "unpublish: %v", err)
 	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "unpublish: remove target: %v", err)
 	}
-	v, ok := n.volumes[id]
-	if !ok {
+	v := n.volume(id)
+	if v == nil {
 		return &csipb.NodeUnpublishVolumeResponse{}, nil // idempotent
 	}
+	unlockDS, err := n.lockDataset(ctx, v.DatasetKey)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockDS()
 	v.Targets = slices.DeleteFunc(v.Targets, func(t string) bool { return t == target })
 	if v.Ephemeral && len(v.Targets) == 0 {
 		if err := n.dropVolume(v); err != nil {
@@ -245,21 +282,30 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolum
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume path is required")
 	}
-	// Copy what is needed under mu: stage, publish and unpublish change
-	// the volume and the dataset mount while the checks below run.
+	// Copy what is needed under the volume's and its dataset's locks:
+	// stage, publish and unpublish change them while the checks below run.
 	n := d.node
-	n.mu.Lock()
+	unlockVol, err := n.lockVolume(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	var ds *datasetMount
 	atPath := false
-	if v, ok := n.volumes[id]; ok {
-		if m := n.datasets[v.DatasetKey]; m != nil {
+	if v := n.volume(id); v != nil {
+		unlockDS, err := n.lockDataset(ctx, v.DatasetKey)
+		if err != nil {
+			unlockVol()
+			return nil, err
+		}
+		if m := n.dataset(v.DatasetKey); m != nil {
 			snap := *m
 			snap.Users = nil
 			ds = &snap
 		}
 		atPath = path == v.StagingPath || slices.Contains(v.Targets, path)
+		unlockDS()
 	}
-	n.mu.Unlock()
+	unlockVol()
 	if ds == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not staged or published on this node", id)
 	}

@@ -34,26 +34,77 @@ type nodeConfig struct {
 // nodeState is the node service's view of its volumes and dataset mounts,
 // mirrored in the state directory (one JSON file each) so that a restarted
 // driver re-adopts them. It knows nothing of gRPC but the status codes its
-// acquire returns (node.go holds the handlers).
+// methods return (node.go holds the handlers).
 //
-// cfg is immutable; sizes has its own lock; repairs and
-// lastStats are atomics. mu serialises every node operation and guards
-// ctx, datasets, volumes and prefetching; node calls are rare and a stage may
-// wait for a mount, so one lock keeps the state simple and consistent.
-// sizes.mu is never taken with mu held, nor mu with sizes.mu held.
+// Locking: slow work (starting a mount, which may wait up to the mount
+// timeout on a source that never answers; stopping one; repairing one)
+// holds only the lock of the dataset it works on, so a hanging source
+// delays only the volumes that use it. Three kinds of lock, always taken in
+// this order:
+//
+//   - volLocks, one per volume id: serialises node calls on one volume.
+//   - dsLocks, one per dataset key: guards that datasetMount's fields
+//     (process, users, params) and the Targets/StagingPath of the volumes
+//     that use it; held while the mount starts, stops or is repaired.
+//   - mu: guards the maps (datasets, volumes, prefetching) and ctx; held
+//     only to read or change them, never across I/O that can block.
+//
+// A nodeVolume's fields change only with its volume lock and its dataset's
+// lock held, a datasetMount's only with its dataset lock held; a record is
+// put in or taken out of its map with mu held as well. cfg and nodeKey are
+// immutable; sizes has its own lock (never taken with mu held, nor mu with
+// it); repairs is an atomic.
 type nodeState struct {
 	cfg     nodeConfig
 	nodeKey []byte // HMAC key of credentialsID; immutable
 	sizes   datasetSizes
 
-	repairs   atomic.Int64
-	lastStats atomic.Pointer[NodeStats] // counts as of the last NodeStats that got mu
+	repairs atomic.Int64
+
+	volLocks keyedLocks
+	dsLocks  keyedLocks
 
 	mu          sync.Mutex
 	ctx         context.Context          // from run (the driver's Run): parent of background prefetches
 	datasets    map[string]*datasetMount // by key
 	volumes     map[string]*nodeVolume   // by volume id
 	prefetching map[string]*prefetchRun  // by dataset key, while a prefetch runs
+}
+
+// lockVolume takes volume id's lock (see nodeState); ctx bounds the wait.
+func (n *nodeState) lockVolume(ctx context.Context, id string) (func(), error) {
+	return n.volLocks.lock(ctx, id, "volume")
+}
+
+// lockDataset takes the lock of the dataset mount with key; ctx bounds the
+// wait (a mount of it that is starting holds it up to the mount timeout).
+func (n *nodeState) lockDataset(ctx context.Context, key string) (func(), error) {
+	return n.dsLocks.lock(ctx, key, "dataset mount")
+}
+
+// volume returns the record of volume id, or nil.
+func (n *nodeState) volume(id string) *nodeVolume {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.volumes[id]
+}
+
+// dataset returns the dataset mount with key, or nil.
+func (n *nodeState) dataset(key string) *datasetMount {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.datasets[key]
+}
+
+// datasetKeys lists the keys of the dataset mounts.
+func (n *nodeState) datasetKeys() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	keys := make([]string, 0, len(n.datasets))
+	for k := range n.datasets {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // NodeStats counts what the node service manages.
@@ -63,21 +114,15 @@ type NodeStats struct {
 }
 
 // NodeStats returns the node service's counts (zero in controller mode).
+// It never waits on a mount that is starting: mu is held only briefly.
 func (d *Driver) NodeStats() NodeStats {
 	n := d.node
 	if n == nil {
 		return NodeStats{}
 	}
-	// A stage may hold mu for up to MountTimeout: a metrics scrape then gets
-	// the counts seen last instead of waiting.
-	if n.mu.TryLock() {
-		n.lastStats.Store(&NodeStats{DatasetMounts: len(n.datasets), Volumes: len(n.volumes)})
-		n.mu.Unlock()
-	}
-	st := NodeStats{}
-	if last := n.lastStats.Load(); last != nil {
-		st = *last
-	}
+	n.mu.Lock()
+	st := NodeStats{DatasetMounts: len(n.datasets), Volumes: len(n.volumes)}
+	n.mu.Unlock()
 	st.Repairs = n.repairs.Load()
 	return st
 }
@@ -174,12 +219,17 @@ func loadState[T any](cfg nodeConfig, sub string, add func(*T)) {
 func (n *nodeState) run(ctx context.Context, healthEvery time.Duration) {
 	n.mu.Lock()
 	n.ctx = ctx
-	for _, ds := range n.datasets {
-		if ds.Params.Prefetch && n.healthy(ds) == nil {
+	n.mu.Unlock()
+	for _, key := range n.datasetKeys() {
+		unlock, err := n.lockDataset(ctx, key)
+		if err != nil {
+			return // ctx ended
+		}
+		if ds := n.dataset(key); ds != nil && ds.Params.Prefetch && n.healthy(ds) == nil {
 			n.startPrefetch(ds)
 		}
+		unlock()
 	}
-	n.mu.Unlock()
 	if healthEvery > 0 {
 		go n.healthLoop(ctx, healthEvery)
 	}
@@ -225,9 +275,12 @@ func loadNodeKey(path string) ([]byte, error) {
 
 func (n *nodeState) saveVolume(v *nodeVolume) error { return writeJSON(n.volumePath(v.ID), v) }
 
-// putVolume records v in memory and in the state dir. Called with mu held.
+// putVolume records v in memory and in the state dir. Called with v's
+// volume and dataset locks held.
 func (n *nodeState) putVolume(v *nodeVolume) error {
+	n.mu.Lock()
 	n.volumes[v.ID] = v
+	n.mu.Unlock()
 	if err := n.saveVolume(v); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
@@ -237,12 +290,13 @@ func (n *nodeState) saveDataset(ds *datasetMount) error {
 	return writeJSON(n.datasetPath(ds.Key), ds)
 }
 
-// acquire returns a live dataset mount for params used by volume id,
-// starting or repairing it as needed. Called with mu held.
-func (n *nodeState) acquire(params volumeParams, secrets map[string]string, id string) (*datasetMount, error) {
-	key := n.datasetKey(params, secrets)
-	ds, ok := n.datasets[key]
-	if !ok {
+// acquire returns a live dataset mount with key (n.datasetKey of params and
+// secrets) for volume id, starting or repairing it as needed. Called with
+// the dataset's lock held, which the start of a new mount may hold up to the
+// mount timeout; no other dataset waits on it.
+func (n *nodeState) acquire(key string, params volumeParams, secrets map[string]string, id string) (*datasetMount, error) {
+	ds := n.dataset(key)
+	if ds == nil {
 		// A new dataset mount: its secrets file is this volume's. The file
 		// of a live dataset is never rewritten: another volume reaches it
 		// only with equal credentials (they are part of the key).
@@ -250,14 +304,22 @@ func (n *nodeState) acquire(params volumeParams, secrets map[string]string, id s
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 		ds = &datasetMount{Key: key, Params: params, MountPoint: n.mountPath(key), CacheDir: filepath.Join(n.cfg.cacheRoot, key)}
+		_, statErr := os.Stat(ds.CacheDir)
+		newCache := errors.Is(statErr, os.ErrNotExist)
 		if err := n.start(ds); err != nil {
 			// No dataset record: nothing else would remove these, and
-			// unstage of an unrecorded volume does nothing.
+			// unstage of an unrecorded volume does nothing. A cache
+			// directory this start made holds nothing worth keeping.
 			_ = removeFile(n.secretPath(key))
 			_ = os.Remove(ds.MountPoint) // only if empty and not mounted
+			if newCache {
+				_ = os.RemoveAll(ds.CacheDir)
+			}
 			return nil, mountError(err)
 		}
+		n.mu.Lock()
 		n.datasets[key] = ds
+		n.mu.Unlock()
 	} else if err := n.healthy(ds); err != nil {
 		if err := n.repair(ds, err); err != nil {
 			return nil, mountError(err)
@@ -284,8 +346,10 @@ type prefetchRun struct{ cancel context.CancelFunc }
 // startPrefetch fills ds's cache in the background through its mount's
 // control socket, unless a prefetch of it already runs. A driver restart
 // cancels it; the re-adopting driver starts it again, and it resumes.
-// Called with mu held, or before the node serves.
+// Called with ds's lock held.
 func (n *nodeState) startPrefetch(ds *datasetMount) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if _, running := n.prefetching[ds.Key]; running {
 		return
 	}
@@ -312,42 +376,49 @@ func (n *nodeState) startPrefetch(ds *datasetMount) {
 }
 
 // release drops volume id from its dataset mount and stops the mount when no
-// volume uses it. Called with mu held.
+// volume uses it. Called with the dataset's lock held.
 func (n *nodeState) release(key, id string) error {
-	ds, ok := n.datasets[key]
-	if !ok {
+	ds := n.dataset(key)
+	if ds == nil {
 		return nil
 	}
 	ds.Users = slices.DeleteFunc(ds.Users, func(u string) bool { return u == id })
 	if len(ds.Users) > 0 {
 		return n.saveDataset(ds)
 	}
+	n.mu.Lock()
 	if run, ok := n.prefetching[key]; ok {
 		run.cancel()
 		delete(n.prefetching, key)
 	}
+	n.mu.Unlock()
 	if err := n.stop(ds); err != nil {
 		return err
 	}
+	n.mu.Lock()
 	delete(n.datasets, key)
+	n.mu.Unlock()
 	_ = removeFile(n.secretPath(key))
 	return removeFile(n.datasetPath(key))
 }
 
-// dropVolume releases volume id's dataset mount and forgets the volume, in
-// memory and in the state dir. Called with mu held.
+// dropVolume releases volume v's dataset mount and forgets the volume, in
+// memory and in the state dir. Called with v's volume and dataset locks
+// held.
 func (n *nodeState) dropVolume(v *nodeVolume) error {
 	if err := n.release(v.DatasetKey, v.ID); err != nil {
 		return err
 	}
+	n.mu.Lock()
 	delete(n.volumes, v.ID)
+	n.mu.Unlock()
 	return removeFile(n.volumePath(v.ID))
 }
 
 // repair restarts a broken dataset mount and re-binds every staging path and
 // target that uses it. Pods see the new mount through a target only if their
 // mount propagation lets it in (HostToContainer); otherwise they need a
-// restart. Called with mu held.
+// restart. Called with ds's lock held.
 func (n *nodeState) repair(ds *datasetMount, why error) error {
 	n.cfg.log.Warn("repairing dataset mount", "key", ds.Key, "source", ds.Params.Source, "reason", why.Error())
 	n.repairs.Add(1)
@@ -363,8 +434,8 @@ func (n *nodeState) repair(ds *datasetMount, why error) error {
 		return err
 	}
 	for _, id := range ds.Users {
-		v, ok := n.volumes[id]
-		if !ok {
+		v := n.volume(id)
+		if v == nil {
 			continue
 		}
 		src := ds.MountPoint
@@ -410,14 +481,22 @@ func (n *nodeState) healthLoop(ctx context.Context, every time.Duration) {
 	}
 }
 
+// checkAll repairs every broken dataset mount that volumes use. A dataset
+// whose lock is held (a start, stop or repair in progress) is left to the
+// next round instead of making the loop wait on it.
 func (n *nodeState) checkAll() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, ds := range n.datasets {
-		if err := n.healthy(ds); err != nil && len(ds.Users) > 0 {
-			if err := n.repair(ds, err); err != nil {
-				n.cfg.log.Error("dataset mount repair failed", "key", ds.Key, "err", err)
+	for _, key := range n.datasetKeys() {
+		unlock, ok := n.dsLocks.tryLock(key)
+		if !ok {
+			continue
+		}
+		if ds := n.dataset(key); ds != nil && len(ds.Users) > 0 {
+			if err := n.healthy(ds); err != nil {
+				if err := n.repair(ds, err); err != nil {
+					n.cfg.log.Error("dataset mount repair failed", "key", ds.Key, "err", err)
+				}
 			}
 		}
+		unlock()
 	}
 }
