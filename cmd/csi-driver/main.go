@@ -39,6 +39,7 @@ func run() error {
 		showVersion            bool
 		localRoots             string
 		networkRules           string
+		cacheBudget            string
 	)
 	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
 	flag.StringVar(&cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
@@ -58,6 +59,9 @@ func run() error {
 	flag.StringVar(&cfg.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's root directory: no volume source may be, lie under or contain it")
 	flag.StringVar(&localRoots, "allowed-local-roots", "", "comma-separated absolute directories under which local sources (/path, file://) may lie, after resolving symlinks (empty: local sources are refused)")
 	flag.StringVar(&networkRules, "network-rules", "", "comma-separated source URLs (s3://bucket[/prefix]?endpoint=URL, cephfs://, nfs://) that network sources must lie within (empty: any network source that brings credentials)")
+	flag.StringVar(&cacheBudget, "cache-root-budget", csi.DefaultCacheRootBudget.String(), "how much of the cache root the dataset caches may take, a size (500GiB) or a percentage of its filesystem (80%): the cacheSize of every running mount plus what idle caches hold; a volume that does not fit is refused (ResourceExhausted), idle caches are removed oldest first to make room")
+	flag.IntVar(&cfg.MaxMounts, "max-mounts", csi.DefaultMaxMounts, "most dataset mount processes on this node; a volume that needs one more is refused (ResourceExhausted)")
+	flag.DurationVar(&cfg.CacheRetention, "cache-retention", csi.DefaultCacheRetention, "how long the cache of a dataset no longer staged is kept for its next stage before it is removed (negative: until a new mount needs its room)")
 	flag.BoolVar(&cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty)")
 	flag.StringVar(&logFormat, "log-format", "json", "log format: json or text")
@@ -80,6 +84,12 @@ func run() error {
 	}
 	if cfg.MaxCacheSize, err = units.ParseSize(maxCache); err != nil {
 		return fmt.Errorf("--max-cache-size: %w", err)
+	}
+	if cfg.CacheRootBudget, err = csi.ParseCacheBudget(cacheBudget); err != nil {
+		return fmt.Errorf("--cache-root-budget: %w", err)
+	}
+	if cfg.MaxMounts < 1 {
+		return fmt.Errorf("--max-mounts %d: must be at least 1", cfg.MaxMounts)
 	}
 	cfg.AllowedLocalRoots, cfg.NetworkRules = splitList(localRoots), splitList(networkRules)
 	cfg.Version, cfg.Logger = version, log

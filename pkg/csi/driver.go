@@ -100,9 +100,29 @@ type Config struct {
 	// AllowNodeCredentials lets a network source without secrets of its
 	// own read with the node's identity. Off: such volumes are refused.
 	AllowNodeCredentials bool
+	// CacheRootBudget bounds the sum of the dataset caches under CacheRoot:
+	// the cacheSize of every running mount plus what idle caches hold.
+	// Zero: DefaultCacheRootBudget.
+	CacheRootBudget CacheBudget
+	// MaxMounts caps the dataset mount processes on the node (0:
+	// DefaultMaxMounts).
+	MaxMounts int
+	// CacheRetention: the cache of a dataset no longer staged is kept this
+	// long for its next stage, then removed (0: DefaultCacheRetention;
+	// negative: kept until a new mount needs its room).
+	CacheRetention time.Duration
 	Version              string
 	Logger               *slog.Logger
 }
+
+// Defaults of Config's node-wide bounds.
+const (
+	DefaultMaxMounts      = 64
+	DefaultCacheRetention = 72 * time.Hour
+)
+
+// DefaultCacheRootBudget is 80% of the cache root's filesystem.
+var DefaultCacheRootBudget = CacheBudget{Percent: 80}
 
 // Driver implements the CSI services.
 type Driver struct {
@@ -142,6 +162,18 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.MountTimeout == 0 {
 		cfg.MountTimeout = 60 * time.Second
+	}
+	if cfg.CacheRootBudget == (CacheBudget{}) {
+		cfg.CacheRootBudget = DefaultCacheRootBudget
+	}
+	if cfg.MaxMounts == 0 {
+		cfg.MaxMounts = DefaultMaxMounts
+	}
+	if cfg.MaxMounts < 0 {
+		return nil, fmt.Errorf("csi: --max-mounts %d must be positive", cfg.MaxMounts)
+	}
+	if cfg.CacheRetention == 0 {
+		cfg.CacheRetention = DefaultCacheRetention
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -224,6 +256,9 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 		cacheRoot:    d.cfg.CacheRoot,
 		launcher:     localLauncher{binary: d.cfg.CachefsBinary},
 		mountTimeout: d.cfg.MountTimeout,
+		budget:       d.cfg.CacheRootBudget,
+		maxMounts:    d.cfg.MaxMounts,
+		retention:    max(d.cfg.CacheRetention, 0),
 		log:          d.log,
 	}
 	if d.cfg.MounterEndpoint != "" {

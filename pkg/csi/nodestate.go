@@ -28,6 +28,9 @@ type nodeConfig struct {
 	launcher     launcher      // starts `cachefs mount` processes
 	labeler      *nodeLabeler  // nil unless Config.NodeLabels
 	mountTimeout time.Duration // bounds waiting for a new mount to become live
+	budget       CacheBudget   // of the dataset caches under cacheRoot
+	maxMounts    int           // cap on dataset mount processes; 0: none
+	retention    time.Duration // of idle dataset caches; 0: until their room is needed
 	log          *slog.Logger
 }
 
@@ -60,6 +63,7 @@ type nodeState struct {
 	sizes   datasetSizes
 
 	repairs atomic.Int64
+	budget  *budget // the cache root's budget and the mount cap
 
 	volLocks keyedLocks
 	dsLocks  keyedLocks
@@ -149,7 +153,12 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	}
 	n := &nodeState{cfg: cfg, datasets: map[string]*datasetMount{}, volumes: map[string]*nodeVolume{},
 		prefetching: map[string]*prefetchRun{}, sizes: datasetSizes{sizes: map[string]int64{}}}
-	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt"} {
+	n.budget = &budget{root: cfg.cacheRoot, idleDir: filepath.Join(cfg.dir, "idle"), limit: cfg.budget,
+		maxMounts: cfg.maxMounts, retention: cfg.retention, log: cfg.log, reserved: map[string]int64{}}
+	if n.budget.limit == (CacheBudget{}) {
+		n.budget.limit = DefaultCacheRootBudget
+	}
+	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt", "idle"} {
 		if err := os.MkdirAll(filepath.Join(cfg.dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("csi: state dir: %w", err)
 		}
@@ -164,6 +173,7 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	n.nodeKey = key
 	loadState(cfg, "datasets", func(ds *datasetMount) {
 		n.datasets[ds.Key] = ds
+		n.budget.adopt(ds.Key, ds.Params.CacheSize)
 		if err := n.healthy(ds); err != nil {
 			cfg.log.Warn("dataset mount needs repair", "key", ds.Key, "source", ds.Params.Source, "err", err)
 		} else {
@@ -300,7 +310,11 @@ func (n *nodeState) acquire(key string, params volumeParams, secrets map[string]
 		// A new dataset mount: its secrets file is this volume's. The file
 		// of a live dataset is never rewritten: another volume reaches it
 		// only with equal credentials (they are part of the key).
+		if err := n.budget.reserve(key, params.CacheSize); err != nil {
+			return nil, err
+		}
 		if err := n.writeSecrets(key, secrets); err != nil {
+			n.budget.release(key)
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 		ds = &datasetMount{Key: key, Params: params, MountPoint: n.mountPath(key), CacheDir: filepath.Join(n.cfg.cacheRoot, key)}
@@ -315,6 +329,7 @@ func (n *nodeState) acquire(key string, params volumeParams, secrets map[string]
 			if newCache {
 				_ = os.RemoveAll(ds.CacheDir)
 			}
+			n.budget.release(key)
 			return nil, mountError(err)
 		}
 		n.mu.Lock()
@@ -398,6 +413,7 @@ func (n *nodeState) release(key, id string) error {
 	n.mu.Lock()
 	delete(n.datasets, key)
 	n.mu.Unlock()
+	n.budget.release(key) // its cache stays, idle, for the next stage
 	_ = removeFile(n.secretPath(key))
 	return removeFile(n.datasetPath(key))
 }
@@ -468,6 +484,7 @@ func (n *nodeState) healthLoop(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	for {
 		n.checkAll()
+		n.budget.expire(time.Now())
 		if n.cfg.labeler != nil {
 			if err := n.cfg.labeler.sync(ctx, n); err != nil {
 				n.cfg.log.Warn("node cache labels not updated", "err", err)
