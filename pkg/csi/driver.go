@@ -111,8 +111,8 @@ type Config struct {
 	// long for its next stage, then removed (0: DefaultCacheRetention;
 	// negative: kept until a new mount needs its room).
 	CacheRetention time.Duration
-	Version              string
-	Logger               *slog.Logger
+	Version        string
+	Logger         *slog.Logger
 }
 
 // Defaults of Config's node-wide bounds.
