@@ -83,7 +83,7 @@ func TestCacheRootBudget(t *testing.T) {
 		vctx := map[string]string{"source": dir, "cacheSize": "16Mi"}
 		staging := filepath.Join(work, id)
 		stage(t, td, id, staging, vctx)
-		readAll(t, staging)
+		readAll(t, view(t, td, id, staging))
 		unstage(t, td, id, staging)
 		return newKey(t, before, cacheKeys(t, td))
 	}
@@ -127,7 +127,7 @@ func TestMaxMounts(t *testing.T) {
 	vctx := map[string]string{"source": dir, "cacheSize": "16Mi"}
 	stage(t, td, "vol-1", filepath.Join(work, "1"), vctx)
 	stage(t, td, "vol-2", filepath.Join(work, "2"), vctx) // same dataset: same mount
-	checkFiles(t, filepath.Join(work, "2"), files)
+	checkFiles(t, view(t, td, "vol-2", filepath.Join(work, "2")), files)
 
 	other := filepath.Join(work, "3")
 	if err := os.MkdirAll(other, 0o750); err != nil {
@@ -158,7 +158,7 @@ func TestIdleCacheRetention(t *testing.T) {
 	vctx := map[string]string{"source": dir, "cacheSize": "16Mi"}
 	staging := filepath.Join(work, "s")
 	stage(t, td, "vol", staging, vctx)
-	checkFiles(t, staging, files)
+	checkFiles(t, view(t, td, "vol", staging), files)
 	unstage(t, td, "vol", staging)
 	keys := cacheKeys(t, td)
 	if len(keys) != 1 {

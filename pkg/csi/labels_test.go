@@ -57,7 +57,7 @@ func TestNodeCacheLabels(t *testing.T) {
 	vctx := map[string]string{"source": data, "cacheSize": "1GiB"}
 	stage(t, td, "vol-l", staging, vctx)
 	half := files[:len(files)/2]
-	checkFiles(t, staging, half)
+	checkFiles(t, view(t, td, "vol-l", staging), half)
 	var halfBytes int64
 	for _, f := range half {
 		halfBytes += f.Size

@@ -35,6 +35,21 @@ func (d *Driver) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb
 	return &csipb.NodeGetInfoResponse{NodeId: d.cfg.NodeID}, nil
 }
 
+// NodeStageVolume starts (or joins) the volume's dataset mount: one mount
+// process per dataset per node, at its own mount point under the state dir.
+// It mounts nothing at the staging path, though the driver advertises
+// STAGE_UNSTAGE_VOLUME: NodePublishVolume binds the dataset's mount point
+// straight to each target.
+//
+// Kubelet calls NodeUnstageVolume only after its UnmountDevice check finds
+// no other mount of the device mounted at the staging path
+// (GetDeviceMountRefs). Every bind of one FUSE mount is a mount of the same
+// device, so with the staging path bound to the dataset's mount, the
+// driver's own mount point and every other volume's staging path of that
+// dataset were such references: kubelet refused UnmountDevice forever and
+// the mount process outlived every pod. With nothing mounted at the staging
+// path the check looks at a plain directory, finds no reference, and the
+// unstage comes; the dataset mount is counted by the volumes staging it.
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
 	if err := d.checkVolumeAndPath(id, "staging target path", staging); err != nil {
@@ -73,14 +88,17 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 		if v.DatasetKey != key {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already staged with other parameters", id)
 		}
-		if checkMount(staging) == nil {
-			if ds := n.dataset(key); ds != nil && n.healthy(ds) == nil {
-				return &csipb.NodeStageVolumeResponse{}, nil // idempotent
-			}
+		if ds := n.dataset(key); ds != nil && n.healthy(ds) == nil {
+			return &csipb.NodeStageVolumeResponse{}, nil // idempotent
 		}
 	}
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "staging path: %v", err)
+	}
+	// Nothing is mounted at the staging path; a bind left there by an
+	// older driver version is removed.
+	if err := unmountAll(staging); err != nil {
+		return nil, status.Errorf(codes.Internal, "stage: %v", err)
 	}
 	ds, err := n.acquire(key, params, secrets, id)
 	if err != nil {
@@ -90,17 +108,15 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 	if old := n.volume(id); old != nil {
 		v.Targets = old.Targets
 	}
-	if err := rebind(ds.MountPoint, staging); err != nil {
+	if err := n.putVolume(v); err != nil {
 		if len(v.Targets) == 0 {
 			_ = n.release(ds.Key, id)
 		}
-		return nil, status.Errorf(codes.Internal, "stage: %v", err)
-	}
-	if err := n.putVolume(v); err != nil {
 		return nil, err
 	}
 	return &csipb.NodeStageVolumeResponse{}, nil
 }
+
 
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
@@ -201,17 +217,16 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 			return nil, err
 		}
 		defer unlockDS()
-		if ds := n.dataset(v.DatasetKey); ds != nil {
-			if err := n.healthy(ds); err != nil {
-				if err := n.repair(ds, err); err != nil {
-					return nil, mountError(err)
-				}
+		ds := n.dataset(v.DatasetKey)
+		if ds == nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q: its dataset mount is gone; stage it again", id)
+		}
+		if err := n.healthy(ds); err != nil {
+			if err := n.repair(ds, err); err != nil {
+				return nil, mountError(err)
 			}
 		}
-		if err := checkMount(staging); err != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %q: staging path: %v", id, err)
-		}
-		src = staging
+		src = ds.MountPoint // not the staging path: see NodeStageVolume
 	}
 
 	if slices.Contains(v.Targets, target) && checkMount(target) == nil {
@@ -290,7 +305,7 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolum
 		return nil, err
 	}
 	var ds *datasetMount
-	atPath := false
+	atPath, atStaging := false, false
 	if v := n.volume(id); v != nil {
 		unlockDS, err := n.lockDataset(ctx, v.DatasetKey)
 		if err != nil {
@@ -302,7 +317,8 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolum
 			snap.Users = nil
 			ds = &snap
 		}
-		atPath = path == v.StagingPath || slices.Contains(v.Targets, path)
+		atStaging = path == v.StagingPath
+		atPath = atStaging || slices.Contains(v.Targets, path)
 		unlockDS()
 	}
 	unlockVol()
@@ -312,7 +328,11 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csipb.NodeGetVolum
 	if !atPath {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not at %s", id, path)
 	}
-	if err := checkMount(path); err != nil {
+	live := path
+	if atStaging {
+		live = ds.MountPoint // nothing is mounted at the staging path
+	}
+	if err := checkMount(live); err != nil {
 		if errors.Is(err, errDeadMount) {
 			return nil, status.Errorf(codes.Unavailable, "volume %q: %v; the driver's health check repairs it", id, err)
 		}

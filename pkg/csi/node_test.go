@@ -15,6 +15,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	mountutils "k8s.io/mount-utils"
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
@@ -228,7 +229,7 @@ func TestTwoVolumesOneDataset(t *testing.T) {
 		t.Errorf("NodeStats %+v, want 1 dataset mount and 2 volumes", st)
 	}
 	unstage(t, td, "vol-a", s1)
-	checkFiles(t, s2, files)
+	checkFiles(t, view(t, td, "vol-b", s2), files)
 	unstage(t, td, "vol-b", s2)
 	if pids := mountProcesses(t, td.stateDir); len(pids) != 0 {
 		t.Errorf("cachefs processes %v still run", pids)
@@ -264,7 +265,7 @@ func TestInlineEphemeral(t *testing.T) {
 }
 
 // TestDeadMountRepaired kills the mount process: the health check restarts
-// it and re-binds the staging path and targets; a publish repairs it too.
+// it and re-binds the targets; a publish repairs it too.
 func TestDeadMountRepaired(t *testing.T) {
 	for _, via := range []string{"health check", "publish"} {
 		t.Run(via, func(t *testing.T) {
@@ -302,7 +303,9 @@ func TestDeadMountRepaired(t *testing.T) {
 				return err == nil && len(p) == 1 && p[0] != pids[0]
 			})
 			checkFiles(t, t1, files)
-			checkFiles(t, staging, files)
+			if m := mountsUnder(t, staging); len(m) != 0 {
+				t.Errorf("the repair mounted the staging path: %v", m)
+			}
 			if via == "publish" {
 				unpublish(t, td, "vol-r", t2)
 			}
@@ -457,11 +460,12 @@ func TestReadaheadFilesParameter(t *testing.T) {
 	data, files := dataset(t)
 	staging := filepath.Join(td.workDir(t), "staging")
 	stage(t, td, "vol-ra", staging, map[string]string{"source": data, "cacheSize": "1GiB", "readaheadFiles": "4"})
+	target := view(t, td, "vol-ra", staging)
 	cmdline := mountCmdline(t, td)
 	if !bytes.Contains(cmdline, []byte("\x00--readahead-files\x004\x00")) {
 		t.Errorf("mount arguments %q lack --readahead-files 4", strings.ReplaceAll(string(cmdline), "\x00", " "))
 	}
-	checkFiles(t, staging, files)
+	checkFiles(t, target, files)
 
 	plain := filepath.Join(td.workDir(t), "staging")
 	stage(t, td, "vol-plain", plain, map[string]string{"source": data, "cacheSize": "1GiB"})
@@ -479,6 +483,7 @@ func TestPrefetchParameter(t *testing.T) {
 	data, files := dataset(t)
 	staging := filepath.Join(td.workDir(t), "staging")
 	stage(t, td, "vol-p", staging, map[string]string{"source": data, "cacheSize": "1GiB", "prefetch": "true"})
+	target := view(t, td, "vol-p", staging)
 	want := datagen.TotalSize(files)
 	waitFor(t, 30*time.Second, "the prefetch to cache the whole dataset", func() bool {
 		caches, _ := filepath.Glob(filepath.Join(td.cacheDir, "ds-*"))
@@ -488,10 +493,84 @@ func TestPrefetchParameter(t *testing.T) {
 		info, err := cache.ReadInfo(caches[0])
 		return err == nil && info.UsedBytes == want
 	})
-	checkFiles(t, staging, files)
+	checkFiles(t, target, files)
 	unstage(t, td, "vol-p", staging)
 
 	_, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{VolumeId: "vol-q", StagingTargetPath: staging,
 		VolumeCapability: readerCap, VolumeContext: map[string]string{"source": data, "prefetch": "yes please"}})
 	expectCode(t, err, codes.InvalidArgument, `parameter "prefetch"`)
+}
+
+// view publishes staged volume id at a new target next to its staging path
+// and returns the target: the way to read a staged volume (nothing is
+// mounted at the staging path itself).
+func view(t *testing.T, td *testDriver, id, staging string) string {
+	t.Helper()
+	target := staging + ".view"
+	publish(t, td, id, staging, target, nil)
+	return target
+}
+
+// TestKubeletUnmountDeviceCheck: kubelet unstages a volume only when its
+// GetDeviceMountRefs check (k8s.io/mount-utils GetMountRefs on the staging
+// path, then HasMountRefs) finds no other mount of the device. Two volumes
+// of one dataset share its mount process; once the first one's pod is gone
+// its staging path has no references, so kubelet unstages it, the second
+// keeps reading, and after the second's unstage the process is gone.
+func TestKubeletUnmountDeviceCheck(t *testing.T) {
+	td := startDriver(t, nil)
+	data, files := dataset(t)
+	work := td.workDir(t)
+	vctx := map[string]string{"source": data, "cacheSize": "100MiB"}
+	s1, s2 := filepath.Join(work, "globalmount-1"), filepath.Join(work, "globalmount-2")
+	t1, t2 := filepath.Join(work, "pod1", "mount"), filepath.Join(work, "pod2", "mount")
+	stage(t, td, "vol-1", s1, vctx)
+	stage(t, td, "vol-2", s2, vctx)
+	publish(t, td, "vol-1", s1, t1, vctx)
+	publish(t, td, "vol-2", s2, t2, vctx)
+	checkFiles(t, t1, files)
+	if pids := mountProcesses(t, td.stateDir); len(pids) != 1 {
+		t.Fatalf("%d cachefs processes for one dataset, want 1", len(pids))
+	}
+	unpublish(t, td, "vol-1", t1)
+
+	// kubelet's UnmountDevice check, as in its operation generator.
+	refs, err := mountutils.New("").GetMountRefs(s1)
+	if err != nil {
+		t.Fatalf("GetMountRefs(%s): %v", s1, err)
+	}
+	if hasMountRefs(s1, refs) {
+		t.Fatalf("kubelet would refuse UnmountDevice: %s is still mounted by other references %v", s1, refs)
+	}
+	unstage(t, td, "vol-1", s1)
+	checkFiles(t, t2, files) // the other pod still reads
+	unpublish(t, td, "vol-2", t2)
+	refs, err = mountutils.New("").GetMountRefs(s2)
+	if err != nil || hasMountRefs(s2, refs) {
+		t.Fatalf("GetMountRefs(%s) = %v, %v: kubelet would refuse UnmountDevice", s2, refs, err)
+	}
+	unstage(t, td, "vol-2", s2)
+	if pids := mountProcesses(t, td.stateDir); len(pids) != 0 {
+		t.Errorf("cachefs processes %v still run after the last unstage", pids)
+	}
+	if m := mountsUnder(t, work); len(m) != 0 {
+		t.Errorf("still mounted: %v", m)
+	}
+}
+
+// hasMountRefs is kubelet's util.HasMountRefs (k8s.io/kubernetes
+// pkg/volume/util, v1.31), copied since k8s.io/kubernetes is not a library:
+// a reference counts unless its path contains the mount path's part from
+// /plugins/kubernetes.io/ on.
+func hasMountRefs(mountPath string, refs []string) bool {
+	find := mountPath
+	if i := strings.Index(mountPath, "/plugins/kubernetes.io/"); i > -1 {
+		find = mountPath[i:]
+	}
+	for _, r := range refs {
+		if !strings.Contains(r, find) {
+			return true
+		}
+	}
+	return false
 }

@@ -431,8 +431,8 @@ func (n *nodeState) dropVolume(v *nodeVolume) error {
 	return removeFile(n.volumePath(v.ID))
 }
 
-// repair restarts a broken dataset mount and re-binds every staging path and
-// target that uses it. Pods see the new mount through a target only if their
+// repair restarts a broken dataset mount and re-binds every target that
+// uses it. Pods see the new mount through a target only if their
 // mount propagation lets it in (HostToContainer); otherwise they need a
 // restart. Called with ds's lock held.
 func (n *nodeState) repair(ds *datasetMount, why error) error {
@@ -454,15 +454,8 @@ func (n *nodeState) repair(ds *datasetMount, why error) error {
 		if v == nil {
 			continue
 		}
-		src := ds.MountPoint
-		if v.StagingPath != "" {
-			if err := rebind(src, v.StagingPath); err != nil {
-				return err
-			}
-			src = v.StagingPath
-		}
 		for _, t := range v.Targets {
-			if err := rebind(src, t); err != nil {
+			if err := rebind(ds.MountPoint, t); err != nil {
 				return err
 			}
 		}

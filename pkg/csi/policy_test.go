@@ -147,7 +147,7 @@ func TestSourcePolicyNetwork(t *testing.T) {
 	lending := startDriver(t, func(c *csi.Config) { c.AllowNodeCredentials = true })
 	staging = filepath.Join(lending.workDir(t), "staging")
 	stage(t, lending, "vol-n", staging, vctx)
-	checkFiles(t, staging, files)
+	checkFiles(t, view(t, lending, "vol-n", staging), files)
 	unstage(t, lending, "vol-n", staging)
 }
 

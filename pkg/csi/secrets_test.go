@@ -40,7 +40,7 @@ func TestSecretsNeverInArgsOrLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFiles(t, staging, files)
+	checkFiles(t, view(t, td, "vol-s", staging), files)
 
 	secret := []byte(mi.SecretKey)
 	cmdline := mountCmdline(t, td)

@@ -44,23 +44,28 @@ func TestTenantCredentialIsolation(t *testing.T) {
 	td := startDriver(t, func(c *csi.Config) { c.AllowNodeCredentials = true })
 	vctx := map[string]string{"source": "s3://private/ds?endpoint=" + mi.Endpoint + "&region=us-east-1", "cacheSize": "16Mi"}
 	work := td.workDir(t)
-	stageWith := func(id string, secrets map[string]string) (string, error) {
-		staging := filepath.Join(work, id)
+	// stageWith stages volume id with secrets and, when that works,
+	// publishes it; it returns the staging path and the target to read.
+	stageWith := func(id string, secrets map[string]string) (staging, target string, err error) {
+		staging = filepath.Join(work, id)
 		if err := os.MkdirAll(staging, 0o750); err != nil {
 			t.Fatal(err)
 		}
-		_, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		_, err = node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 			VolumeId: id, StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: vctx, Secrets: secrets,
 		})
-		return staging, err
+		if err != nil {
+			return staging, "", err
+		}
+		return staging, view(t, td, id, staging), nil
 	}
 
 	a := map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey}
-	stagingA, err := stageWith("vol-a", a)
+	stagingA, readA, err := stageWith("vol-a", a)
 	if err != nil {
 		t.Fatalf("stage A: %v", err)
 	}
-	checkFiles(t, stagingA, files)
+	checkFiles(t, readA, files)
 	secretFiles := func() map[string][]byte {
 		m := map[string][]byte{}
 		ents, _ := filepath.Glob(filepath.Join(td.stateDir, "node", "secrets", "*.env"))
@@ -76,11 +81,11 @@ func TestTenantCredentialIsolation(t *testing.T) {
 	}
 
 	b := map[string]string{"AWS_ACCESS_KEY_ID": bCreds.AccessKeyID, "AWS_SECRET_ACCESS_KEY": bCreds.SecretAccessKey, "AWS_SESSION_TOKEN": bCreds.SessionToken}
-	stagingB, err := stageWith("vol-b", b)
+	stagingB, readB, err := stageWith("vol-b", b)
 	if err != nil {
 		t.Fatalf("stage B: %v", err)
 	}
-	checkFiles(t, stagingB, files)
+	checkFiles(t, readB, files)
 	if p := mountProcesses(t, td.stateDir); len(p) != 2 {
 		t.Errorf("%d mount processes for two tenants with other credentials, want 2", len(p))
 	}
@@ -90,17 +95,17 @@ func TestTenantCredentialIsolation(t *testing.T) {
 		"no credentials":   nil,
 	} {
 		t.Run(name, func(t *testing.T) {
-			staging, err := stageWith("vol-x", secrets)
+			staging, read, err := stageWith("vol-x", secrets)
 			if err == nil {
 				// Its own mount: it must read nothing of A's.
-				if _, rerr := os.ReadFile(filepath.Join(staging, files[0].Path)); rerr == nil {
+				if _, rerr := os.ReadFile(filepath.Join(read, files[0].Path)); rerr == nil {
 					t.Fatal("a tenant without A's credentials reads A's data")
 				}
 				unstage(t, td, "vol-x", staging)
 			} else if status.Code(err) != codes.PermissionDenied {
 				t.Fatalf("stage: %v, want PermissionDenied", err)
 			}
-			checkFiles(t, stagingA, files)
+			checkFiles(t, readA, files)
 			for f, want := range aFiles {
 				if got, err := os.ReadFile(f); err != nil || !bytes.Equal(got, want) {
 					t.Errorf("A's secrets file %s changed (%v)", f, err)
@@ -109,7 +114,7 @@ func TestTenantCredentialIsolation(t *testing.T) {
 		})
 	}
 	unstage(t, td, "vol-b", stagingB)
-	checkFiles(t, stagingA, files)
+	checkFiles(t, readA, files)
 	unstage(t, td, "vol-a", stagingA)
 	if m, _ := filepath.Glob(filepath.Join(td.stateDir, "node", "secrets", "*")); len(m) != 0 {
 		t.Errorf("secrets files left: %v", m)
