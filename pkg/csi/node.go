@@ -117,7 +117,6 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 	return &csipb.NodeStageVolumeResponse{}, nil
 }
 
-
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
 	if err := d.checkVolumeAndPath(id, "staging target path", staging); err != nil {
