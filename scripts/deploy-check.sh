@@ -4,14 +4,15 @@
 #   make deploy-check            # installs the pinned helm into .tools/bin first
 #   HELM=/path/to/helm scripts/deploy-check.sh
 #
-# Renders deploy/kustomize/{base,examples,overlays/production} with
+# Renders deploy/kustomize/{base,examples,overlays/production,base/job-controller} with
 # `kubectl kustomize`, runs `helm lint --strict` (which also validates the
 # values against values.schema.json) with the default and the test values, then
 # runs deploy/check/check.py, which renders the chart with each of its value
 # sets (defaults, deploy/check/values-test.yaml, mounter off, dynamic
 # provisioning, upstream sidecars, local images, one mirror) and checks: the
-# chart's defaults render exactly the kustomize base (bar the Namespace), and
-# with controller.enabled=true the production overlay; every value reaches the
+# chart's defaults render exactly the kustomize base (bar the Namespace), with
+# controller.enabled=true the production overlay, and with
+# jobController.enabled=true also the job controller's kustomize objects; every value reaches the
 # objects it is for; the security properties (privileged only csi-driver and
 # mounter, the exact hostPath list per container, read-only local roots, RBAC
 # least privilege, no Secrets); pinned images from known registries only; and
@@ -51,10 +52,11 @@ run() { # run CMD... > file, showing the command's stderr on failure
   fi
 }
 
-step "kubectl kustomize deploy/kustomize/{base,examples,overlays/production}"
+step "kubectl kustomize deploy/kustomize/{base,examples,overlays/production,base/job-controller}"
 run kustomize-base.yaml kubectl kustomize deploy/kustomize/base
 run kustomize-examples.yaml kubectl kustomize deploy/kustomize/examples
 run kustomize-production.yaml kubectl kustomize deploy/kustomize/overlays/production
+run kustomize-job-controller.yaml kubectl kustomize deploy/kustomize/base/job-controller
 
 step "helm lint --strict ($("$HELM" version --template '{{.Version}}'))"
 run lint-default.txt "$HELM" lint --strict "$chart"

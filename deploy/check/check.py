@@ -5,8 +5,8 @@ Run by scripts/deploy-check.sh, which renders the kustomize trees first:
 
   HELM=/path/to/helm check.py RENDER_DIR VALUES_TEST_FILE REPO_ROOT
 
-RENDER_DIR holds kustomize-base.yaml, kustomize-examples.yaml and
-kustomize-production.yaml. This script renders the chart itself, once per
+RENDER_DIR holds kustomize-base.yaml, kustomize-examples.yaml,
+kustomize-production.yaml and kustomize-job-controller.yaml. This script renders the chart itself, once per
 entry of VARIANTS (its values and what they must produce live in one place),
 and makes sure the chart refuses every entry of REFUSALS with the message it
 names. Needs python3 and PyYAML; never talks to a cluster. Prints every
@@ -47,6 +47,7 @@ VARIANTS = {
     "helm test values": "@test",
     "helm mounter.enabled=false": {"mounter": {"enabled": False}},
     "helm controller.enabled=true": {"controller": {"enabled": True}},
+    "helm jobController.enabled=true": {"jobController": {"enabled": True}},
     "helm upstream sidecars": {"sidecars": {"builtin": False}, "controller": {"enabled": True}},
     # What the end-to-end tests install: one value and the tag.
     "helm local images": {"global": {"localImages": True}, "image": {"tag": "v0.0.0-e2e"},
@@ -631,7 +632,8 @@ def main():
 
     r = lambda n: parse(n, open(os.path.join(render_dir, n)).read())
     base, examples, prod = r("kustomize-base.yaml"), r("kustomize-examples.yaml"), r("kustomize-production.yaml")
-    renders, n = {}, len(base) + len(examples) + len(prod)
+    jobctl = r("kustomize-job-controller.yaml")
+    renders, n = {}, len(base) + len(examples) + len(prod) + len(jobctl)
     with tempfile.TemporaryDirectory() as tmp:
         for name, over in VARIANTS.items():
             over = test_values if over == "@test" else over
@@ -662,6 +664,9 @@ def main():
     if "helm controller.enabled=true" in renders:
         compare("kustomize production overlay vs helm controller.enabled=true", prod,
                 renders["helm controller.enabled=true"])
+    if "helm jobController.enabled=true" in renders:
+        compare("kustomize base + job-controller vs helm jobController.enabled=true", base + jobctl,
+                renders["helm jobController.enabled=true"])
     # mounter.enabled=false: the defaults minus the mounter container and
     # --mounter-endpoint, with the mount processes' resources on csi-driver.
     if "helm default values" in renders and "helm mounter.enabled=false" in renders:
@@ -698,7 +703,7 @@ def main():
         for f in failures:
             print(f"  FAIL {f}", file=sys.stderr)
         return 1
-    print(f"deploy-check: checks passed ({n} objects in {3 + len(renders)} renderings, "
+    print(f"deploy-check: checks passed ({n} objects in {4 + len(renders)} renderings, "
           f"{len(REFUSALS)} bad value sets refused)")
     return 0
 
