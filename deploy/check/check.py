@@ -608,6 +608,41 @@ def check_examples(where, objs):
         fail(where, f"the examples need a pod using a PVC and a pod using an inline {DRIVER} volume")
 
 
+# --- docs ------------------------------------------------------------------------------
+
+# Values documented as a whole (their keys are the Kubernetes API's, not the chart's).
+WHOLE = {"resources", "nodeSelector", "affinity", "podAnnotations", "annotations", "updateStrategy"}
+
+
+def value_paths(v, prefix=""):
+    for k, x in v.items():
+        if isinstance(x, dict) and x and k not in WHOLE:
+            yield from value_paths(x, f"{prefix}{k}.")
+        else:
+            yield prefix + k
+
+
+def check_values_documented(root, defaults):
+    """Every value of values.yaml has a row in deploy/README.md's "Chart values" table; rows
+    may abbreviate siblings: `a.b.c` / `.d` documents a.b.c and a.b.d."""
+    text = open(os.path.join(root, "deploy", "README.md"), encoding="utf-8").read()
+    table = text.split("## Chart values", 1)[-1].split("\n## ", 1)[0]
+    documented = set()
+    for row in table.splitlines():
+        if not row.startswith("| `"):
+            continue
+        first = None
+        for name in re.findall(r"`([^`]+)`", row.split("|")[1]):
+            if name.startswith(".") and first:
+                documented.add(first.rsplit(".", 1)[0] + name)
+            else:
+                first = name
+                documented.add(name)
+    for path in value_paths(defaults):
+        if path not in documented:
+            fail("deploy/README.md", f"value {path} is not in the \"Chart values\" table")
+
+
 # --- main ------------------------------------------------------------------------------
 
 def helm_template(helm, chart, values_file=None, sets=()):
@@ -697,6 +732,7 @@ def main():
 
     check_examples("kustomize examples", examples)
     scan_sources(root)
+    check_values_documented(root, defaults)
 
     if failures:
         print(f"deploy-check: {len(failures)} problem(s):", file=sys.stderr)
