@@ -197,6 +197,16 @@ def want_image(v, registry, repository, tag):
     return f"{registry + '/' if registry else ''}{repository}:{tag}"
 
 
+def want_images(v):
+    """Container name -> the image the values give it."""
+    driver = want_image(v, v["image"]["registry"], v["image"]["repository"], v["image"]["tag"])
+    side = {k: want_image(v, v["sidecars"]["registry"], s["repository"], s["tag"])
+            for k, s in v["sidecars"].items() if isinstance(s, dict)}
+    return {"csi-driver": driver, "mounter": driver, "job-controller": driver,
+            "node-driver-registrar": driver if v["sidecars"]["builtin"] else side["nodeDriverRegistrar"],
+            "liveness-probe": side["livenessProbe"], "csi-provisioner": side["provisioner"]}
+
+
 def check_images(where, objs):
     """Every image pinned, from no registry or a known one (kustomize trees and examples)."""
     for o, pod in pod_specs(objs):
@@ -253,8 +263,12 @@ def check_install(where, objs, v):
     check_security(where, objs)
     check_scheduling(where, objs, v)
     check_images(where, objs)
+    images = want_images(v)
     for o, pod in pod_specs(objs):
         for c in containers(pod):
+            if c.get("image") != images.get(c.get("name")):
+                fail(f"{where}: {fmt(key(o))} container {c.get('name')}",
+                     f"image {c.get('image')!r}, want {images.get(c.get('name'))!r}")
             r = c.get("resources") or {}
             if not (r.get("requests") or {}).get("memory") or not (r.get("limits") or {}).get("memory"):
                 fail(f"{where}: {fmt(key(o))} container {c.get('name')}", "needs memory requests and limits")
@@ -368,19 +382,14 @@ def check_daemonset(where, objs, v):
         if probe_port != "healthz" or flag(lp, "health-port") != [str(ports.get("healthz"))] \
                 or ports.get("healthz") != v["sidecars"]["livenessProbe"]["healthPort"]:
             fail(w, "upstream sidecars: csi-driver's liveness probe must use the livenessprobe sidecar's port")
-        if lp.get("image") != want_image(v, v["sidecars"]["registry"], **image_of(v["sidecars"]["livenessProbe"])):
-            fail(w, f"liveness-probe image {lp.get('image')!r} is not sidecars.livenessProbe's")
 
-    driver_image = want_image(v, v["image"]["registry"], v["image"]["repository"], v["image"]["tag"])
-    if drv.get("image") != driver_image:
-        fail(w, f"csi-driver image {drv.get('image')!r}, want {driver_image!r}")
     if mounter:
         mnt = cs["mounter"]
         for probe in ("livenessProbe", "startupProbe"):
             if probe in mnt:
                 fail(w, f"mounter must have no {probe}: restarting it kills every mount on the node")
-        if mnt.get("image") != driver_image or args_of(mnt)[:1] != [DRIVER_BIN]:
-            fail(w, "mounter must run csi-driver from the driver image")
+        if args_of(mnt)[:1] != [DRIVER_BIN]:
+            fail(w, "mounter must run csi-driver")
         for f, want in {"mode": ["mounter"], "mounter-endpoint": [mounter_socket(v)], "state-dir": [v["stateDir"]],
                         "log-format": [v["logFormat"]]}.items():
             if flag(mnt, f) != want:
@@ -391,14 +400,12 @@ def check_daemonset(where, objs, v):
     reg = cs["node-driver-registrar"]
     health = v["sidecars"]["nodeDriverRegistrar"]["healthPort"]
     if builtin:
-        if reg.get("image") != driver_image or args_of(reg)[:1] != [DRIVER_BIN]:
-            fail(w, "builtin registrar must run csi-driver from the driver image")
+        if args_of(reg)[:1] != [DRIVER_BIN]:
+            fail(w, "builtin registrar must run csi-driver")
         want = {"mode": ["registrar"], "endpoint": ["unix:///csi/csi.sock"],
                 "kubelet-registration-path": [f"{plugin_dir}/csi.sock"],
                 "plugin-registration-dir": ["/registration"], "metrics-addr": [f":{health}"]}
     else:
-        if reg.get("image") != want_image(v, v["sidecars"]["registry"], **image_of(v["sidecars"]["nodeDriverRegistrar"])):
-            fail(w, f"node-driver-registrar image {reg.get('image')!r} is not sidecars.nodeDriverRegistrar's")
         want = {"csi-address": ["/csi/csi.sock"], "kubelet-registration-path": [f"{plugin_dir}/csi.sock"],
                 "http-endpoint": [f":{health}"]}
     for f, x in want.items():
@@ -407,10 +414,6 @@ def check_daemonset(where, objs, v):
     if (reg.get("livenessProbe") or {}).get("httpGet", {}).get("port") != "registrar" or \
             {p["name"]: p["containerPort"] for p in reg.get("ports") or []}.get("registrar") != health:
         fail(w, "node-driver-registrar's liveness probe must use its registrar port (healthPort)")
-
-
-def image_of(s):
-    return {"repository": s["repository"], "tag": s["tag"]}
 
 
 def check_controller(where, objs, v):
@@ -447,8 +450,6 @@ def check_controller(where, objs, v):
         fail(w, "csi-driver needs a writable --state-dir volume")
     has_args(w, prov, "--csi-address=/csi/csi.sock", "--extra-create-metadata", "--leader-election",
              f"--timeout={v['sidecars']['provisioner']['timeout']}")
-    if prov.get("image") != want_image(v, v["sidecars"]["registry"], **image_of(v["sidecars"]["provisioner"])):
-        fail(w, f"csi-provisioner image {prov.get('image')!r} is not sidecars.provisioner's")
     port = (drv.get("livenessProbe") or {}).get("httpGet", {}).get("port")
     if port != ("metrics" if v["sidecars"]["builtin"] else "healthz"):
         fail(w, f"csi-driver's liveness probe port {port!r} does not follow sidecars.builtin")
@@ -691,9 +692,8 @@ def main():
 
     # The kustomize trees are the chart's defaults (the base) and the chart with
     # dynamic provisioning (the production overlay), object for object.
-    check_install("kustomize base", base, defaults)
     one("kustomize base", base, "Namespace", NAMESPACE)
-    check_install("kustomize production overlay", prod, merge(defaults, VARIANTS["helm controller.enabled=true"]))
+    check_images("kustomize production overlay", prod)
     if "helm default values" in renders:
         compare("kustomize base vs helm default values", base, renders["helm default values"])
     if "helm controller.enabled=true" in renders:
