@@ -442,6 +442,8 @@ def check_controller(where, objs, v):
     drv, prov = cs["csi-driver"], cs["csi-provisioner"]
     roots, rules = v["node"]["allowedLocalRoots"], v["node"]["networkRules"]
     for f, x in {"mode": ["controller"], "state-dir": ["/var/lib/epochfs/state"],
+                 "kubelet-dir": [v["kubeletDir"].rstrip("/")], "cache-root": [v["cacheRoot"]],
+                 "max-cache-size": [v["node"]["maxCacheSize"]],
                  "allowed-local-roots": [",".join(roots)] if roots else [],
                  "network-rules": [",".join(rules)] if rules else []}.items():
         if flag(drv, f) != x:
