@@ -525,8 +525,14 @@ def check_scheduling(where, objs, v):
             for k in want:
                 if got[k] != want[k]:
                     fail(w, f"{k}: got {got[k]!r}, want {want[k]!r} ({section}.{k})")
-            if section == "jobController" and by_name(pod).get("job-controller", {}).get("resources") != vs["resources"]:
-                fail(w, "job-controller resources are not jobController.resources")
+            if section == "jobController":
+                jc = by_name(pod).get("job-controller", {})
+                if jc.get("resources") != vs["resources"]:
+                    fail(w, "job-controller resources are not jobController.resources")
+                for f, value in (("allowed-local-roots", "allowedLocalRoots"), ("network-rules", "networkRules")):
+                    want_f = v["node"][value]
+                    if flag(jc, f) != ([",".join(want_f)] if want_f else []):
+                        fail(w, f"job-controller --{f} {flag(jc, f)} is not the nodes' ({want_f})")
             if section == "controller" and by_name(pod).get("csi-driver", {}).get("resources") != vs["resources"]:
                 fail(w, "csi-driver resources are not controller.resources")
             for sa in find(objs, "ServiceAccount", pod.get("serviceAccountName")):
