@@ -73,6 +73,8 @@ REFUSALS = [
     (["node.allowedLocalRoots={/proc/1/root}"], "overlaps /proc"),
     (["node.networkRules={http://example/x}"], "/node/networkRules/0"),
     (["node.maxCacheSize=lots"], "/node/maxCacheSize"),
+    (["node.cacheRootBudget=80"], "/node/cacheRootBudget"),
+    (["node.maxMounts=0"], "/node/maxMounts"),
     (["node.updateStrategy.type=RollingOut"], "/node/updateStrategy"),
     (["node.tolerration=x"], "'tolerration' not allowed"),
     (["node.resources.limits.memory=much"], "/node/resources/limits/memory"),
@@ -303,6 +305,8 @@ def node_args(v, kubelet_dir):
             "allow-node-credentials": [str(v["node"]["allowNodeCredentials"]).lower()],
             "allow-inline-volumes": [str(v["node"]["inlineVolumes"]).lower()],
             "max-cache-size": [v["node"]["maxCacheSize"]],
+            "cache-root-budget": [v["node"]["cacheRootBudget"]], "max-mounts": [str(v["node"]["maxMounts"])],
+            "cache-retention": [v["node"]["cacheRetention"]],
             "metrics-addr": [f"0.0.0.0:{v['metrics']['port']}"], "log-format": [v["logFormat"]],
             "health-interval": [v["healthInterval"]], "cachefs-binary": ["/usr/local/bin/cachefs"],
             "mounter-endpoint": [mounter_socket(v)] if v["mounter"]["enabled"] else []}
