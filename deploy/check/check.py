@@ -6,10 +6,10 @@ Run by scripts/deploy-check.sh, which renders the kustomize trees first:
   HELM=/path/to/helm check.py RENDER_DIR VALUES_TEST_FILE REPO_ROOT
 
 RENDER_DIR holds kustomize-base.yaml, kustomize-examples.yaml,
-kustomize-production.yaml and kustomize-job-controller.yaml. This script renders the chart itself, once per
-entry of VARIANTS (its values and what they must produce live in one place),
-and makes sure the chart refuses every entry of REFUSALS with the message it
-names. Needs python3 and PyYAML; never talks to a cluster. Prints every
+kustomize-production.yaml and kustomize-job-controller.yaml. This script
+renders the chart itself, once per entry of VARIANTS (expectations are derived
+from each entry's values), and makes sure the chart refuses every entry of
+REFUSALS with the message it names. Needs python3 and PyYAML; never talks to a cluster. Prints every
 failure and exits 1 if there is any.
 
 What it checks is what neither the values schema (values.schema.json: types,
