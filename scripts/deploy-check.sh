@@ -4,21 +4,25 @@
 #   make deploy-check            # installs the pinned helm into .tools/bin first
 #   HELM=/path/to/helm scripts/deploy-check.sh
 #
-# Renders deploy/kustomize/{base,examples,overlays/production} with
-# `kubectl kustomize` and deploy/helm/epochfs with `helm template` (default values,
-# deploy/check/values-test.yaml, and --set mounter.enabled=false), runs
-# `helm lint --strict` on each value set, checks that the chart refuses unpinned
-# images, then runs deploy/check/check.py over the renderings: every document
-# parses as a Kubernetes object; helm (default values) renders exactly the
-# kustomize base objects, field for field (bar the Namespace), and with
-# mounter.enabled=false the same minus the mounter container; the CSIDriver,
-# DaemonSet (incl. the mounter container), controller, RBAC, metrics Service and
-# examples have the properties the driver relies on; every image is pinned and
-# names no registry host.
+# Renders deploy/kustomize/{base,examples,overlays/production,base/job-controller} with
+# `kubectl kustomize`, runs `helm lint --strict` (which also validates the
+# values against values.schema.json) with the default and the test values, then
+# runs deploy/check/check.py, which renders the chart with each of its value
+# sets (defaults, deploy/check/values-test.yaml, mounter off, dynamic
+# provisioning, upstream sidecars, local images, one mirror) and checks: the
+# chart's defaults render exactly the kustomize base (bar the Namespace), with
+# controller.enabled=true the production overlay, and with
+# jobController.enabled=true also the job controller's kustomize objects; every value reaches the
+# objects it is for; the security properties (privileged only csi-driver and
+# mounter, the exact hostPath list per container, read-only local roots, RBAC
+# least privilege, no Secrets); pinned images from known registries only; and
+# that the chart refuses bad values (schema and template checks) with a
+# message naming the problem.
 #
 # Nothing here talks to a cluster. The server-side dry run (`kubectl apply
-# --dry-run=server`) of every rendering against a real kube-apiserver is a Go
-# test: TestDeployDryRunEverything in pkg/job/controller (make test).
+# --dry-run=server`, strict field validation) of the renderings against a real
+# kube-apiserver is a Go test: TestDeployDryRunEverything in
+# pkg/job/controller (make test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,32 +52,15 @@ run() { # run CMD... > file, showing the command's stderr on failure
   fi
 }
 
-step "kubectl kustomize deploy/kustomize/{base,examples,overlays/production}"
+step "kubectl kustomize deploy/kustomize/{base,examples,overlays/production,base/job-controller}"
 run kustomize-base.yaml kubectl kustomize deploy/kustomize/base
 run kustomize-examples.yaml kubectl kustomize deploy/kustomize/examples
 run kustomize-production.yaml kubectl kustomize deploy/kustomize/overlays/production
+run kustomize-job-controller.yaml kubectl kustomize deploy/kustomize/base/job-controller
 
 step "helm lint --strict ($("$HELM" version --template '{{.Version}}'))"
 run lint-default.txt "$HELM" lint --strict "$chart"
 run lint-test.txt "$HELM" lint --strict -f "$values_test" "$chart"
-run lint-nomounter.txt "$HELM" lint --strict --set mounter.enabled=false "$chart"
 
-step "helm template (default values, $values_test, mounter.enabled=false)"
-run helm-default.yaml "$HELM" template epochfs "$chart" --namespace epochfs-system
-run helm-test.yaml "$HELM" template epochfs "$chart" --namespace epochfs-system -f "$values_test"
-run helm-nomounter.yaml "$HELM" template epochfs "$chart" --namespace epochfs-system --set mounter.enabled=false
-
-step "helm template refuses unpinned images and a StorageClass without a source"
-refuse() { # refuse WHAT --set ...: helm template must fail
-  local what="$1"; shift
-  if "$HELM" template epochfs "$chart" --namespace epochfs-system "$@" >/dev/null 2>"$out/stderr"; then
-    die "the chart rendered $what ($*); it must refuse"
-  fi
-}
-refuse "a 'latest' driver image" --set image.tag=latest
-refuse "an untagged driver image" --set image.tag=
-refuse "an untagged provisioner image" --set sidecars.provisioner.tag=
-refuse "a StorageClass without parameters.source" --set storageClass.create=true
-
-step "checking the renderings (deploy/check/check.py)"
-"$PY" deploy/check/check.py "$out" "$values_test" "$PWD"
+step "checking the chart's renderings, refusals and the kustomize trees (deploy/check/check.py)"
+HELM="$HELM" "$PY" deploy/check/check.py "$out" "$values_test" "$PWD"

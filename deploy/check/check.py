@@ -1,32 +1,89 @@
 #!/usr/bin/env python3
-"""Offline checks of the rendered EpochFS deployment manifests.
+"""Offline checks of the EpochFS deployment manifests.
 
-Run by scripts/deploy-check.sh, which renders the manifests first:
+Run by scripts/deploy-check.sh, which renders the kustomize trees first:
 
-  check.py RENDER_DIR VALUES_TEST_FILE REPO_ROOT
+  HELM=/path/to/helm check.py RENDER_DIR VALUES_TEST_FILE REPO_ROOT
 
 RENDER_DIR holds kustomize-base.yaml, kustomize-examples.yaml,
-kustomize-production.yaml, helm-default.yaml, helm-test.yaml (the chart
-rendered with VALUES_TEST_FILE) and helm-nomounter.yaml (the chart rendered
-with --set mounter.enabled=false). Needs python3 and PyYAML only; never talks to a
-cluster. Prints every failure and exits 1 if there is any.
+kustomize-production.yaml and kustomize-job-controller.yaml. This script
+renders the chart itself, once per entry of VARIANTS (expectations are derived
+from each entry's values), and makes sure the chart refuses every entry of
+REFUSALS with the message it names. Needs python3 and PyYAML; never talks to a cluster. Prints every
+failure and exits 1 if there is any.
+
+What it checks is what neither the values schema (values.schema.json: types,
+enums, sizes, paths, unknown keys) nor the server-side dry run of the
+renderings (TestDeployDryRunEverything, `make test`: every field known to the
+Kubernetes API) proves: that the chart equals the kustomize trees, that each
+value reaches the objects it is meant for, and the properties the driver's
+security rests on — privileged only csi-driver and the mounter, the exact
+hostPath list and which container mounts what, read-only local roots, RBAC
+least privilege, no Secrets, pinned images from known registries.
 """
 
 import copy
+import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
 import yaml
 
 DRIVER = "cachefs.epochfs.io"
 NAMESPACE = "epochfs-system"
-DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
-DEFAULT_STATE_DIR = "/var/lib/epochfs/state"
-DEFAULT_CACHE_ROOT = "/var/lib/epochfs/cache"
 CLUSTER_SCOPED = {"Namespace", "CSIDriver", "ClusterRole", "ClusterRoleBinding",
-                  "StorageClass", "PersistentVolume", "PriorityClass"}
-READER_MODES = {"ReadOnlyMany", "ReadWriteOnce", "ReadWriteOncePod"}  # RWO(P) only with readOnly
+                  "StorageClass", "PersistentVolume", "PriorityClass", "CustomResourceDefinition"}
+# The only registry hosts any file of deploy/ may name: the EpochFS image's
+# default (image.registry) and the kubernetes-csi sidecars' upstream one.
+KNOWN_REGISTRIES = {"ghcr.io", "registry.k8s.io"}
+DRIVER_BIN = "/usr/local/bin/csi-driver"
+
+# Chart renderings: name -> values over values.yaml ("@test" = VALUES_TEST_FILE).
+VARIANTS = {
+    "helm default values": {},
+    "helm test values": "@test",
+    "helm mounter.enabled=false": {"mounter": {"enabled": False}},
+    "helm controller.enabled=true": {"controller": {"enabled": True}},
+    "helm jobController.enabled=true": {"jobController": {"enabled": True}},
+    "helm upstream sidecars": {"sidecars": {"builtin": False}, "controller": {"enabled": True}},
+    # What the end-to-end tests install: one value and the tag.
+    "helm local images": {"global": {"localImages": True}, "image": {"tag": "v0.0.0-e2e"},
+                          "jobController": {"enabled": True}},
+    "helm one mirror": {"global": {"imageRegistry": "mirror/all"}, "controller": {"enabled": True},
+                        "sidecars": {"builtin": False}},
+}
+
+# --set arguments the chart must refuse, and a fragment of the message it must give.
+REFUSALS = [
+    (["image.tag=latest"], "pin an exact tag"),
+    (["image.tag="], "/image/tag"),
+    (["controller.enabled=true", "sidecars.provisioner.tag=latest"], "pin an exact tag"),
+    (["image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+    (["storageClass.create=true"], "needs controller.enabled=true"),
+    (["storageClass.create=true", "controller.enabled=true"], "parameters.source is empty"),
+    (["node.allowedLocalRoots={/}"], "whole file system"),
+    (["node.allowedLocalRoots={relative/dir}"], "/node/allowedLocalRoots/0"),
+    (["node.allowedLocalRoots={/mnt/data/}"], "write it clean"),
+    (["node.allowedLocalRoots={/var/lib}"], "overlaps cacheRoot"),
+    (["node.allowedLocalRoots={/var/lib/kubelet/pods}"], "overlaps kubeletDir"),
+    (["node.allowedLocalRoots={/mnt/nvme/state}", "stateDir=/mnt/nvme/state"], "overlaps stateDir"),
+    (["node.allowedLocalRoots={/proc/1/root}"], "overlaps /proc"),
+    (["node.networkRules={http://example/x}"], "/node/networkRules/0"),
+    (["node.maxCacheSize=lots"], "/node/maxCacheSize"),
+    (["node.cacheRootBudget=80"], "/node/cacheRootBudget"),
+    (["node.maxMounts=0"], "/node/maxMounts"),
+    (["node.updateStrategy.type=RollingOut"], "/node/updateStrategy"),
+    (["node.tolerration=x"], "'tolerration' not allowed"),
+    (["node.resources.limits.memory=much"], "/node/resources/limits/memory"),
+    (["metrics.port=0"], "/metrics/port"),
+    (["logFormat=xml"], "/logFormat"),
+    (["kubeletDir=var/lib/kubelet"], "/kubeletDir"),
+    (["healthInterval=30"], "/healthInterval"),
+    (["jobController.serviceAccount.annotations.a=1"], "/jobController/serviceAccount/annotations/a"),
+]
 
 failures = []
 
@@ -35,32 +92,27 @@ def fail(where, msg):
     failures.append(f"{where}: {msg}")
 
 
-def load(path):
-    """Parse a multi-document YAML stream; every document must be a Kubernetes object."""
-    where = os.path.basename(path)
+# --- loading ---------------------------------------------------------------------------
+
+def parse(where, text):
+    """A multi-document YAML stream; every document must be a Kubernetes object."""
     try:
-        with open(path) as f:
-            docs = [d for d in yaml.safe_load_all(f) if d is not None]
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:
         fail(where, f"does not parse as YAML: {e}")
         return []
     objs, seen = [], set()
     for i, d in enumerate(docs):
-        if not isinstance(d, dict):
-            fail(where, f"document {i} is a {type(d).__name__}, not an object")
-            continue
-        md = d.get("metadata")
-        if not d.get("apiVersion") or not d.get("kind") or not isinstance(md, dict) \
-                or not isinstance(md.get("name"), str) or not md.get("name"):
-            fail(where, f"document {i} lacks apiVersion, kind or metadata.name")
+        md = d.get("metadata") if isinstance(d, dict) else None
+        if not isinstance(md, dict) or not d.get("apiVersion") or not d.get("kind") or not md.get("name"):
+            fail(where, f"document {i} is not an object with apiVersion, kind and metadata.name")
             continue
         k = key(d)
         if k in seen:
             fail(where, f"{fmt(k)} appears twice")
         seen.add(k)
-        ns = md.get("namespace")
-        if d["kind"] in CLUSTER_SCOPED and ns:
-            fail(where, f"{fmt(k)} is cluster-scoped but has namespace {ns!r}")
+        if d["kind"] in CLUSTER_SCOPED and md.get("namespace"):
+            fail(where, f"{fmt(k)} is cluster-scoped but has a namespace")
         objs.append(d)
     if not objs:
         fail(where, "renders no objects")
@@ -72,8 +124,7 @@ def key(o):
 
 
 def fmt(k):
-    kind, ns, name = k
-    return f"{kind} {ns + '/' if ns else ''}{name}"
+    return f"{k[0]} {k[1] + '/' if k[1] else ''}{k[2]}"
 
 
 def find(objs, kind, name=None):
@@ -88,502 +139,36 @@ def one(where, objs, kind, name):
     return found[0]
 
 
-def containers(pod_spec):
-    return (pod_spec.get("initContainers") or []) + (pod_spec.get("containers") or [])
-
-
 def pod_specs(objs):
-    """(object, pod spec) for every object that has a pod template or is a pod."""
+    """(object, pod spec) for every object that is or templates a pod."""
     for o in objs:
         if o["kind"] == "Pod":
             yield o, o.get("spec") or {}
-        elif o["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job"):
-            yield o, ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
-        elif o["kind"] == "CronJob":
-            yield o, (((o.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}) \
-                .get("template", {}).get("spec") or {}
+        elif o["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job"):
+            yield o, o["spec"]["template"]["spec"]
 
 
-def container(where, spec, name):
-    found = [c for c in spec.get("containers") or [] if c.get("name") == name]
-    if len(found) != 1:
-        fail(where, f"expected one container {name!r}, found {len(found)}")
-        return {}
-    return found[0]
+def containers(pod):
+    return (pod.get("initContainers") or []) + (pod.get("containers") or [])
 
 
-# --- images ---------------------------------------------------------------------------
-
-def split_image(ref):
-    """(registry host or '', repository path, tag or '', digest or '') of an image reference,
-    by the distribution reference rules: the first component is a registry host only if
-    it contains '.' or ':' or is 'localhost'."""
-    digest = ""
-    if "@" in ref:
-        ref, digest = ref.split("@", 1)
-    name, tag = ref, ""
-    last = ref.rsplit("/", 1)[-1]
-    if ":" in last:
-        name, tag = ref[: len(ref) - len(last)] + last.split(":", 1)[0], last.split(":", 1)[1]
-    host = ""
-    parts = name.split("/")
-    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
-        host = parts[0]
-    return host, name, tag, digest
-
-
-def check_images(where, objs, prefix=None):
-    for o, spec in pod_specs(objs):
-        for c in containers(spec):
-            img = c.get("image")
-            w = f"{where}: {fmt(key(o))} container {c.get('name')}"
-            if not isinstance(img, str) or not img:
-                fail(w, "has no image")
-                continue
-            host, name, tag, digest = split_image(img)
-            if not digest and (not tag or tag == "latest"):
-                fail(w, f"image {img!r} is not pinned (empty tag or 'latest')")
-            if host:
-                fail(w, f"image {img!r} names a registry host ({host}); images carry no registry "
-                        "host, it comes from image.registry / sidecars.registry or a kustomize images override")
-            if prefix is not None and not img.startswith(prefix(c)):
-                fail(w, f"image {img!r} does not start with {prefix(c)!r}")
-
-
-HOSTLIKE_IMAGE = re.compile(
-    r"(?<![\w.-])[a-z0-9-]+(?:\.[a-z0-9-]+)+(?::[0-9]+)?/(?:sig-storage|epochfs|kubernetes-csi|pytorch)/")
-IMAGE_KEYS = re.compile(r"^\s*-?\s*(image|registry|repository|newName)\s*:\s*\"?([^\s\"#]+)")
-
-
-def scan_sources(root):
-    """No registry host name in any file of deploy/ or scripts/deploy-check.sh."""
-    paths = [os.path.join(root, "scripts", "deploy-check.sh")]
-    for d, _, files in os.walk(os.path.join(root, "deploy")):
-        paths += [os.path.join(d, f) for f in files]
-    for p in paths:
-        rel = os.path.relpath(p, root)
-        try:
-            text = open(p, encoding="utf-8").read()
-        except (OSError, UnicodeDecodeError) as e:
-            fail(rel, f"cannot read: {e}")
-            continue
-        for n, line in enumerate(text.splitlines(), 1):
-            m = HOSTLIKE_IMAGE.search(line)
-            if m:
-                fail(f"{rel}:{n}", f"names a registry host: {m.group(0)!r}")
-            m = IMAGE_KEYS.match(line)
-            if m and "{{" not in line:
-                host = split_image(m.group(2))[0] if m.group(1) != "registry" else \
-                    (m.group(2) if ("." in m.group(2).split("/")[0] or ":" in m.group(2)) else "")
-                if host:
-                    fail(f"{rel}:{n}", f"{m.group(1)} names a registry host: {host!r}")
-
-
-# --- the driver objects ---------------------------------------------------------------
-
-CONTAINER_KEYS = {"name", "image", "imagePullPolicy", "command", "args", "env", "envFrom", "ports",
-                  "livenessProbe", "readinessProbe", "startupProbe", "resources", "volumeMounts",
-                  "securityContext", "workingDir", "lifecycle", "terminationMessagePath",
-                  "terminationMessagePolicy", "stdin", "tty", "volumeDevices", "restartPolicy"}
-MOUNT_KEYS = {"name", "mountPath", "mountPropagation", "readOnly", "subPath", "subPathExpr",
-              "recursiveReadOnly"}
-SECCTX_KEYS = {"privileged", "allowPrivilegeEscalation", "capabilities", "readOnlyRootFilesystem",
-               "runAsUser", "runAsGroup", "runAsNonRoot", "seLinuxOptions", "seccompProfile",
-               "procMount", "appArmorProfile"}
-
-
-def check_field_names(where, objs):
-    """A typo in these fields would render fine and be silently ignored by old clusters."""
-    for o, spec in pod_specs(objs):
-        for c in containers(spec):
-            w = f"{where}: {fmt(key(o))} container {c.get('name')}"
-            for k in set(c) - CONTAINER_KEYS:
-                fail(w, f"unknown container field {k!r}")
-            for k in set(c.get("securityContext") or {}) - SECCTX_KEYS:
-                fail(w, f"unknown securityContext field {k!r}")
-            for m in c.get("volumeMounts") or []:
-                for k in set(m) - MOUNT_KEYS:
-                    fail(w, f"unknown volumeMount field {k!r}")
-
-
-def check_csidriver(where, objs):
-    d = one(where, objs, "CSIDriver", DRIVER)
-    if not d:
-        return
-    s = d.get("spec") or {}
-    if s.get("attachRequired") is not False:
-        fail(where, "CSIDriver: attachRequired must be false")
-    if s.get("podInfoOnMount") is not True:
-        fail(where, "CSIDriver: podInfoOnMount must be true")
-    modes = set(s.get("volumeLifecycleModes") or [])
-    if modes not in ({"Persistent"}, {"Persistent", "Ephemeral"}):
-        fail(where, f"CSIDriver: volumeLifecycleModes must be Persistent, or Persistent and Ephemeral, "
-                    f"got {s.get('volumeLifecycleModes')}")
-    # Inline volumes are advertised exactly when the node plugin accepts them.
-    inline = {a for o in find(objs, "DaemonSet") for c in containers(o["spec"]["template"]["spec"])
-              for a in args_of(c) if a.startswith("--allow-inline-volumes=")}
-    want = "--allow-inline-volumes=true" if "Ephemeral" in modes else "--allow-inline-volumes=false"
-    if inline != {want}:
-        fail(where, f"CSIDriver modes {sorted(modes)} need the node plugin to run with {want}, got {sorted(inline) or 'none'}")
-    if s.get("fsGroupPolicy") != "None":
-        fail(where, "CSIDriver: fsGroupPolicy must be None")
-    if s.get("requiresRepublish") is not False:
-        fail(where, "CSIDriver: requiresRepublish must be false")
+def by_name(pod):
+    return {c.get("name"): c for c in containers(pod)}
 
 
 def args_of(c):
     return list(c.get("command") or []) + list(c.get("args") or [])
 
 
-def has_arg(where, c, arg):
-    if arg not in args_of(c):
-        fail(where, f"container {c.get('name')} lacks argument {arg!r} (has {c.get('args')})")
+def flag(c, name):
+    """The values given as --name=V in c's command and args."""
+    return [a.split("=", 1)[1] for a in args_of(c) if a.startswith(f"--{name}=")]
 
 
-def flag_values(c, flag):
-    """Every value given to --flag (as --flag=V, --flag V, -flag=V or -flag V) in c's command and args."""
-    a, out = args_of(c), []
-    for i, x in enumerate(a):
-        for f in ("--" + flag, "-" + flag):
-            if x == f and i + 1 < len(a):
-                out.append(a[i + 1])
-            elif x.startswith(f + "="):
-                out.append(x[len(f) + 1:])
-    return out
-
-
-def mounter_socket(state_dir):
-    return "unix://" + state_dir.rstrip("/") + "/mounter.sock"
-
-
-def check_daemonset(where, objs, kubelet_dir=DEFAULT_KUBELET_DIR, state_dir=DEFAULT_STATE_DIR,
-                    cache_root=DEFAULT_CACHE_ROOT, update="RollingUpdate", mounter=True):
-    ds = one(where, objs, "DaemonSet", "epochfs-node")
-    if not ds:
-        return
-    w = f"{where}: DaemonSet epochfs-node"
-    spec = ds["spec"]
-    pod = spec["template"]["spec"]
-    if pod.get("hostPID") is not True:
-        fail(w, "hostPID must be true (mount processes must outlive the driver container)")
-    if pod.get("serviceAccountName") != "epochfs-node":
-        fail(w, "serviceAccountName must be epochfs-node")
-    us = spec.get("updateStrategy") or {}
-    if us.get("type") != update:
-        fail(w, f"updateStrategy.type must be {update}, got {us.get('type')}")
-    if update == "RollingUpdate" and (us.get("rollingUpdate") or {}).get("maxUnavailable") != 1:
-        fail(w, "updateStrategy.rollingUpdate.maxUnavailable must be 1")
-    vols = {v["name"]: v for v in pod.get("volumes") or []}
-
-    drv = container(w, pod, "csi-driver")
-    sc = drv.get("securityContext") or {}
-    if sc.get("privileged") is not True:
-        fail(w, "csi-driver container must be privileged")
-    for a in ("--mode=node", "--endpoint=unix:///csi/csi.sock", "--nodeid=$(NODE_NAME)",
-              f"--state-dir={state_dir}", f"--cache-root={cache_root}",
-              "--cachefs-binary=/usr/local/bin/cachefs"):
-        has_arg(w, drv, a)
-    if not any(a.startswith("--metrics-addr=") for a in args_of(drv)):
-        fail(w, "csi-driver lacks --metrics-addr")
-    env = {e.get("name"): e for e in drv.get("env") or []}
-    if ((env.get("NODE_NAME") or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") \
-            != "spec.nodeName":
-        fail(w, "csi-driver needs env NODE_NAME from spec.nodeName")
-
-    def mount_of(hostpath, want_type, c=drv):
-        vs = [n for n, v in vols.items() if (v.get("hostPath") or {}).get("path") == hostpath]
-        if len(vs) != 1:
-            fail(w, f"expected one hostPath volume {hostpath}, found {len(vs)}")
-            return {}
-        if want_type and vols[vs[0]]["hostPath"].get("type") != want_type:
-            fail(w, f"hostPath {hostpath} must have type {want_type}")
-        ms = [m for m in c.get("volumeMounts") or [] if m.get("name") == vs[0]]
-        if len(ms) != 1:
-            fail(w, f"{c.get('name')} must mount hostPath {hostpath} once, found {len(ms)}")
-            return {}
-        if ms[0].get("mountPath") != hostpath:
-            fail(w, f"hostPath {hostpath} must be mounted at the same path in the container "
-                    f"(kubelet and the state file name host paths), got {ms[0].get('mountPath')}")
-        return ms[0]
-
-    km = mount_of(kubelet_dir, "Directory")
-    if km and km.get("mountPropagation") != "Bidirectional":
-        fail(w, f"the kubelet dir {kubelet_dir} must be mounted with mountPropagation: Bidirectional")
-    sm = mount_of(state_dir, "DirectoryOrCreate")
-    if sm and sm.get("mountPropagation") != "Bidirectional":
-        fail(w, f"the state dir {state_dir} (holds the dataset FUSE mounts) must be mounted with "
-                "mountPropagation: Bidirectional")
-    mount_of(cache_root, "DirectoryOrCreate")
-    mount_of("/dev/fuse", "CharDevice")
-    probe = ((drv.get("livenessProbe") or {}).get("httpGet") or {})
-    port_names = {p.get("name"): p.get("containerPort") for p in drv.get("ports") or []}
-    if probe.get("port") != "healthz" or "healthz" not in port_names:
-        fail(w, "csi-driver liveness probe must use the healthz port (served by the livenessprobe sidecar)")
-
-    # The mounter: a container that starts the mount processes so that they live
-    # outside the csi-driver container's cgroup (docs/CSI.md, "Restarts and upgrades").
-    mounters = [c for c in pod.get("containers") or [] if c.get("name") == "mounter"]
-    drv_ep = flag_values(drv, "mounter-endpoint")
-    if not mounter:
-        if mounters:
-            fail(w, "mounter disabled, but the pod has a mounter container")
-        if drv_ep:
-            fail(w, f"mounter disabled, but csi-driver has --mounter-endpoint {drv_ep}")
-    else:
-        mnt = container(w, pod, "mounter")
-        if mnt:
-            msc = mnt.get("securityContext") or {}
-            if msc.get("privileged") is not True:
-                fail(w, "mounter container must be privileged (its FUSE mounts propagate to the host)")
-            if "SYS_ADMIN" not in ((msc.get("capabilities") or {}).get("add") or []):
-                fail(w, "mounter container must add capability SYS_ADMIN")
-            for probe_kind in ("livenessProbe", "startupProbe"):
-                if probe_kind in mnt:
-                    fail(w, f"mounter must have no {probe_kind}: restarting it kills every mount on the node")
-            if mnt.get("image") != drv.get("image"):
-                fail(w, f"mounter image {mnt.get('image')!r} must be the driver's {drv.get('image')!r}")
-            for a in ("--mode=mounter", f"--state-dir={state_dir}", "--cachefs-binary=/usr/local/bin/cachefs"):
-                has_arg(w, mnt, a)
-            if args_of(mnt)[:1] != ["/usr/local/bin/csi-driver"]:
-                fail(w, "mounter must run /usr/local/bin/csi-driver")
-            m_ep = flag_values(mnt, "mounter-endpoint")
-            want_ep = mounter_socket(state_dir)
-            if len(drv_ep) != 1 or len(m_ep) != 1 or drv_ep != m_ep:
-                fail(w, f"csi-driver and mounter must name the same --mounter-endpoint once each "
-                        f"(csi-driver {drv_ep}, mounter {m_ep})")
-            elif drv_ep[0] != want_ep:
-                fail(w, f"--mounter-endpoint must be {want_ep} (in the state dir, which both containers "
-                        f"mount), got {drv_ep[0]}")
-            msm = mount_of(state_dir, "DirectoryOrCreate", mnt)
-            if msm and msm.get("mountPropagation") != "Bidirectional":
-                fail(w, f"mounter must mount the state dir {state_dir} with mountPropagation: Bidirectional "
-                        "(its FUSE mounts must reach the host and csi-driver)")
-            mount_of(cache_root, "DirectoryOrCreate", mnt)
-            mount_of("/dev/fuse", "CharDevice", mnt)
-            lim = lambda c: ((c.get("resources") or {}).get("limits") or {}).get("memory")
-            if lim(mnt) and lim(drv) and quantity(lim(mnt)) <= quantity(lim(drv)):
-                fail(w, f"the mounter runs the mount processes: its memory limit ({lim(mnt)}) must exceed "
-                        f"csi-driver's ({lim(drv)})")
-
-    reg = container(w, pod, "node-driver-registrar")
-    plugin_dir = kubelet_dir.rstrip("/") + f"/plugins/{DRIVER}"
-    has_arg(w, reg, f"--kubelet-registration-path={plugin_dir}/csi.sock")
-    has_arg(w, reg, "--csi-address=/csi/csi.sock")
-    if not any(((v.get("hostPath") or {}).get("path") == plugin_dir) for v in vols.values()):
-        fail(w, f"no hostPath volume for the plugin socket dir {plugin_dir}")
-    if not any(((v.get("hostPath") or {}).get("path") == kubelet_dir.rstrip("/") + "/plugins_registry")
-               for v in vols.values()):
-        fail(w, "no hostPath volume for the kubelet plugins_registry dir")
-    lp = container(w, pod, "liveness-probe")
-    if port_names.get("healthz") and f"--health-port={port_names['healthz']}" not in args_of(lp):
-        fail(w, f"liveness-probe must serve --health-port={port_names['healthz']} (the healthz port)")
-
-
-UNITS = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
-def quantity(q):
-    m = re.fullmatch(r"([0-9.]+)([kMGT]i?|Ki)?", str(q))
-    if not m:
-        fail("resources", f"cannot parse quantity {q!r}")
-        return 0
-    return float(m.group(1)) * UNITS[m.group(2) or ""]
-
-
-def check_controller(where, objs, replicas=2, provisioner_timeout="60s"):
-    d = one(where, objs, "Deployment", "epochfs-controller")
-    if not d:
-        return
-    w = f"{where}: Deployment epochfs-controller"
-    if d["spec"].get("replicas") != replicas:
-        fail(w, f"replicas must be {replicas}, got {d['spec'].get('replicas')}")
-    pod = d["spec"]["template"]["spec"]
-    if pod.get("serviceAccountName") != "epochfs-controller":
-        fail(w, "serviceAccountName must be epochfs-controller")
-    drv = container(w, pod, "csi-driver")
-    has_arg(w, drv, "--mode=controller")
-    if not any(m.get("mountPath") == "/var/lib/epochfs/state" for m in drv.get("volumeMounts") or []):
-        fail(w, "csi-driver needs a writable --state-dir volume (/var/lib/epochfs/state)")
-    has_arg(w, drv, "--state-dir=/var/lib/epochfs/state")
-    prov = container(w, pod, "csi-provisioner")
-    for a in ("--extra-create-metadata", "--leader-election", "--csi-address=/csi/csi.sock",
-              f"--timeout={provisioner_timeout}"):
-        has_arg(w, prov, a)
-
-
-def check_resources(where, objs):
-    for o, spec in pod_specs(objs):
-        for c in containers(spec):
-            r = c.get("resources") or {}
-            if not (r.get("requests") or {}).get("memory") or not (r.get("limits") or {}).get("memory"):
-                fail(f"{where}: {fmt(key(o))} container {c.get('name')}",
-                     "needs memory requests and limits")
-
-
-def check_rbac(where, objs):
-    for o in find(objs, "ClusterRole") + find(objs, "Role"):
-        for r in o.get("rules") or []:
-            if "secrets" in (r.get("resources") or []) or "*" in (r.get("resources") or []) \
-                    or "*" in (r.get("verbs") or []):
-                fail(where, f"{fmt(key(o))} grants {r}: no Secrets access and no wildcards")
-    node = one(where, objs, "ClusterRole", "epochfs-node")
-    if node and node.get("rules") != [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]:
-        fail(where, f"ClusterRole epochfs-node must grant exactly nodes get/patch, got {node.get('rules')}")
-    ctl = one(where, objs, "ClusterRole", "epochfs-controller")
-    if ctl:
-        granted = {res for r in ctl.get("rules") or [] for res in r.get("resources") or []}
-        for res in ("persistentvolumes", "persistentvolumeclaims", "storageclasses", "events"):
-            if res not in granted:
-                fail(where, f"ClusterRole epochfs-controller must grant {res} (csi-provisioner)")
-    le = one(where, objs, "Role", "epochfs-controller-leader-election")
-    if le and not any("leases" in (r.get("resources") or []) for r in le.get("rules") or []):
-        fail(where, "Role epochfs-controller-leader-election must grant leases")
-    for b in find(objs, "ClusterRoleBinding") + find(objs, "RoleBinding"):
-        for s in b.get("subjects") or []:
-            if s.get("kind") == "ServiceAccount" and not s.get("namespace"):
-                fail(where, f"{fmt(key(b))}: ServiceAccount subject {s.get('name')} has no namespace")
-
-
-def check_metrics_service(where, objs, port=9567):
-    s = one(where, objs, "Service", "epochfs-metrics")
-    if not s:
-        return
-    ports = s["spec"].get("ports") or []
-    if [p.get("port") for p in ports] != [port] or ports[0].get("targetPort") != "metrics":
-        fail(where, f"Service epochfs-metrics must expose port {port} -> targetPort metrics")
-    if s["spec"].get("selector") != {"app.kubernetes.io/name": "epochfs", "app.kubernetes.io/component": "node"}:
-        fail(where, "Service epochfs-metrics must select the node plugin pods")
-
-
-def check_install(where, objs, **kw):
-    check_csidriver(where, objs)
-    check_daemonset(where, objs, **{k: v for k, v in kw.items()
-                                    if k in ("kubelet_dir", "state_dir", "cache_root", "update", "mounter")})
-    check_controller(where, objs, **{k: v for k, v in kw.items() if k in ("replicas", "provisioner_timeout")})
-    check_rbac(where, objs)
-    check_resources(where, objs)
-    check_field_names(where, objs)
-    for o in objs:
-        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE:
-            fail(where, f"{fmt(key(o))} must be in namespace {NAMESPACE}")
-
-
-# --- comparisons ----------------------------------------------------------------------
-
-def diff(a, b, path=""):
-    """Human-readable differences between two parsed objects."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b), key=str):
-            if k not in a:
-                out.append(f"{path}.{k}: only in helm")
-            elif k not in b:
-                out.append(f"{path}.{k}: only in kustomize")
-            else:
-                out += diff(a[k], b[k], f"{path}.{k}")
-        return out
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in diff(x, y, f"{path}[{i}]")]
-    return [] if a == b else [f"{path}: kustomize {a!r} != helm {b!r}"]
-
-
-def compare(where, kobjs, hobjs, ignore_kinds=("Namespace",)):
-    k = {key(o): o for o in kobjs if o["kind"] not in ignore_kinds}
-    h = {key(o): o for o in hobjs if o["kind"] not in ignore_kinds}
-    for x in sorted(set(k) - set(h)):
-        fail(where, f"{fmt(x)} is rendered by kustomize but not by helm")
-    for x in sorted(set(h) - set(k)):
-        fail(where, f"{fmt(x)} is rendered by helm but not by kustomize")
-    for x in sorted(set(k) & set(h)):
-        for d in diff(k[x], h[x]):
-            fail(where, f"{fmt(x)} differs: {d}")
-
-
-# --- examples -------------------------------------------------------------------------
-
-def check_examples(where, objs):
-    check_images(where, objs)
-    check_field_names(where, objs)
-    secrets = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in find(objs, "Secret")}
-    for s in secrets.values():
-        data = s.get("stringData") or {}
-        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-            if k not in data:
-                fail(where, f"Secret {s['metadata']['name']} lacks {k}")
-            elif "FAKE" not in str(data[k]):
-                fail(where, f"Secret {s['metadata']['name']} {k} must be an obviously fake placeholder")
-        if s.get("data"):
-            fail(where, f"Secret {s['metadata']['name']}: use stringData placeholders, not data")
-
-    def secret_ref(w, ns, name):
-        if (ns, name) not in secrets:
-            fail(w, f"refers to Secret {ns}/{name}, which the examples do not define")
-
-    scs = find(objs, "StorageClass")
-    if not scs:
-        fail(where, "no StorageClass example")
-    for sc in scs:
-        w = f"{where}: StorageClass {sc['metadata']['name']}"
-        p = sc.get("parameters") or {}
-        if sc.get("provisioner") != DRIVER:
-            fail(w, f"provisioner must be {DRIVER}")
-        if not p.get("source"):
-            fail(w, "parameters.source is required")
-        if not p.get("csi.storage.k8s.io/node-stage-secret-name") or \
-                not p.get("csi.storage.k8s.io/node-stage-secret-namespace"):
-            fail(w, "must reference its S3 credentials as a node-stage secret")
-        else:
-            secret_ref(w, p["csi.storage.k8s.io/node-stage-secret-namespace"],
-                       p["csi.storage.k8s.io/node-stage-secret-name"])
-        for k in p:
-            if k not in ("source", "cacheSize", "manifest", "policy") and not k.startswith("csi.storage.k8s.io/"):
-                fail(w, f"unknown parameter {k!r}")
-    pvs = [pv for pv in find(objs, "PersistentVolume") if (pv["spec"].get("csi") or {}).get("driver") == DRIVER]
-    if not pvs:
-        fail(where, "no static PersistentVolume example")
-    for pv in pvs:
-        w = f"{where}: PersistentVolume {pv['metadata']['name']}"
-        csi = pv["spec"]["csi"]
-        if not csi.get("volumeHandle"):
-            fail(w, "needs csi.volumeHandle")
-        if not (csi.get("volumeAttributes") or {}).get("source"):
-            fail(w, "needs csi.volumeAttributes.source")
-        ref = csi.get("nodeStageSecretRef") or {}
-        if not ref.get("name") or not ref.get("namespace"):
-            fail(w, "needs csi.nodeStageSecretRef name and namespace")
-        else:
-            secret_ref(w, ref["namespace"], ref["name"])
-        if pv["spec"].get("accessModes") != ["ReadOnlyMany"]:
-            fail(w, "accessModes must be [ReadOnlyMany]")
-    pvcs = find(objs, "PersistentVolumeClaim")
-    for pvc in pvcs:
-        modes = set(pvc["spec"].get("accessModes") or [])
-        if modes != {"ReadOnlyMany"}:
-            fail(f"{where}: PersistentVolumeClaim {pvc['metadata']['name']}", "accessModes must be [ReadOnlyMany]")
-    claims = {(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in pvcs}
-    used_pvc = inline = False
-    for o, spec in pod_specs(objs):
-        for v in spec.get("volumes") or []:
-            w = f"{where}: {fmt(key(o))} volume {v.get('name')}"
-            if "persistentVolumeClaim" in v:
-                used_pvc = True
-                if (o["metadata"].get("namespace"), v["persistentVolumeClaim"].get("claimName")) not in claims:
-                    fail(w, "refers to a PVC the examples do not define")
-            if (v.get("csi") or {}).get("driver") == DRIVER:
-                inline = True
-                if v["csi"].get("readOnly") is not True:
-                    fail(w, "inline volume must be readOnly: true")
-                if not (v["csi"].get("volumeAttributes") or {}).get("source"):
-                    fail(w, "inline volume needs volumeAttributes.source")
-                ref = v["csi"].get("nodePublishSecretRef") or {}
-                if not ref.get("name"):
-                    fail(w, "inline volume needs nodePublishSecretRef (S3 credentials)")
-                else:
-                    secret_ref(w, o["metadata"].get("namespace"), ref["name"])
-    if not used_pvc:
-        fail(where, "no pod uses a PVC")
-    if not inline:
-        fail(where, f"no pod uses an inline {DRIVER} volume")
+def has_args(w, c, *want):
+    for a in want:
+        if a not in args_of(c):
+            fail(w, f"container {c.get('name')} lacks argument {a!r} (has {args_of(c)})")
 
 
 def merge(base, over):
@@ -595,142 +180,579 @@ def merge(base, over):
     return over
 
 
-# --- main -----------------------------------------------------------------------------
+# --- images ----------------------------------------------------------------------------
+
+def image_host(ref):
+    """The registry host of an image reference ('' if none), by the distribution rules: the
+    first component is a host only if it has '.' or ':' or is 'localhost'."""
+    first = ref.split("/", 1)[0] if "/" in ref else ""
+    return first if ("." in first or ":" in first or first == "localhost") else ""
+
+
+def want_image(v, registry, repository, tag):
+    """The chart's epochfs.image helper, as the values decide it."""
+    if v["global"]["localImages"]:
+        registry = ""
+    elif v["global"]["imageRegistry"]:
+        registry = v["global"]["imageRegistry"]
+    registry = (registry or "").rstrip("/")
+    return f"{registry + '/' if registry else ''}{repository}:{tag}"
+
+
+def want_images(v):
+    """Container name -> the image the values give it."""
+    driver = want_image(v, v["image"]["registry"], v["image"]["repository"], v["image"]["tag"])
+    side = {k: want_image(v, v["sidecars"]["registry"], s["repository"], s["tag"])
+            for k, s in v["sidecars"].items() if isinstance(s, dict)}
+    return {"csi-driver": driver, "mounter": driver, "job-controller": driver,
+            "node-driver-registrar": driver if v["sidecars"]["builtin"] else side["nodeDriverRegistrar"],
+            "liveness-probe": side["livenessProbe"], "csi-provisioner": side["provisioner"]}
+
+
+def check_images(where, objs):
+    """Every image pinned, from no registry or a known one (kustomize trees and examples)."""
+    for o, pod in pod_specs(objs):
+        for c in containers(pod):
+            img, w = c.get("image") or "", f"{where}: {fmt(key(o))} container {c.get('name')}"
+            ref = img.split("@", 1)[0]
+            tag = ref.rsplit("/", 1)[-1].partition(":")[2]
+            if "@" not in img and tag in ("", "latest"):
+                fail(w, f"image {img!r} is not pinned (empty tag or 'latest')")
+            if image_host(img) and image_host(img) not in KNOWN_REGISTRIES:
+                fail(w, f"image {img!r} names registry {image_host(img)!r}, not one of {sorted(KNOWN_REGISTRIES)}")
+
+
+HOSTLIKE_IMAGE = re.compile(
+    r"(?<![\w.-])([a-z0-9-]+(?:\.[a-z0-9-]+)+(?::[0-9]+)?)/(?:sig-storage|epochfs|kubernetes-csi|pytorch)/")
+IMAGE_KEYS = re.compile(r"^\s*-?\s*(image|registry|imageRegistry|repository|newName)\s*:\s*\"?([^\s\"#]+)")
+
+
+def scan_sources(root):
+    """No registry host other than the known ones in any file of deploy/ or scripts/deploy-check.sh."""
+    paths = [os.path.join(root, "scripts", "deploy-check.sh")]
+    for d, _, files in os.walk(os.path.join(root, "deploy")):
+        paths += [os.path.join(d, f) for f in files]
+    for p in paths:
+        rel = os.path.relpath(p, root)
+        try:
+            text = open(p, encoding="utf-8").read()
+        except (OSError, UnicodeDecodeError) as e:
+            fail(rel, f"cannot read: {e}")
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            hosts = [m.group(1) for m in HOSTLIKE_IMAGE.finditer(line)]
+            m = IMAGE_KEYS.match(line)
+            if m and "{{" not in line:
+                val = m.group(2)
+                hosts.append(val.split("/")[0] if m.group(1).endswith("egistry") and "." in val.split("/")[0]
+                             else image_host(val))
+            for h in hosts:
+                if h and h not in KNOWN_REGISTRIES:
+                    fail(f"{rel}:{n}", f"names registry host {h!r}, not one of {sorted(KNOWN_REGISTRIES)}")
+
+
+# --- the install -----------------------------------------------------------------------
+
+def check_install(where, objs, v):
+    """Everything the driver relies on, with the expectations derived from the values v."""
+    for o in objs:
+        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE:
+            fail(where, f"{fmt(key(o))} must be in namespace {NAMESPACE}")
+    check_csidriver(where, objs, v)
+    check_daemonset(where, objs, v)
+    check_controller(where, objs, v)
+    check_rbac(where, objs)
+    check_security(where, objs)
+    check_scheduling(where, objs, v)
+    check_images(where, objs)
+    images = want_images(v)
+    for o, pod in pod_specs(objs):
+        for c in containers(pod):
+            if c.get("image") != images.get(c.get("name")):
+                fail(f"{where}: {fmt(key(o))} container {c.get('name')}",
+                     f"image {c.get('image')!r}, want {images.get(c.get('name'))!r}")
+            r = c.get("resources") or {}
+            if not (r.get("requests") or {}).get("memory") or not (r.get("limits") or {}).get("memory"):
+                fail(f"{where}: {fmt(key(o))} container {c.get('name')}", "needs memory requests and limits")
+            if c.get("imagePullPolicy") != ("Never" if v["global"]["localImages"] else v["image"]["pullPolicy"]):
+                fail(f"{where}: {fmt(key(o))} container {c.get('name')}",
+                     f"imagePullPolicy {c.get('imagePullPolicy')!r} is not what the values say")
+    s = one(where, objs, "Service", "epochfs-metrics") if v["metrics"]["service"]["create"] else None
+    if s and ([(p.get("port"), p.get("targetPort")) for p in s["spec"]["ports"]] != [(v["metrics"]["port"], "metrics")]
+              or s["spec"].get("selector") != {"app.kubernetes.io/name": "epochfs", "app.kubernetes.io/component": "node"}):
+        fail(where, "Service epochfs-metrics must select the node plugin pods, port metrics.port -> metrics")
+
+
+def check_csidriver(where, objs, v):
+    d = one(where, objs, "CSIDriver", DRIVER)
+    if not d:
+        return
+    want = {"attachRequired": False, "podInfoOnMount": True, "fsGroupPolicy": "None", "requiresRepublish": False,
+            "volumeLifecycleModes": ["Persistent"] + (["Ephemeral"] if v["node"]["inlineVolumes"] else [])}
+    for k, x in want.items():
+        if d["spec"].get(k) != x:
+            fail(where, f"CSIDriver spec.{k} must be {x!r} (node.inlineVolumes={v['node']['inlineVolumes']}), "
+                        f"got {d['spec'].get(k)!r}")
+
+
+def node_args(v, kubelet_dir):
+    """The source-policy and path arguments csi-driver --mode=node must get from the values."""
+    roots, rules = v["node"]["allowedLocalRoots"], v["node"]["networkRules"]
+    return {"mode": ["node"], "endpoint": ["unix:///csi/csi.sock"], "state-dir": [v["stateDir"]],
+            "cache-root": [v["cacheRoot"]], "kubelet-dir": [kubelet_dir],
+            "allowed-local-roots": [",".join(roots)] if roots else [],
+            "network-rules": [",".join(rules)] if rules else [],
+            "allow-node-credentials": [str(v["node"]["allowNodeCredentials"]).lower()],
+            "allow-inline-volumes": [str(v["node"]["inlineVolumes"]).lower()],
+            "max-cache-size": [v["node"]["maxCacheSize"]],
+            "cache-root-budget": [v["node"]["cacheRootBudget"]], "max-mounts": [str(v["node"]["maxMounts"])],
+            "cache-retention": [v["node"]["cacheRetention"]],
+            "metrics-addr": [f"0.0.0.0:{v['metrics']['port']}"], "log-format": [v["logFormat"]],
+            "health-interval": [v["healthInterval"]], "cachefs-binary": ["/usr/local/bin/cachefs"],
+            "mounter-endpoint": [mounter_socket(v)] if v["mounter"]["enabled"] else []}
+
+
+def mounter_socket(v):
+    return "unix://" + v["stateDir"].rstrip("/") + "/mounter.sock"
+
+
+def check_daemonset(where, objs, v):
+    ds = one(where, objs, "DaemonSet", "epochfs-node")
+    if not ds:
+        return
+    w = f"{where}: DaemonSet epochfs-node"
+    pod = ds["spec"]["template"]["spec"]
+    cs = by_name(pod)
+    kubelet = v["kubeletDir"].rstrip("/")
+    plugin_dir = f"{kubelet}/plugins/{DRIVER}"
+    builtin, mounter = v["sidecars"]["builtin"], v["mounter"]["enabled"]
+    roots = v["node"]["allowedLocalRoots"]
+    if pod.get("hostPID") is not True:
+        fail(w, "hostPID must be true (a restarted csi-driver re-adopts mount processes by pid)")
+    if pod.get("serviceAccountName") != "epochfs-node":
+        fail(w, "serviceAccountName must be epochfs-node")
+    if ds["spec"].get("updateStrategy") != v["node"]["updateStrategy"]:
+        fail(w, f"updateStrategy {ds['spec'].get('updateStrategy')} is not node.updateStrategy")
+    if pod.get("terminationGracePeriodSeconds") != v["node"]["terminationGracePeriodSeconds"]:
+        fail(w, "terminationGracePeriodSeconds is not node.terminationGracePeriodSeconds")
+    want_names = {"csi-driver", "node-driver-registrar"} | ({"mounter"} if mounter else set()) \
+        | (set() if builtin else {"liveness-probe"})
+    if set(cs) != want_names:
+        fail(w, f"containers {sorted(cs)}, want {sorted(want_names)}")
+        return
+
+    # hostPaths: exactly these, and each container mounts exactly its own, at the host
+    # path (kubelet and the state files name host paths) unless noted.
+    want_vols = {kubelet: "Directory", plugin_dir: "DirectoryOrCreate", f"{kubelet}/plugins_registry": "Directory",
+                 v["stateDir"]: "DirectoryOrCreate", v["cacheRoot"]: "DirectoryOrCreate", "/dev/fuse": "CharDevice",
+                 **{r: "Directory" for r in roots}}
+    vols = {x["name"]: x.get("hostPath") for x in pod.get("volumes") or []}
+    got_vols = {hp["path"]: hp.get("type") for hp in vols.values() if hp}
+    if got_vols != want_vols or len(vols) != len(want_vols):
+        fail(w, f"hostPath volumes {got_vols}, want exactly {want_vols}")
+    root_mounts = {r: (r, "HostToContainer", True) for r in roots}
+    fuse = {v["stateDir"]: (v["stateDir"], "Bidirectional", None), v["cacheRoot"]: (v["cacheRoot"], None, None),
+            "/dev/fuse": ("/dev/fuse", None, None), **root_mounts}
+    want_mounts = {
+        "csi-driver": {plugin_dir: ("/csi", None, None), kubelet: (kubelet, "Bidirectional", None), **fuse},
+        "mounter": fuse,
+        "node-driver-registrar": {plugin_dir: ("/csi", None, None),
+                                  f"{kubelet}/plugins_registry": ("/registration", None, None)},
+        "liveness-probe": {plugin_dir: ("/csi", None, None)},
+    }
+    for name, c in cs.items():
+        got = {}
+        for m in c.get("volumeMounts") or []:
+            hp = vols.get(m.get("name"))
+            if hp:
+                got[hp["path"]] = (m.get("mountPath"), m.get("mountPropagation"), m.get("readOnly"))
+        if got != want_mounts[name]:
+            fail(w, f"container {name} mounts hostPaths {got}, want exactly {want_mounts[name]}")
+
+    drv = cs["csi-driver"]
+    for f, want in node_args(v, kubelet).items():
+        if flag(drv, f) != want:
+            fail(w, f"csi-driver --{f}: got {flag(drv, f)}, want {want}")
+    has_args(w, drv, "--nodeid=$(NODE_NAME)")
+    if drv.get("resources") != (v["node"] if mounter else v["mounter"])["resources"]:
+        fail(w, "csi-driver resources must be node.resources (mounter.resources without the mounter)")
+    probe_port = (drv.get("livenessProbe") or {}).get("httpGet", {}).get("port")
+    ports = {p["name"]: p["containerPort"] for p in drv.get("ports") or []}
+    if builtin:
+        if probe_port != "metrics" or ports.get("metrics") != v["metrics"]["port"]:
+            fail(w, "builtin sidecars: csi-driver's liveness probe must be its own /healthz on the metrics port")
+    else:
+        lp = cs["liveness-probe"]
+        if probe_port != "healthz" or flag(lp, "health-port") != [str(ports.get("healthz"))] \
+                or ports.get("healthz") != v["sidecars"]["livenessProbe"]["healthPort"]:
+            fail(w, "upstream sidecars: csi-driver's liveness probe must use the livenessprobe sidecar's port")
+
+    if mounter:
+        mnt = cs["mounter"]
+        for probe in ("livenessProbe", "startupProbe"):
+            if probe in mnt:
+                fail(w, f"mounter must have no {probe}: restarting it kills every mount on the node")
+        if args_of(mnt)[:1] != [DRIVER_BIN]:
+            fail(w, "mounter must run csi-driver")
+        for f, want in {"mode": ["mounter"], "mounter-endpoint": [mounter_socket(v)], "state-dir": [v["stateDir"]],
+                        "log-format": [v["logFormat"]]}.items():
+            if flag(mnt, f) != want:
+                fail(w, f"mounter --{f}: got {flag(mnt, f)}, want {want}")
+        if mnt.get("resources") != v["mounter"]["resources"]:
+            fail(w, "mounter resources must be mounter.resources")
+
+    reg = cs["node-driver-registrar"]
+    health = v["sidecars"]["nodeDriverRegistrar"]["healthPort"]
+    if builtin:
+        if args_of(reg)[:1] != [DRIVER_BIN]:
+            fail(w, "builtin registrar must run csi-driver")
+        want = {"mode": ["registrar"], "endpoint": ["unix:///csi/csi.sock"],
+                "kubelet-registration-path": [f"{plugin_dir}/csi.sock"],
+                "plugin-registration-dir": ["/registration"], "metrics-addr": [f":{health}"]}
+    else:
+        want = {"csi-address": ["/csi/csi.sock"], "kubelet-registration-path": [f"{plugin_dir}/csi.sock"],
+                "http-endpoint": [f":{health}"]}
+    for f, x in want.items():
+        if flag(reg, f) != x:
+            fail(w, f"node-driver-registrar --{f}: got {flag(reg, f)}, want {x}")
+    if (reg.get("livenessProbe") or {}).get("httpGet", {}).get("port") != "registrar" or \
+            {p["name"]: p["containerPort"] for p in reg.get("ports") or []}.get("registrar") != health:
+        fail(w, "node-driver-registrar's liveness probe must use its registrar port (healthPort)")
+
+
+def check_controller(where, objs, v):
+    ctl = find(objs, "Deployment", "epochfs-controller")
+    names = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    ctl_objs = {("Deployment", "epochfs-controller"), ("ServiceAccount", "epochfs-controller"),
+                ("ClusterRole", "epochfs-controller"), ("ClusterRoleBinding", "epochfs-controller"),
+                ("Role", "epochfs-controller-leader-election"), ("RoleBinding", "epochfs-controller-leader-election")}
+    if not v["controller"]["enabled"]:
+        if names & ctl_objs:
+            fail(where, f"controller.enabled=false renders {sorted(names & ctl_objs)}")
+        return
+    if ctl_objs - names:
+        fail(where, f"controller.enabled=true lacks {sorted(ctl_objs - names)}")
+    if not ctl:
+        return
+    d, w = ctl[0], f"{where}: Deployment epochfs-controller"
+    if d["spec"].get("replicas") != v["controller"]["replicas"]:
+        fail(w, "replicas is not controller.replicas")
+    pod = d["spec"]["template"]["spec"]
+    cs = by_name(pod)
+    want = {"csi-driver", "csi-provisioner"} | (set() if v["sidecars"]["builtin"] else {"liveness-probe"})
+    if set(cs) != want or pod.get("serviceAccountName") != "epochfs-controller":
+        fail(w, f"containers {sorted(cs)} (want {sorted(want)}), serviceAccountName epochfs-controller")
+        return
+    drv, prov = cs["csi-driver"], cs["csi-provisioner"]
+    roots, rules = v["node"]["allowedLocalRoots"], v["node"]["networkRules"]
+    for f, x in {"mode": ["controller"], "state-dir": ["/var/lib/epochfs/state"],
+                 "kubelet-dir": [v["kubeletDir"].rstrip("/")], "cache-root": [v["cacheRoot"]],
+                 "max-cache-size": [v["node"]["maxCacheSize"]],
+                 "allowed-local-roots": [",".join(roots)] if roots else [],
+                 "network-rules": [",".join(rules)] if rules else []}.items():
+        if flag(drv, f) != x:
+            fail(w, f"csi-driver --{f}: got {flag(drv, f)}, want {x}")
+    if not any(m.get("mountPath") == "/var/lib/epochfs/state" for m in drv.get("volumeMounts") or []):
+        fail(w, "csi-driver needs a writable --state-dir volume")
+    has_args(w, prov, "--csi-address=/csi/csi.sock", "--extra-create-metadata", "--leader-election",
+             f"--timeout={v['sidecars']['provisioner']['timeout']}")
+    port = (drv.get("livenessProbe") or {}).get("httpGet", {}).get("port")
+    if port != ("metrics" if v["sidecars"]["builtin"] else "healthz"):
+        fail(w, f"csi-driver's liveness probe port {port!r} does not follow sidecars.builtin")
+
+
+def check_rbac(where, objs):
+    for o in find(objs, "ClusterRole") + find(objs, "Role"):
+        for r in o.get("rules") or []:
+            if {"secrets", "*"} & set(r.get("resources") or []) or "*" in (r.get("verbs") or []) \
+                    or "*" in (r.get("apiGroups") or []):
+                fail(where, f"{fmt(key(o))} grants {r}: no Secrets access and no wildcards")
+    node = one(where, objs, "ClusterRole", "epochfs-node")
+    if node and node.get("rules") != [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]:
+        fail(where, f"ClusterRole epochfs-node must grant exactly nodes get/patch, got {node.get('rules')}")
+    for ctl in find(objs, "ClusterRole", "epochfs-controller"):
+        granted = {res for r in ctl.get("rules") or [] for res in r.get("resources") or []}
+        if granted - {"persistentvolumes", "persistentvolumeclaims", "storageclasses", "events"}:
+            fail(where, f"ClusterRole epochfs-controller grants more than csi-provisioner needs: {sorted(granted)}")
+    for le in find(objs, "Role", "epochfs-controller-leader-election"):
+        if {res for r in le.get("rules") or [] for res in r.get("resources") or []} != {"leases"}:
+            fail(where, "Role epochfs-controller-leader-election must grant leases only")
+    for b in find(objs, "ClusterRoleBinding") + find(objs, "RoleBinding"):
+        for s in b.get("subjects") or []:
+            if s.get("kind") != "ServiceAccount" or s.get("namespace") != NAMESPACE:
+                fail(where, f"{fmt(key(b))}: subject {s} must be a ServiceAccount of {NAMESPACE}")
+
+
+# The only containers that may be privileged, add capabilities, or mount with
+# Bidirectional propagation: they make FUSE mounts that must reach the host.
+PRIVILEGED = {("DaemonSet", "epochfs-node", "csi-driver"), ("DaemonSet", "epochfs-node", "mounter")}
+
+
+def check_security(where, objs):
+    for o, pod in pod_specs(objs):
+        if o["kind"] != "DaemonSet" and (pod.get("hostPID") or pod.get("hostNetwork") or pod.get("hostIPC")
+                                         or any("hostPath" in x for x in pod.get("volumes") or [])):
+            fail(where, f"{fmt(key(o))}: only the node plugin may use hostPID/hostNetwork/hostIPC/hostPath")
+        for c in containers(pod):
+            sc = c.get("securityContext") or {}
+            if (o["kind"], o["metadata"]["name"], c.get("name")) in PRIVILEGED:
+                if sc.get("privileged") is not True:
+                    fail(where, f"{fmt(key(o))} container {c['name']} must be privileged (FUSE mounts, propagation)")
+                continue
+            if sc.get("privileged") or (sc.get("capabilities") or {}).get("add") or \
+                    any(m.get("mountPropagation") == "Bidirectional" for m in c.get("volumeMounts") or []):
+                fail(where, f"{fmt(key(o))} container {c.get('name')} must not be privileged, add capabilities "
+                            "or mount Bidirectional")
+            if args_of(c)[:1] in ([DRIVER_BIN], ["/usr/local/bin/job-controller"]) and not (
+                    sc.get("allowPrivilegeEscalation") is False and
+                    (sc.get("capabilities") or {}).get("drop") == ["ALL"]):
+                fail(where, f"{fmt(key(o))} container {c.get('name')} must drop ALL capabilities and "
+                            "allowPrivilegeEscalation: false")
+
+
+WORKLOADS = [("DaemonSet", "epochfs-node", "node"), ("Deployment", "epochfs-controller", "controller"),
+             ("Deployment", "epochfs-job-controller", "jobController")]
+
+
+def check_scheduling(where, objs, v):
+    """Each workload's scheduling values, pod annotations and ServiceAccount annotations reach it."""
+    for kind, name, section in WORKLOADS:
+        vs = v[section]
+        for o in find(objs, kind, name):
+            pod, w = o["spec"]["template"]["spec"], f"{where}: {kind} {name}"
+            got = {"nodeSelector": pod.get("nodeSelector") or {}, "tolerations": pod.get("tolerations") or [],
+                   "affinity": pod.get("affinity") or {}, "priorityClassName": pod.get("priorityClassName") or "",
+                   "podAnnotations": o["spec"]["template"]["metadata"].get("annotations") or {},
+                   "imagePullSecrets": pod.get("imagePullSecrets") or []}
+            want = {k: vs[k] for k in got if k in vs}
+            want["imagePullSecrets"] = v["imagePullSecrets"]
+            for k in want:
+                if got[k] != want[k]:
+                    fail(w, f"{k}: got {got[k]!r}, want {want[k]!r} ({section}.{k})")
+            if section == "jobController":
+                jc = by_name(pod).get("job-controller", {})
+                if jc.get("resources") != vs["resources"]:
+                    fail(w, "job-controller resources are not jobController.resources")
+                for f, value in (("allowed-local-roots", "allowedLocalRoots"), ("network-rules", "networkRules")):
+                    want_f = v["node"][value]
+                    if flag(jc, f) != ([",".join(want_f)] if want_f else []):
+                        fail(w, f"job-controller --{f} {flag(jc, f)} is not the nodes' ({want_f})")
+            if section == "controller" and by_name(pod).get("csi-driver", {}).get("resources") != vs["resources"]:
+                fail(w, "csi-driver resources are not controller.resources")
+            for sa in find(objs, "ServiceAccount", pod.get("serviceAccountName")):
+                if (sa["metadata"].get("annotations") or {}) != vs["serviceAccount"]["annotations"]:
+                    fail(w, f"ServiceAccount {sa['metadata']['name']} annotations are not {section}.serviceAccount.annotations")
+            if not find(objs, "ServiceAccount", pod.get("serviceAccountName")):
+                fail(w, f"its ServiceAccount {pod.get('serviceAccountName')} is not rendered")
+
+
+# --- comparisons ------------------------------------------------------------------------
+
+def diff(a, b, path=""):
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in ([f"{path}.{k}: only in the second"] if k not in a else
+                          [f"{path}.{k}: only in the first"] if k not in b else diff(a[k], b[k], f"{path}.{k}"))]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in diff(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def compare(where, first, second, ignore_kinds=("Namespace",)):
+    a = {key(o): o for o in first if o["kind"] not in ignore_kinds}
+    b = {key(o): o for o in second if o["kind"] not in ignore_kinds}
+    for x in sorted(set(a) ^ set(b)):
+        fail(where, f"{fmt(x)} is rendered by only {'the first' if x in a else 'the second'}")
+    for x in sorted(set(a) & set(b)):
+        for d in diff(a[x], b[x]):
+            fail(where, f"{fmt(x)} differs: {d}")
+
+
+# --- examples ---------------------------------------------------------------------------
+
+def check_examples(where, objs):
+    check_images(where, objs)
+    secrets = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in find(objs, "Secret")}
+    for s in secrets.values():
+        data = s.get("stringData") or {}
+        if s.get("data") or any("FAKE" not in str(data.get(k, "")) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")):
+            fail(where, f"Secret {s['metadata']['name']}: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY must be "
+                        "obviously fake stringData placeholders")
+
+    def secret_ref(w, ns, name):
+        if (ns, name) not in secrets:
+            fail(w, f"refers to Secret {ns}/{name}, which the examples do not define")
+
+    for sc in find(objs, "StorageClass") or fail(where, "no StorageClass example") or []:
+        w, p = f"{where}: StorageClass {sc['metadata']['name']}", sc.get("parameters") or {}
+        if sc.get("provisioner") != DRIVER or not p.get("source"):
+            fail(w, f"needs provisioner {DRIVER} and parameters.source")
+        secret_ref(w, p.get("csi.storage.k8s.io/node-stage-secret-namespace"),
+                   p.get("csi.storage.k8s.io/node-stage-secret-name"))
+        for k in p:
+            if k not in ("source", "cacheSize", "manifest", "policy") and not k.startswith("csi.storage.k8s.io/"):
+                fail(w, f"unknown parameter {k!r}")
+    pvs = [pv for pv in find(objs, "PersistentVolume") if (pv["spec"].get("csi") or {}).get("driver") == DRIVER]
+    for pv in pvs or fail(where, "no static PersistentVolume example") or []:
+        w, csi = f"{where}: PersistentVolume {pv['metadata']['name']}", pv["spec"]["csi"]
+        if not csi.get("volumeHandle") or not (csi.get("volumeAttributes") or {}).get("source") \
+                or pv["spec"].get("accessModes") != ["ReadOnlyMany"]:
+            fail(w, "needs volumeHandle, volumeAttributes.source and accessModes [ReadOnlyMany]")
+        ref = csi.get("nodeStageSecretRef") or {}
+        secret_ref(w, ref.get("namespace"), ref.get("name"))
+    for pvc in find(objs, "PersistentVolumeClaim"):
+        if pvc["spec"].get("accessModes") != ["ReadOnlyMany"]:
+            fail(f"{where}: PersistentVolumeClaim {pvc['metadata']['name']}", "accessModes must be [ReadOnlyMany]")
+    claims = {(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in find(objs, "PersistentVolumeClaim")}
+    used_pvc = inline = False
+    for o, pod in pod_specs(objs):
+        for vol in pod.get("volumes") or []:
+            w = f"{where}: {fmt(key(o))} volume {vol.get('name')}"
+            if "persistentVolumeClaim" in vol:
+                used_pvc = True
+                if (o["metadata"].get("namespace"), vol["persistentVolumeClaim"].get("claimName")) not in claims:
+                    fail(w, "refers to a PVC the examples do not define")
+            if (vol.get("csi") or {}).get("driver") == DRIVER:
+                inline, csi = True, vol["csi"]
+                if csi.get("readOnly") is not True or not (csi.get("volumeAttributes") or {}).get("source"):
+                    fail(w, "inline volume must be readOnly: true with volumeAttributes.source")
+                secret_ref(w, o["metadata"].get("namespace"), (csi.get("nodePublishSecretRef") or {}).get("name"))
+    if not used_pvc or not inline:
+        fail(where, f"the examples need a pod using a PVC and a pod using an inline {DRIVER} volume")
+
+
+# --- docs ------------------------------------------------------------------------------
+
+# Values documented as a whole (their keys are the Kubernetes API's, not the chart's).
+WHOLE = {"resources", "nodeSelector", "affinity", "podAnnotations", "annotations", "updateStrategy"}
+
+
+def value_paths(v, prefix=""):
+    for k, x in v.items():
+        if isinstance(x, dict) and x and k not in WHOLE:
+            yield from value_paths(x, f"{prefix}{k}.")
+        else:
+            yield prefix + k
+
+
+def check_values_documented(root, defaults):
+    """Every value of values.yaml has a row in deploy/README.md's "Chart values" table; rows
+    may abbreviate siblings: `a.b.c` / `.d` documents a.b.c and a.b.d."""
+    text = open(os.path.join(root, "deploy", "README.md"), encoding="utf-8").read()
+    table = text.split("## Chart values", 1)[-1].split("\n## ", 1)[0]
+    documented = set()
+    for row in table.splitlines():
+        if not row.startswith("| `"):
+            continue
+        first = None
+        for name in re.findall(r"`([^`]+)`", row.split("|")[1]):
+            if name.startswith(".") and first:
+                documented.add(first.rsplit(".", 1)[0] + name)
+            else:
+                first = name
+                documented.add(name)
+    for path in value_paths(defaults):
+        if path not in documented:
+            fail("deploy/README.md", f"value {path} is not in the \"Chart values\" table")
+
+
+# --- main ------------------------------------------------------------------------------
+
+def helm_template(helm, chart, values_file=None, sets=()):
+    args = [helm, "template", "epochfs", chart, "--namespace", NAMESPACE]
+    if values_file:
+        args += ["-f", values_file]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True)
+
 
 def main():
     render_dir, values_file, root = sys.argv[1:4]
-    r = lambda n: load(os.path.join(render_dir, n))
-    base, examples, prod = r("kustomize-base.yaml"), r("kustomize-examples.yaml"), r("kustomize-production.yaml")
-    hdef, htest, hnomnt = r("helm-default.yaml"), r("helm-test.yaml"), r("helm-nomounter.yaml")
-    # What the chart sees: its values.yaml merged with the test values (maps merge
-    # key by key, anything else is replaced, as in helm).
-    with open(os.path.join(root, "deploy", "helm", "epochfs", "values.yaml")) as f:
+    helm = os.environ.get("HELM") or sys.exit("check.py: set HELM to the helm binary")
+    chart = os.path.join(root, "deploy", "helm", "epochfs")
+    with open(os.path.join(chart, "values.yaml")) as f:
         defaults = yaml.safe_load(f)
     with open(values_file) as f:
-        tv = merge(defaults, yaml.safe_load(f))
+        test_values = yaml.safe_load(f)
+    if defaults["node"]["updateStrategy"] != {"type": "OnDelete"} and defaults["mounter"]["enabled"]:
+        fail("values.yaml", "the mount processes live in the node pod: node.updateStrategy must default to OnDelete")
 
-    # Every rendering: images pinned, no registry host.
-    for name, objs in (("kustomize base", base), ("kustomize production overlay", prod),
-                       ("helm default values", hdef)):
-        check_images(name, objs)
+    r = lambda n: parse(n, open(os.path.join(render_dir, n)).read())
+    base, examples, prod = r("kustomize-base.yaml"), r("kustomize-examples.yaml"), r("kustomize-production.yaml")
+    jobctl = r("kustomize-job-controller.yaml")
+    renders, n = {}, len(base) + len(examples) + len(prod) + len(jobctl)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, over in VARIANTS.items():
+            over = test_values if over == "@test" else over
+            vf = os.path.join(tmp, "values.yaml")
+            with open(vf, "w") as f:
+                json.dump(over, f)
+            res = helm_template(helm, chart, vf)
+            if res.returncode != 0:
+                fail(name, f"helm template failed:\n{res.stderr}")
+                continue
+            renders[name] = parse(name, res.stdout)
+            n += len(renders[name])
+            check_install(name, renders[name], merge(defaults, over))
+    for sets, msg in REFUSALS:
+        res = helm_template(helm, chart, sets=sets)
+        if res.returncode == 0:
+            fail("refusals", f"the chart renders --set {' '.join(sets)}; it must refuse it")
+        elif msg not in res.stderr:
+            fail("refusals", f"--set {' '.join(sets)} is refused, but the message lacks {msg!r}:\n{res.stderr}")
 
-    # The base, the overlay and the default chart: the same driver install.
-    check_install("kustomize base", base)
-    check_metrics_service("kustomize base", base)
+    # The kustomize trees are the chart's defaults (the base) and the chart with
+    # dynamic provisioning (the production overlay), object for object.
     one("kustomize base", base, "Namespace", NAMESPACE)
-    check_install("helm default values", hdef)
-    check_metrics_service("helm default values", hdef)
-    check_install("kustomize production overlay", prod, update="OnDelete")
-
-    # mounter.enabled=false: the default rendering without the mounter container
-    # and --mounter-endpoint, the mount processes' resources back on csi-driver.
-    w = "helm mounter.enabled=false"
-    check_install(w, hnomnt, mounter=False)
-    expect = copy.deepcopy(hdef)
-    for o in expect:
-        if o["kind"] == "DaemonSet":
+    check_images("kustomize production overlay", prod)
+    if "helm default values" in renders:
+        compare("kustomize base vs helm default values", base, renders["helm default values"])
+    if "helm controller.enabled=true" in renders:
+        compare("kustomize production overlay vs helm controller.enabled=true", prod,
+                renders["helm controller.enabled=true"])
+    if "helm jobController.enabled=true" in renders:
+        compare("kustomize base + job-controller vs helm jobController.enabled=true", base + jobctl,
+                renders["helm jobController.enabled=true"])
+    # mounter.enabled=false: the defaults minus the mounter container and
+    # --mounter-endpoint, with the mount processes' resources on csi-driver.
+    if "helm default values" in renders and "helm mounter.enabled=false" in renders:
+        expect = copy.deepcopy(renders["helm default values"])
+        for o in find(expect, "DaemonSet"):
             pod = o["spec"]["template"]["spec"]
-            pod["containers"] = [c for c in pod["containers"] if c.get("name") != "mounter"]
-            for c in pod["containers"]:
-                if c.get("name") == "csi-driver":
-                    c["args"] = [a for a in c["args"] if not a.startswith("--mounter-endpoint=")]
-                    c["resources"] = defaults["mounter"]["resources"]
-    compare(f"{w} vs default values without the mounter", expect, hnomnt)
-
-    # Same objects, field for field: helm (defaults) == kustomize base, except the
-    # Namespace, which `helm install --create-namespace` makes.
-    compare("kustomize base vs helm default values", base, hdef)
-    # The overlay changes only the DaemonSet's updateStrategy.
-    expect = copy.deepcopy(base)
-    for o in expect:
-        if o["kind"] == "DaemonSet":
-            o["spec"]["updateStrategy"] = {"type": "OnDelete"}
-    compare("kustomize production overlay vs base + OnDelete", expect, prod, ignore_kinds=())
-
-    # The chart with every option set (values-test.yaml).
-    w = "helm test values"
-    reg = tv["image"]["registry"].rstrip("/") + "/"
-    sreg = tv["sidecars"]["registry"].rstrip("/") + "/"
-    check_images(w, htest, prefix=lambda c: reg + tv["image"]["repository"] + ":" + tv["image"]["tag"]
-                 if c["name"] in ("csi-driver", "mounter") else sreg + "sig-storage/")
-    check_install(w, htest, kubelet_dir=tv["kubeletDir"].rstrip("/"), state_dir=tv["stateDir"],
-                  cache_root=tv["cacheRoot"], update=tv["node"]["updateStrategy"]["type"],
-                  replicas=tv["controller"]["replicas"], provisioner_timeout=tv["sidecars"]["provisioner"]["timeout"],
-                  mounter=tv["mounter"]["enabled"])
-    check_metrics_service(w, htest, port=tv["metrics"]["port"])
-    compare("kustomize base vs helm test values (kinds/names)",
-            [{"kind": o["kind"], "metadata": {"name": o["metadata"]["name"],
-                                              "namespace": o["metadata"].get("namespace")}} for o in base],
-            [{"kind": o["kind"], "metadata": {"name": o["metadata"]["name"],
-                                              "namespace": o["metadata"].get("namespace")}} for o in htest],
-            ignore_kinds=("Namespace", "StorageClass"))
-    ds = one(w, htest, "DaemonSet", "epochfs-node")
-    if ds:
-        pod = ds["spec"]["template"]["spec"]
-        drv = container(w, pod, "csi-driver")
-        for a in (f"--log-format={tv['logFormat']}", f"--health-interval={tv['healthInterval']}",
-                  f"--metrics-addr=0.0.0.0:{tv['metrics']['port']}"):
-            has_arg(w, drv, a)
-        checks = {
-            "nodeSelector": (pod.get("nodeSelector"), tv["node"]["nodeSelector"]),
-            "tolerations": (pod.get("tolerations"), tv["node"]["tolerations"]),
-            "affinity": (pod.get("affinity"), tv["node"]["affinity"]),
-            "priorityClassName": (pod.get("priorityClassName"), tv["node"]["priorityClassName"]),
-            "csi-driver resources": (drv.get("resources"),
-                                     tv["node"]["resources"] if tv["mounter"]["enabled"] else tv["mounter"]["resources"]),
-            "imagePullSecrets": (pod.get("imagePullSecrets"), tv["imagePullSecrets"]),
-            "imagePullPolicy": (drv.get("imagePullPolicy"), tv["image"]["pullPolicy"]),
-            "terminationGracePeriodSeconds": (pod.get("terminationGracePeriodSeconds"),
-                                              tv["node"]["terminationGracePeriodSeconds"]),
-            "pod annotations": (ds["spec"]["template"]["metadata"].get("annotations"), tv["node"]["podAnnotations"]),
-        }
-        for what, (got, want) in checks.items():
-            if got != want:
-                fail(w, f"DaemonSet {what}: got {got!r}, want {want!r}")
-        if tv["mounter"]["enabled"]:
-            mnt = container(w, pod, "mounter")
-            if mnt.get("resources") != tv["mounter"]["resources"]:
-                fail(w, f"DaemonSet mounter resources: got {mnt.get('resources')!r}, want {tv['mounter']['resources']!r}")
-            for a in (f"--log-format={tv['logFormat']}", f"--state-dir={tv['stateDir']}"):
-                has_arg(w, mnt, a)
-            if mnt.get("imagePullPolicy") != tv["image"]["pullPolicy"]:
-                fail(w, "DaemonSet mounter imagePullPolicy not applied")
-        lp = container(w, pod, "liveness-probe")
-        has_arg(w, lp, f"--health-port={tv['healthPort']}")
-        reg_c = container(w, pod, "node-driver-registrar")
-        has_arg(w, reg_c, f"--http-endpoint=:{tv['sidecars']['nodeDriverRegistrar']['healthPort']}")
-    dep = one(w, htest, "Deployment", "epochfs-controller")
-    if dep:
-        pod = dep["spec"]["template"]["spec"]
-        if pod.get("nodeSelector") != tv["controller"]["nodeSelector"]:
-            fail(w, "Deployment nodeSelector not applied")
-        if "tolerations" in pod or "priorityClassName" in pod:
-            fail(w, "Deployment: empty tolerations / priorityClassName must render nothing")
-        if container(w, pod, "csi-driver").get("resources") != tv["controller"]["resources"]:
-            fail(w, "Deployment csi-driver resources not applied")
-    sc = one(w, htest, "StorageClass", tv["storageClass"]["name"])
+            pod["containers"] = [c for c in pod["containers"] if c["name"] != "mounter"]
+            drv = by_name(pod)["csi-driver"]
+            drv["args"] = [a for a in drv["args"] if not a.startswith("--mounter-endpoint=")]
+            drv["resources"] = defaults["mounter"]["resources"]
+        compare("helm default values without the mounter vs helm mounter.enabled=false",
+                expect, renders["helm mounter.enabled=false"])
+    # What the e2e installs pulls nothing: the driver image under its local name only.
+    for o, pod in pod_specs(renders.get("helm local images", [])):
+        for c in containers(pod):
+            if c.get("image") != "epochfs/epochfs:v0.0.0-e2e":
+                fail("helm local images", f"{fmt(key(o))} container {c['name']} image {c.get('image')!r}")
+    sc = one("helm test values", renders.get("helm test values", []), "StorageClass", test_values["storageClass"]["name"])
     if sc:
-        want = {k: v for k, v in tv["storageClass"]["parameters"].items() if v}
-        want["csi.storage.k8s.io/node-stage-secret-name"] = tv["storageClass"]["nodeStageSecret"]["name"]
-        want["csi.storage.k8s.io/node-stage-secret-namespace"] = tv["storageClass"]["nodeStageSecret"]["namespace"]
-        if sc.get("parameters") != want:
-            fail(w, f"StorageClass parameters: got {sc.get('parameters')}, want {want}")
-        if sc.get("provisioner") != DRIVER or sc.get("reclaimPolicy") != tv["storageClass"]["reclaimPolicy"] \
-                or sc.get("volumeBindingMode") != tv["storageClass"]["volumeBindingMode"]:
-            fail(w, "StorageClass provisioner/reclaimPolicy/volumeBindingMode not as configured")
-        if (sc["metadata"].get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") != "true":
-            fail(w, "StorageClass isDefault not applied")
+        tv = merge(defaults, test_values)["storageClass"]
+        want = {k: x for k, x in tv["parameters"].items() if x}
+        want.update({"csi.storage.k8s.io/node-stage-secret-name": tv["nodeStageSecret"]["name"],
+                     "csi.storage.k8s.io/node-stage-secret-namespace": tv["nodeStageSecret"]["namespace"]})
+        if sc.get("parameters") != want or sc.get("provisioner") != DRIVER \
+                or sc.get("reclaimPolicy") != tv["reclaimPolicy"] or sc.get("volumeBindingMode") != tv["volumeBindingMode"] \
+                or (sc["metadata"].get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") != "true":
+            fail("helm test values", f"StorageClass is not as storageClass.* says: {sc}")
 
     check_examples("kustomize examples", examples)
     scan_sources(root)
+    check_values_documented(root, defaults)
 
     if failures:
         print(f"deploy-check: {len(failures)} problem(s):", file=sys.stderr)
         for f in failures:
             print(f"  FAIL {f}", file=sys.stderr)
         return 1
-    n = sum(len(x) for x in (base, examples, prod, hdef, htest, hnomnt))
-    print(f"deploy-check: checks passed ({n} objects in 6 renderings)")
+    print(f"deploy-check: checks passed ({n} objects in {4 + len(renders)} renderings, "
+          f"{len(REFUSALS)} bad value sets refused)")
     return 0
 
 
