@@ -10,8 +10,9 @@ import (
 	"github.com/epochfs/epochfs/pkg/metrics"
 )
 
-// serveMetrics serves the driver's own metrics. Each dataset mount process
-// serves its cache metrics itself.
+// serveMetrics serves the driver's own metrics and, in node mode, every
+// dataset mount's cachefs_* metrics (asked of each mount over its control
+// socket at scrape time, labelled dataset_key and dataset_id).
 func serveMetrics(ctx context.Context, addr string, d *csi.Driver) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -23,6 +24,12 @@ func serveMetrics(ctx context.Context, addr string, d *csi.Driver) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "epochfs_csi_mount_repairs_total", Help: "Dead dataset mounts restarted and re-bound."},
 			func() float64 { return float64(d.NodeStats().Repairs) }),
 	)
-	_, err := metrics.Serve(ctx, addr, reg)
+	var g prometheus.Gatherer = reg
+	if mounts, failed := d.MountMetrics(); mounts != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "epochfs_csi_mount_scrape_errors_total", Help: "Dataset mounts that did not answer a metrics scrape in time (left out of it)."},
+			func() float64 { return float64(failed()) }))
+		g = prometheus.Gatherers{reg, mounts}
+	}
+	_, err := metrics.Serve(ctx, addr, g)
 	return err
 }

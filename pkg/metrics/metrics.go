@@ -100,10 +100,11 @@ func NewRegistry(stats func() cache.Stats, src backend.Backend) (*prometheus.Reg
 	return reg, b
 }
 
-// Serve serves reg at http://addr/metrics until ctx is done. It returns once
-// the listener is bound (so a bad address fails fast) and reports the bound
-// address (useful with port 0).
-func Serve(ctx context.Context, addr string, reg *prometheus.Registry) (string, error) {
+// Serve serves reg (a Registry, or several as prometheus.Gatherers) at
+// http://addr/metrics until ctx is done. It returns once the listener is
+// bound (so a bad address fails fast) and reports the bound address (useful
+// with port 0).
+func Serve(ctx context.Context, addr string, reg prometheus.Gatherer) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("metrics: listen %s: %w", addr, err)

@@ -26,10 +26,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
@@ -40,7 +45,12 @@ import (
 const ControlSocketName = "control.sock"
 
 // Control operations.
-const OpPrefetch = "prefetch"
+const (
+	OpPrefetch = "prefetch"
+	// OpMetrics asks for the mount's Prometheus metrics: one EventMetrics
+	// event carrying them in the text exposition format.
+	OpMetrics = "metrics"
+)
 
 // Event types of ControlEvent.
 const (
@@ -48,6 +58,7 @@ const (
 	EventProgress = "progress"
 	EventSummary  = "summary"
 	EventError    = "error"
+	EventMetrics  = "metrics"
 )
 
 const (
@@ -87,6 +98,7 @@ type ControlEvent struct {
 	Progress *prefetch.Progress `json:"progress,omitempty"`
 	Summary  *prefetch.Summary  `json:"summary,omitempty"`
 	Error    string             `json:"error,omitempty"`
+	Metrics  string             `json:"metrics,omitempty"` // EventMetrics: text exposition format
 }
 
 // PrefetchStarted describes the prefetch a mount runs for a client.
@@ -220,9 +232,33 @@ func (c *controlServer) serve(conn *net.UnixConn) {
 	switch req.Op {
 	case OpPrefetch:
 		c.prefetch(conn, req, send, fail)
+	case OpMetrics:
+		c.metrics(send, fail)
 	default:
-		fail("control: unknown op %q (want %q)", req.Op, OpPrefetch)
+		fail("control: unknown op %q (want %q or %q)", req.Op, OpPrefetch, OpMetrics)
 	}
+}
+
+// metrics sends the mount's metrics (its registry, as /metrics serves it)
+// in the text exposition format; a prefetch in progress does not delay it.
+func (c *controlServer) metrics(send func(ControlEvent) error, fail func(string, ...any)) {
+	if c.m.registry == nil {
+		fail("control: this mount has no metrics")
+		return
+	}
+	mfs, err := c.m.registry.Gather()
+	if err != nil {
+		fail("control: gather metrics: %v", err)
+		return
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			fail("control: encode metrics: %v", err)
+			return
+		}
+	}
+	_ = send(ControlEvent{Type: EventMetrics, Metrics: b.String()})
 }
 
 func (c *controlServer) prefetch(conn *net.UnixConn, req ControlRequest, send func(ControlEvent) error, fail func(string, ...any)) {
@@ -390,4 +426,58 @@ func RemotePrefetch(ctx context.Context, cacheDir string, req ControlRequest, on
 		return prefetch.Summary{}, fmt.Errorf("mount: control socket %s: interrupted, and the mount sent no summary: %w", path, err)
 	}
 	return prefetch.Summary{}, fmt.Errorf("mount: control socket %s: the mount hung up before the summary: %w", path, err)
+}
+
+// RemoteMetrics asks the mount serving cacheDir's control socket for its
+// metrics (OpMetrics), parsed by family name. ctx bounds the whole exchange.
+// ErrNoControl when no mount listens there.
+func RemoteMetrics(ctx context.Context, cacheDir string) (map[string]*dto.MetricFamily, error) {
+	path := ControlSocket(cacheDir)
+	addr, done, err := sockAddr(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrNoControl, path, err)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", addr)
+	done()
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w: %s: %v", ErrNoControl, path, err)
+		}
+		return nil, fmt.Errorf("mount: control socket %s: %w", path, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := c.Write([]byte(`{"op":"` + OpMetrics + `"}` + "\n")); err != nil {
+		return nil, fmt.Errorf("mount: control socket %s: %w", path, err)
+	}
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	if !sc.Scan() {
+		err := sc.Err()
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("mount: control socket %s: %w", path, err)
+	}
+	var ev ControlEvent
+	if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+		return nil, fmt.Errorf("mount: control socket %s: bad event: %w", path, err)
+	}
+	if ev.Type == EventError {
+		return nil, errors.New(ev.Error)
+	}
+	if ev.Type != EventMetrics {
+		return nil, fmt.Errorf("mount: control socket %s: got a %q event, want %q", path, ev.Type, EventMetrics)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(ev.Metrics))
+	if err != nil {
+		return nil, fmt.Errorf("mount: control socket %s: metrics: %w", path, err)
+	}
+	return mfs, nil
 }

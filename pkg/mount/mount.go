@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
@@ -112,6 +113,7 @@ type Mount struct {
 	fsys        *fusefs.FS
 	server      *fuse.Server
 	metricsAddr string
+	registry    *prometheus.Registry // the mount's metrics, also served over the control socket
 	stopMetrics context.CancelFunc
 	control     *controlServer // nil when the control socket could not be served
 }
@@ -192,6 +194,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	cleanup = append(cleanup, func() { store.Close() })
 
 	reg, observer := metrics.NewRegistry(store.Stats, b)
+	m.registry = reg
 	b = backend.WithObserver(b, observer)
 	if m.cfg.MetricsAddr != "" {
 		mctx, stop := context.WithCancel(context.Background())
