@@ -31,6 +31,13 @@ type Options struct {
 	Capacity int64
 	// Policy is one of Policies(); "" means "nr".
 	Policy string
+	// KeyScheme names the format of the versions in the callers' keys
+	// (the source's backend.Source.VersionScheme: "" for S3 ETags, another
+	// name since posix versions gained the ctime and inode). The store records
+	// it, and Open removes every entry recorded under another scheme:
+	// those keys can never be asked for again, and under NR they would
+	// hold their room forever.
+	KeyScheme string
 	// Logger receives warnings (write failures, corrupt entries) and an
 	// Info line at Open. Default: discard.
 	Logger *slog.Logger
