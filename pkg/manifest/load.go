@@ -223,7 +223,7 @@ func parseBody(body []byte, h header) (*Manifest, error) {
 		size:       append(make([]int64, 0, nEntries), -1),
 		verEnd:     make([]uint32, 1, nEntries),
 		names:      make([]byte, 0, min(len(body), 64*nEntries)),
-		vers:       make([]byte, 0, min(len(body), 24*int(h.files))),
+		vers:       make([]byte, 0, min(len(body), 20*int(h.files))),
 		childStart: make([]uint32, 0, h.dirs+1),
 		dirEntry:   make([]uint32, 1, h.dirs),
 	}
