@@ -21,12 +21,12 @@
 // name. One []byte holds every base name; per entry there is a 4-byte name
 // end offset, an 8-byte size (a negative size encodes "directory number d"),
 // a 4-byte version end offset into a second []byte of encoded versions
-// (typically 12–30 bytes: an S3 ETag is kept as 16 binary bytes, a posix
+// (typically 12–23 bytes: an S3 ETag is kept as 16 binary bytes, a posix
 // "MTIMENANOS-SIZE-CTIMENANOS-INO" version as three varints, see below),
-// and 32 bytes of sha256 when the
-// manifest has checksums. Per directory there are two 4-byte indexes. So a
-// file costs about 25–35 bytes beyond its name bytes (+32 with checksums);
-// Manifest.OverheadBytes reports the exact figure. Lookup of a name in a
+// and 32 bytes of sha256 when the manifest has checksums. Per directory
+// there are two 4-byte indexes. So a file costs about 30–40 bytes beyond
+// its name bytes (+32 with checksums); Manifest.OverheadBytes reports the
+// exact figure (bench/RESULTS.md). Lookup of a name in a
 // directory is a binary search over its children; readdir is a contiguous
 // range; the inode of entry i can simply be i+1.
 //
