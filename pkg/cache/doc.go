@@ -49,11 +49,11 @@
 // likewise empties it at the next Open.
 //
 // Options.KeyScheme names the format of the versions in the keys (the
-// source's version scheme). An Open with another scheme than the one
+// source's version scheme). An Open with a scheme other than the one
 // recorded removes every entry: their keys, made from versions of the old
 // format (e.g. posix mtime+size, before the ctime and inode), can never be
 // asked for again, and under NR would hold their room forever. Builds from
-// before the field record none ("").
+// before the field record none (""); an Open without a scheme drops nothing.
 //
 // Files: store.go is the Store (index, policy calls, Get and Fill);
 // disk.go every read and write of the directory's files (entries, records,

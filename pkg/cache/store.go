@@ -173,14 +173,12 @@ func (s *Store) open(opts Options) error {
 	case prev.FormatVersion > formatVersion:
 		return fmt.Errorf("cache: %s has format version %d, this build knows only %d", s.dir, prev.FormatVersion, formatVersion)
 	}
-	// Entries keyed under another scheme are dropped. Until they are gone,
-	// the metadata keeps naming the old scheme, so that a crash in between
-	// drops them at the next Open instead of keeping them unreachable.
-	drop := prev.KeyScheme != opts.KeyScheme
-	m := meta{FormatVersion: formatVersion, Policy: s.policyName, CapacityBytes: s.capacity, KeyScheme: opts.KeyScheme}
-	if drop {
-		m.KeyScheme = prev.KeyScheme
-	}
+	// Entries keyed under another scheme are dropped; a caller that names
+	// none changes nothing. Until they are gone, the metadata keeps naming
+	// the old scheme, so that a crash in between drops them at the next
+	// Open instead of keeping them unreachable.
+	drop := opts.KeyScheme != "" && prev.KeyScheme != opts.KeyScheme
+	m := meta{FormatVersion: formatVersion, Policy: s.policyName, CapacityBytes: s.capacity, KeyScheme: prev.KeyScheme}
 	if err := writeMeta(s.dir, m); err != nil {
 		return err
 	}

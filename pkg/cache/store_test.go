@@ -990,7 +990,8 @@ func TestCloseWaitsForGets(t *testing.T) {
 // TestKeySchemeChangeDropsEntries: entries recorded under another
 // Options.KeyScheme (a build whose posix versions were mtime+size only
 // recorded none) can never be asked for again; Open removes them, in both
-// record layouts, and keeps the entries of an unchanged scheme.
+// record layouts, and keeps the entries of an unchanged scheme, or when it
+// is given none.
 func TestKeySchemeChangeDropsEntries(t *testing.T) {
 	for _, sidecar := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sidecar=%v", sidecar), func(t *testing.T) {
@@ -1035,6 +1036,17 @@ func TestKeySchemeChangeDropsEntries(t *testing.T) {
 			fillN("posix-v2", 3)
 			if st := reopen("posix-v2"); st.Entries != 3 {
 				t.Fatalf("reopened with its own scheme: %d entries, want 3", st.Entries)
+			}
+			// A caller that names no scheme (a tool, a test) keeps both
+			// the entries and the recorded scheme.
+			if st := reopen(""); st.Entries != 3 {
+				t.Fatalf("reopened without a scheme: %d entries, want 3 kept", st.Entries)
+			}
+			if st := reopen("posix-v2"); st.Entries != 3 {
+				t.Fatalf("reopened with its scheme after one without: %d entries, want 3", st.Entries)
+			}
+			if st := reopen("other-v3"); st.Entries != 0 {
+				t.Fatalf("another scheme: %d entries, want none", st.Entries)
 			}
 		})
 	}
