@@ -122,6 +122,10 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 		src, st.Files, units.FormatSize(st.Bytes), st.Dirs, st.Skipped, st.Elapsed.Round(time.Millisecond), rate)
 
 	if old != nil {
+		if n := old.LegacyPosixVersions(); n > 0 {
+			fmt.Fprintf(stdout, "note: %s was built before posix versions held the ctime and inode: its %d such files "+
+				"all show as changed, and mounts refuse it; rebuild it\n", c.verify, n)
+		}
 		return reportDrift(stdout, c.verify, manifest.Diff(old, m))
 	}
 	data, err := m.Encode()

@@ -89,6 +89,42 @@ func TestIndexWriteAndVerify(t *testing.T) {
 	}
 }
 
+// TestIndexVerifyLegacyManifest: --verify of a manifest whose posix
+// versions are mtime+size only (built before the ctime and inode) reports
+// every file as changed and says why.
+func TestIndexVerifyLegacyManifest(t *testing.T) {
+	src := t.TempDir()
+	p := filepath.Join(src, "f")
+	if err := os.WriteFile(p, []byte("bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _, err := manifest.Build([]manifest.File{{Path: "f", Size: fi.Size(), Version: fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size())}},
+		manifest.BuildOptions{Info: manifest.Info{Source: "file://" + src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "old")
+	if _, err := old.WriteFile(file); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	g := &globalFlags{logLevel: "error", logFormat: "text"}
+	err = runIndex(context.Background(), g, indexConfig{source: src, verify: file, workers: 1, progress: "none"}, &stdout, &stderr)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitDrift {
+		t.Fatalf("verify of a legacy manifest: %v, want exit %d", err, exitDrift)
+	}
+	for _, want := range []string{"before posix versions held the ctime and inode", `changed: "f"`} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
 func TestIndexFlags(t *testing.T) {
 	g := &globalFlags{logLevel: "error", logFormat: "text"}
 	cases := []struct {

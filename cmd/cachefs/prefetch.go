@@ -165,7 +165,8 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 			return err
 		}
 	} else {
-		store, err := cache.Open(cache.Options{Dir: c.cacheDir, Capacity: capacity, Policy: c.policy, Logger: log})
+		store, err := cache.Open(cache.Options{Dir: c.cacheDir, Capacity: capacity, Policy: c.policy,
+			KeyScheme: src.VersionScheme(), Logger: log})
 		switch {
 		case errors.Is(err, cache.ErrLocked):
 			if rerr := remote(); rerr != nil {

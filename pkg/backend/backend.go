@@ -64,8 +64,8 @@ type Entry struct {
 	// (zero for S3 common prefixes).
 	ModTime time.Time
 	// Version identifies the content: the ETag (unquoted) for S3,
-	// "MTIMENANOS-SIZE" for posix, "REPLICA:SIZE:VERSION" for a mirror.
-	// Equal versions mean equal bytes. Empty for directories.
+	// "MTIMENANOS-SIZE-CTIMENANOS-INO" for posix, "REPLICA:SIZE:VERSION"
+	// for a mirror. Equal versions mean equal bytes. Empty for directories.
 	Version string
 }
 

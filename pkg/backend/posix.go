@@ -83,9 +83,29 @@ func rel(p string) string {
 	return p
 }
 
-// posixVersion is the version of a file: mtime in nanoseconds and size.
+// posixVersion is the version of a file, "MTIMENANOS-SIZE-CTIMENANOS-INO":
+// mtime and ctime in Unix nanoseconds, size, and inode number (in decimal).
+// mtime and size alone are fooled by a rewrite of the same size whose mtime
+// is put back (touch -r, os.Chtimes, rsync -t, tar x, cp -p); the ctime
+// cannot be set from user space (every write, chmod or utimes sets it to
+// now), and a replacement by rename brings another inode. The device
+// number is left out: it is not stable across reboots and remounts (NFS,
+// overlayfs), and the backend ID already names the directory.
 func posixVersion(fi fs.FileInfo) string {
-	return strconv.FormatInt(fi.ModTime().UnixNano(), 10) + "-" + strconv.FormatInt(fi.Size(), 10)
+	var ctime int64
+	var ino uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ctime, ino = st.Ctim.Nano(), st.Ino
+	}
+	b := make([]byte, 0, 64)
+	b = strconv.AppendInt(b, fi.ModTime().UnixNano(), 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, fi.Size(), 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, ctime, 10)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, ino, 10)
+	return string(b)
 }
 
 func posixEntry(name string, fi fs.FileInfo) Entry {

@@ -3,10 +3,12 @@ package backend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -156,4 +158,79 @@ func TestPosixID(t *testing.T) {
 	if b1.ID() != b2.ID() || b1.ID() == "" {
 		t.Errorf("IDs %q and %q: want equal and non-empty", b1.ID(), b2.ID())
 	}
+}
+
+// TestPosixVersionSeesRewrites: a posix version is
+// "MTIMENANOS-SIZE-CTIMENANOS-INO", so a rewrite of the same size whose
+// mtime is put back (os.Chtimes, as touch -r, rsync -t and tar x do) is a
+// new version, in place (the ctime moves) and by rename (the inode and the
+// ctime move); reads with the old version fail with ErrChanged.
+func TestPosixVersionSeesRewrites(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	writeFiles(t, dir, map[string][]byte{"f": []byte("one!")})
+	b := openPosix(t, dir)
+	defer b.Close()
+	stat := func() (backend.Entry, syscall.Stat_t) {
+		t.Helper()
+		e, err := b.Stat(ctx, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return e, st
+	}
+	e1, st := stat()
+	want := fmt.Sprintf("%d-4-%d-%d", time.Unix(st.Mtim.Unix()).UnixNano(), time.Unix(st.Ctim.Unix()).UnixNano(), st.Ino)
+	if e1.Version != want {
+		t.Fatalf("version %q, want %q (mtime-size-ctime-ino)", e1.Version, want)
+	}
+	if es, err := b.List(ctx, ""); err != nil || len(es) != 1 || es[0].Version != e1.Version {
+		t.Fatalf("List = %+v, %v; want the Stat version %q", es, err, e1.Version)
+	}
+	mtime := e1.ModTime
+
+	// The ctime ticks with the kernel's coarse clock on kernels before
+	// 6.13 (multigrain timestamps): let it move, as it has in real life
+	// between a read and a rewrite.
+	time.Sleep(20 * time.Millisecond)
+	rewrite := func(p string, data string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(name string, old backend.Entry, data string) backend.Entry {
+		t.Helper()
+		e, _ := stat()
+		if e.Version == old.Version || e.Size != old.Size || !e.ModTime.Equal(old.ModTime) {
+			t.Fatalf("%s: version %q (size %d, mtime %v) after %q (size %d, mtime %v): want a new version, same size and mtime",
+				name, e.Version, e.Size, e.ModTime, old.Version, old.Size, old.ModTime)
+		}
+		buf := make([]byte, 4)
+		if n, err := b.ReadAt(ctx, "f", old.Version, buf, 0); !errors.Is(err, backend.ErrChanged) || n != 0 {
+			t.Errorf("%s: read with the old version: %d, %v; want ErrChanged", name, n, err)
+		}
+		if n, err := b.ReadAt(ctx, "f", e.Version, buf, 0); err != nil || string(buf[:n]) != data {
+			t.Errorf("%s: read with the new version: %q, %v", name, buf[:n], err)
+		}
+		return e
+	}
+
+	rewrite(p, "two!") // in place: same inode
+	e2 := check("in place", e1, "two!")
+	time.Sleep(20 * time.Millisecond)
+	tmp := filepath.Join(dir, ".f.tmp")
+	rewrite(tmp, "3ree")
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+	check("by rename", e2, "3ree")
 }

@@ -575,3 +575,29 @@ func redact(raw string) string {
 	}
 	return out
 }
+
+// PosixVersionScheme is Source.VersionScheme of a posix directory: its
+// versions are "MTIMENANOS-SIZE-CTIMENANOS-INO" (see Entry.Version).
+const PosixVersionScheme = "posix-mtime-size-ctime-ino"
+
+// VersionScheme names the format of the versions the source's backend
+// reports, for whoever keys data by them (the cache records it and drops
+// entries keyed under another scheme, rather than keeping them unreachable
+// and holding their room). It is "" for the formats of the first release
+// (S3 ETags), PosixVersionScheme for a posix directory since its versions
+// gained the ctime and inode, and for a mirror "mirror:" + that when a
+// replica is posix (mirror versions embed the replica's own), whichever
+// replicas are up.
+func (s Source) VersionScheme() string {
+	switch s.Kind {
+	case KindPosix:
+		return PosixVersionScheme
+	case KindMirror:
+		for _, r := range s.Replicas {
+			if r.Kind == KindPosix {
+				return "mirror:" + PosixVersionScheme
+			}
+		}
+	}
+	return ""
+}

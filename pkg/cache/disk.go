@@ -52,6 +52,9 @@ type meta struct {
 	FormatVersion int    `json:"format_version"`
 	Policy        string `json:"policy"`
 	CapacityBytes int64  `json:"capacity_bytes"`
+	// KeyScheme is Options.KeyScheme of the last Open ("" for builds from
+	// before it existed, which do not write it).
+	KeyScheme string `json:"key_scheme,omitempty"`
 }
 
 func readMeta(dir string) (meta, error) {
@@ -366,7 +369,10 @@ func isNoXattr(err error) bool {
 // Rescan.
 
 // recover rebuilds the index from the entries directory.
-func (s *Store) recover() error {
+//
+// With drop set, every complete entry is removed instead: its key was made
+// under another Options.KeyScheme.
+func (s *Store) recover(drop bool) error {
 	sc, err := scanEntries(s.entriesDir)
 	if err != nil {
 		return err
@@ -390,12 +396,17 @@ func (s *Store) recover() error {
 		fileStat
 	}
 	var rs []recovered
+	dropped := 0
 	for id, d := range sc.data {
-		if !sc.complete(id) {
+		switch {
+		case !sc.complete(id):
 			remove(s.dataPath(id))
-			continue
+		case drop:
+			s.removeFilesLocked(id) // (no lock needed: nothing else sees the store yet)
+			dropped++
+		default:
+			rs = append(rs, recovered{id, d})
 		}
-		rs = append(rs, recovered{id, d})
 	}
 	for id := range sc.sums {
 		// A sidecar is debris without its data file, and redundant (never
@@ -417,7 +428,7 @@ func (s *Store) recover() error {
 	}
 	s.log.Info("cache: opened", "dir", s.dir, "policy", s.policyName,
 		"capacity", units.FormatSize(s.capacity), "entries", s.nready, "used", units.FormatSize(s.used),
-		"removed_debris", removed, "evicted", s.evictions.Load())
+		"removed_debris", removed, "evicted", s.evictions.Load(), "dropped_other_key_scheme", dropped)
 	return nil
 }
 

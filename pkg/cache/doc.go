@@ -29,7 +29,7 @@
 // Layout of a cache directory:
 //
 //	<dir>/LOCK                     flock target; holds the owner's pid
-//	<dir>/epochfs-cache.json       format version, policy and capacity
+//	<dir>/epochfs-cache.json       format version, policy, capacity and key scheme
 //	<dir>/entries/<xx>/<id>        entry bytes, <xx> = first 2 hex digits of <id>;
 //	                               xattr user.epochfs.sum = "epochfs-sum 1 xxh3-128 <32 hex> <size>\n"
 //	<dir>/entries/<xx>/<id>.sum    the same record, for a data file without the xattr
@@ -47,6 +47,13 @@
 // format version in epochfs-cache.json stays 1. Copying a cache directory
 // without its xattrs (cp without --preserve=xattr, rsync without -X)
 // likewise empties it at the next Open.
+//
+// Options.KeyScheme names the format of the versions in the keys (the
+// source's version scheme). An Open with a scheme other than the one
+// recorded removes every entry: their keys, made from versions of the old
+// format (e.g. posix mtime+size, before the ctime and inode), can never be
+// asked for again, and under NR would hold their room forever. Builds from
+// before the field record none (""); an Open without a scheme drops nothing.
 //
 // Files: store.go is the Store (index, policy calls, Get and Fill);
 // disk.go every read and write of the directory's files (entries, records,

@@ -31,6 +31,15 @@ type Options struct {
 	Capacity int64
 	// Policy is one of Policies(); "" means "nr".
 	Policy string
+	// KeyScheme names the format of the versions in the callers' keys
+	// (the source's backend.Source.VersionScheme: "" for S3 ETags, another
+	// name since posix versions gained the ctime and inode). When it is
+	// not empty, the store records it, and Open removes every entry
+	// recorded under another scheme (builds from before KeyScheme recorded
+	// none): those keys can never be asked for again, and under NR they
+	// would hold their room forever. An empty KeyScheme names none: Open
+	// drops nothing and keeps the recorded scheme (tools that only look).
+	KeyScheme string
 	// Logger receives warnings (write failures, corrupt entries) and an
 	// Info line at Open. Default: discard.
 	Logger *slog.Logger

@@ -173,7 +173,13 @@ func (s *Store) open(opts Options) error {
 	case prev.FormatVersion > formatVersion:
 		return fmt.Errorf("cache: %s has format version %d, this build knows only %d", s.dir, prev.FormatVersion, formatVersion)
 	}
-	if err := writeMeta(s.dir, meta{FormatVersion: formatVersion, Policy: s.policyName, CapacityBytes: s.capacity}); err != nil {
+	// Entries keyed under another scheme are dropped; a caller that names
+	// none changes nothing. Until they are gone, the metadata keeps naming
+	// the old scheme, so that a crash in between drops them at the next
+	// Open instead of keeping them unreachable.
+	drop := opts.KeyScheme != "" && prev.KeyScheme != opts.KeyScheme
+	m := meta{FormatVersion: formatVersion, Policy: s.policyName, CapacityBytes: s.capacity, KeyScheme: prev.KeyScheme}
+	if err := writeMeta(s.dir, m); err != nil {
 		return err
 	}
 	if err := makeEntriesDir(s.entriesDir); err != nil {
@@ -182,7 +188,18 @@ func (s *Store) open(opts Options) error {
 	if s.policy, err = newPolicy(s.policyName, s.capacity, opts.seed); err != nil {
 		return err
 	}
-	return s.recover()
+	if drop {
+		s.log.Info("cache: dropping the entries keyed under another version scheme", "dir", s.dir,
+			"recorded", prev.KeyScheme, "now", opts.KeyScheme)
+	}
+	if err := s.recover(drop); err != nil {
+		return err
+	}
+	if drop {
+		m.KeyScheme = opts.KeyScheme
+		return writeMeta(s.dir, m)
+	}
+	return nil
 }
 
 // Get returns the bytes of key, which are size bytes long, from the cache

@@ -986,3 +986,68 @@ func TestCloseWaitsForGets(t *testing.T) {
 		t.Fatal("entry written during Close was lost")
 	}
 }
+
+// TestKeySchemeChangeDropsEntries: entries recorded under another
+// Options.KeyScheme (a build whose posix versions were mtime+size only
+// recorded none) can never be asked for again; Open removes them, in both
+// record layouts, and keeps the entries of an unchanged scheme, or when it
+// is given none.
+func TestKeySchemeChangeDropsEntries(t *testing.T) {
+	for _, sidecar := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sidecar=%v", sidecar), func(t *testing.T) {
+			dir := t.TempDir()
+			fillN := func(scheme string, n int) {
+				t.Helper()
+				s, err := Open(Options{Dir: dir, Capacity: 1 << 20, KeyScheme: scheme, sidecar: sidecar})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ld countingLoader
+				for i := range n {
+					k := key(fmt.Sprintf("%s-f%02d", scheme, i))
+					readResult(t, mustGet(t, s, k, 1000, ld.load(k)))
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reopen := func(scheme string) Stats {
+				t.Helper()
+				s, err := Open(Options{Dir: dir, Capacity: 1 << 20, KeyScheme: scheme})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				return s.Stats()
+			}
+			fillN("", 5) // as a build without KeyScheme left it
+			if st := reopen(""); st.Entries != 5 {
+				t.Fatalf("same scheme: %d entries, want 5 kept", st.Entries)
+			}
+			if st := reopen("posix-v2"); st.Entries != 0 || st.UsedBytes != 0 {
+				t.Fatalf("new scheme: %d entries, %d bytes; want the old ones dropped", st.Entries, st.UsedBytes)
+			}
+			if files := listFiles(t, filepath.Join(dir, entriesName)); len(files) != 0 {
+				t.Errorf("files left behind: %v", files)
+			}
+			if m, err := readMeta(dir); err != nil || m.KeyScheme != "posix-v2" {
+				t.Errorf("metadata %+v, %v; want the new scheme recorded", m, err)
+			}
+			fillN("posix-v2", 3)
+			if st := reopen("posix-v2"); st.Entries != 3 {
+				t.Fatalf("reopened with its own scheme: %d entries, want 3", st.Entries)
+			}
+			// A caller that names no scheme (a tool, a test) keeps both
+			// the entries and the recorded scheme.
+			if st := reopen(""); st.Entries != 3 {
+				t.Fatalf("reopened without a scheme: %d entries, want 3 kept", st.Entries)
+			}
+			if st := reopen("posix-v2"); st.Entries != 3 {
+				t.Fatalf("reopened with its scheme after one without: %d entries, want 3", st.Entries)
+			}
+			if st := reopen("other-v3"); st.Entries != 0 {
+				t.Fatalf("another scheme: %d entries, want none", st.Entries)
+			}
+		})
+	}
+}

@@ -20,8 +20,12 @@
 // large file read through a handle.
 //
 // A file that changed or vanished at the source since it was listed or
-// indexed reads as EIO with an error log line naming it; the rest of the
-// mount keeps serving.
+// indexed reads as EIO with an error log line naming it (unless its listed
+// version is cached: those bytes are served); the rest of the mount keeps
+// serving. Without a manifest, listings are fetched again once older than
+// Options.Timeout, so a changed file is seen, under its new version, at
+// most one timeout after the change; with a manifest, the manifest's
+// versions hold until it is rebuilt.
 //
 // Glossary of a mount without a manifest (one name per concept):
 //
@@ -91,7 +95,8 @@ type Options struct {
 	// next files of its directory are fetched into the cache in the
 	// background (readahead.go). 0: none.
 	ReadaheadFiles int
-	// Timeout is the kernel entry, attribute and negative-lookup timeout.
+	// Timeout is the kernel entry, attribute and negative-lookup timeout,
+	// and how long a listing is used before it is fetched again.
 	Timeout time.Duration
 	// ReadTimeout bounds one backend fetch (a whole small file or a block),
 	// retries included; a fetch that takes longer fails with EIO.
@@ -201,7 +206,7 @@ func New(opts Options) (*FS, error) {
 			files:    map[string]struct{}{},
 		},
 		listings: listings{
-			cache:  newListingCache(opts.ListingCacheEntries),
+			cache:  newListingCache(opts.ListingCacheEntries, opts.Timeout),
 			sem:    make(chan struct{}, DefaultPrelistWorkers),
 			parked: map[string]*pendingListing{},
 		},

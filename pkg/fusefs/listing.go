@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 )
@@ -29,12 +30,21 @@ import (
 // takes them are bounded on their own: at most maxParkedListings of them,
 // holding at most the same budget of entries.
 //
+// A listing is held for at most ttl (Options.Timeout, the kernel's entry
+// and attribute timeout): once the kernel asks again about a directory
+// whose listing is older, it is fetched again, so a file that changed at
+// the source (a new version: size, mtime, ctime or inode for posix, the
+// ETag for S3) is a new node, read under its new version, at most one
+// timeout after the change. Until then the mount serves the listed version
+// (cached bytes, or EIO when uncached: see FS.errno).
+//
 // A held listing is sorted by name, unique and never modified, so callers
 // use the slice get returned without a lock, even after it is dropped.
 //
-// max is immutable; mu guards order, byPath, entries and evicted.
+// max and ttl are immutable; mu guards order, byPath, entries and evicted.
 type listingCache struct {
-	max int // Options.ListingCacheEntries
+	max int           // Options.ListingCacheEntries
+	ttl time.Duration // Options.Timeout
 
 	mu      sync.Mutex
 	order   *list.List // of *cachedListing, most recently used first
@@ -46,26 +56,29 @@ type listingCache struct {
 type cachedListing struct {
 	path    string
 	entries []backend.Entry
+	expires time.Time
 }
 
-func newListingCache(max int) *listingCache {
-	return &listingCache{max: max, order: list.New(), byPath: map[string]*list.Element{}}
+func newListingCache(max int, ttl time.Duration) *listingCache {
+	return &listingCache{max: max, ttl: ttl, order: list.New(), byPath: map[string]*list.Element{}}
 }
 
-// has reports whether a listing is held for path, without marking it used.
+// has reports whether a listing younger than ttl is held for path, without
+// marking it used.
 func (l *listingCache) has(path string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, ok := l.byPath[path]
-	return ok
+	e, ok := l.byPath[path]
+	return ok && time.Now().Before(e.Value.(*cachedListing).expires)
 }
 
-// get returns the listing held for path, marking it used.
+// get returns the listing held for path, marking it used, unless it is
+// older than ttl (it stays held until put replaces it or it is dropped).
 func (l *listingCache) get(path string) ([]backend.Entry, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.byPath[path]
-	if !ok {
+	if !ok || !time.Now().Before(e.Value.(*cachedListing).expires) {
 		return nil, false
 	}
 	l.order.MoveToFront(e)
@@ -82,7 +95,7 @@ func (l *listingCache) put(path string, entries []backend.Entry) {
 		l.entries -= len(e.Value.(*cachedListing).entries)
 		l.order.Remove(e)
 	}
-	keep := l.order.PushFront(&cachedListing{path: path, entries: entries})
+	keep := l.order.PushFront(&cachedListing{path: path, entries: entries, expires: time.Now().Add(l.ttl)})
 	l.byPath[path] = keep
 	l.entries += len(entries)
 	for l.entries > l.max {

@@ -3,35 +3,65 @@ package manifest
 import (
 	"fmt"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 )
 
+// Version kinds of genFiles.
+const (
+	kindETag = "etag" // S3 ETags: 32 distinct hex digits
+	// posix versions of builds before the ctime and inode:
+	// "MTIMENANOS-SIZE" (tag 2).
+	kindPosixMtime = "posix-mtime-size"
+	// posix "MTIMENANOS-SIZE-CTIMENANOS-INO" (tag 5) of files written
+	// in place or renamed into place: the ctime 0–5 ms after the mtime,
+	// ext4-like inode numbers (~12M, 4 varint bytes).
+	kindPosixWritten = "posix-ctime-ino-written"
+	// the same for files extracted from an archive (tar x, rsync -t, cp
+	// -p): the mtime from the archive, years before the ctime (the
+	// extraction time).
+	kindPosixExtracted = "posix-ctime-ino-extracted"
+)
+
+var versionKinds = []string{kindETag, kindPosixMtime, kindPosixWritten, kindPosixExtracted}
+
 // genFiles returns n ImageNet-like files in 1000 class directories, with
-// posix versions (MTIMENANOS-SIZE) or S3 ETags (32 hex digits).
-func genFiles(n int, etags bool) []File {
+// versions of the given kind.
+func genFiles(n int, kind string) []File {
 	files := make([]File, n)
 	for i := range files {
 		size := int64(16_000 + (i*7919)%500_000)
-		v := strconv.FormatInt(1_700_000_000_000_000_000+int64(i)*1_000_003, 10) + "-" + strconv.FormatInt(size, 10)
-		if etags {
+		mtime := int64(1_700_000_000_000_000_000) + int64(i)*1_000_003
+		ino := uint64(12_345_678 + i)
+		var v string
+		switch kind {
+		case kindETag:
 			v = fmt.Sprintf("%016x%016x", uint64(i)*0x9e3779b97f4a7c15, uint64(i)*0xbf58476d1ce4e5b9)
+		case kindPosixMtime:
+			v = fmt.Sprintf("%d-%d", mtime, size)
+		case kindPosixWritten:
+			v = fmt.Sprintf("%d-%d-%d-%d", mtime, size, mtime+int64(i*7919)%5_000_000, ino)
+		case kindPosixExtracted:
+			mtime = 1_300_000_000_000_000_000 + int64(i)*86_400_000_003 // a day apart
+			ctime := int64(1_764_000_000_000_000_000) + int64(i)*20_011 // 50k files/s
+			v = fmt.Sprintf("%d-%d-%d-%d", mtime, size, ctime, ino)
+		default:
+			panic(kind)
 		}
 		files[i] = File{Path: fmt.Sprintf("train/n%08d/n%08d_%d.JPEG", i%1000, i%1000, i), Size: size, Version: v}
 	}
 	return files
 }
 
-// TestOverheadPerFile1M builds a 1M-file manifest and reports its size on
-// disk and the memory it holds beyond the name bytes, per file; the goal is
-// at most 100 B/file.
+// TestOverheadPerFile1M builds a 1M-file manifest of each version kind and
+// reports its size on disk and the memory it holds beyond the name bytes,
+// per file; the goal is at most 100 B/file.
 func TestOverheadPerFile1M(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("1M-file manifest skipped in -short mode and under -race")
 	}
-	for _, etags := range []bool{false, true} {
-		files := genFiles(1_000_000, etags)
+	for _, kind := range versionKinds {
+		files := genFiles(1_000_000, kind)
 		start := time.Now()
 		m, _, err := Build(files, BuildOptions{Info: Info{Source: "s3://bench/"}})
 		if err != nil {
@@ -45,9 +75,10 @@ func TestOverheadPerFile1M(t *testing.T) {
 		}
 		loaded := time.Since(start)
 		per := float64(m.OverheadBytes()) / float64(m.Files())
-		t.Logf("etags=%v: %d files, build %v, load %v, %.1f B/file on disk, names %.1f B/file, overhead %.1f B/file in memory",
-			etags, m.Files(), built.Round(time.Millisecond), loaded.Round(time.Millisecond),
-			float64(len(data))/float64(m.Files()), float64(m.NameBytes())/float64(m.Files()), per)
+		t.Logf("%-26s %d files, build %v, load %v, %.1f B/file on disk, names %.1f B/file, versions %.1f B/file, overhead %.1f B/file in memory",
+			kind+":", m.Files(), built.Round(time.Millisecond), loaded.Round(time.Millisecond),
+			float64(len(data))/float64(m.Files()), float64(m.NameBytes())/float64(m.Files()),
+			float64(len(m.vers))/float64(m.Files()), per)
 		if per > 100 {
 			t.Errorf("%.1f B/file of overhead, goal ≤ 100", per)
 		}
@@ -55,9 +86,9 @@ func TestOverheadPerFile1M(t *testing.T) {
 }
 
 func BenchmarkLoad1M(b *testing.B) {
-	for _, etags := range []bool{false, true} {
-		b.Run(fmt.Sprintf("etags=%v", etags), func(b *testing.B) {
-			m, _, err := Build(genFiles(1_000_000, etags), BuildOptions{Info: Info{Source: "s3://bench/"}})
+	for _, kind := range versionKinds {
+		b.Run(kind, func(b *testing.B) {
+			m, _, err := Build(genFiles(1_000_000, kind), BuildOptions{Info: Info{Source: "s3://bench/"}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -78,7 +109,7 @@ func BenchmarkLoad1M(b *testing.B) {
 }
 
 func BenchmarkLookup1M(b *testing.B) {
-	files := genFiles(1_000_000, false)
+	files := genFiles(1_000_000, kindPosixWritten)
 	m, _, err := Build(files, BuildOptions{Info: Info{Source: "s"}})
 	if err != nil {
 		b.Fatal(err)

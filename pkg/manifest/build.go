@@ -174,7 +174,7 @@ func Build(files []File, opts BuildOptions) (m *Manifest, skipped int, err error
 			total += uint64(f.Size)
 		}
 	}
-	h := header{files: uint64(nFiles), dirs: uint64(nDirs), bytes: total,
+	h := header{format: FormatVersion, files: uint64(nFiles), dirs: uint64(nDirs), bytes: total,
 		created: opts.Info.Created.UnixNano(), source: opts.Info.Source}
 	if opts.Info.Checksums {
 		h.flags |= flagChecksums

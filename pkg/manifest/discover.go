@@ -31,9 +31,17 @@ const (
 // where describes the location looked at, for logs and errors ("" for
 // LocNone). A manifest that was asked for explicitly and cannot be loaded,
 // or an auto manifest that exists but does not load, is an error naming
-// where.
+// where. So is one built by a `cachefs index` from before posix versions
+// held the ctime and inode (ErrLegacyVersions): none of its posix versions
+// can match the files any more, and a mount must not serve cache entries
+// keyed by versions that a same-size rewrite restoring the mtime fools.
 func Discover(ctx context.Context, b backend.Backend, loc string, opts backend.Options) (m *Manifest, where string, err error) {
-	return DiscoverLimit(ctx, b, loc, opts, 0)
+	m, where, err = DiscoverLimit(ctx, b, loc, opts, 0)
+	if err == nil && m != nil && m.LegacyPosixVersions() > 0 {
+		return nil, where, fmt.Errorf("manifest %s: %w (%d files; it was built by an older cachefs index): "+
+			"rebuild it with `cachefs index`, or mount with --manifest none", where, ErrLegacyVersions, m.LegacyPosixVersions())
+	}
+	return m, where, err
 }
 
 // DiscoverLimit is Discover refusing (with ErrTooLarge) a manifest file of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/epochfs/epochfs/internal/backendtest"
@@ -26,7 +27,8 @@ func TestDiscover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	man := mustBuild(t, sampleFiles(), BuildOptions{Info: Info{Source: "test", Created: created}})
+	files := slices.DeleteFunc(sampleFiles(), func(f File) bool { return isLegacyPosix(f) })
+	man := mustBuild(t, files, BuildOptions{Info: Info{Source: "test", Created: created}})
 	local := filepath.Join(t.TempDir(), "m")
 	if _, err := man.WriteFile(local); err != nil {
 		t.Fatal(err)
@@ -60,6 +62,18 @@ func TestDiscover(t *testing.T) {
 	t.Run("corrupt local file", func(t *testing.T) { check(t, bad, 0, ErrCorrupt) })
 	t.Run("missing local file", func(t *testing.T) { check(t, filepath.Join(dir, "nope"), 0, os.ErrNotExist) })
 	t.Run("bad URL", func(t *testing.T) { check(t, "s3://bucket/", 0, backend.ErrInvalidURL) })
+	t.Run("legacy posix versions", func(t *testing.T) {
+		old := mustBuild(t, sampleFiles(), BuildOptions{Info: Info{Source: "test", Created: created}})
+		p := filepath.Join(t.TempDir(), "old")
+		if _, err := old.WriteFile(p); err != nil {
+			t.Fatal(err)
+		}
+		check(t, p, 0, ErrLegacyVersions)
+		// DiscoverLimit (node labels) only reads it.
+		if m, _, err := DiscoverLimit(ctx, b, p, backend.Options{}, 0); err != nil || m.LegacyPosixVersions() != 2 {
+			t.Errorf("DiscoverLimit: %v, %v", m, err)
+		}
+	})
 	t.Run("auto finds DefaultPath", func(t *testing.T) {
 		if _, err := man.WriteFile(filepath.Join(dir, DefaultPath)); err != nil {
 			t.Fatal(err)
@@ -95,4 +109,11 @@ func TestDiscoverLimit(t *testing.T) {
 			t.Errorf("DiscoverLimit(%q) at the manifest's size: %v, %v", loc, m, err)
 		}
 	}
+}
+
+// isLegacyPosix reports a version that Build stores as a posix
+// "MTIMENANOS-SIZE" (tag 2).
+func isLegacyPosix(f File) bool {
+	v := appendVersion(nil, f.Version, f.Size)
+	return len(v) > 0 && v[0] == tagPosix
 }

@@ -21,20 +21,21 @@
 // name. One []byte holds every base name; per entry there is a 4-byte name
 // end offset, an 8-byte size (a negative size encodes "directory number d"),
 // a 4-byte version end offset into a second []byte of encoded versions
-// (typically 9–18 bytes: an S3 ETag is kept as 16 binary bytes, a posix
-// "MTIMENANOS-SIZE" version as a varint), and 32 bytes of sha256 when the
-// manifest has checksums. Per directory there are two 4-byte indexes. So a
-// file costs about 25–35 bytes beyond its name bytes (+32 with checksums);
-// Manifest.OverheadBytes reports the exact figure. Lookup of a name in a
+// (typically 12–23 bytes: an S3 ETag is kept as 16 binary bytes, a posix
+// "MTIMENANOS-SIZE-CTIMENANOS-INO" version as three varints, see below),
+// and 32 bytes of sha256 when the manifest has checksums. Per directory
+// there are two 4-byte indexes. So a file costs about 30–40 bytes beyond
+// its name bytes (+32 with checksums); Manifest.OverheadBytes reports the
+// exact figure (bench/RESULTS.md). Lookup of a name in a
 // directory is a binary search over its children; readdir is a contiguous
 // range; the inode of entry i can simply be i+1.
 //
-// # On disk (format version 1)
+// # On disk (format versions 1 and 2)
 //
 // All integers are little-endian; uvarint/varint are encoding/binary's.
 //
 //	magic        8 bytes  "EPOCHFSM"
-//	version      uint16   1
+//	version      uint16   2 when an entry has tag 5, else 1 (readable by builds from before tag 5)
 //	flags        uint16   bit 0: every file has a sha256; other bits must be 0
 //	files        uvarint  number of files
 //	dirs         uvarint  number of directories, the root included
@@ -56,11 +57,14 @@
 //	n times:
 //	  shared     uvarint  bytes shared with the previous sibling's name (0 for the first)
 //	  suffixLen  uvarint  + suffix bytes: the rest of the name
-//	  tag        byte     0 directory; 1–4 file, with its version encoded as:
+//	  tag        byte     0 directory; 1–5 file, with its version encoded as:
 //	                      1 raw: uvarint length (≤ 1024) + bytes (printable, no control characters)
-//	                      2 posix "MTIMENANOS-SIZE": varint MTIMENANOS (SIZE is the file's size)
+//	                      2 "MTIMENANOS-SIZE", the posix version of builds before tag 5:
+//	                        varint MTIMENANOS (SIZE is the file's size)
 //	                      3 lowercase hex (e.g. an S3 ETag): byte n (1–64) + n bytes
 //	                      4 lowercase hex + "-" + decimal N (multipart ETag): byte n + n bytes + uvarint N
+//	                      5 posix "MTIMENANOS-SIZE-CTIMENANOS-INO" (format version 2 only):
+//	                        varint MTIMENANOS, varint CTIMENANOS − MTIMENANOS, uvarint INO
 //	  size       uvarint  (files only)
 //	  sha256     32 bytes (files only, when flag bit 0 is set)
 //

@@ -61,10 +61,14 @@ func (m *Manifest) body() []byte {
 
 // Encode serialises m in the current format version.
 func (m *Manifest) Encode() ([]byte, error) {
-	return encode(m.info, uint64(m.files), uint64(len(m.dirEntry)), uint64(m.bytes), m.body())
+	format := uint16(1) // readable by builds from before version 2
+	if m.posixCI > 0 {
+		format = FormatVersion
+	}
+	return encode(format, m.info, uint64(m.files), uint64(len(m.dirEntry)), uint64(m.bytes), m.body())
 }
 
-func encode(info Info, files, dirs, bytes uint64, body []byte) ([]byte, error) {
+func encode(format uint16, info Info, files, dirs, bytes uint64, body []byte) ([]byte, error) {
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
 	if err != nil {
 		return nil, fmt.Errorf("manifest: zstd: %w", err)
@@ -75,7 +79,7 @@ func encode(info Info, files, dirs, bytes uint64, body []byte) ([]byte, error) {
 	}
 	out := make([]byte, 0, len(comp)+len(info.Source)+64)
 	out = append(out, Magic...)
-	out = binary.LittleEndian.AppendUint16(out, FormatVersion)
+	out = binary.LittleEndian.AppendUint16(out, format)
 	var flags uint16
 	if info.Checksums {
 		flags |= flagChecksums

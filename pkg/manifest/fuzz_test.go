@@ -28,7 +28,7 @@ func FuzzLoad(f *testing.F) {
 		checkLoad(t, data)
 		checkLoad(t, reseal(data))
 		if len(data) >= 3 {
-			h := header{files: uint64(data[0]), dirs: uint64(data[1]%8) + 1, flags: uint16(data[2] & 1), bytes: 0, source: "s"}
+			h := header{format: FormatVersion, files: uint64(data[0]), dirs: uint64(data[1]%8) + 1, flags: uint16(data[2] & 1), bytes: 0, source: "s"}
 			body := data[3:]
 			h.bodyLen = uint64(len(body))
 			if h.validate() == nil {

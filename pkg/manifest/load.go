@@ -19,8 +19,11 @@ import (
 // Magic starts every manifest file.
 const Magic = "EPOCHFSM"
 
-// FormatVersion is the format version this build writes and reads.
-const FormatVersion = 1
+// FormatVersion is the newest format version this build writes and reads.
+// Version 2 adds posix versions with ctime and inode (entry tag 5); a
+// manifest without them is written as version 1, which older builds read.
+// Load reads both.
+const FormatVersion = 2
 
 const (
 	flagChecksums = 1 << 0
@@ -34,6 +37,7 @@ const (
 )
 
 type header struct {
+	format  uint16 // 1 or 2
 	flags   uint16
 	files   uint64
 	dirs    uint64
@@ -74,8 +78,9 @@ func parseEnvelope(data []byte) (header, []byte, error) {
 	if string(data[:len(Magic)]) != Magic {
 		return h, nil, corrupt("not a manifest (bad magic)")
 	}
-	if v := binary.LittleEndian.Uint16(data[8:]); v != FormatVersion {
-		return h, nil, fmt.Errorf("%w %d (this build reads version %d)", ErrUnsupported, v, FormatVersion)
+	h.format = binary.LittleEndian.Uint16(data[8:])
+	if h.format < 1 || h.format > FormatVersion {
+		return h, nil, fmt.Errorf("%w %d (this build reads versions 1 to %d)", ErrUnsupported, h.format, FormatVersion)
 	}
 	h.flags = binary.LittleEndian.Uint16(data[10:])
 	if h.flags&^flagChecksums != 0 {
@@ -287,6 +292,14 @@ func parseBody(body []byte, h header) (*Manifest, error) {
 				vlen, err := readVersion(tag, body[r.pos+1:])
 				if err != nil {
 					return nil, corrupt("file %q: %v", name, err)
+				}
+				switch {
+				case tag == tagPosixCI && h.format < 2:
+					return nil, corrupt("file %q: tag %d in a format version %d manifest", name, tag, h.format)
+				case tag == tagPosixCI:
+					m.posixCI++
+				case tag == tagPosix:
+					m.legacyPosix++
 				}
 				m.vers = append(m.vers, body[r.pos:r.pos+1+vlen]...)
 				r.pos += 1 + vlen

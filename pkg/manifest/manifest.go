@@ -34,6 +34,9 @@ var (
 	ErrUnsupported = errors.New("manifest: unsupported format version")
 	// ErrTooLarge: a manifest file larger than the caller's limit.
 	ErrTooLarge = errors.New("manifest: too large")
+	// ErrLegacyVersions: a manifest whose posix versions lack the ctime
+	// and inode (see Manifest.LegacyPosixVersions); rebuild it.
+	ErrLegacyVersions = errors.New("manifest: posix versions without ctime and inode")
 )
 
 // Info is the manifest's header.
@@ -56,6 +59,9 @@ type Manifest struct {
 	info  Info
 	files int
 	bytes int64
+	// Files whose version is a posix one with ctime and inode (tag 5),
+	// and a posix one of mtime and size only (tag 2, LegacyPosixVersions).
+	posixCI, legacyPosix int
 
 	names   []byte   // every base name, entry after entry
 	nameEnd []uint32 // nameEnd[i]: end of entry i's name in names (start: nameEnd[i-1], or 0)
@@ -70,6 +76,13 @@ type Manifest struct {
 
 // Info returns the header.
 func (m *Manifest) Info() Info { return m.info }
+
+// LegacyPosixVersions returns the number of files whose version is a posix
+// "MTIMENANOS-SIZE" without ctime and inode, as `cachefs index` recorded
+// before they were added. Such a version never matches a posix backend's
+// current one: every read of such a file fails, so Discover refuses these
+// manifests (ErrLegacyVersions).
+func (m *Manifest) LegacyPosixVersions() int { return m.legacyPosix }
 
 // Len returns the number of entries, the root included.
 func (m *Manifest) Len() int { return len(m.size) }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -29,7 +30,19 @@ func sampleFiles() []File {
 		{Path: "train/n1/w", Size: 6, Version: "abc"},    // odd hex: raw
 		{Path: "train/n1/v", Size: 7, Version: "-100-7"}, // raw
 		{Path: "train/n1/u", Size: 1 << 40, Version: "5-1099511627776"},
-		{Path: "val/0.jpg", Size: 10, Version: "abcd-007"}, // non-canonical N: raw
+		// posix with ctime and inode: as written, as extracted from an
+		// archive (ctime years after mtime), ctime before mtime, inode 0
+		// and the largest inode, and shapes that are stored raw.
+		{Path: "train/n1/ci-new", Size: 100, Version: "1700000000123456789-100-1700000000123456789-42"},
+		{Path: "train/n1/ci-tar", Size: 5, Version: "1300000000000000000-5-1764000000000000000-18446744073709551615"},
+		{Path: "train/n1/ci-before", Size: 6, Version: "1700000000000000000-6-1600000000000000000-0"},
+		{Path: "train/n1/ci-zero", Size: 0, Version: "0-0-0-0"},
+		{Path: "train/n1/ci-nc", Size: 7, Version: "1-7-02-3"},                      // non-canonical ctime: raw
+		{Path: "train/n1/ci-size", Size: 8, Version: "1-9-2-3"},                     // size disagrees: raw
+		{Path: "train/n1/ci-neg", Size: 9, Version: "-1-9-2-3"},                     // negative mtime: raw
+		{Path: "train/n1/ci-five", Size: 10, Version: "1-10-2-3-4"},                 // five fields: raw
+		{Path: "train/n1/ci-big", Size: 11, Version: "1-11-2-18446744073709551616"}, // inode overflows: raw
+		{Path: "val/0.jpg", Size: 10, Version: "abcd-007"},                          // non-canonical N: raw
 		{Path: "top.txt", Size: 11, Version: "aa-0"},
 		{Path: strings.Repeat("d", 255) + "/" + strings.Repeat("f", 255), Size: 12, Version: "x"},
 	}
@@ -250,7 +263,7 @@ func TestBuildSkips(t *testing.T) {
 // that tests reach the body parser.
 func seal(t testing.TB, h header, body []byte) []byte {
 	t.Helper()
-	data, err := encode(Info{Source: h.source, Created: time.Unix(0, h.created), Checksums: h.flags&flagChecksums != 0},
+	data, err := encode(max(h.format, 1), Info{Source: h.source, Created: time.Unix(0, h.created), Checksums: h.flags&flagChecksums != 0},
 		h.files, h.dirs, h.bytes, body)
 	if err != nil {
 		t.Fatal(err)
@@ -340,6 +353,10 @@ func TestLoadCorrupt(t *testing.T) {
 		{"raw version too long", seal(t, hdr(1, 1, 0), rawBody([]rec{{name: "a", ver: append([]byte{tagRaw, 0x81, 0x08}, make([]byte, 1025)...)}})), "bad version"},
 		{"hex version of 0 bytes", seal(t, hdr(1, 1, 0), rawBody([]rec{{name: "a", ver: []byte{tagHex, 0}}})), "bad version"},
 		{"hex version too long", seal(t, hdr(1, 1, 0), rawBody([]rec{{name: "a", ver: append([]byte{tagHex, 65}, make([]byte, 65)...)}})), "bad version"},
+		{"posix ctime version in format 1", seal(t, hdr(1, 1, 0), rawBody([]rec{{name: "a", ver: []byte{tagPosixCI, 2, 0, 7}}})), "format version 1"},
+		{"posix ctime version truncated", seal(t, header{format: 2, files: 1, dirs: 1, source: "s"}, rawBody([]rec{{name: "a", ver: []byte{tagPosixCI, 2}}})), "bad version"},
+		{"posix ctime overflows", seal(t, header{format: 2, files: 1, dirs: 1, source: "s"},
+			rawBody([]rec{{name: "a", ver: binary.AppendUvarint(binary.AppendVarint(binary.AppendVarint([]byte{tagPosixCI}, math.MaxInt64), 1), 0)}})), "bad version"},
 		{"huge size", seal(t, hdr(1, 1, 0), rawBody([]rec{{name: "a", ver: rawV, size: 1 << 63}})), "bad size"},
 		{"more dirs than header", seal(t, hdr(0, 1, 0), rawBody([]rec{{name: "d"}})), "more entries"},
 		{"dir record missing", seal(t, hdr(0, 2, 0), rawBody([]rec{{name: "d"}})), "directory 1"},
@@ -372,7 +389,7 @@ func TestLoadCorrupt(t *testing.T) {
 	}
 	t.Run("newer version", func(t *testing.T) {
 		b := slices.Clone(good)
-		b[8] = 2
+		b[8] = FormatVersion + 1
 		if _, err := Load(reseal(b)); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("got %v, want ErrUnsupported", err)
 		}
@@ -438,5 +455,67 @@ func TestComparePaths(t *testing.T) {
 	want := []string{"a", "a/", "a/x", "a/x/y", "a-", "a.b", "ab", "b"}
 	if !slices.Equal(in, want) {
 		t.Errorf("got %q, want %q", in, want)
+	}
+}
+
+// TestPosixVersionEncoding: posix versions with ctime and inode take tag 5
+// (varint mtime, varint ctime − mtime, uvarint inode) and make Encode write
+// format version 2; a manifest without them stays version 1, which older
+// builds read; both load, and old posix versions are counted.
+func TestPosixVersionEncoding(t *testing.T) {
+	cases := []struct {
+		v    string
+		size int64
+		tag  byte
+		len  int // tag + payload bytes
+	}{
+		{"1700000000123456789-100-1700000000123456789-42", 100, tagPosixCI, 1 + 9 + 1 + 1},      // as written: ctime = mtime
+		{"1700000000123456789-100-1700000000123999999-9000000", 100, tagPosixCI, 1 + 9 + 3 + 4}, // renamed into place
+		{"1300000000000000000-5-1764000000000000000-18446744073709551615", 5, tagPosixCI, 1 + 9 + 9 + 10},
+		{"1700000000000000000-6-1600000000000000000-0", 6, tagPosixCI, 1 + 9 + 9 + 1},
+		{"1700000000123456789-100", 100, tagPosix, 1 + 9},
+		{"1-7-02-3", 7, tagRaw, 1 + 1 + 8},
+		{"1-9-2-3", 8, tagRaw, 1 + 1 + 7},
+	}
+	for _, tc := range cases {
+		enc := appendVersion(nil, tc.v, tc.size)
+		if enc[0] != tc.tag || len(enc) != tc.len {
+			t.Errorf("%q: tag %d, %d bytes; want tag %d, %d bytes", tc.v, enc[0], len(enc), tc.tag, tc.len)
+		}
+		if n, err := readVersion(enc[0], enc[1:]); err != nil || n != len(enc)-1 {
+			t.Errorf("%q: readVersion = %d, %v", tc.v, n, err)
+		}
+		if got := formatVersion(enc, tc.size); got != tc.v {
+			t.Errorf("%q: formatVersion = %q", tc.v, got)
+		}
+		for k := 1; k < len(enc)-1 && enc[0] == tagPosixCI; k++ {
+			if _, err := readVersion(enc[0], enc[1:k]); err == nil {
+				t.Errorf("%q: readVersion of %d payload bytes succeeded", tc.v, k-1)
+			}
+		}
+	}
+
+	format := func(data []byte) uint16 { return binary.LittleEndian.Uint16(data[8:]) }
+	newer := mustBuild(t, []File{{Path: "a", Size: 1, Version: "5-1-6-7"}, {Path: "b", Size: 1, Version: "e"}}, BuildOptions{})
+	older := mustBuild(t, []File{{Path: "a", Size: 1, Version: "5-1"}, {Path: "b", Size: 1, Version: "e"}}, BuildOptions{})
+	for _, tc := range []struct {
+		m      *Manifest
+		format uint16
+		legacy int
+	}{{newer, 2, 0}, {older, 1, 1}} {
+		data := mustEncode(t, tc.m)
+		if format(data) != tc.format {
+			t.Errorf("format version %d, want %d", format(data), tc.format)
+		}
+		m, err := Load(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.LegacyPosixVersions() != tc.legacy || tc.m.LegacyPosixVersions() != tc.legacy {
+			t.Errorf("LegacyPosixVersions %d (built %d), want %d", m.LegacyPosixVersions(), tc.m.LegacyPosixVersions(), tc.legacy)
+		}
+		if i, ok := m.Find("a"); !ok || m.Version(i) != tc.m.Version(i) {
+			t.Errorf("version of a after a round trip: %q", m.Version(i))
+		}
 	}
 }

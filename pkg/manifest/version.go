@@ -16,6 +16,7 @@ const (
 	tagPosix     = 2
 	tagHex       = 3
 	tagHexN      = 4
+	tagPosixCI   = 5 // format version 2 and later
 	maxHexBytes  = 64
 	minEntrySize = 4 // shared + suffixLen + ≥1 name byte + tag: the fewest body bytes an entry takes
 )
@@ -38,6 +39,12 @@ func ValidVersion(v string) bool {
 // appendVersion appends the tag and payload encoding version v of a file of
 // the given size. v must satisfy ValidVersion.
 func appendVersion(b []byte, v string, size int64) []byte {
+	if mt, ct, ino, ok := parsePosixCI(v, size); ok {
+		b = append(b, tagPosixCI)
+		b = binary.AppendVarint(b, mt)
+		b = binary.AppendVarint(b, ct-mt)
+		return binary.AppendUvarint(b, ino)
+	}
 	if mt, s, ok := strings.Cut(v, "-"); ok && s == strconv.FormatInt(size, 10) {
 		if n, err := strconv.ParseInt(mt, 10, 64); err == nil && strconv.FormatInt(n, 10) == mt {
 			b = append(b, tagPosix)
@@ -60,6 +67,27 @@ func appendVersion(b []byte, v string, size int64) []byte {
 	b = append(b, tagRaw)
 	b = binary.AppendUvarint(b, uint64(len(v)))
 	return append(b, v...)
+}
+
+// parsePosixCI splits a posix version "MTIMENANOS-SIZE-CTIMENANOS-INO" of a
+// file of the given size, each number in canonical decimal, when ctime −
+// mtime does not overflow (anything else is stored raw).
+func parsePosixCI(v string, size int64) (mtime, ctime int64, ino uint64, ok bool) {
+	f := strings.Split(v, "-")
+	if len(f) != 4 || f[1] != strconv.FormatInt(size, 10) {
+		return 0, 0, 0, false
+	}
+	mtime, err1 := strconv.ParseInt(f[0], 10, 64)
+	ctime, err2 := strconv.ParseInt(f[2], 10, 64)
+	ino, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil ||
+		strconv.FormatInt(mtime, 10) != f[0] || strconv.FormatInt(ctime, 10) != f[2] || strconv.FormatUint(ino, 10) != f[3] {
+		return 0, 0, 0, false
+	}
+	if d := ctime - mtime; (d < 0) != (ctime < mtime) {
+		return 0, 0, 0, false // ctime − mtime overflows
+	}
+	return mtime, ctime, ino, true
 }
 
 func isLowerHex(s string) bool {
@@ -97,6 +125,23 @@ func readVersion(tag byte, b []byte) (int, error) {
 			return 0, errVersion
 		}
 		return k, nil
+	case tagPosixCI:
+		mt, k1 := binary.Varint(b)
+		if k1 <= 0 {
+			return 0, errVersion
+		}
+		d, k2 := binary.Varint(b[k1:])
+		if k2 <= 0 {
+			return 0, errVersion
+		}
+		if ct := mt + d; (ct < mt) != (d < 0) {
+			return 0, errVersion // ctime overflows
+		}
+		_, k3 := binary.Uvarint(b[k1+k2:])
+		if k3 <= 0 {
+			return 0, errVersion
+		}
+		return k1 + k2 + k3, nil
 	case tagHex, tagHexN:
 		if len(b) < 1 || b[0] == 0 || b[0] > maxHexBytes || len(b) < 1+int(b[0]) {
 			return 0, errVersion
@@ -128,6 +173,19 @@ func formatVersion(enc []byte, size int64) string {
 	case tagPosix:
 		n, _ := binary.Varint(p)
 		return strconv.FormatInt(n, 10) + "-" + strconv.FormatInt(size, 10)
+	case tagPosixCI:
+		mt, k1 := binary.Varint(p)
+		d, k2 := binary.Varint(p[k1:])
+		ino, _ := binary.Uvarint(p[k1+k2:])
+		b := make([]byte, 0, 64)
+		b = strconv.AppendInt(b, mt, 10)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, size, 10)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, mt+d, 10)
+		b = append(b, '-')
+		b = strconv.AppendUint(b, ino, 10)
+		return string(b)
 	case tagHex:
 		return hex.EncodeToString(p[1 : 1+int(p[0])])
 	case tagHexN:

@@ -184,7 +184,8 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		}
 	}
 
-	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy, Logger: m.log})
+	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy,
+		KeyScheme: m.src.VersionScheme(), Logger: m.log})
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) || errors.Is(err, cache.ErrInvalidOptions) {
 			return err
