@@ -53,7 +53,8 @@ type Config struct {
 	Mode string
 	// StateDir holds the driver's state: controller volumes, node volumes
 	// and dataset mounts (for re-adoption after a restart), mount logs and
-	// 0600 credential files. Must survive driver restarts on the node.
+	// 0600 credential files (on a tmpfs the node mounts at node/secrets).
+	// Must survive driver restarts on the node.
 	StateDir string
 	// CacheRoot holds one NR cache directory per dataset mount.
 	CacheRoot string
@@ -100,8 +101,13 @@ type Config struct {
 	// AllowNodeCredentials lets a network source without secrets of its
 	// own read with the node's identity. Off: such volumes are refused.
 	AllowNodeCredentials bool
-	Version              string
-	Logger               *slog.Logger
+	// AllowDiskSecrets lets the node keep volumes' credentials (for
+	// restarts of their mount processes) in a 0700 directory on the state
+	// dir's disk when it cannot mount a tmpfs there (not root). Off: the
+	// node plugin refuses to start then.
+	AllowDiskSecrets bool
+	Version          string
+	Logger           *slog.Logger
 }
 
 // Driver implements the CSI services.
@@ -207,6 +213,10 @@ func New(cfg Config) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := prepareSecretsDir(filepath.Join(ncfg.dir, "secrets"), cfg.AllowDiskSecrets, d.log); err != nil {
+			return nil, err
+		}
+		markCredentialed(ncfg.dir, d.log)
 		ns, err := newNodeState(ncfg)
 		if err != nil {
 			return nil, err
