@@ -39,6 +39,7 @@ func run() error {
 		showVersion            bool
 		localRoots             string
 		networkRules           string
+		mountLogMax            string
 	)
 	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
 	flag.StringVar(&cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
@@ -60,6 +61,7 @@ func run() error {
 	flag.StringVar(&networkRules, "network-rules", "", "comma-separated source URLs (s3://bucket[/prefix]?endpoint=URL, cephfs://, nfs://) that network sources must lie within (empty: any network source that brings credentials)")
 	flag.BoolVar(&cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
 	flag.BoolVar(&cfg.AllowDiskSecrets, "allow-disk-secrets", false, "when no tmpfs can be mounted on <state-dir>/node/secrets (not root), keep volumes' credentials there on disk (0600 files in a 0700 directory) instead of refusing to start")
+	flag.StringVar(&mountLogMax, "mount-log-max-size", "10MiB", "rotate a mount process's log (<state-dir>/node/logs/<key>.log) to <key>.log.1 when larger, at each health check (min 64KiB)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty)")
 	flag.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	flag.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -81,6 +83,9 @@ func run() error {
 	}
 	if cfg.MaxCacheSize, err = units.ParseSize(maxCache); err != nil {
 		return fmt.Errorf("--max-cache-size: %w", err)
+	}
+	if cfg.MountLogMaxSize, err = units.ParseSize(mountLogMax); err != nil {
+		return fmt.Errorf("--mount-log-max-size: %w", err)
 	}
 	cfg.AllowedLocalRoots, cfg.NetworkRules = splitList(localRoots), splitList(networkRules)
 	cfg.Version, cfg.Logger = version, log

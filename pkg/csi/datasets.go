@@ -213,13 +213,17 @@ func (n *nodeState) exited(ds *datasetMount, offset int64) error {
 	return e
 }
 
-// readFrom reads path from offset on (at most its last 1 MiB).
+// readFrom reads path from offset on (at most its last 1 MiB). A file
+// shorter than offset was truncated since (rotated, see mountlogs.go): all
+// of it was written after offset was taken, and is read.
 func readFrom(path string, offset int64) ([]byte, error) {
 	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) <= offset {
+	if err != nil {
 		return nil, err
 	}
-	b = b[offset:]
+	if int64(len(b)) >= offset {
+		b = b[offset:]
+	}
 	return b[max(len(b)-1<<20, 0):], nil
 }
 

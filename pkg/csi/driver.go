@@ -106,8 +106,12 @@ type Config struct {
 	// dir's disk when it cannot mount a tmpfs there (not root). Off: the
 	// node plugin refuses to start then.
 	AllowDiskSecrets bool
-	Version          string
-	Logger           *slog.Logger
+	// MountLogMaxSize caps each mount process's log (node/logs/<key>.log):
+	// the health check copies a larger one to <key>.log.1 and truncates
+	// it. Default 10MiB.
+	MountLogMaxSize int64
+	Version         string
+	Logger          *slog.Logger
 }
 
 // Driver implements the CSI services.
@@ -148,6 +152,12 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.MountTimeout == 0 {
 		cfg.MountTimeout = 60 * time.Second
+	}
+	if cfg.MountLogMaxSize == 0 {
+		cfg.MountLogMaxSize = 10 << 20
+	}
+	if cfg.MountLogMaxSize < minMountLogMaxSize {
+		return nil, fmt.Errorf("csi: --mount-log-max-size %s is under the minimum %s", units.FormatSize(cfg.MountLogMaxSize), units.FormatSize(minMountLogMaxSize))
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -230,11 +240,12 @@ func New(cfg Config) (*Driver, error) {
 // its launcher (local, or the mounter's) and, with NodeLabels, its labeler.
 func (d *Driver) nodeConfig() (nodeConfig, error) {
 	cfg := nodeConfig{
-		dir:          filepath.Join(d.cfg.StateDir, "node"),
-		cacheRoot:    d.cfg.CacheRoot,
-		launcher:     localLauncher{binary: d.cfg.CachefsBinary},
-		mountTimeout: d.cfg.MountTimeout,
-		log:          d.log,
+		dir:             filepath.Join(d.cfg.StateDir, "node"),
+		cacheRoot:       d.cfg.CacheRoot,
+		launcher:        localLauncher{binary: d.cfg.CachefsBinary},
+		mountTimeout:    d.cfg.MountTimeout,
+		mountLogMaxSize: d.cfg.MountLogMaxSize,
+		log:             d.log,
 	}
 	if d.cfg.MounterEndpoint != "" {
 		ml, err := newMounterLauncher(d.cfg.MounterEndpoint)

@@ -29,6 +29,8 @@ type nodeConfig struct {
 	labeler      *nodeLabeler  // nil unless Config.NodeLabels
 	mountTimeout time.Duration // bounds waiting for a new mount to become live
 	log          *slog.Logger
+
+	mountLogMaxSize int64 // mount logs are rotated above it (mountlogs.go)
 }
 
 // nodeState is the node service's view of its volumes and dataset mounts,
@@ -397,6 +399,7 @@ func (n *nodeState) healthLoop(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	for {
 		n.checkAll()
+		n.maintainMountLogs()
 		if n.cfg.labeler != nil {
 			if err := n.cfg.labeler.sync(ctx, n); err != nil {
 				n.cfg.log.Warn("node cache labels not updated", "err", err)

@@ -187,7 +187,7 @@ func checkSecretsTmpfs(t *testing.T, stateDir string) {
 // kill -9 and a restart; a secrets file whose stage the kill interrupted
 // (no dataset record) is removed by the restarted driver, which still
 // restarts nothing and unstages the surviving volume (removing its secrets
-// file). After a simulated node reboot (mount processes and the
+// file and log). After a simulated node reboot (mount processes and the
 // tmpfs gone) a volume whose credentials are lost fails to stage again
 // with a clear error, and no mount process starts, though the driver's
 // own environment holds credentials that would read the bucket and it
@@ -309,6 +309,10 @@ func TestSecretsAtRestAcrossRestarts(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(secretsDir, "*")); len(m) != 0 {
 		t.Errorf("secrets files after the unstage: %v", m)
 	}
+	waitFor(t, 10*time.Second, "the mount logs to be removed", func() bool {
+		m, _ := filepath.Glob(filepath.Join(stateDir, "node", "logs", "*"))
+		return len(m) == 0
+	})
 }
 
 // stageS3 stages an S3 volume with secrets.
