@@ -285,6 +285,10 @@ def check_daemonset(where, objs, kubelet_dir=DEFAULT_KUBELET_DIR, state_dir=DEFA
         has_arg(w, drv, a)
     if not any(a.startswith("--metrics-addr=") for a in args_of(drv)):
         fail(w, "csi-driver lacks --metrics-addr")
+    # Credentials only on the node's tmpfs, never on disk; mount logs capped.
+    has_arg(w, drv, "--allow-disk-secrets=false")
+    if not any(a.startswith("--mount-log-max-size=") for a in args_of(drv)):
+        fail(w, "csi-driver lacks --mount-log-max-size")
     env = {e.get("name"): e for e in drv.get("env") or []}
     if ((env.get("NODE_NAME") or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") \
             != "spec.nodeName":
