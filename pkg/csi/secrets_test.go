@@ -176,9 +176,10 @@ func checkSecretsTmpfs(t *testing.T, stateDir string) {
 			t.Errorf("the secrets tmpfs is mounted without %s: %s", o, opts)
 		}
 	}
-	st, err := os.Stat(dir)
-	if err != nil || st.Mode().Perm() != 0o700 {
-		t.Errorf("secrets dir: %v, mode %v, want 0700", err, st.Mode().Perm())
+	if st, err := os.Stat(dir); err != nil {
+		t.Error(err)
+	} else if st.Mode().Perm() != 0o700 {
+		t.Errorf("secrets dir has mode %v, want 0700", st.Mode().Perm())
 	}
 }
 
