@@ -21,6 +21,7 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		cacheSize    string
 		wholeFileMax string
 		blockSize    string
+		credsFD      int
 	)
 	cmd := &cobra.Command{
 		Use:   mount.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
@@ -32,9 +33,15 @@ until SIGINT/SIGTERM or an outside unmount, then unmount cleanly.
 SOURCE is one of:
   /abs/path or file:///abs/path    a local or kernel-mounted directory
   s3://bucket/prefix?endpoint=http://host:9000&region=us-east-1
-                                   S3; credentials from AWS_ACCESS_KEY_ID /
-                                   AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,
-                                   the shared credentials file, or IAM
+                                   S3; credentials from --credentials-fd, else
+                                   AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+                                   AWS_SESSION_TOKEN, the shared credentials
+                                   file, or IAM
+
+--credentials-fd N reads KEY=VALUE lines (AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, optional AWS_SESSION_TOKEN; at most 16 KiB) from the
+inherited file descriptor N until EOF, typically a pipe, and uses them instead
+of the environment's: they never appear in /proc/PID/environ or argv.
 
 Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 		Example: `  cachefs mount /data/imagenet /mnt/imagenet --cache-dir /var/cache/epochfs --cache-size 50GiB
@@ -52,6 +59,13 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed(mount.FlagCredentialsFD) {
+				creds, err := mount.ReadCredentialsFD(credsFD)
+				if err != nil {
+					return g.mountFailed(err)
+				}
+				cfg.Backend.Credentials = creds
+			}
 			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize))
 		},
 	}
@@ -69,6 +83,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.IntVar(&cfg.ReadaheadFiles, mount.FlagReadaheadFiles, 0, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background (0: off); raises a cold epoch's backend concurrency above the loader's workers")
 	f.IntVar(&cfg.ListingCacheEntries, mount.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
 	f.DurationVar(&cfg.ReadTimeout, mount.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
+	f.IntVar(&credsFD, mount.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
 	f.BoolVar(&cfg.Debug, mount.FlagFuseDebug, false, "log every FUSE request (very verbose)")
 	_ = cmd.MarkFlagRequired(mount.FlagCacheDir)
 	_ = cmd.MarkFlagRequired(mount.FlagCacheSize)

@@ -20,7 +20,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 		{"everything", mount.CommandOptions{
 			Source: "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1", Mountpoint: "/mnt/with space",
 			CacheDir: "/var/cache/ds", CacheSize: 123456789, Policy: "lru", Manifest: "none", ReadaheadFiles: 16,
-			LogFormat: mount.LogFormatJSON,
+			LogFormat: mount.LogFormatJSON, CredentialsFD: 3,
 		}},
 		{"values that look like flags", mount.CommandOptions{Source: "/data/--policy", Mountpoint: "/mnt/-x", CacheDir: "--weird", CacheSize: 1, Manifest: "-"}},
 	} {
@@ -57,10 +57,18 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			credsFD, err := f.GetInt(mount.FlagCredentialsFD)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if credsFD < 0 {
+				credsFD = 0 // the CLI's "off"
+			}
 			got := mount.CommandOptions{
 				Source: f.Arg(0), Mountpoint: f.Arg(1),
 				CacheDir: str(mount.FlagCacheDir), CacheSize: size, Policy: str(mount.FlagPolicy),
 				Manifest: str(mount.FlagManifest), ReadaheadFiles: readahead, LogFormat: str(mount.FlagLogFormat),
+				CredentialsFD: credsFD,
 			}
 			want := tc.opts
 			if want.Policy == "" {

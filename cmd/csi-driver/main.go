@@ -40,12 +40,13 @@ func run() error {
 		localRoots             string
 		networkRules           string
 		cacheBudget            string
+		mountLogMax            string
 	)
 	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
 	flag.StringVar(&cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
 	flag.StringVar(&cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all; or mounter (only start mount processes for a node plugin, see --mounter-endpoint)")
 	flag.StringVar(&cfg.MounterEndpoint, "mounter-endpoint", "", "unix:///path/mounter.sock: in node mode, ask the mounter there to start mount processes (so they live outside this container); in mounter mode, serve there")
-	flag.StringVar(&cfg.StateDir, "state-dir", "/var/lib/epochfs/state", "driver state (volumes, dataset mounts, mount logs, 0600 credential files); must survive driver restarts")
+	flag.StringVar(&cfg.StateDir, "state-dir", "/var/lib/epochfs/state", "driver state (volumes, dataset mounts, mount logs; credentials on a tmpfs at node/secrets); must survive driver restarts")
 	flag.StringVar(&cfg.CacheRoot, "cache-root", "/var/lib/epochfs/cache", "parent of the per-dataset NR cache directories")
 	flag.StringVar(&cfg.CachefsBinary, "cachefs-binary", defaultCachefs(), "the cachefs executable started for each dataset mount")
 	flag.StringVar(&defaultCache, "default-cache-size", "10GiB", "cache size of volumes without a cacheSize parameter")
@@ -63,6 +64,8 @@ func run() error {
 	flag.IntVar(&cfg.MaxMounts, "max-mounts", csi.DefaultMaxMounts, "most dataset mount processes on this node; a volume that needs one more is refused (ResourceExhausted)")
 	flag.DurationVar(&cfg.CacheRetention, "cache-retention", csi.DefaultCacheRetention, "how long the cache of a dataset no longer staged is kept for its next stage before it is removed (negative: until a new mount needs its room)")
 	flag.BoolVar(&cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
+	flag.BoolVar(&cfg.AllowDiskSecrets, "allow-disk-secrets", false, "when no tmpfs can be mounted on <state-dir>/node/secrets (not root), keep volumes' credentials there on disk (0600 files in a 0700 directory) instead of refusing to start")
+	flag.StringVar(&mountLogMax, "mount-log-max-size", "10MiB", "rotate a mount process's log (<state-dir>/node/logs/<key>.log) to <key>.log.1 when larger, at each health check (min 64KiB)")
 	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty)")
 	flag.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	flag.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -90,6 +93,9 @@ func run() error {
 	}
 	if cfg.MaxMounts < 1 {
 		return fmt.Errorf("--max-mounts %d: must be at least 1", cfg.MaxMounts)
+	}
+	if cfg.MountLogMaxSize, err = units.ParseSize(mountLogMax); err != nil {
+		return fmt.Errorf("--mount-log-max-size: %w", err)
 	}
 	cfg.AllowedLocalRoots, cfg.NetworkRules = splitList(localRoots), splitList(networkRules)
 	cfg.Version, cfg.Logger = version, log

@@ -307,6 +307,8 @@ def node_args(v, kubelet_dir):
             "max-cache-size": [v["node"]["maxCacheSize"]],
             "cache-root-budget": [v["node"]["cacheRootBudget"]], "max-mounts": [str(v["node"]["maxMounts"])],
             "cache-retention": [v["node"]["cacheRetention"]],
+            "allow-disk-secrets": [str(v["node"]["allowDiskSecrets"]).lower()],
+            "mount-log-max-size": [v["node"]["mountLogMaxSize"]],
             "metrics-addr": [f"0.0.0.0:{v['metrics']['port']}"], "log-format": [v["logFormat"]],
             "health-interval": [v["healthInterval"]], "cachefs-binary": ["/usr/local/bin/cachefs"],
             "mounter-endpoint": [mounter_socket(v)] if v["mounter"]["enabled"] else []}

@@ -28,6 +28,9 @@ type datasetMount struct {
 	PID        int          `json:"pid"`
 	StartTicks uint64       `json:"startTicks"` // guards against PID reuse
 	Users      []string     `json:"users"`      // volume ids
+	// Credentials: the mount was started with credentials of its own
+	// (set by start): it must never be restarted without them.
+	Credentials bool `json:"credentials,omitempty"`
 }
 
 // identity copies the fields of ds that never change once it is recorded
@@ -91,8 +94,9 @@ func (n *nodeState) healthy(ds *datasetMount) error {
 }
 
 // start launches the mount process for ds (through the node's launcher) and
-// waits until the mount is live. Its credentials reach it through the
-// environment only (from the 0600 secrets file), never argv, never logs.
+// waits until the mount is live. Its credentials (from the 0600 secrets
+// file) reach it through a pipe only (see startDetached): never its
+// environment, argv or logs.
 func (n *nodeState) start(ds *datasetMount) error {
 	// A dead mount left at the mount point answers ENOTCONN: clear it first.
 	if err := unmountAll(ds.MountPoint); err != nil {
@@ -103,9 +107,14 @@ func (n *nodeState) start(ds *datasetMount) error {
 			return fmt.Errorf("csi: %w", err)
 		}
 	}
-	env, err := n.readSecrets(ds.Key)
+	creds, err := n.readSecrets(ds.Key)
 	if err != nil {
 		return err
+	}
+	if len(creds) > 0 {
+		ds.Credentials = true
+	} else if ds.Credentials {
+		return fmt.Errorf("csi: dataset mount %s of %s cannot start: %w; its volumes must be unstaged and staged again (with their secrets)", ds.Key, ds.Params.Source, errCredentialsLost)
 	}
 	args := mount.CommandOptions{
 		Source:         ds.Params.Source,
@@ -121,7 +130,7 @@ func (n *nodeState) start(ds *datasetMount) error {
 	if st, err := os.Stat(n.logPath(ds.Key)); err == nil {
 		logStart = st.Size()
 	}
-	pid, err := n.cfg.launcher.launch(args, env, n.logPath(ds.Key))
+	pid, err := n.cfg.launcher.launch(args, creds, n.logPath(ds.Key))
 	if err != nil {
 		return err
 	}
@@ -216,13 +225,17 @@ func (n *nodeState) exited(ds *datasetMount, offset int64) error {
 	return e
 }
 
-// readFrom reads path from offset on (at most its last 1 MiB).
+// readFrom reads path from offset on (at most its last 1 MiB). A file
+// shorter than offset was truncated since (rotated, see mountlogs.go): all
+// of it was written after offset was taken, and is read.
 func readFrom(path string, offset int64) ([]byte, error) {
 	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) <= offset {
+	if err != nil {
 		return nil, err
 	}
-	b = b[offset:]
+	if int64(len(b)) >= offset {
+		b = b[offset:]
+	}
 	return b[max(len(b)-1<<20, 0):], nil
 }
 
@@ -259,6 +272,8 @@ func (n *nodeState) writeSecrets(key string, secrets map[string]string) error {
 	return nil
 }
 
+// readSecrets returns the KEY=VALUE lines of the dataset's secrets file:
+// none when it has none.
 func (n *nodeState) readSecrets(key string) ([]string, error) {
 	b, err := os.ReadFile(n.secretPath(key))
 	if errors.Is(err, os.ErrNotExist) {
@@ -267,13 +282,13 @@ func (n *nodeState) readSecrets(key string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("csi: read secrets: %w", err)
 	}
-	var env []string
+	var creds []string
 	for _, line := range strings.Split(string(b), "\n") {
 		if k, _, ok := strings.Cut(line, "="); ok && slices.Contains(secretKeys, k) {
-			env = append(env, line)
+			creds = append(creds, line)
 		}
 	}
-	return env, nil
+	return creds, nil
 }
 
 // withoutAWSCredentials drops static AWS credentials inherited by the driver,

@@ -53,7 +53,8 @@ type Config struct {
 	Mode string
 	// StateDir holds the driver's state: controller volumes, node volumes
 	// and dataset mounts (for re-adoption after a restart), mount logs and
-	// 0600 credential files. Must survive driver restarts on the node.
+	// 0600 credential files (on a tmpfs the node mounts at node/secrets).
+	// Must survive driver restarts on the node.
 	StateDir string
 	// CacheRoot holds one NR cache directory per dataset mount.
 	CacheRoot string
@@ -111,8 +112,17 @@ type Config struct {
 	// long for its next stage, then removed (0: DefaultCacheRetention;
 	// negative: kept until a new mount needs its room).
 	CacheRetention time.Duration
-	Version        string
-	Logger         *slog.Logger
+	// AllowDiskSecrets lets the node keep volumes' credentials (for
+	// restarts of their mount processes) in a 0700 directory on the state
+	// dir's disk when it cannot mount a tmpfs there (not root). Off: the
+	// node plugin refuses to start then.
+	AllowDiskSecrets bool
+	// MountLogMaxSize caps each mount process's log (node/logs/<key>.log):
+	// the health check copies a larger one to <key>.log.1 and truncates
+	// it. Default 10MiB.
+	MountLogMaxSize int64
+	Version         string
+	Logger          *slog.Logger
 }
 
 // Defaults of Config's node-wide bounds.
@@ -174,6 +184,12 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.CacheRetention == 0 {
 		cfg.CacheRetention = DefaultCacheRetention
+	}
+	if cfg.MountLogMaxSize == 0 {
+		cfg.MountLogMaxSize = 10 << 20
+	}
+	if cfg.MountLogMaxSize < minMountLogMaxSize {
+		return nil, fmt.Errorf("csi: --mount-log-max-size %s is under the minimum %s", units.FormatSize(cfg.MountLogMaxSize), units.FormatSize(minMountLogMaxSize))
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -239,6 +255,10 @@ func New(cfg Config) (*Driver, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := prepareSecretsDir(filepath.Join(ncfg.dir, "secrets"), cfg.AllowDiskSecrets, d.log); err != nil {
+			return nil, err
+		}
+		markCredentialed(ncfg.dir, d.log)
 		ns, err := newNodeState(ncfg)
 		if err != nil {
 			return nil, err
@@ -252,14 +272,15 @@ func New(cfg Config) (*Driver, error) {
 // its launcher (local, or the mounter's) and, with NodeLabels, its labeler.
 func (d *Driver) nodeConfig() (nodeConfig, error) {
 	cfg := nodeConfig{
-		dir:          filepath.Join(d.cfg.StateDir, "node"),
-		cacheRoot:    d.cfg.CacheRoot,
-		launcher:     localLauncher{binary: d.cfg.CachefsBinary},
-		mountTimeout: d.cfg.MountTimeout,
-		budget:       d.cfg.CacheRootBudget,
-		maxMounts:    d.cfg.MaxMounts,
-		retention:    max(d.cfg.CacheRetention, 0),
-		log:          d.log,
+		dir:             filepath.Join(d.cfg.StateDir, "node"),
+		cacheRoot:       d.cfg.CacheRoot,
+		launcher:        localLauncher{binary: d.cfg.CachefsBinary},
+		mountTimeout:    d.cfg.MountTimeout,
+		budget:          d.cfg.CacheRootBudget,
+		maxMounts:       d.cfg.MaxMounts,
+		retention:       max(d.cfg.CacheRetention, 0),
+		mountLogMaxSize: d.cfg.MountLogMaxSize,
+		log:             d.log,
 	}
 	if d.cfg.MounterEndpoint != "" {
 		ml, err := newMounterLauncher(d.cfg.MounterEndpoint)

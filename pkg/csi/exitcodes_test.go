@@ -28,11 +28,11 @@ type recordingLauncher struct {
 	exits  chan int
 }
 
-func (l *recordingLauncher) launch(args, env []string, logPath string) (int, error) {
+func (l *recordingLauncher) launch(args, creds []string, logPath string) (int, error) {
 	if l.before != nil {
 		l.before(args)
 	}
-	cmd, err := startDetached(l.binary, args, env, logPath)
+	cmd, err := startDetached(l.binary, args, creds, logPath)
 	if err != nil {
 		return 0, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	td.kubeletDir = cfg.KubeletDir
+	td.stateDir, td.kubeletDir = cfg.StateDir, cfg.KubeletDir
 	if err := os.MkdirAll(td.kubeletDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -88,9 +89,22 @@ func startDriver(t *testing.T, mutate func(*csi.Config)) *testDriver {
 	}
 	t.Cleanup(func() {
 		td.stop()
+		unmountSecretsTmpfs(cfg.StateDir)
 		cleanupMounts(t, dir)
 	})
 	return td
+}
+
+// unmountSecretsTmpfs unmounts the tmpfs the node service mounts on
+// <stateDir>/node/secrets, which outlives the driver by design (a restarted
+// driver re-uses it). Nothing mounted there is fine.
+func unmountSecretsTmpfs(stateDir string) {
+	p := filepath.Join(stateDir, "node", "secrets")
+	for range 4 {
+		if syscall.Unmount(p, 0) != nil {
+			return
+		}
+	}
 }
 
 // workDir returns a new directory under the driver's kubelet dir, for

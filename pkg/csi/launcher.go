@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,11 +21,14 @@ import (
 	"github.com/epochfs/epochfs/pkg/mount"
 )
 
-// A launcher starts `cachefs` with args and env in its own session, its
-// output appended to logPath, and returns its pid. The process must not be
-// tied to the driver: the driver may be killed and restarted at any time.
+// A launcher starts `cachefs` with args in its own session, its output
+// appended to logPath, and returns its pid. creds are the volume's
+// credentials as KEY=VALUE lines (secretKeys), none when it has no secrets;
+// they reach the process through a pipe (see startDetached), never its
+// argv or environment. The process must not be tied to the driver: the
+// driver may be killed and restarted at any time.
 type launcher interface {
-	launch(args, env []string, logPath string) (int, error)
+	launch(args, creds []string, logPath string) (int, error)
 }
 
 // localLauncher starts the mount process as a child of the driver, in its
@@ -33,13 +37,13 @@ type launcher interface {
 // container's cgroup and dies with that container; see mounterLauncher.
 type localLauncher struct{ binary string }
 
-func (l localLauncher) launch(args, env []string, logPath string) (int, error) {
-	return startReaped(l.binary, args, env, logPath)
+func (l localLauncher) launch(args, creds []string, logPath string) (int, error) {
+	return startReaped(l.binary, args, creds, logPath)
 }
 
 // startReaped starts binary (startDetached) and reaps it when it exits.
-func startReaped(binary string, args, env []string, logPath string) (int, error) {
-	cmd, err := startDetached(binary, args, env, logPath)
+func startReaped(binary string, args, creds []string, logPath string) (int, error) {
+	cmd, err := startDetached(binary, args, creds, logPath)
 	if err != nil {
 		return 0, err
 	}
@@ -47,10 +51,17 @@ func startReaped(binary string, args, env []string, logPath string) (int, error)
 	return cmd.Process.Pid, nil
 }
 
+// credentialsFD is the descriptor number of the credentials pipe in the
+// mount process: exec.Cmd.ExtraFiles[0].
+const credentialsFD = 3
+
 // startDetached starts binary with args in its own session, its output
-// appended to logPath, its environment the driver's with env's credentials
-// replacing any the driver has. The caller must Wait for it.
-func startDetached(binary string, args, env []string, logPath string) (*exec.Cmd, error) {
+// appended to logPath, and the driver's environment. With creds, the
+// driver's own static AWS credentials are left out of that environment,
+// and creds are written to a pipe whose read end the process inherits as
+// fd 3, named by --credentials-fd 3: they are not in its
+// /proc/PID/environ nor in its argv. The caller must Wait for it.
+func startDetached(binary string, args, creds []string, logPath string) (*exec.Cmd, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("csi: mount log: %w", err)
@@ -58,8 +69,15 @@ func startDetached(binary string, args, env []string, logPath string) (*exec.Cmd
 	defer logf.Close()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = os.Environ()
-	if len(env) > 0 {
-		cmd.Env = append(withoutAWSCredentials(cmd.Env), env...)
+	if len(creds) > 0 {
+		cmd.Env = withoutAWSCredentials(cmd.Env)
+		r, err := credentialsPipe(creds)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close() // the child has its copy
+		cmd.ExtraFiles = []*os.File{r}
+		cmd.Args = append(cmd.Args, "--"+mount.FlagCredentialsFD, strconv.Itoa(credentialsFD))
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -67,6 +85,30 @@ func startDetached(binary string, args, env []string, logPath string) (*exec.Cmd
 		return nil, fmt.Errorf("csi: start %s: %w", binary, err)
 	}
 	return cmd, nil
+}
+
+// credentialsPipe returns the read end of a pipe holding creds (KEY=VALUE
+// lines) and closed for writing. They fit the pipe's buffer (64 KiB; the
+// mount process reads at most mount.MaxCredentialsSize), so the write does
+// not wait for the reader.
+func credentialsPipe(creds []string) (*os.File, error) {
+	b := []byte(strings.Join(creds, "\n") + "\n")
+	if len(b) > mount.MaxCredentialsSize {
+		return nil, fmt.Errorf("csi: credentials are %d bytes, over the %d-byte limit", len(b), mount.MaxCredentialsSize)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("csi: credentials pipe: %w", err)
+	}
+	_, err = w.Write(b)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("csi: credentials pipe: %w", err)
+	}
+	return r, nil
 }
 
 // mounterLauncher asks a mounter (csi-driver --mode mounter, a separate,
@@ -91,6 +133,10 @@ func newMounterLauncher(endpoint string) (*mounterLauncher, error) {
 	}}, nil
 }
 
+// launchRequest asks a mounter to start `cachefs` with Args. Env holds the
+// volume's credentials (KEY=VALUE, secretKeys only), which the mounter
+// hands on through a pipe (startDetached); the name is kept so that
+// drivers and mounters of other versions understand each other.
 type launchRequest struct {
 	Args []string `json:"args"`
 	Env  []string `json:"env,omitempty"`
@@ -102,8 +148,8 @@ type launchResponse struct {
 	Error string `json:"error,omitempty"`
 }
 
-func (m *mounterLauncher) launch(args, env []string, logPath string) (int, error) {
-	body, err := json.Marshal(launchRequest{Args: args, Env: env, Log: logPath})
+func (m *mounterLauncher) launch(args, creds []string, logPath string) (int, error) {
+	body, err := json.Marshal(launchRequest{Args: args, Env: creds, Log: logPath})
 	if err != nil {
 		return 0, err
 	}
@@ -134,8 +180,9 @@ type MounterConfig struct {
 }
 
 // RunMounter serves launch requests on cfg.Socket until ctx ends. It starts
-// only `cachefs mount …`, with only the known secret variables added to its
-// own environment, logging only under the state dir. Its children keep
+// only `cachefs mount …`, with its own environment and, for a volume with
+// credentials (only the known secret keys), those through a pipe
+// (startDetached), logging only under the state dir. Its children keep
 // running after it stops.
 func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	if cfg.Logger == nil {
@@ -195,10 +242,16 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 }
 
 // checkLaunch accepts only `mount SOURCE MOUNTPOINT --flags…` with known
-// secret variables and a log file under logDir.
+// secret keys and a log file under logDir. The credentials descriptor is
+// the mounter's to name (startDetached), not the caller's.
 func checkLaunch(req launchRequest, logDir string) error {
 	if len(req.Args) < 3 || req.Args[0] != mount.Command {
 		return errors.New("only `cachefs mount SOURCE MOUNTPOINT …` may be launched")
+	}
+	for _, a := range req.Args[3:] {
+		if a == "--"+mount.FlagCredentialsFD || strings.HasPrefix(a, "--"+mount.FlagCredentialsFD+"=") {
+			return fmt.Errorf("--%s is set by the mounter, not in a request", mount.FlagCredentialsFD)
+		}
 	}
 	for _, kv := range req.Env {
 		k, _, ok := strings.Cut(kv, "=")

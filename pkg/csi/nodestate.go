@@ -32,6 +32,8 @@ type nodeConfig struct {
 	maxMounts    int           // cap on dataset mount processes; 0: none
 	retention    time.Duration // of idle dataset caches; 0: until their room is needed
 	log          *slog.Logger
+
+	mountLogMaxSize int64 // mount logs are rotated above it (mountlogs.go)
 }
 
 // nodeState is the node service's view of its volumes and dataset mounts,
@@ -336,6 +338,17 @@ func (n *nodeState) acquire(key string, params volumeParams, secrets map[string]
 		n.datasets[key] = ds
 		n.mu.Unlock()
 	} else if err := n.healthy(ds); err != nil {
+		// After a node reboot the tmpfs holding the secrets is empty: a
+		// volume that stages the dataset again brings them. Equal keys
+		// mean equal credentials (they are part of the key), so this is
+		// never another tenant's.
+		if ds.Credentials && len(secrets) > 0 {
+			if _, serr := os.Stat(n.secretPath(key)); errors.Is(serr, os.ErrNotExist) {
+				if err := n.writeSecrets(key, secrets); err != nil {
+					return nil, status.Error(codes.Internal, err.Error())
+				}
+			}
+		}
 		if err := n.repair(ds, err); err != nil {
 			return nil, mountError(err)
 		}
@@ -414,6 +427,7 @@ func (n *nodeState) release(key, id string) error {
 	delete(n.datasets, key)
 	n.mu.Unlock()
 	n.budget.release(key) // its cache stays, idle, for the next stage
+	n.removeLog(key)
 	_ = removeFile(n.secretPath(key))
 	return removeFile(n.datasetPath(key))
 }
@@ -478,6 +492,7 @@ func (n *nodeState) healthLoop(ctx context.Context, every time.Duration) {
 	for {
 		n.checkAll()
 		n.budget.expire(time.Now())
+		n.maintainMountLogs()
 		if n.cfg.labeler != nil {
 			if err := n.cfg.labeler.sync(ctx, n); err != nil {
 				n.cfg.log.Warn("node cache labels not updated", "err", err)

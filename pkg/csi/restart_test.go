@@ -67,6 +67,7 @@ func runDriverProcess(t *testing.T, dir, mode string, extra ...string) *driverPr
 		conn.Close()
 		_ = cmd.Process.Kill()
 		<-p.done
+		unmountSecretsTmpfs(p.td.stateDir)
 	})
 	return p
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
@@ -31,8 +32,9 @@ const (
 )
 
 // Secret keys accepted in node-stage (and, for inline volumes, node-publish)
-// secrets. They reach the mount process through its environment only.
-var secretKeys = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
+// secrets: those `cachefs mount --credentials-fd` reads, through which they
+// reach the mount process (see startDetached).
+var secretKeys = mount.CredentialKeys
 
 // volumeParams are a volume's validated parameters.
 type volumeParams = volattr.Params

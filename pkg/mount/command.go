@@ -23,6 +23,9 @@ const (
 	FlagListingCacheEntries = "listing-cache-entries"
 	FlagReadTimeout         = "read-timeout"
 	FlagFuseDebug           = "fuse-debug"
+	// FlagCredentialsFD names an inherited file descriptor (a pipe) to read
+	// S3 credentials from (ReadCredentials) instead of the environment.
+	FlagCredentialsFD = "credentials-fd"
 	// FlagLogFormat is a global flag of cachefs (text or json).
 	FlagLogFormat = "log-format"
 )
@@ -46,6 +49,11 @@ type CommandOptions struct {
 	// LogFormat: "" leaves the CLI's default (text); LogFormatJSON for a
 	// log that programs read.
 	LogFormat string
+	// CredentialsFD, when > 0, is the inherited file descriptor the
+	// credentials are read from (FlagCredentialsFD): the starter passes the
+	// read end of a pipe there (exec.Cmd.ExtraFiles[0] is fd 3). 0 leaves
+	// the flag out: credentials from the environment or the standard chain.
+	CredentialsFD int
 }
 
 // Args returns the arguments after the program name:
@@ -65,6 +73,9 @@ func (o CommandOptions) Args() []string {
 	add(FlagManifest, o.Manifest)
 	if o.ReadaheadFiles > 0 {
 		add(FlagReadaheadFiles, strconv.Itoa(o.ReadaheadFiles))
+	}
+	if o.CredentialsFD > 0 {
+		add(FlagCredentialsFD, strconv.Itoa(o.CredentialsFD))
 	}
 	return args
 }

@@ -1,0 +1,98 @@
+package mount
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// Credential keys accepted on a credentials fd (FlagCredentialsFD), the
+// names of the standard AWS environment variables.
+const (
+	CredentialAccessKeyID     = "AWS_ACCESS_KEY_ID"
+	CredentialSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+	CredentialSessionToken    = "AWS_SESSION_TOKEN"
+)
+
+// CredentialKeys are the keys ReadCredentials accepts, in the order a
+// writer should use.
+var CredentialKeys = []string{CredentialAccessKeyID, CredentialSecretAccessKey, CredentialSessionToken}
+
+// MaxCredentialsSize caps what ReadCredentials reads (a session token is
+// a few KiB at most).
+const MaxCredentialsSize = 16 << 10
+
+// ErrCredentials: the credentials input is malformed (an
+// ErrInvalidConfig, exit code 2). Its messages name the line and the key,
+// never a value.
+var ErrCredentials = fmt.Errorf("%w: bad credentials input", ErrInvalidConfig)
+
+// ReadCredentials reads S3 credentials from r: KEY=VALUE lines (KEY one of
+// CredentialKeys, each at most once; empty lines and empty values are
+// skipped), at most MaxCredentialsSize bytes, until EOF. Both an access
+// key id and a secret key are required. Errors wrap ErrCredentials and
+// never contain a value (nor an unknown key, which may be a value in the
+// wrong place).
+func ReadCredentials(r io.Reader) (backend.Credentials, error) {
+	var c backend.Credentials
+	b, err := io.ReadAll(io.LimitReader(r, MaxCredentialsSize+1))
+	if err != nil {
+		return c, fmt.Errorf("%w: read: %w", ErrCredentials, err)
+	}
+	if len(b) > MaxCredentialsSize {
+		return c, fmt.Errorf("%w: over %d bytes", ErrCredentials, MaxCredentialsSize)
+	}
+	seen := map[string]bool{}
+	for i, line := range bytes.Split(b, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		k, v, ok := strings.Cut(string(line), "=")
+		switch {
+		case !ok:
+			return backend.Credentials{}, fmt.Errorf("%w: line %d is not KEY=VALUE", ErrCredentials, i+1)
+		case !slices.Contains(CredentialKeys, k):
+			return backend.Credentials{}, fmt.Errorf("%w: line %d: unknown key (want one of %s)", ErrCredentials, i+1, strings.Join(CredentialKeys, ", "))
+		case seen[k]:
+			return backend.Credentials{}, fmt.Errorf("%w: line %d: %s given twice", ErrCredentials, i+1, k)
+		case strings.ContainsAny(v, "\x00\r"):
+			return backend.Credentials{}, fmt.Errorf("%w: line %d: the value of %s holds a NUL or carriage return", ErrCredentials, i+1, k)
+		}
+		seen[k] = true
+		switch k {
+		case CredentialAccessKeyID:
+			c.AccessKey = v
+		case CredentialSecretAccessKey:
+			c.SecretKey = v
+		case CredentialSessionToken:
+			c.SessionToken = v
+		}
+	}
+	if c.AccessKey == "" || c.SecretKey == "" {
+		return backend.Credentials{}, fmt.Errorf("%w: %s and %s are both required", ErrCredentials, CredentialAccessKeyID, CredentialSecretAccessKey)
+	}
+	return c, nil
+}
+
+// ReadCredentialsFD reads credentials (ReadCredentials) from the inherited
+// file descriptor fd, typically the read end of a pipe, and closes it.
+func ReadCredentialsFD(fd int) (backend.Credentials, error) {
+	if fd < 0 {
+		return backend.Credentials{}, fmt.Errorf("%w: --%s %d: not a file descriptor", ErrCredentials, FlagCredentialsFD, fd)
+	}
+	f := os.NewFile(uintptr(fd), "credentials")
+	if f == nil {
+		return backend.Credentials{}, fmt.Errorf("%w: --%s %d: not a file descriptor", ErrCredentials, FlagCredentialsFD, fd)
+	}
+	defer f.Close()
+	c, err := ReadCredentials(f)
+	if err != nil {
+		return c, fmt.Errorf("--%s %d: %w", FlagCredentialsFD, fd, err)
+	}
+	return c, nil
+}
