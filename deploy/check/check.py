@@ -329,6 +329,9 @@ def check_daemonset(where, objs, v):
     plugin_dir = f"{kubelet}/plugins/{DRIVER}"
     builtin, mounter = v["sidecars"]["builtin"], v["mounter"]["enabled"]
     roots = v["node"]["allowedLocalRoots"]
+    if bool(pod.get("hostNetwork")) != bool(v["node"].get("hostNetwork")):
+        fail(w, f"hostNetwork is {pod.get('hostNetwork')!r}, but node.hostNetwork is {v['node'].get('hostNetwork')!r} "
+                "(the node's network is an explicit admin choice)")
     if pod.get("hostPID") is not True:
         fail(w, "hostPID must be true (a restarted csi-driver re-adopts mount processes by pid)")
     if pod.get("serviceAccountName") != "epochfs-node":
