@@ -475,30 +475,6 @@ func (c *Cluster) ImportImage(tarPath string) error {
 	return ctrImport(ctr, c.ContainerdSocket, tarPath)
 }
 
-func writePauseImage(pauseBin, tarPath string) error {
-	root, err := os.MkdirTemp(filepath.Dir(tarPath), "pause-root")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(root)
-	data, err := os.ReadFile(pauseBin)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(root, "pause"), data, 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(tarPath)
-	if err != nil {
-		return err
-	}
-	if err := WriteImageTar(f, root, strings.TrimPrefix(PauseImage, "docker.io/"), ImageConfig{Entrypoint: []string{"/pause"}}); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 func waitNodeReady(ctx context.Context, client kubernetes.Interface, kubelet *child) error {
 	deadline := time.Now().Add(clusterUpTimeout)
 	last := "not registered"
