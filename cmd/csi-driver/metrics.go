@@ -2,17 +2,43 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/epochfs/epochfs/pkg/csi"
+	"github.com/epochfs/epochfs/pkg/csiprobe"
 	"github.com/epochfs/epochfs/pkg/metrics"
 )
 
-// serveMetrics serves the driver's own metrics. Each dataset mount process
-// serves its cache metrics itself.
-func serveMetrics(ctx context.Context, addr string, d *csi.Driver) error {
+// healthTimeout bounds /healthz's Probe call (a kubelet liveness probe's
+// default timeout is 1 s; the chart gives it more).
+const healthTimeout = 3 * time.Second
+
+// serveMetrics serves the driver's own metrics and /healthz. Each dataset
+// mount process serves its cache metrics itself.
+//
+// /healthz calls Probe on the driver's own CSI endpoint, as the kubelet and
+// the livenessprobe sidecar reach it: it fails when the socket is gone, the
+// gRPC server does not answer within healthTimeout, or the driver reports
+// not ready (on a node: its state directory or cache root unusable). So a
+// liveness probe on it replaces the livenessprobe sidecar.
+func serveMetrics(ctx context.Context, addr string, d *csi.Driver, endpoint string) error {
+	conn, err := csiprobe.Dial(endpoint)
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(ctx, func() { conn.Close() })
+	health := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+		defer cancel()
+		if err := csiprobe.Ready(ctx, conn); err != nil {
+			return fmt.Errorf("csi endpoint %s: %w", endpoint, err)
+		}
+		return nil
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(
@@ -23,6 +49,6 @@ func serveMetrics(ctx context.Context, addr string, d *csi.Driver) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "epochfs_csi_mount_repairs_total", Help: "Dead dataset mounts restarted and re-bound."},
 			func() float64 { return float64(d.NodeStats().Repairs) }),
 	)
-	_, err := metrics.Serve(ctx, addr, reg)
+	_, err = metrics.ServeHealth(ctx, addr, reg, health)
 	return err
 }
