@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/epochfs/epochfs/internal/testenv"
 )
@@ -56,5 +59,49 @@ func imageArchive(t *testing.T, name string) (path, ref string) {
 			t.Fatalf("%s: manifest.json %s: %v", path, b, err)
 		}
 		return path, "docker.io/" + manifest[0].RepoTags[0]
+	}
+}
+
+// proc is a process a test started (a csi-driver on the host).
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	out    *testenv.SyncBuffer
+	exited chan struct{}
+	err    error
+}
+
+// startProc starts bin with args; t.Cleanup kills it (by its PID) and,
+// when the test failed, logs its output.
+func startProc(t *testing.T, name, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(bin, args...), out: &testenv.SyncBuffer{}, exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, p.out.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits up to 15 s for the exit, returning its error.
+func (p *proc) stop(t *testing.T) error {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s did not exit after SIGTERM:\n%s", p.name, p.out.String())
+		return nil
 	}
 }

@@ -43,6 +43,10 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// ContainerdSocket is the socket of the cluster's own containerd.
 	ContainerdSocket string
+	// KubeletDir is the kubelet's --root-dir (Dir/kubelet): CSI drivers run
+	// as host processes put their socket under KubeletDir/plugins and
+	// register through KubeletDir/plugins_registry.
+	KubeletDir string
 	// UpTime is how long UpCluster took (processes started to Node Ready).
 	UpTime time.Duration
 }
@@ -339,7 +343,7 @@ func upCluster(ctx context.Context, dir string, logf func(string, ...any), testP
 	}
 	c = &Cluster{
 		Dir: dir, Kubeconfig: p.kubeconfig(), Config: cfg, Client: client,
-		ContainerdSocket: p.containerdSock(), UpTime: time.Since(start),
+		ContainerdSocket: p.containerdSock(), KubeletDir: p.kubeletRoot(), UpTime: time.Since(start),
 	}
 	logf("test cluster up in %.1fs (state %s)", c.UpTime.Seconds(), dir)
 	return c, nil
