@@ -112,17 +112,22 @@ func epochfs(out, ref, rootfs, binDir string) error {
 	}
 	defer os.Remove(binLayer.Path)
 	tag := ref[strings.LastIndex(ref, ":")+1:]
-	cfg := ociimage.Config{
-		// As the Dockerfile: no entrypoint, root, the manifests set each
-		// container's command (csi-driver as root, job-controller as 65532).
+	return ociimage.WriteFile(out, ref, epochfsConfig(tag), []ociimage.Layer{base, binLayer})
+}
+
+// epochfsConfig is the epochfs image's config, as the Dockerfile sets it
+// (TestDockerfileSameRecipe): no entrypoint, root, the manifests set each
+// container's command (csi-driver as root, job-controller as 65532).
+func epochfsConfig(tag string) ociimage.Config {
+	return ociimage.Config{
 		Cmd:        []string{"/usr/local/bin/cachefs", "--help"},
+		Env:        []string{ociimage.DefaultPath},
 		WorkingDir: "/",
 		Labels: map[string]string{
 			"org.opencontainers.image.title":   "epochfs",
 			"org.opencontainers.image.version": tag,
 		},
 	}
-	return ociimage.WriteFile(out, ref, cfg, []ociimage.Layer{base, binLayer})
 }
 
 // baseLayer is the layer of the rootfs tar, made once and kept beside it
