@@ -4,9 +4,11 @@ import (
 	"archive/tar"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,9 +30,10 @@ func requireE2E(t *testing.T) {
 func imageArchive(t *testing.T, name string) (path, ref string) {
 	t.Helper()
 	dir := os.Getenv("EPOCHFS_IMAGES_DIR")
+	var root string
 	if dir == "" {
-		root, err := testenv.RepoRoot()
-		if err != nil {
+		var err error
+		if root, err = testenv.RepoRoot(); err != nil {
 			t.Fatal(err)
 		}
 		dir = filepath.Join(root, "bin", "images")
@@ -41,6 +44,16 @@ func imageArchive(t *testing.T, name string) (path, ref string) {
 		testenv.RequireOrSkip(t, "image archive "+path+" missing", "run `make images`")
 	}
 	defer f.Close()
+	if root != "" {
+		// bin/images from before a source change would test old code.
+		st, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if newer := newestGoFile(t, root); newer.ModTime().After(st.ModTime()) {
+			t.Fatalf("%s is older than %s: run `make images` (make e2e does)", path, newer.Name())
+		}
+	}
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
@@ -60,6 +73,29 @@ func imageArchive(t *testing.T, name string) (path, ref string) {
 		}
 		return path, "docker.io/" + manifest[0].RepoTags[0]
 	}
+}
+
+// newestGoFile returns the most recently modified .go file under
+// root's cmd, pkg and internal directories (what the image's binaries are
+// built from).
+func newestGoFile(t *testing.T, root string) (newest fs.FileInfo) {
+	t.Helper()
+	for _, d := range []string{"cmd", "pkg", "internal"} {
+		err := filepath.WalkDir(filepath.Join(root, d), func(p string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			info, err := e.Info()
+			if err == nil && (newest == nil || info.ModTime().After(newest.ModTime())) {
+				newest = info
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return newest
 }
 
 // proc is a process a test started (a csi-driver on the host).
