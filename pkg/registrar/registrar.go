@@ -113,9 +113,12 @@ func (r *Registrar) Socket() string { return r.socket }
 // Run waits for the driver to answer GetPluginInfo with its name, then
 // serves the registration socket until ctx ends (nil; the socket is
 // removed) or the kubelet reports a failed registration (an error naming
-// the kubelet's).
+// the kubelet's). A ctx that ends while it waits is nil too.
 func (r *Registrar) Run(ctx context.Context) error {
 	version, err := r.waitDriver(ctx)
+	if ctx.Err() != nil {
+		return nil // stopped while waiting: nothing to clean up
+	}
 	if err != nil {
 		return err
 	}

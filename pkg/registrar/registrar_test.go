@@ -193,6 +193,22 @@ func TestWrongDriver(t *testing.T) {
 	}
 }
 
+// TestStopWhileWaiting: SIGTERM before the driver ever answers is a clean
+// stop, not an error.
+func TestStopWhileWaiting(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	r, errc := start(t, ctx, dir, filepath.Join(dir, "csi.sock"))
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	if err := waitRun(t, errc); err != nil {
+		t.Fatalf("Run stopped while waiting: %v", err)
+	}
+	if _, err := os.Stat(r.Socket()); !os.IsNotExist(err) {
+		t.Fatalf("socket: %v", err)
+	}
+}
+
 func TestNewValidates(t *testing.T) {
 	good := Config{CSIEndpoint: "unix:///csi/csi.sock", DriverName: "d", KubeletRegistrationPath: "/k/csi.sock", RegistrationDir: "/registration"}
 	for name, mut := range map[string]func(*Config){

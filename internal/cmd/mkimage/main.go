@@ -131,17 +131,24 @@ func epochfsConfig(tag string) ociimage.Config {
 }
 
 // baseLayer is the layer of the rootfs tar, made once and kept beside it
-// (ROOTFS.layer with its digest in ROOTFS.layer.diffid).
+// (ROOTFS.layer with its digest in ROOTFS.layer.diffid, written after the
+// layer); made again when the rootfs tar is newer than the digest file.
 func baseLayer(rootfs string) (ociimage.Layer, error) {
 	path, idPath := rootfs+".layer", rootfs+".layer.diffid"
+	rst, err := os.Stat(rootfs)
+	if err != nil {
+		return ociimage.Layer{}, fmt.Errorf("base (scripts/image-rootfs.sh): %w", err)
+	}
 	if id, err := os.ReadFile(idPath); err == nil {
-		if st, err := os.Stat(path); err == nil {
-			return ociimage.Layer{Path: path, DiffID: strings.TrimSpace(string(id)), Size: st.Size()}, nil
+		ist, ierr := os.Stat(idPath)
+		lst, lerr := os.Stat(path)
+		if ierr == nil && lerr == nil && !rst.ModTime().After(ist.ModTime()) {
+			return ociimage.Layer{Path: path, DiffID: strings.TrimSpace(string(id)), Size: lst.Size()}, nil
 		}
 	}
 	f, err := os.Open(rootfs)
 	if err != nil {
-		return ociimage.Layer{}, fmt.Errorf("base (scripts/image-rootfs.sh): %w", err)
+		return ociimage.Layer{}, err
 	}
 	defer f.Close()
 	layer, err := ociimage.RootfsLayer(path, f, nil)

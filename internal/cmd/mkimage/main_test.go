@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // imageFiles reads a Docker-archive tar and returns its tag, config and
@@ -138,6 +139,28 @@ func TestEpochfsImage(t *testing.T) {
 	}
 	if _, err := os.Stat(rootfsPath + ".layer"); err != nil {
 		t.Errorf("base layer not kept: %v", err)
+	}
+	// A new rootfs tar (made again by the script) makes a new base layer.
+	future := time.Now().Add(time.Hour)
+	tw = tar.NewWriter(&rootfs)
+	rootfs.Reset()
+	if err := tw.WriteHeader(&tar.Header{Name: "./etc/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rootfsPath, rootfs.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(rootfsPath, future, future); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"epochfs", "-rootfs", rootfsPath, "-bin-dir", binDir, "-ref", "epochfs/epochfs:v9", "-out", out}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, files, _ := imageFiles(t, out); files["etc"] == "" || files["usr/bin/fusermount3"] != "" {
+		t.Errorf("base layer not made again from the new rootfs tar: %v", files)
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(dir, "*tmp*"))
 	if len(leftovers) > 0 || fileExists(out+".bin-layer") {
