@@ -28,6 +28,7 @@ cluster-down:
 cluster-status:
 	$(GO) run ./internal/cmd/cluster status -dir $(CLUSTER_DIR)
 
-## e2e: the end-to-end tests on a fresh test cluster (needs root; not part of `make test`).
-e2e: cluster-tools
+## e2e: the end-to-end tests on a fresh test cluster and the images (needs root; not part of `make test`).
+e2e: cluster-tools images
 	EPOCHFS_E2E=1 $(GO) test -count=1 -v -timeout 20m -run 'TestCluster' ./internal/testenv/
+	EPOCHFS_E2E=1 $(GO) test -count=1 -v -timeout 20m ./e2e/

@@ -41,10 +41,11 @@ func run() error {
 		networkRules           string
 		cacheBudget            string
 		mountLogMax            string
+		reg                    registrarFlags
 	)
 	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
 	flag.StringVar(&cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
-	flag.StringVar(&cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all; or mounter (only start mount processes for a node plugin, see --mounter-endpoint)")
+	flag.StringVar(&cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all; or mounter (only start mount processes for a node plugin, see --mounter-endpoint); or registrar (register the driver at --endpoint with the kubelet, see --kubelet-registration-path)")
 	flag.StringVar(&cfg.MounterEndpoint, "mounter-endpoint", "", "unix:///path/mounter.sock: in node mode, ask the mounter there to start mount processes (so they live outside this container); in mounter mode, serve there")
 	flag.StringVar(&cfg.StateDir, "state-dir", "/var/lib/epochfs/state", "driver state (volumes, dataset mounts, mount logs; credentials on a tmpfs at node/secrets); must survive driver restarts")
 	flag.StringVar(&cfg.CacheRoot, "cache-root", "/var/lib/epochfs/cache", "parent of the per-dataset NR cache directories")
@@ -66,7 +67,9 @@ func run() error {
 	flag.BoolVar(&cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
 	flag.BoolVar(&cfg.AllowDiskSecrets, "allow-disk-secrets", false, "when no tmpfs can be mounted on <state-dir>/node/secrets (not root), keep volumes' credentials there on disk (0600 files in a 0700 directory) instead of refusing to start")
 	flag.StringVar(&mountLogMax, "mount-log-max-size", "10MiB", "rotate a mount process's log (<state-dir>/node/logs/<key>.log) to <key>.log.1 when larger, at each health check (min 64KiB)")
-	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty)")
+	flag.StringVar(&reg.kubeletRegistrationPath, "kubelet-registration-path", "", "registrar mode: the driver's CSI socket as the kubelet sees it on the host (/var/lib/kubelet/plugins/"+csi.DriverName+"/csi.sock)")
+	flag.StringVar(&reg.pluginRegistrationDir, "plugin-registration-dir", "/registration", "registrar mode: the kubelet's plugin-registration directory (the host's /var/lib/kubelet/plugins_registry) as mounted here")
+	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty); /healthz fails when the CSI endpoint does not answer Probe as ready (registrar mode: when the registration socket is gone)")
 	flag.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	flag.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
@@ -106,6 +109,9 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	if cfg.Mode == "registrar" {
+		return runRegistrar(ctx, cfg.Endpoint, reg, *metricsAddr, log)
+	}
 	if cfg.Mode == "mounter" {
 		sock, ok := strings.CutPrefix(cfg.MounterEndpoint, "unix://")
 		if !ok {
@@ -118,7 +124,7 @@ func run() error {
 		return err
 	}
 	if *metricsAddr != "" {
-		if err := serveMetrics(ctx, *metricsAddr, d); err != nil {
+		if err := serveMetrics(ctx, *metricsAddr, d, cfg.Endpoint); err != nil {
 			return err
 		}
 	}

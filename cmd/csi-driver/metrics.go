@@ -2,18 +2,44 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/epochfs/epochfs/pkg/csi"
+	"github.com/epochfs/epochfs/pkg/csiprobe"
 	"github.com/epochfs/epochfs/pkg/metrics"
 )
 
-// serveMetrics serves the driver's own metrics and, in node mode, every
-// dataset mount's cachefs_* metrics (asked of each mount over its control
-// socket at scrape time, labelled dataset_key and dataset_id).
-func serveMetrics(ctx context.Context, addr string, d *csi.Driver) error {
+// healthTimeout bounds /healthz's Probe call (a kubelet liveness probe's
+// default timeout is 1 s; the chart gives it more).
+const healthTimeout = 3 * time.Second
+
+// serveMetrics serves the driver's own metrics, in node mode every dataset
+// mount's cachefs_* metrics (asked of each mount over its control socket at
+// scrape time, labelled dataset_key and dataset_id), and /healthz.
+//
+// /healthz calls Probe on the driver's own CSI endpoint, as the kubelet and
+// the livenessprobe sidecar reach it: it fails when the socket is gone, the
+// gRPC server does not answer within healthTimeout, or the driver reports
+// not ready (on a node: its state directory or cache root unusable). So a
+// liveness probe on it replaces the livenessprobe sidecar.
+func serveMetrics(ctx context.Context, addr string, d *csi.Driver, endpoint string) error {
+	conn, err := csiprobe.Dial(endpoint)
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(ctx, func() { conn.Close() })
+	health := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+		defer cancel()
+		if err := csiprobe.Ready(ctx, conn); err != nil {
+			return fmt.Errorf("csi endpoint %s: %w", endpoint, err)
+		}
+		return nil
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(
@@ -30,6 +56,6 @@ func serveMetrics(ctx context.Context, addr string, d *csi.Driver) error {
 			func() float64 { return float64(failed()) }))
 		g = prometheus.Gatherers{reg, mounts}
 	}
-	_, err := metrics.Serve(ctx, addr, g)
+	_, err = metrics.ServeHealth(ctx, addr, g, health)
 	return err
 }

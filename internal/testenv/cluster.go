@@ -43,6 +43,10 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// ContainerdSocket is the socket of the cluster's own containerd.
 	ContainerdSocket string
+	// KubeletDir is the kubelet's --root-dir (Dir/kubelet): CSI drivers run
+	// as host processes put their socket under KubeletDir/plugins and
+	// register through KubeletDir/plugins_registry.
+	KubeletDir string
 	// UpTime is how long UpCluster took (processes started to Node Ready).
 	UpTime time.Duration
 }
@@ -339,7 +343,7 @@ func upCluster(ctx context.Context, dir string, logf func(string, ...any), testP
 	}
 	c = &Cluster{
 		Dir: dir, Kubeconfig: p.kubeconfig(), Config: cfg, Client: client,
-		ContainerdSocket: p.containerdSock(), UpTime: time.Since(start),
+		ContainerdSocket: p.containerdSock(), KubeletDir: p.kubeletRoot(), UpTime: time.Since(start),
 	}
 	logf("test cluster up in %.1fs (state %s)", c.UpTime.Seconds(), dir)
 	return c, nil
@@ -473,30 +477,6 @@ func (c *Cluster) ImportImage(tarPath string) error {
 		return err
 	}
 	return ctrImport(ctr, c.ContainerdSocket, tarPath)
-}
-
-func writePauseImage(pauseBin, tarPath string) error {
-	root, err := os.MkdirTemp(filepath.Dir(tarPath), "pause-root")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(root)
-	data, err := os.ReadFile(pauseBin)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(root, "pause"), data, 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(tarPath)
-	if err != nil {
-		return err
-	}
-	if err := WriteImageTar(f, root, strings.TrimPrefix(PauseImage, "docker.io/"), ImageConfig{Entrypoint: []string{"/pause"}}); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func waitNodeReady(ctx context.Context, client kubernetes.Interface, kubelet *child) error {

@@ -1,14 +1,8 @@
 package testenv
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,76 +133,4 @@ func TestClusterRunsPod(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	fmt.Printf("job deleted, pods garbage-collected; total %.1fs after job create\n", time.Since(start).Seconds())
-}
-
-// TestWriteImageTar checks the Docker-archive layout ctr imports: a
-// manifest naming the config and layer, and a config whose diff_id is the
-// layer's digest.
-func TestWriteImageTar(t *testing.T) {
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "bin", "x"), []byte("hi"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("x", filepath.Join(root, "bin", "sh")); err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := WriteImageTar(&buf, root, "local/x:1", ImageConfig{Cmd: []string{"/bin/sh"}}); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{}
-	tr := tar.NewReader(&buf)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name], _ = io.ReadAll(tr)
-	}
-	var manifest []struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}
-	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil {
-		t.Fatal(err)
-	}
-	if len(manifest) != 1 || manifest[0].RepoTags[0] != "local/x:1" || len(manifest[0].Layers) != 1 {
-		t.Fatalf("manifest %s", files["manifest.json"])
-	}
-	var cfg struct {
-		Config ImageConfig
-		RootFS struct {
-			DiffIDs []string `json:"diff_ids"`
-		} `json:"rootfs"`
-	}
-	if err := json.Unmarshal(files[manifest[0].Config], &cfg); err != nil {
-		t.Fatal(err)
-	}
-	layer := files[manifest[0].Layers[0]]
-	sum := sha256.Sum256(layer)
-	if got, want := cfg.RootFS.DiffIDs, "sha256:"+hex.EncodeToString(sum[:]); len(got) != 1 || got[0] != want {
-		t.Fatalf("diff_ids %v, want [%s]", got, want)
-	}
-	var names []string
-	lr := tar.NewReader(bytes.NewReader(layer))
-	for {
-		h, err := lr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, fmt.Sprintf("%s:%c:%s", h.Name, h.Typeflag, h.Linkname))
-	}
-	if got := strings.Join(names, " "); got != "bin/:5: bin/sh:2:x bin/x:0:" {
-		t.Fatalf("layer entries %q", got)
-	}
 }

@@ -105,13 +105,31 @@ func NewRegistry(stats func() cache.Stats, src backend.Backend) (*prometheus.Reg
 // bound (so a bad address fails fast) and reports the bound address (useful
 // with port 0).
 func Serve(ctx context.Context, addr string, reg prometheus.Gatherer) (string, error) {
+	return ServeHealth(ctx, addr, reg, nil)
+}
+
+// ServeHealth is Serve whose /healthz asks health: 200 "ok" when it
+// returns nil (or health is nil), else 503 with the error. reg may be nil
+// (no /metrics). health gets the request's context and should be quick
+// (a liveness probe waits for it).
+func ServeHealth(ctx context.Context, addr string, reg prometheus.Gatherer, health func(context.Context) error) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("metrics: listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	if reg != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if health != nil {
+			if err := health(r.Context()); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

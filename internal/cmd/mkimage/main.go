@@ -1,0 +1,178 @@
+// Command mkimage writes the project's container images as Docker-archive
+// tars (`make images`, mk/images.mk; docs/CLUSTER.md), with package
+// ociimage:
+//
+//	mkimage epochfs -rootfs ROOTFS.tar -bin-dir DIR -ref epochfs/epochfs:TAG -out FILE.tar
+//	mkimage test-reader -busybox /bin/busybox -ref epochfs/test-reader:TAG -out FILE.tar
+//
+// epochfs: two layers, the Debian root filesystem that
+// scripts/image-rootfs.sh made (converted once and kept beside it as
+// ROOTFS.tar.layer, so a rebuild only writes the binaries layer) and
+// DIR's cachefs, cachefs-job, csi-driver and job-controller in
+// /usr/local/bin. test-reader: one layer, Debian's static busybox and its
+// applets (sh, find, sort, xargs, sha256sum) plus /usr/local/bin/read-dataset.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/ociimage"
+)
+
+// binaries are the files of the epochfs image's binaries layer, from
+// -bin-dir, in /usr/local/bin (as the Dockerfile copies them).
+var binaries = []string{"cachefs", "cachefs-job", "csi-driver", "job-controller"}
+
+// readDataset is the test-reader's /usr/local/bin/read-dataset.
+const readDataset = `#!/bin/sh
+# read-dataset DIR [PASSES]: read every file under DIR, in name order, PASSES
+# times (default 2), printing "pass N" and then "SHA256  PATH" for each file,
+# and "done" at the end. Exits non-zero on the first unreadable file.
+set -e
+dir=${1:?usage: read-dataset DIR [PASSES]}
+passes=${2:-2}
+i=1
+while [ "$i" -le "$passes" ]; do
+	echo "pass $i"
+	find "$dir" -type f -print0 | sort -z | xargs -0 -r sha256sum
+	i=$((i + 1))
+done
+echo done
+`
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "mkimage:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: mkimage epochfs|test-reader FLAGS")
+	}
+	fs := flag.NewFlagSet("mkimage "+args[0], flag.ContinueOnError)
+	ref := fs.String("ref", "", "image NAME:TAG")
+	out := fs.String("out", "", "the Docker-archive tar to write")
+	rootfs := fs.String("rootfs", "", "epochfs: the root filesystem tar of scripts/image-rootfs.sh")
+	binDir := fs.String("bin-dir", "", "epochfs: directory holding "+strings.Join(binaries, ", "))
+	busybox := fs.String("busybox", "/bin/busybox", "test-reader: Debian's static busybox")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *ref == "" || *out == "" {
+		return errors.New("-ref and -out are required")
+	}
+	start := time.Now()
+	var err error
+	switch args[0] {
+	case "epochfs":
+		err = epochfs(*out, *ref, *rootfs, *binDir)
+	case "test-reader":
+		err = testReader(*out, *ref, *busybox)
+	default:
+		return fmt.Errorf("unknown image %q: want epochfs or test-reader", args[0])
+	}
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: %s, %.1f MB, %.1fs\n", *out, *ref, float64(st.Size())/1e6, time.Since(start).Seconds())
+	return nil
+}
+
+func epochfs(out, ref, rootfs, binDir string) error {
+	if rootfs == "" || binDir == "" {
+		return errors.New("epochfs: -rootfs and -bin-dir are required")
+	}
+	base, err := baseLayer(rootfs)
+	if err != nil {
+		return err
+	}
+	entries := []ociimage.Entry{ociimage.Dir("usr"), ociimage.Dir("usr/local"), ociimage.Dir("usr/local/bin")}
+	for _, b := range binaries {
+		src := filepath.Join(binDir, b)
+		if _, err := os.Stat(src); err != nil {
+			return fmt.Errorf("epochfs: %w", err)
+		}
+		entries = append(entries, ociimage.File("usr/local/bin/"+b, src, 0o755))
+	}
+	binLayer, err := ociimage.WriteLayer(out+".bin-layer", entries)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(binLayer.Path)
+	tag := ref[strings.LastIndex(ref, ":")+1:]
+	return ociimage.WriteFile(out, ref, epochfsConfig(tag), []ociimage.Layer{base, binLayer})
+}
+
+// epochfsConfig is the epochfs image's config, as the Dockerfile sets it
+// (TestDockerfileSameRecipe): no entrypoint, root, the manifests set each
+// container's command (csi-driver as root, job-controller as 65532).
+func epochfsConfig(tag string) ociimage.Config {
+	return ociimage.Config{
+		Cmd:        []string{"/usr/local/bin/cachefs", "--help"},
+		Env:        []string{ociimage.DefaultPath},
+		WorkingDir: "/",
+		Labels: map[string]string{
+			"org.opencontainers.image.title":   "epochfs",
+			"org.opencontainers.image.version": tag,
+		},
+	}
+}
+
+// baseLayer is the layer of the rootfs tar, made once and kept beside it
+// (ROOTFS.layer with its digest in ROOTFS.layer.diffid, written after the
+// layer); made again when the rootfs tar is newer than the digest file.
+func baseLayer(rootfs string) (ociimage.Layer, error) {
+	path, idPath := rootfs+".layer", rootfs+".layer.diffid"
+	rst, err := os.Stat(rootfs)
+	if err != nil {
+		return ociimage.Layer{}, fmt.Errorf("base (scripts/image-rootfs.sh): %w", err)
+	}
+	if id, err := os.ReadFile(idPath); err == nil {
+		ist, ierr := os.Stat(idPath)
+		lst, lerr := os.Stat(path)
+		if ierr == nil && lerr == nil && !rst.ModTime().After(ist.ModTime()) {
+			return ociimage.Layer{Path: path, DiffID: strings.TrimSpace(string(id)), Size: lst.Size()}, nil
+		}
+	}
+	f, err := os.Open(rootfs)
+	if err != nil {
+		return ociimage.Layer{}, err
+	}
+	defer f.Close()
+	layer, err := ociimage.RootfsLayer(path, f, nil)
+	if err != nil {
+		return ociimage.Layer{}, err
+	}
+	tmp := idPath + ".tmp"
+	if err := os.WriteFile(tmp, []byte(layer.DiffID+"\n"), 0o644); err != nil {
+		return ociimage.Layer{}, err
+	}
+	return layer, os.Rename(tmp, idPath)
+}
+
+func testReader(out, ref, busybox string) error {
+	entries, err := ociimage.BusyboxEntries(busybox)
+	if err != nil {
+		return err
+	}
+	entries = append(entries, ociimage.Dir("usr"), ociimage.Dir("usr/local"), ociimage.Dir("usr/local/bin"),
+		ociimage.Entry{Name: "usr/local/bin/read-dataset", Mode: 0o755, Data: []byte(readDataset)})
+	layer, err := ociimage.WriteLayer(out+".layer", entries)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(layer.Path)
+	return ociimage.WriteFile(out, ref, ociimage.Config{Cmd: []string{"/bin/sh"}}, []ociimage.Layer{layer})
+}

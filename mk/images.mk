@@ -1,0 +1,51 @@
+# Container images, built without a Docker daemon or a registry (included by
+# the main Makefile; docs/CLUSTER.md "Images"). Into bin/images/:
+#
+#   epochfs.tar       epochfs/epochfs:$(IMAGE_TAG): cachefs, cachefs-job, csi-driver,
+#                     job-controller in /usr/local/bin on Debian bookworm (Essential
+#                     packages + fuse3 + ca-certificates, scripts/image-rootfs.sh)
+#   test-reader.tar   epochfs/test-reader:$(IMAGE_TAG): Debian's static busybox and
+#                     read-dataset (reads a dataset twice, prints sha256s)
+#
+# Docker-archive tars: `ctr -n k8s.io images import FILE` (or `docker load`).
+# The Debian root filesystem is made once per machine (mmdebstrap, root, apt)
+# into the tool cache, keyed by a hash of its recipe; a second `make images`
+# only rebuilds the binaries and their layer.
+
+# The tool cache, as mk/tools.mk sets it (that file is read after this one,
+# and rule targets are expanded when read).
+TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/epochfs-tools
+
+IMAGE_TAG    ?= $(VERSION)
+IMAGES_DIR   := bin/images
+IMAGE_LDFLAGS := -s -w -X main.version=$(VERSION)
+ROOTFS_KEY   := $(shell cat scripts/image-rootfs.sh | sha256sum | cut -c1-16)
+ROOTFS_TAR   := $(TOOLS_CACHE)/image-rootfs-$(ROOTFS_KEY)/rootfs.tar
+
+.PHONY: images image-deps
+
+## images: the epochfs/epochfs and epochfs/test-reader images as importable Docker-archive tars in bin/images/ (needs root, mmdebstrap).
+images: $(ROOTFS_TAR) image-deps
+	@mkdir -p $(IMAGES_DIR)/bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGES_DIR)/bin/ \
+		$(addprefix ./cmd/,$(BINARIES))
+	$(GO) run ./internal/cmd/mkimage epochfs -rootfs $(ROOTFS_TAR) -bin-dir $(IMAGES_DIR)/bin \
+		-ref epochfs/epochfs:$(IMAGE_TAG) -out $(IMAGES_DIR)/epochfs.tar
+	$(GO) run ./internal/cmd/mkimage test-reader -busybox /bin/busybox \
+		-ref epochfs/test-reader:$(IMAGE_TAG) -out $(IMAGES_DIR)/test-reader.tar
+
+# image-deps: Debian's mmdebstrap and busybox-static, apt-get only when missing.
+image-deps:
+	@for p in mmdebstrap busybox-static; do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }; \
+	fi
+
+$(ROOTFS_TAR): | image-deps
+	@mkdir -p $(@D)
+	@echo "making the image's Debian root filesystem into $(@D) (once per machine)"
+	bash scripts/image-rootfs.sh $@
