@@ -43,6 +43,10 @@ type Cluster struct {
 	Client kubernetes.Interface
 	// ContainerdSocket is the socket of the cluster's own containerd.
 	ContainerdSocket string
+	// HostDir (Dir/host) is for the host paths of the pods the tests run:
+	// like KubeletDir it is a shared mount (a real node's / is), which
+	// hostPaths mounted with Bidirectional propagation need.
+	HostDir string
 	// KubeletDir is the kubelet's --root-dir (Dir/kubelet): CSI drivers run
 	// as host processes put their socket under KubeletDir/plugins and
 	// register through KubeletDir/plugins_registry.
@@ -147,6 +151,7 @@ func (p clusterPaths) pidFile(name string) string { return p.join("pids", name+"
 func (p clusterPaths) logFile(name string) string { return p.join("logs", name+".log") }
 func (p clusterPaths) containerdSock() string     { return p.join("containerd", "containerd.sock") }
 func (p clusterPaths) kubeletRoot() string        { return p.join("kubelet") }
+func (p clusterPaths) hostDir() string            { return p.join("host") }
 func (p clusterPaths) kubeconfig() string         { return p.join("kubeconfig") }
 
 // clusterProcs are the cluster's processes in start order; ClusterDown
@@ -201,8 +206,13 @@ func upCluster(ctx context.Context, dir string, logf func(string, ...any), testP
 	if err := removeContents(dir); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{"pids", "logs", "pki", "containerd", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "images", "volume-plugins"} {
+	for _, d := range []string{"pids", "logs", "pki", "containerd", "cni/net.d", "cni/ipam", "kubelet", "host", "pod-logs", "images", "volume-plugins"} {
 		if err := os.MkdirAll(p.join(d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{p.kubeletRoot(), p.hostDir()} {
+		if err := makeShared(d); err != nil {
 			return nil, err
 		}
 	}
@@ -250,7 +260,17 @@ func upCluster(ctx context.Context, dir string, logf func(string, ...any), testP
 	if err := waitHTTP(etcd, http.DefaultClient, etcdURL+"/health"); err != nil {
 		return nil, err
 	}
-	kasArgs := append(kubeAPIServerArgs(pki, etcdURL, kasPort, p.join("kas-certs")),
+	// Unlike StartKube's API server (no controllers), a cluster has the
+	// ServiceAccount admission plugin on, as every real one does: pods get
+	// their projected token (in-cluster clients, e.g. the driver's node
+	// labels and the job controller, need it).
+	var baseArgs []string
+	for _, a := range kubeAPIServerArgs(pki, etcdURL, kasPort, p.join("kas-certs")) {
+		if a != "--disable-admission-plugins=ServiceAccount" {
+			baseArgs = append(baseArgs, a)
+		}
+	}
+	kasArgs := append(baseArgs,
 		"--kubelet-preferred-address-types=Hostname",
 		"--kubelet-client-certificate="+pki.adminCert, "--kubelet-client-key="+pki.adminKey,
 	)
@@ -343,7 +363,7 @@ func upCluster(ctx context.Context, dir string, logf func(string, ...any), testP
 	}
 	c = &Cluster{
 		Dir: dir, Kubeconfig: p.kubeconfig(), Config: cfg, Client: client,
-		ContainerdSocket: p.containerdSock(), KubeletDir: p.kubeletRoot(), UpTime: time.Since(start),
+		ContainerdSocket: p.containerdSock(), KubeletDir: p.kubeletRoot(), HostDir: p.hostDir(), UpTime: time.Since(start),
 	}
 	logf("test cluster up in %.1fs (state %s)", c.UpTime.Seconds(), dir)
 	return c, nil
@@ -941,7 +961,24 @@ func unmountUnder(dir string) error {
 // under their directories in the state dir (never above them, whatever dir
 // a caller passed).
 func (p clusterPaths) unmount() error {
-	return errors.Join(unmountUnder(p.kubeletRoot()), unmountUnder(p.join("containerd")))
+	return errors.Join(unmountUnder(p.kubeletRoot()), unmountUnder(p.hostDir()), unmountUnder(p.join("containerd")))
+}
+
+// makeShared bind-mounts dir onto itself and makes it a shared mount, as
+// a systemd node's / is. A hostPath that a pod mounts with Bidirectional
+// propagation (the CSI node plugin: the kubelet dir, the driver's state
+// dir) must lie on a shared mount, or containerd refuses the container
+// ("path … is mounted on / but it is not a shared mount"); this sandbox's
+// / is private. The cluster's unmount removes the bind (it is at the dir).
+func makeShared(dir string) error {
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("testenv: bind %s: %w", dir, err)
+	}
+	if err := syscall.Mount("", dir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+		return fmt.Errorf("testenv: make %s shared: %w", dir, err)
+	}
+	return nil
 }
 
 // checkStateDir refuses a state dir that is neither missing, nor empty, nor

@@ -1,0 +1,301 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/csi"
+)
+
+// s3Volume is a static PV + PVC over a MinIO bucket, credentials from a
+// Secret through nodeStageSecretRef, as docs/CSI.md tells users to write.
+type s3Volume struct {
+	ns, pvName, pvcName string
+}
+
+// createS3Volume creates namespace ns, a Secret with mi's keys, a PV over
+// source and a PVC bound to it.
+func (in *install) createS3Volume(ctx context.Context, t *testing.T, ns, name, source string, mi *testenv.MinIO) s3Volume {
+	t.Helper()
+	cs := in.c.Client.CoreV1()
+	if _, err := cs.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	waitServiceAccount(ctx, t, in, ns)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-s3", Namespace: ns},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey}}
+	if _, err := cs.Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v := s3Volume{ns: ns, pvName: ns + "-" + name, pvcName: name}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: v.pvName},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: v.pvcName},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver:             csi.DriverName,
+				VolumeHandle:       v.pvName,
+				ReadOnly:           true,
+				VolumeAttributes:   map[string]string{"source": source, "cacheSize": "64Mi"},
+				NodeStageSecretRef: &corev1.SecretReference{Name: secret.Name, Namespace: ns},
+			}},
+		},
+	}
+	if _, err := cs.PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	empty := ""
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: v.pvcName, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany},
+			StorageClassName: &empty,
+			VolumeName:       v.pvName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := cs.PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// waitServiceAccount waits for the namespace's default ServiceAccount (pods
+// are refused before the controller makes it).
+func waitServiceAccount(ctx context.Context, t *testing.T, in *install, ns string) {
+	t.Helper()
+	for {
+		if _, err := in.c.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("namespace %s has no default ServiceAccount", ns)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// readerPod runs the test-reader image over the PVC at /data with command.
+func (in *install) readerPod(ctx context.Context, t *testing.T, v s3Volume, name string, command ...string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v.ns},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "reader", Image: in.readerImage, ImagePullPolicy: corev1.PullNever,
+				Command:      command,
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.pvcName, ReadOnly: true}}}},
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+	if _, err := in.c.Client.CoreV1().Pods(v.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitPod waits for pod ns/name to reach phase (or fail), returning it.
+func (in *install) waitPod(ctx context.Context, t *testing.T, ns, name string, phase corev1.PodPhase) *corev1.Pod {
+	t.Helper()
+	for {
+		p, err := in.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == phase {
+			return p
+		}
+		if err == nil && p.Status.Phase == corev1.PodFailed && phase != corev1.PodFailed {
+			in.describe(t, ns, name)
+			t.Fatalf("pod %s/%s failed", ns, name)
+		}
+		if ctx.Err() != nil {
+			in.describe(t, ns, name)
+			if p := in.nodePod(context.Background(), t); p != nil {
+				in.describe(t, chartNamespace, p.Name)
+			}
+			t.Fatalf("pod %s/%s not %s: %v", ns, name, phase, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// passSums parses read-dataset's output: per pass, sha256 by path under
+// /data.
+func passSums(t *testing.T, log string) []map[string]string {
+	t.Helper()
+	var passes []map[string]string
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "pass "):
+			passes = append(passes, map[string]string{})
+		case line == "done" || line == "":
+		default:
+			sum, path, ok := strings.Cut(line, "  ")
+			if !ok || len(passes) == 0 {
+				t.Fatalf("unexpected reader output line %q", line)
+			}
+			passes[len(passes)-1][strings.TrimPrefix(path, "/data/")] = sum
+		}
+	}
+	return passes
+}
+
+// checkPasses compares every pass's sha256s with the dataset's files.
+func checkPasses(t *testing.T, passes []map[string]string, files []datagen.File, want int) {
+	t.Helper()
+	if len(passes) != want {
+		t.Fatalf("%d passes in the reader's log, want %d", len(passes), want)
+	}
+	for i, sums := range passes {
+		if len(sums) != len(files) {
+			t.Errorf("pass %d read %d files, want %d", i+1, len(sums), len(files))
+		}
+		bad := 0
+		for _, f := range files {
+			s := datagen.Sum(f)
+			if sums[f.Path] != hex.EncodeToString(s[:]) {
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("pass %d: %d of %d files with a wrong sha256", i+1, bad, len(files))
+		}
+	}
+}
+
+// scrapeNode reads the node plugin's /metrics: the endpoint the chart's
+// metrics Service selects (on this single-node cluster the hostNetwork
+// pod's endpoint is the node's loopback). Each dataset mount's cachefs_*
+// metrics are there, labelled dataset_key and dataset_id.
+func (in *install) scrapeNode(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(in.metricsPort) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// sumSamples adds the values of name's samples in a text exposition.
+func sumSamples(body, name string) (float64, bool) {
+	total, found := 0.0, false
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			total, found = total+v, true
+		}
+	}
+	return total, found
+}
+
+// TestStaticPVOverMinIO is a user's first volume on a real kubelet: the
+// chart installed with helm, a static PV + PVC over a private MinIO bucket
+// whose keys come from a Secret (nodeStageSecretRef), and a pod that reads
+// every file twice and prints sha256s. Every sum must match the source, the
+// node plugin's /metrics must show the second pass served from the NR
+// cache (byte hit ratio 1: the dataset fits), and after the pod, PVC and PV
+// are deleted the kubelet must unstage the volume: its mount process ends
+// and no mount is left on the node.
+func TestStaticPVOverMinIO(t *testing.T) {
+	in := installChart(t)
+	mi := testenv.StartMinIO(t)
+	mi.MakeBucket(t, "training")
+	files := datagen.Spec{Files: 60, Classes: 3, MedianSize: 30_000, MinSize: 500, MaxSize: 300_000, Seed: 13}.Plan()
+	mi.PutFiles(t, "training", "imagenet/", files)
+	total := datagen.TotalSize(files)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	source := "s3://training/imagenet?endpoint=" + mi.Endpoint + "&region=us-east-1"
+	v := in.createS3Volume(ctx, t, "tenant-a", "imagenet", source, mi)
+	start := time.Now()
+	in.readerPod(ctx, t, v, "reader", "read-dataset", "/data", "2")
+	in.waitPod(ctx, t, v.ns, "reader", corev1.PodSucceeded)
+	fmt.Printf("reader pod: 2 passes over %d files (%d bytes) in %.1fs from create to Succeeded\n", len(files), total, time.Since(start).Seconds())
+	log, err := in.c.Client.CoreV1().Pods(v.ns).GetLogs("reader", &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPasses(t, passSums(t, string(log)), files, 2)
+
+	body := in.scrapeNode(t)
+	hit, okHit := sumSamples(body, "cachefs_cache_hit_bytes_total")
+	miss, okMiss := sumSamples(body, "cachefs_cache_miss_bytes_total")
+	if !okHit || !okMiss {
+		t.Fatalf("the node plugin's /metrics has no dataset mount metrics:\n%s", tail(body, 3000))
+	}
+	// Pass 1 misses every byte, pass 2 hits every byte (the page cache
+	// may answer some of pass 2 without asking the mount: then hits are
+	// fewer, never misses more).
+	if miss != float64(total) {
+		t.Errorf("miss bytes %v, want the dataset's %d (every byte once)", miss, total)
+	}
+	if hit > float64(total) || hit < float64(total)/2 {
+		t.Errorf("hit bytes %v after the second pass over %d bytes", hit, total)
+	}
+	fmt.Printf("node plugin metrics: hit %v miss %v bytes; byte hit ratio of pass 2 = %.3f (NR expects 1 when the dataset fits)\n", hit, miss, hit/float64(total))
+	if !strings.Contains(body, csi.LabelDatasetID+`="`) || strings.Contains(body, mi.SecretKey) || strings.Contains(body, mi.AccessKey) {
+		t.Errorf("mount metrics lack the %s label, or carry a credential", csi.LabelDatasetID)
+	}
+
+	pids := mountProcesses(t, in.stateDir)
+	if len(pids) != 1 {
+		t.Fatalf("%d mount processes for one dataset, want 1", len(pids))
+	}
+	// The pod, then its PVC and PV right after: kubelet must still
+	// unpublish and unstage, and the mount process end.
+	cs := in.c.Client.CoreV1()
+	if err := cs.Pods(v.ns).Delete(ctx, "reader", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.PersistentVolumeClaims(v.ns).Delete(ctx, v.pvcName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.PersistentVolumes().Delete(ctx, v.pvName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	for len(mountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
+		if time.Since(released) > 2*time.Minute {
+			b, _ := os.ReadFile(filepath.Join(in.c.Dir, "logs", "kubelet.log"))
+			t.Fatalf("after the pod, PVC and PV were deleted: mount processes %v, FUSE mounts %v %v remain; kubelet log tail:\n%s",
+				mountProcesses(t, in.stateDir), fuseMountsUnder(t, in.stateDir), fuseMountsUnder(t, in.c.KubeletDir), tail(string(b), 4000))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	fmt.Printf("unstaged by the kubelet: mount process gone and nothing mounted %.1fs after the pod, PVC and PV were deleted\n", time.Since(released).Seconds())
+	if b, err := os.ReadFile(filepath.Join(in.c.Dir, "logs", "kubelet.log")); err == nil && strings.Contains(string(b), "GetDeviceMountRefs check failed") {
+		t.Error("the kubelet refused UnmountDevice at least once (GetDeviceMountRefs check failed)")
+	}
+}

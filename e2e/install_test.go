@@ -1,0 +1,252 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epochfs/epochfs/internal/testenv"
+)
+
+// The chart's namespace and release in the end-to-end tests.
+const (
+	chartNamespace = "epochfs-system"
+	chartRelease   = "epochfs"
+)
+
+// install is the chart installed on a test cluster as a user would
+// (`helm install` of deploy/helm/epochfs), with the images imported from
+// bin/images.
+type install struct {
+	c           *testenv.Cluster
+	stateDir    string // the node's --state-dir (a host dir of the test)
+	cacheRoot   string // the node's --cache-root
+	metricsPort int    // csi-driver's /metrics on the node
+	readerImage string // epochfs/test-reader, imported
+	helm        string
+}
+
+// installChart starts a test cluster, imports both images and installs the
+// chart with only what a single-node cluster without a Service proxy needs
+// set besides the images (docs/CLUSTER.md, "The chart on the test cluster"):
+// the cluster's kubelet dir, host dirs of the test for the state and the
+// caches, node.hostNetwork (MinIO and the API server on the node's
+// loopback) and the API server's address for the in-cluster clients. It
+// waits for the node plugin to be Ready and the kubelet to list the driver
+// in CSINode. Teardown (uninstall, unmount) is in t.Cleanup.
+func installChart(t *testing.T, extra ...string) *install {
+	t.Helper()
+	requireE2E(t)
+	driverTar, driverRef := imageArchive(t, "epochfs")
+	readerTar, readerRef := imageArchive(t, "test-reader")
+	helm, err := testenv.FindTool("helm")
+	if err != nil {
+		testenv.RequireOrSkip(t, "helm", "run `make tools`")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.StartCluster(t)
+	dir := c.HostDir // shared, like a node's /: the chart mounts the state dir Bidirectional
+	for _, tar := range []string{driverTar, readerTar} {
+		if err := c.ImportImage(tar); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := &install{c: c, stateDir: filepath.Join(dir, "state"), cacheRoot: filepath.Join(dir, "cache"),
+		metricsPort: testenv.FreePort(t), readerImage: readerRef, helm: helm}
+	tag := driverRef[strings.LastIndexByte(driverRef, ':')+1:]
+	apiHost, apiPort := apiServerAddress(t, c)
+	args := []string{"install", chartRelease, filepath.Join(root, "deploy", "helm", "epochfs"),
+		"--namespace", chartNamespace, "--create-namespace",
+		"--set", "global.localImages=true", "--set-string", "image.tag=" + tag,
+		"--set", "kubeletDir=" + c.KubeletDir,
+		"--set", "stateDir=" + in.stateDir, "--set", "cacheRoot=" + in.cacheRoot,
+		"--set", "metrics.port=" + strconv.Itoa(in.metricsPort),
+		"--set", "sidecars.nodeDriverRegistrar.healthPort=" + strconv.Itoa(testenv.FreePort(t)),
+		"--set", "healthInterval=2s",
+		"--set", "node.hostNetwork=true",
+		"--set", "node.extraEnv[0].name=KUBERNETES_SERVICE_HOST", "--set-string", "node.extraEnv[0].value=" + apiHost,
+		"--set", "node.extraEnv[1].name=KUBERNETES_SERVICE_PORT", "--set-string", "node.extraEnv[1].value=" + apiPort,
+	}
+	args = append(args, extra...)
+	start := time.Now()
+	in.helmRun(t, args...)
+	t.Cleanup(func() { in.teardown(t) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	in.waitNodePluginReady(ctx, t)
+	waitCSINode(ctx, t, c, true)
+	fmt.Printf("helm install: node plugin Ready and registered in %.1fs\n", time.Since(start).Seconds())
+	return in
+}
+
+// apiServerAddress is the API server's host and port from the cluster's
+// config (the in-cluster clients' KUBERNETES_SERVICE_HOST/PORT).
+func apiServerAddress(t *testing.T, c *testenv.Cluster) (string, string) {
+	t.Helper()
+	hostPort := strings.TrimPrefix(c.Config.Host, "https://")
+	i := strings.LastIndexByte(hostPort, ':')
+	if i < 0 {
+		t.Fatalf("API server address %q has no port", c.Config.Host)
+	}
+	return hostPort[:i], hostPort[i+1:]
+}
+
+func (in *install) helmRun(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(in.helm, append(args, "--kubeconfig", in.c.Kubeconfig)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", args[0], err, out)
+	}
+	return string(out)
+}
+
+// nodePod returns the node plugin pod (one node: one pod).
+func (in *install) nodePod(ctx context.Context, t *testing.T) *corev1.Pod {
+	t.Helper()
+	pods, err := in.c.Client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node"})
+	if err != nil {
+		return nil
+	}
+	for i := range pods.Items {
+		if pods.Items[i].DeletionTimestamp == nil {
+			return &pods.Items[i]
+		}
+	}
+	return nil
+}
+
+// waitNodePluginReady waits for the node DaemonSet's pod to be Ready.
+func (in *install) waitNodePluginReady(ctx context.Context, t *testing.T) *corev1.Pod {
+	t.Helper()
+	for {
+		if p := in.nodePod(ctx, t); p != nil && podReady(p) {
+			return p
+		}
+		if ctx.Err() != nil {
+			if p := in.nodePod(context.Background(), t); p != nil {
+				in.describe(t, chartNamespace, p.Name)
+			}
+			t.Fatal("the node plugin pod did not become Ready")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// teardown uninstalls the chart and undoes what the node plugin left on
+// the host: the dataset mounts under the state dir and its secrets tmpfs
+// (the cluster's own teardown, which runs next, stops the pods' processes).
+func (in *install) teardown(t *testing.T) {
+	cmd := exec.Command(in.helm, "uninstall", chartRelease, "--namespace", chartNamespace, "--wait", "--timeout", "60s", "--kubeconfig", in.c.Kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Logf("helm uninstall: %v\n%s", err, out)
+	}
+	for _, dir := range []string{in.stateDir, in.cacheRoot} {
+		mounts, _ := testenv.MountsUnder(dir)
+		for i := len(mounts) - 1; i >= 0; i-- {
+			_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+		}
+	}
+}
+
+// describe logs a pod's state, logs and events (kubectl describe + logs).
+func (in *install) describe(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pods := in.c.Client.CoreV1().Pods(ns)
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Logf("pod %s/%s: %v", ns, name, err)
+		return
+	}
+	t.Logf("pod %s/%s: phase %s, conditions %+v", ns, name, p.Status.Phase, p.Status.Conditions)
+	for _, cs := range p.Status.ContainerStatuses {
+		t.Logf("container %s: ready %v, restarts %d, state %+v, last %+v", cs.Name, cs.Ready, cs.RestartCount, cs.State, cs.LastTerminationState)
+		out, err := pods.GetLogs(name, &corev1.PodLogOptions{Container: cs.Name}).DoRaw(ctx)
+		t.Logf("logs of %s: %v\n%s", cs.Name, err, tail(string(out), 4000))
+	}
+	events, err := in.c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err == nil {
+		for _, e := range events.Items {
+			t.Logf("event %s %s: %s", e.Type, e.Reason, e.Message)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// mountProcesses lists the pids of cachefs mount processes whose command
+// line names dir (the node's state dir): the node is this machine.
+func mountProcesses(t *testing.T, dir string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 1 && filepath.Base(args[0]) == "cachefs" && args[1] == "mount" && strings.Contains(string(b), dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// fuseMountsUnder lists the FUSE mount points under dir.
+func fuseMountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		i := slicesIndex(f, "-")
+		if i < 0 || i+1 >= len(f) || len(f) < 5 {
+			continue
+		}
+		if strings.HasPrefix(f[i+1], "fuse") && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+func slicesIndex(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
