@@ -118,6 +118,7 @@ func StartCluster(t testing.TB) *Cluster {
 	if missing := ClusterMissing(); len(missing) > 0 {
 		RequireOrSkip(t, "test cluster: missing "+strings.Join(missing, ", "), "run `make cluster-tools` as root")
 	}
+	unlock := lockClusterMachine(t)
 	dir := t.TempDir()
 	c, err := upCluster(context.Background(), dir, t.Logf, os.Getpid())
 	if err != nil && strings.Contains(err.Error(), "address already in use") {
@@ -126,6 +127,7 @@ func StartCluster(t testing.TB) *Cluster {
 		c, err = upCluster(context.Background(), dir, t.Logf, os.Getpid())
 	}
 	t.Cleanup(func() {
+		defer unlock()
 		if err := ClusterDown(dir, t.Logf); err != nil {
 			t.Errorf("testenv: cluster down: %v", err)
 		}
@@ -139,6 +141,50 @@ func StartCluster(t testing.TB) *Cluster {
 		t.Fatalf("testenv: cluster up: %v", err)
 	}
 	return c
+}
+
+// clusterLockFile serialises StartCluster across test processes (go test
+// runs packages in parallel; the e2e package and this one both start
+// clusters, and only one can run on a machine: the kubelet's cgroups and the
+// CNI bridge are machine-wide). The kernel drops the flock when its holder
+// dies.
+const clusterLockFile = "/run/epochfs-test-cluster.lock"
+
+// clusterLockWait bounds the wait for another test's cluster.
+const clusterLockWait = 30 * time.Minute
+
+// lockClusterMachine takes the machine's cluster lock, waiting for the test
+// that holds it, and returns its release.
+func lockClusterMachine(t testing.TB) func() {
+	t.Helper()
+	f, err := os.OpenFile(clusterLockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("testenv: cluster lock: %v", err)
+	}
+	start, told := time.Now(), false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			t.Fatalf("testenv: cluster lock: %v", err)
+		}
+		if !told {
+			t.Logf("testenv: waiting for another test's cluster to go (%s)", clusterLockFile)
+			told = true
+		}
+		if time.Since(start) > clusterLockWait {
+			f.Close()
+			t.Fatalf("testenv: another test held the cluster for over %s", clusterLockWait)
+		}
+		time.Sleep(time.Second)
+	}
+	if told {
+		t.Logf("testenv: got the cluster lock after %s", time.Since(start).Round(time.Second))
+	}
+	return func() { f.Close() } // closing the only descriptor drops the flock
 }
 
 // clusterPaths are the files and directories under a cluster's state dir.
