@@ -299,3 +299,284 @@ func TestStaticPVOverMinIO(t *testing.T) {
 		t.Error("the kubelet refused UnmountDevice at least once (GetDeviceMountRefs check failed)")
 	}
 }
+
+// s3Source is the MinIO dataset URL of bucket/prefix.
+func s3Source(mi *testenv.MinIO, bucket, prefix string) string {
+	return "s3://" + bucket + "/" + prefix + "?endpoint=" + mi.Endpoint + "&region=us-east-1"
+}
+
+// createS3PV is createS3Volume with attributes of the caller's choice and an
+// existing or missing Secret (secretName "" for none).
+func (in *install) createPV(ctx context.Context, t *testing.T, ns, name string, attrs map[string]string, secretName string) s3Volume {
+	t.Helper()
+	cs := in.c.Client.CoreV1()
+	v := s3Volume{ns: ns, pvName: ns + "-" + name, pvcName: name}
+	src := &corev1.CSIPersistentVolumeSource{Driver: csi.DriverName, VolumeHandle: v.pvName, ReadOnly: true, VolumeAttributes: attrs}
+	if secretName != "" {
+		src.NodeStageSecretRef = &corev1.SecretReference{Name: secretName, Namespace: ns}
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: v.pvName},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: v.pvcName},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: src},
+		},
+	}
+	if _, err := cs.PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	empty := ""
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: v.pvcName, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany}, StorageClassName: &empty, VolumeName: v.pvName,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := cs.PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// deleteVolume deletes the PVC and PV.
+func (in *install) deleteVolume(ctx context.Context, t *testing.T, v s3Volume) {
+	t.Helper()
+	cs := in.c.Client.CoreV1()
+	if err := cs.PersistentVolumeClaims(v.ns).Delete(ctx, v.pvcName, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+	if err := cs.PersistentVolumes().Delete(ctx, v.pvName, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
+// deletePod deletes pod ns/name and waits until it is gone.
+func (in *install) deletePod(ctx context.Context, t *testing.T, ns, name string) {
+	t.Helper()
+	pods := in.c.Client.CoreV1().Pods(ns)
+	if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("pod %s/%s not gone", ns, name)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// podLog returns the pod's log.
+func (in *install) podLog(ctx context.Context, t *testing.T, ns, name string) string {
+	t.Helper()
+	b, err := in.c.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs of %s/%s: %v", ns, name, err)
+	}
+	return string(b)
+}
+
+// waitNoMounts waits until no mount process and no FUSE mount of the node
+// plugin is left (kubelet unstaged everything), within limit.
+func (in *install) waitNoMounts(t *testing.T, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for len(mountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
+		if time.Since(start) > limit {
+			t.Fatalf("after %s: mount processes %v, FUSE mounts %v %v remain", limit,
+				mountProcesses(t, in.stateDir), fuseMountsUnder(t, in.stateDir), fuseMountsUnder(t, in.c.KubeletDir))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// loopReader is a reader pod command that reads the dataset over and over
+// (one "pass 1" block per round) until it is deleted, and stops at the first
+// error with a READ-ERROR line.
+var loopReader = []string{"sh", "-c", "while true; do read-dataset /data 1 || { echo READ-ERROR; exit 1; }; sleep 0.2; done"}
+
+// checkLoopLog checks a loopReader log: at least min complete passes, every
+// sum right, no error.
+func checkLoopLog(t *testing.T, log string, files []datagen.File, min int) int {
+	t.Helper()
+	if strings.Contains(log, "READ-ERROR") {
+		t.Fatalf("the reader hit an error:\n%s", tail(log, 2000))
+	}
+	// The kubelet rotates a long container log: start at the first whole pass.
+	if i := strings.Index(log, "pass 1\n"); i > 0 {
+		log = log[i:]
+	}
+	passes := passSums(t, log)
+	// The last block may be cut by the deletion or the log read.
+	if len(passes) > 0 && len(passes[len(passes)-1]) < len(files) {
+		passes = passes[:len(passes)-1]
+	}
+	if len(passes) < min {
+		t.Fatalf("%d complete passes, want at least %d", len(passes), min)
+	}
+	checkPasses(t, passes, files, len(passes))
+	return len(passes)
+}
+
+// waitPasses waits until the loop reader ns/name has logged n passes.
+func (in *install) waitPasses(ctx context.Context, t *testing.T, ns, name string, n int) {
+	t.Helper()
+	count := func() int {
+		b, err := in.c.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return 0 // not started yet
+		}
+		return strings.Count(string(b), "pass 1\n")
+	}
+	for count() < n {
+		if ctx.Err() != nil {
+			in.describe(t, ns, name)
+			t.Fatalf("pod %s/%s did not log %d passes", ns, name, n)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitEvent waits for a Warning event of the pod whose message holds want,
+// the way `kubectl describe pod` shows a mount error, and returns it.
+func (in *install) waitEvent(ctx context.Context, t *testing.T, ns, pod, want string) string {
+	t.Helper()
+	for {
+		events, err := in.c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod})
+		if err == nil {
+			for _, e := range events.Items {
+				if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, want) {
+					return e.Reason + ": " + e.Message
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			in.describe(t, ns, pod)
+			t.Fatalf("no Warning event of pod %s/%s says %q", ns, pod, want)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// TestVolumeLifecycle runs on one chart install (inline volumes enabled):
+//   - two pods and two PVs of one dataset share one mount process (stage
+//     per PV, publish per pod); deleting a pod leaves the other reading;
+//     once the last pod, PVC and PV are gone the kubelet unstages and the
+//     process ends;
+//   - an inline ephemeral volume with the pod's own Secret reads right and
+//     goes with its pod;
+//   - bad input through the real path (a missing bucket, wrong
+//     credentials, an unknown policy, a cacheSize of 0): each pod gets a
+//     mount error event naming the problem, no process or mount is left for
+//     it, and a pod reading meanwhile sees no error.
+func TestVolumeLifecycle(t *testing.T) {
+	in := installChart(t, "--set", "node.inlineVolumes=true")
+	mi := testenv.StartMinIO(t)
+	mi.MakeBucket(t, "shared")
+	files := datagen.Spec{Files: 40, Classes: 2, MedianSize: 20_000, MinSize: 500, MaxSize: 150_000, Seed: 21}.Plan()
+	mi.PutFiles(t, "shared", "ds/", files)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	const ns = "team"
+	source := s3Source(mi, "shared", "ds")
+	v1 := in.createS3Volume(ctx, t, ns, "ds", source, mi) // also the Secret ds-s3
+	secret := "ds-s3"
+
+	t.Run("two pods one dataset", func(t *testing.T) {
+		v2 := in.createPV(ctx, t, ns, "ds-again", map[string]string{"source": source, "cacheSize": "64Mi"}, secret)
+		in.readerPod(ctx, t, v1, "a", loopReader...)
+		in.readerPod(ctx, t, v1, "b", loopReader...)
+		in.readerPod(ctx, t, v2, "c", "read-dataset", "/data", "1")
+		in.waitPasses(ctx, t, ns, "a", 2)
+		in.waitPasses(ctx, t, ns, "b", 2)
+		in.waitPod(ctx, t, ns, "c", corev1.PodSucceeded)
+		checkPasses(t, passSums(t, in.podLog(ctx, t, ns, "c")), files, 1)
+		if p := mountProcesses(t, in.stateDir); len(p) != 1 {
+			t.Fatalf("%d mount processes for three pods and two PVs of one dataset, want 1", len(p))
+		}
+		in.deletePod(ctx, t, ns, "c")
+		in.deleteVolume(ctx, t, v2)
+		in.deletePod(ctx, t, ns, "a")
+		before := strings.Count(in.podLog(ctx, t, ns, "b"), "pass 1\n")
+		in.waitPasses(ctx, t, ns, "b", before+2) // b reads on after a is gone
+		checkLoopLog(t, in.podLog(ctx, t, ns, "b"), files, before+2)
+		if p := mountProcesses(t, in.stateDir); len(p) != 1 {
+			t.Errorf("%d mount processes while pod b reads, want 1", len(p))
+		}
+		in.deletePod(ctx, t, ns, "b")
+		took := in.waitNoMounts(t, 2*time.Minute)
+		fmt.Printf("two pods, one dataset: one mount process; after the last pod: unstaged in %.1fs\n", took.Seconds())
+	})
+
+	t.Run("inline volume", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "inline", Namespace: ns},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "reader", Image: in.readerImage, ImagePullPolicy: corev1.PullNever,
+					Command:      []string{"read-dataset", "/data", "2"},
+					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: true}}}},
+				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+					Driver: csi.DriverName, ReadOnly: boolPtr(true),
+					VolumeAttributes:     map[string]string{"source": source, "cacheSize": "32Mi"},
+					NodePublishSecretRef: &corev1.LocalObjectReference{Name: secret},
+				}}}},
+				TerminationGracePeriodSeconds: new(int64),
+			},
+		}
+		if _, err := in.c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		in.waitPod(ctx, t, ns, "inline", corev1.PodSucceeded)
+		checkPasses(t, passSums(t, in.podLog(ctx, t, ns, "inline")), files, 2)
+		in.deletePod(ctx, t, ns, "inline")
+		took := in.waitNoMounts(t, 2*time.Minute)
+		fmt.Printf("inline volume: read twice, right; gone %.1fs after its pod\n", took.Seconds())
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		// A pod reading meanwhile must see nothing of the failures.
+		in.readerPod(ctx, t, v1, "steady", loopReader...)
+		in.waitPasses(ctx, t, ns, "steady", 1)
+		badSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "wrong-keys", Namespace: ns},
+			StringData: map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": "not-the-secret-key-0123456789"}}
+		if _, err := in.c.Client.CoreV1().Secrets(ns).Create(ctx, badSecret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name, secret string
+			attrs        map[string]string
+			want         string // in the pod's mount error event
+		}{
+			{"missing-bucket", secret, map[string]string{"source": s3Source(mi, "no-such-bucket", "ds"), "cacheSize": "16Mi"}, "not_found"},
+			{"wrong-credentials", "wrong-keys", map[string]string{"source": source, "cacheSize": "16Mi"}, "permission_denied"},
+			{"unknown-policy", secret, map[string]string{"source": source, "cacheSize": "16Mi", "policy": "mru"}, `unknown policy "mru"`},
+			{"zero-cache", secret, map[string]string{"source": source, "cacheSize": "0"}, `parameter "cacheSize"`},
+		} {
+			v := in.createPV(ctx, t, ns, tc.name, tc.attrs, tc.secret)
+			in.readerPod(ctx, t, v, tc.name, "read-dataset", "/data", "1")
+			event := in.waitEvent(ctx, t, ns, tc.name, tc.want)
+			fmt.Printf("bad input %s: %s\n", tc.name, tail(event, 300))
+			if strings.Contains(event, "not-the-secret-key") || strings.Contains(event, mi.SecretKey) {
+				t.Errorf("%s: the event carries a secret: %s", tc.name, event)
+			}
+			if p := mountProcesses(t, in.stateDir); len(p) != 1 {
+				t.Errorf("%s: %d mount processes, want 1 (the steady reader's)", tc.name, len(p))
+			}
+			in.deletePod(ctx, t, ns, tc.name)
+			in.deleteVolume(ctx, t, v)
+		}
+		checkLoopLog(t, in.podLog(ctx, t, ns, "steady"), files, 1)
+		in.deletePod(ctx, t, ns, "steady")
+		in.waitNoMounts(t, 2*time.Minute)
+	})
+}
+
+func boolPtr(b bool) *bool { return &b }

@@ -2,6 +2,7 @@ package csi
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,5 +106,26 @@ func TestNodeKey(t *testing.T) {
 	k2, err := loadNodeKey(path)
 	if err != nil || !bytes.Equal(k1, k2) {
 		t.Fatalf("second start: %v, same key %v", err, bytes.Equal(k1, k2))
+	}
+}
+
+// TestEventSafe: no error message the driver returns can be garbled by the
+// kubelet's two fmt passes, and URLs read decoded.
+func TestEventSafe(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain": "plain",
+		"s3://b/ds?endpoint=http%3A%2F%2F127.0.0.1%3A9000": "s3://b/ds?endpoint=http://127.0.0.1:9000",
+		"budget of 80% (--cache-root-budget 80%)":          "budget of 80％ (--cache-root-budget 80％)",
+		"trailing %":             "trailing ％",
+		"bad escape %zz and %00": "bad escape ％zz and ％00",
+	} {
+		got := eventSafe(in)
+		if got != want {
+			t.Errorf("eventSafe(%q) = %q, want %q", in, got, want)
+		}
+		sprintf := fmt.Sprintf // called through a variable: the kubelet's two passes use the message as the format, on purpose
+		if twice := sprintf(sprintf(got)); twice != got {
+			t.Errorf("eventSafe(%q) = %q does not survive two fmt passes: %q", in, got, twice)
+		}
 	}
 }
