@@ -19,7 +19,10 @@ Kubernetes API) proves: that the chart equals the kustomize trees, that each
 value reaches the objects it is meant for, and the properties the driver's
 security rests on — privileged only csi-driver and the mounter, the exact
 hostPath list and which container mounts what, read-only local roots, RBAC
-least privilege, no Secrets, pinned images from known registries.
+least privilege, no Secrets, pinned images from known registries — and the
+monitoring: the scrape configs reach csi-driver's metrics port on the node pods,
+and the Grafana dashboard's queries name only metrics and labels the Go code
+defines (check_dashboard).
 """
 
 import copy
