@@ -92,7 +92,7 @@ REFUSALS = [
     (["metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true"], "enable one"),
     (["metrics.serviceMonitor.enabled=true", "metrics.service.create=false"], "needs metrics.service.create=true"),
     (["metrics.podMonitor.interval=30"], "/metrics/podMonitor/interval"),
-    (["metrics.serviceMonitor.relabelings[0].action=rewrite"], "/metrics/serviceMonitor/relabelings/0/action"),
+    (["metrics.serviceMonitor.relabelings[0].action=Labelmap"], "/metrics/serviceMonitor/relabelings/0/action"),
     (["metrics.serviceMonitor.labels.release=1"], "/metrics/serviceMonitor/labels/release"),
     (["metrics.grafanaDashboard.enable=true"], "'enable' not allowed"),
     (["logFormat=xml"], "/logFormat"),
