@@ -19,7 +19,10 @@ Kubernetes API) proves: that the chart equals the kustomize trees, that each
 value reaches the objects it is meant for, and the properties the driver's
 security rests on — privileged only csi-driver and the mounter, the exact
 hostPath list and which container mounts what, read-only local roots, RBAC
-least privilege, no Secrets, pinned images from known registries.
+least privilege, no Secrets, pinned images from known registries — and the
+monitoring: the scrape configs reach csi-driver's metrics port on the node pods,
+and the Grafana dashboard's queries name only metrics and labels the Go code
+defines (check_dashboard).
 """
 
 import copy
@@ -54,6 +57,13 @@ VARIANTS = {
                           "jobController": {"enabled": True}},
     "helm one mirror": {"global": {"imageRegistry": "mirror/all"}, "controller": {"enabled": True},
                         "sidecars": {"builtin": False}},
+    # The test values have the ServiceMonitor; this the PodMonitor, without the Service,
+    # beside the other workloads' pods (which it must not select).
+    "helm podMonitor": {"metrics": {"service": {"create": False},
+                                    "podMonitor": {"enabled": True, "interval": "", "scrapeTimeout": "",
+                                                   "labels": {"prometheus": "main"}},
+                                    "grafanaDashboard": {"enabled": True}},
+                        "controller": {"enabled": True}, "jobController": {"enabled": True}},
 }
 
 # --set arguments the chart must refuse, and a fragment of the message it must give.
@@ -79,6 +89,12 @@ REFUSALS = [
     (["node.tolerration=x"], "'tolerration' not allowed"),
     (["node.resources.limits.memory=much"], "/node/resources/limits/memory"),
     (["metrics.port=0"], "/metrics/port"),
+    (["metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true"], "enable one"),
+    (["metrics.serviceMonitor.enabled=true", "metrics.service.create=false"], "needs metrics.service.create=true"),
+    (["metrics.podMonitor.interval=30"], "/metrics/podMonitor/interval"),
+    (["metrics.serviceMonitor.relabelings[0].action=Labelmap"], "/metrics/serviceMonitor/relabelings/0/action"),
+    (["metrics.serviceMonitor.labels.release=1"], "/metrics/serviceMonitor/labels/release"),
+    (["metrics.grafanaDashboard.enable=true"], "'enable' not allowed"),
     (["logFormat=xml"], "/logFormat"),
     (["kubeletDir=var/lib/kubelet"], "/kubeletDir"),
     (["healthInterval=30"], "/healthInterval"),
@@ -256,8 +272,11 @@ def scan_sources(root):
 def check_install(where, objs, v):
     """Everything the driver relies on, with the expectations derived from the values v."""
     for o in objs:
-        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE:
-            fail(where, f"{fmt(key(o))} must be in namespace {NAMESPACE}")
+        ns = NAMESPACE
+        if (o["kind"], o["metadata"]["name"]) == ("ConfigMap", DASHBOARD_CONFIGMAP):
+            ns = v["metrics"]["grafanaDashboard"]["namespace"] or NAMESPACE
+        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != ns:
+            fail(where, f"{fmt(key(o))} must be in namespace {ns}")
     check_csidriver(where, objs, v)
     check_daemonset(where, objs, v)
     check_controller(where, objs, v)
@@ -281,6 +300,7 @@ def check_install(where, objs, v):
     if s and ([(p.get("port"), p.get("targetPort")) for p in s["spec"]["ports"]] != [(v["metrics"]["port"], "metrics")]
               or s["spec"].get("selector") != {"app.kubernetes.io/name": "epochfs", "app.kubernetes.io/component": "node"}):
         fail(where, "Service epochfs-metrics must select the node plugin pods, port metrics.port -> metrics")
+    check_monitoring(where, objs, v)
 
 
 def check_csidriver(where, objs, v):
@@ -551,6 +571,244 @@ def check_scheduling(where, objs, v):
                 fail(w, f"its ServiceAccount {pod.get('serviceAccountName')} is not rendered")
 
 
+# --- monitoring ------------------------------------------------------------------------
+
+# The Grafana dashboard: deploy/grafana holds the file users import, the chart a copy it
+# embeds in ConfigMap DASHBOARD_CONFIGMAP (metrics.grafanaDashboard.enabled); the two
+# must be identical. Set by main.
+DASHBOARD = os.path.join("deploy", "grafana", "epochfs-dashboard.json")
+CHART_DASHBOARD = os.path.join("deploy", "helm", "epochfs", "dashboards", "epochfs-dashboard.json")
+DASHBOARD_CONFIGMAP = "epochfs-grafana-dashboard"
+dashboard_text = None
+# The files that define every metric the node plugin serves (its own and, labelled
+# dataset_key and dataset_id, every mount's cachefs_*), and the one naming those labels.
+METRIC_SOURCES = [os.path.join("pkg", "metrics", "metrics.go"), os.path.join("cmd", "csi-driver", "metrics.go")]
+LABEL_SOURCE = os.path.join("pkg", "csi", "mountmetrics.go")
+# Target labels the dashboard may use besides the mounts' own: Prometheus's (job,
+# instance), the operator's (pod, namespace), the node label the chart's monitors add.
+TARGET_LABELS = {"job", "instance", "pod", "namespace", "node"}
+NODE_POD_LABELS = {"app.kubernetes.io/name": "epochfs", "app.kubernetes.io/component": "node"}
+NODE_RELABELING = {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+
+
+def selects(selector, labels):
+    """Whether a matchLabels-only selector selects an object with these labels."""
+    ml = (selector or {}).get("matchLabels") or {}
+    return bool(ml) and all((labels or {}).get(k) == x for k, x in ml.items())
+
+
+def check_monitoring(where, objs, v):
+    """Scrape annotations, ServiceMonitor/PodMonitor and the dashboard ConfigMap, as metrics.* says:
+    each monitor present only when enabled and reaching csi-driver's metrics port on the node pods."""
+    m = v["metrics"]
+    for s in find(objs, "Service", "epochfs-metrics"):
+        got = {k: x for k, x in (s["metadata"].get("annotations") or {}).items() if k.startswith("prometheus.io/")}
+        want = {"prometheus.io/scrape": "true", "prometheus.io/port": str(m["port"]),
+                "prometheus.io/path": "/metrics"} if m["annotations"] else {}
+        if got != want:
+            fail(where, f"Service epochfs-metrics prometheus.io annotations {got}, want {want} "
+                        f"(metrics.annotations={m['annotations']})")
+    node_ports = {}
+    for ds in find(objs, "DaemonSet", "epochfs-node"):
+        for c in containers(ds["spec"]["template"]["spec"]):
+            for p in c.get("ports") or []:
+                node_ports[p.get("name")] = (c.get("name"), p.get("containerPort"))
+    for kind, section, eps_key in (("ServiceMonitor", "serviceMonitor", "endpoints"),
+                                   ("PodMonitor", "podMonitor", "podMetricsEndpoints")):
+        mv, w = m[section], f"{where}: {kind} epochfs-node"
+        if not mv["enabled"]:
+            if find(objs, kind):
+                fail(where, f"renders a {kind} with metrics.{section}.enabled=false")
+            continue
+        mon = one(where, objs, kind, "epochfs-node")
+        if not mon:
+            continue
+        if mon["apiVersion"] != "monitoring.coreos.com/v1":
+            fail(w, f"apiVersion {mon['apiVersion']!r}, want monitoring.coreos.com/v1")
+        labels = mon["metadata"].get("labels") or {}
+        if any(labels.get(k) != x for k, x in mv["labels"].items()):
+            fail(w, f"labels {labels} lack metrics.{section}.labels {mv['labels']}")
+        spec = mon.get("spec") or {}
+        if spec.get("namespaceSelector") != {"matchNames": [NAMESPACE]}:
+            fail(w, f"namespaceSelector must be matchNames [{NAMESPACE}], got {spec.get('namespaceSelector')}")
+        eps = spec.get(eps_key) or []
+        want = {"port": "metrics", "path": "/metrics", "scheme": "http",
+                "relabelings": [NODE_RELABELING] + mv["relabelings"]}
+        want.update({k: mv[k] for k in ("interval", "scrapeTimeout", "metricRelabelings") if mv[k]})
+        if eps != [want]:
+            fail(w, f"{eps_key} {eps}, want [{want}]")
+        # What it selects, and where its port leads: csi-driver's metrics port on the node pods.
+        port = eps[0].get("port") if eps else None
+        if kind == "ServiceMonitor":
+            picked = [s for s in find(objs, "Service") if selects(spec.get("selector"), s["metadata"].get("labels"))]
+            if [s["metadata"]["name"] for s in picked] != ["epochfs-metrics"]:
+                fail(w, f"selects Services {[s['metadata']['name'] for s in picked]}, want [epochfs-metrics]")
+                continue
+            sp = [p for p in picked[0]["spec"].get("ports") or [] if p.get("name") == port]
+            port = sp[0].get("targetPort") if sp else None
+        else:
+            picked = [o for o, _ in pod_specs(objs)
+                      if selects(spec.get("selector"), o["spec"]["template"]["metadata"].get("labels")
+                                 if o["kind"] != "Pod" else o["metadata"].get("labels"))]
+            if [fmt(key(o)) for o in picked] != [f"DaemonSet {NAMESPACE}/epochfs-node"] or \
+                    any(spec["selector"]["matchLabels"].get(k) != x for k, x in NODE_POD_LABELS.items()):
+                fail(w, f"selects {[fmt(key(o)) for o in picked]}, want the node plugin pods only")
+        if node_ports.get(port) != ("csi-driver", m["port"]):
+            fail(w, f"port {port!r} is not csi-driver's metrics port {m['port']} on the node pods ({node_ports})")
+
+    g = m["grafanaDashboard"]
+    cms = find(objs, "ConfigMap", DASHBOARD_CONFIGMAP)
+    if not g["enabled"]:
+        if cms:
+            fail(where, f"renders ConfigMap {DASHBOARD_CONFIGMAP} with metrics.grafanaDashboard.enabled=false")
+        return
+    cm = one(where, objs, "ConfigMap", DASHBOARD_CONFIGMAP)
+    if not cm:
+        return
+    w, md = f"{where}: ConfigMap {DASHBOARD_CONFIGMAP}", cm["metadata"]
+    if any((md.get("labels") or {}).get(k) != x for k, x in g["labels"].items()):
+        fail(w, f"labels {md.get('labels')} lack metrics.grafanaDashboard.labels {g['labels']}")
+    if (md.get("annotations") or {}) != g["annotations"]:
+        fail(w, f"annotations {md.get('annotations')} are not metrics.grafanaDashboard.annotations")
+    if cm.get("data") != {"epochfs-dashboard.json": dashboard_text}:
+        fail(w, f"data must be exactly epochfs-dashboard.json: the content of {DASHBOARD}")
+
+
+PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+                   "offset", "inf", "nan"}
+GROUPING = r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)"
+
+
+def promql_names(expr):
+    """(metric names, label names) an expression uses. Strings, range/subquery brackets and
+    grouping clauses are set aside; an identifier followed by "(" is a function."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    labels = set()
+    for block in re.findall(r"\{([^}]*)\}", e):
+        labels |= set(re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", block))
+    e = re.sub(r"\{[^}]*\}", " ", e)
+    e = re.sub(r"\[[^\]]*\]", " ", e)
+    for block in re.findall(GROUPING, e):
+        labels |= set(re.findall(r"[A-Za-z_]\w*", block))
+    e = re.sub(GROUPING, " ", e)
+    metrics = set()
+    for mt in re.finditer(r"(?<![\w.])[A-Za-z_:][\w:]*", e):
+        name = mt.group(0)
+        if e[mt.end():].lstrip().startswith("(") or name.lower() in PROMQL_KEYWORDS:
+            continue
+        metrics.add(name)
+    return metrics, labels
+
+
+def code_metrics(root):
+    """The metric names the node plugin serves, as the Go code defines them (histograms as
+    their _bucket/_sum/_count series), and the labels the mounts' metrics get."""
+    names, hists = set(), set()
+    for rel in METRIC_SOURCES:
+        text = open(os.path.join(root, rel), encoding="utf-8").read()
+        names |= set(re.findall(r'"((?:cachefs|epochfs)_[a-z0-9_]+)"', text))
+        hists |= set(re.findall(r'HistogramOpts\{\s*Name:\s*"([a-z0-9_]+)"', text))
+    series = (names - hists) | {h + s for h in hists for s in ("_bucket", "_sum", "_count")}
+    text = open(os.path.join(root, LABEL_SOURCE), encoding="utf-8").read()
+    labels = set(re.findall(r'\bLabel\w+\s*=\s*"([a-z_]+)"', text))
+    if len(names) < 10 or not hists or not {"dataset_id", "dataset_key"} <= labels:
+        fail("deploy/check/check.py", f"found only metrics {sorted(names)}, histograms {sorted(hists)}, labels "
+                                      f"{sorted(labels)} in {METRIC_SOURCES + [LABEL_SOURCE]}: fix code_metrics")
+    return names, hists, series, labels
+
+
+def dashboard_panels(panels):
+    for p in panels or []:
+        yield p
+        yield from dashboard_panels(p.get("panels"))
+
+
+def check_dashboard(root):
+    """The Grafana dashboard: valid JSON, a current schemaVersion, a Prometheus datasource
+    variable every panel and query uses, PromQL naming only metrics and labels the code
+    defines, every metric the code defines shown, and the chart's copy identical."""
+    global dashboard_text
+    w = DASHBOARD
+    try:
+        dashboard_text = open(os.path.join(root, DASHBOARD), encoding="utf-8").read()
+        d = json.loads(dashboard_text)
+    except (OSError, ValueError) as e:
+        fail(w, f"cannot load: {e}")
+        return
+    try:
+        copy_text = open(os.path.join(root, CHART_DASHBOARD), encoding="utf-8").read()
+    except OSError as e:
+        copy_text = f"({e})"
+    if copy_text != dashboard_text:
+        fail(CHART_DASHBOARD, f"differs from {DASHBOARD}: cp {DASHBOARD} {CHART_DASHBOARD}")
+    if not isinstance(d.get("schemaVersion"), int) or d["schemaVersion"] < 39:
+        fail(w, f"schemaVersion {d.get('schemaVersion')!r}: export it from Grafana 11 or newer (39+)")
+    if not d.get("uid") or not d.get("title"):
+        fail(w, "needs a uid and a title")
+    names, hists, series, mount_labels = code_metrics(root)
+    variables = {x.get("name"): x for x in (d.get("templating") or {}).get("list") or []}
+    dsv = variables.get("datasource") or {}
+    if dsv.get("type") != "datasource" or dsv.get("query") != "prometheus":
+        fail(w, "needs a datasource variable `datasource` of type prometheus")
+    want_ds = {"type": "prometheus", "uid": "${datasource}"}
+    allowed_labels = mount_labels | TARGET_LABELS | {"le"}
+    known_vars = set(variables) | {"__rate_interval", "__interval", "__range", "__all"}
+    used, ids = set(), set()
+
+    def check_expr(where, expr):
+        ms, ls = promql_names(expr)
+        for name in sorted(ms - series):
+            fail(where, f"{name!r} is not a metric the node plugin serves (see {', '.join(METRIC_SOURCES)})")
+        for name in sorted(ls - allowed_labels):
+            fail(where, f"label {name!r} is neither a mount label ({sorted(mount_labels)}) nor a target label")
+        for var in re.findall(r"\$\{?(\w+)", expr):
+            if var not in known_vars:
+                fail(where, f"uses ${var}, which is no variable of the dashboard")
+        used.update(ms)
+        return ms
+
+    for name, x in variables.items():
+        if x.get("type") == "query":
+            q = x.get("definition") or (x.get("query") or {}).get("query") or ""
+            lv = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", q.strip())
+            if x.get("datasource") != want_ds or not lv:
+                fail(f"{w}: variable {name}", "must be a label_values(...) query on ${datasource}")
+                continue
+            check_expr(f"{w}: variable {name}", lv.group(1))
+            if lv.group(2) not in allowed_labels:
+                fail(f"{w}: variable {name}", f"label {lv.group(2)!r} is no label of the metrics")
+    ratio = quantile = False
+    for p in dashboard_panels(d.get("panels")):
+        pw = f"{w}: panel {p.get('title')!r}"
+        if p.get("id") in ids or not isinstance(p.get("id"), int):
+            fail(pw, f"id {p.get('id')!r} is missing or not unique")
+        ids.add(p.get("id"))
+        if not p.get("gridPos"):
+            fail(pw, "has no gridPos")
+        if p.get("type") == "row":
+            continue
+        if p.get("datasource") != want_ds:
+            fail(pw, f"datasource {p.get('datasource')}, want {want_ds}")
+        if not p.get("targets"):
+            fail(pw, "has no queries")
+        for tg in p.get("targets") or []:
+            tw = f"{pw} query {tg.get('refId')}"
+            if tg.get("datasource") != want_ds:
+                fail(tw, f"datasource {tg.get('datasource')}, want {want_ds}")
+            expr = tg.get("expr") or ""
+            ms = check_expr(tw, expr)
+            if not ms:
+                fail(tw, f"names no metric: {expr!r}")
+            ratio |= {"cachefs_cache_hit_bytes_total", "cachefs_cache_miss_bytes_total"} <= ms
+            quantile |= "histogram_quantile" in expr and any(h + "_bucket" in ms for h in hists)
+    if not ratio or not quantile:
+        fail(w, "needs the byte hit ratio (hit and miss bytes) and the backend latency quantiles")
+    shown = {n for n in names - hists if n in used} | {h for h in hists if any(h + s in used for s in
+                                                                                ("_bucket", "_sum", "_count"))}
+    for name in sorted(names - shown):
+        fail(w, f"metric {name} (defined in {', '.join(METRIC_SOURCES)}) is on no panel: add one")
+
+
 # --- comparisons ------------------------------------------------------------------------
 
 def diff(a, b, path=""):
@@ -629,7 +887,7 @@ def check_examples(where, objs):
 # --- docs ------------------------------------------------------------------------------
 
 # Values documented as a whole (their keys are the Kubernetes API's, not the chart's).
-WHOLE = {"resources", "nodeSelector", "affinity", "podAnnotations", "annotations", "updateStrategy"}
+WHOLE = {"resources", "nodeSelector", "affinity", "podAnnotations", "annotations", "labels", "updateStrategy"}
 
 
 def value_paths(v, prefix=""):
@@ -682,6 +940,8 @@ def main():
         test_values = yaml.safe_load(f)
     if defaults["node"]["updateStrategy"] != {"type": "OnDelete"} and defaults["mounter"]["enabled"]:
         fail("values.yaml", "the mount processes live in the node pod: node.updateStrategy must default to OnDelete")
+
+    check_dashboard(root)  # before the renderings: they must embed it
 
     r = lambda n: parse(n, open(os.path.join(render_dir, n)).read())
     base, examples, prod = r("kustomize-base.yaml"), r("kustomize-examples.yaml"), r("kustomize-production.yaml")
