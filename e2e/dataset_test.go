@@ -43,40 +43,7 @@ func (in *install) createS3Volume(ctx context.Context, t *testing.T, ns, name, s
 	if _, err := cs.Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v := s3Volume{ns: ns, pvName: ns + "-" + name, pvcName: name}
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: v.pvName},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: v.pvcName},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver:             csi.DriverName,
-				VolumeHandle:       v.pvName,
-				ReadOnly:           true,
-				VolumeAttributes:   map[string]string{"source": source, "cacheSize": "64Mi"},
-				NodeStageSecretRef: &corev1.SecretReference{Name: secret.Name, Namespace: ns},
-			}},
-		},
-	}
-	if _, err := cs.PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	empty := ""
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: v.pvcName, Namespace: ns},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany},
-			StorageClassName: &empty,
-			VolumeName:       v.pvName,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}
-	if _, err := cs.PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return in.createPV(ctx, t, ns, name, map[string]string{"source": source, "cacheSize": "64Mi"}, secret.Name)
 }
 
 // waitServiceAccount waits for the namespace's default ServiceAccount (pods

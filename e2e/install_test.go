@@ -196,29 +196,7 @@ func tail(s string, n int) string {
 
 // mountProcesses lists the pids of cachefs mount processes whose command
 // line names dir (the node's state dir): the node is this machine.
-func mountProcesses(t *testing.T, dir string) []int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) > 1 && filepath.Base(args[0]) == "cachefs" && args[1] == "mount" && strings.Contains(string(b), dir) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
+func mountProcesses(t *testing.T, dir string) []int { return testenv.MountProcesses(t, dir) }
 
 // fuseMountsUnder lists the FUSE mount points under dir.
 func fuseMountsUnder(t *testing.T, dir string) []string {
@@ -249,4 +227,3 @@ func slicesIndex(s []string, v string) int {
 	}
 	return -1
 }
-

@@ -2,8 +2,12 @@ package testenv
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"testing"
 
 	mountutils "k8s.io/mount-utils"
 )
@@ -42,4 +46,32 @@ func MountsUnder(dir string) ([]string, error) {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out, nil
+}
+
+// MountProcesses returns the pids of live (not zombie) `cachefs` processes
+// whose command line mentions dir (a test's state dir or mount point).
+func MountProcesses(t testing.TB, dir string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmd), "\x00")
+		if filepath.Base(args[0]) == "cachefs" && strings.Contains(string(cmd), dir) {
+			if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !strings.Contains(string(st), ") Z ") {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }

@@ -94,31 +94,7 @@ func unstage(t *testing.T, td *testDriver, id, staging string) {
 
 // mountProcesses returns the pids of cachefs processes whose command line
 // mentions dir (the test's state dir).
-func mountProcesses(t *testing.T, dir string) []int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, e := range ents {
-		var pid int
-		if _, err := fmtSscan(e.Name(), &pid); err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmd), "\x00")
-		if filepath.Base(args[0]) == "cachefs" && bytes.Contains(cmd, []byte(dir)) {
-			if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !bytes.Contains(st, []byte(") Z ")) {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
+func mountProcesses(t *testing.T, dir string) []int { return testenv.MountProcesses(t, dir) }
 
 // mountCmdline returns the arguments (NUL-separated) of the driver's one
 // mount process.
