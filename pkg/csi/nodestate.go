@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/prefetch"
 )
 
 // nodeConfig is what the node state needs, taken from the driver's Config
@@ -368,6 +369,10 @@ func (n *nodeState) acquire(key string, params volumeParams, secrets map[string]
 	return ds, nil
 }
 
+// controlSocketWait bounds how long a prefetch waits for a new mount's
+// control socket.
+const controlSocketWait = 30 * time.Second
+
 // prefetchRun is one background prefetch.
 type prefetchRun struct{ cancel context.CancelFunc }
 
@@ -394,7 +399,17 @@ func (n *nodeState) startPrefetch(ds *datasetMount) {
 			n.mu.Unlock()
 			cancel()
 		}()
-		sum, err := mount.RemotePrefetch(ctx, cacheDir, mount.ControlRequest{Source: source}, nil)
+		// A mount serves its control socket a moment after its FUSE mount
+		// answers (what start waits for): until then, ask again.
+		var sum prefetch.Summary
+		var err error
+		for wait := time.Now().Add(controlSocketWait); ; {
+			sum, err = mount.RemotePrefetch(ctx, cacheDir, mount.ControlRequest{Source: source}, nil)
+			if !errors.Is(err, mount.ErrNoControl) || time.Now().After(wait) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		if err != nil {
 			n.cfg.log.Warn("prefetch stopped", "key", key, "source", source, "err", err)
 			return
