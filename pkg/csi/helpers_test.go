@@ -2,7 +2,6 @@ package csi_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -147,5 +146,4 @@ func controller(td *testDriver) csipb.ControllerClient { return csipb.NewControl
 
 type cfgT = csi.Config
 
-func fmtSscan(s string, pid *int) (int, error) { return fmt.Sscan(s, pid) }
-func itoa(n int) string                        { return strconv.Itoa(n) }
+func itoa(n int) string { return strconv.Itoa(n) }
