@@ -18,6 +18,7 @@ import (
 
 type submitFlags struct {
 	image, mode, cpu, memory, priorityClass string
+	imagePullPolicy                         string
 	workers, ps, gpus, port                 int32
 	datasets, envs, extra                   []string
 	nodeSelector, tolerations               []string
@@ -83,6 +84,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&s.image, "image", "", "container image of the workers (required)")
+	fl.StringVar(&s.imagePullPolicy, "image-pull-policy", "", "Always, IfNotPresent or Never (default: Kubernetes', IfNotPresent unless the tag is latest); Never for images imported into the nodes")
 	fl.Int32Var(&s.workers, "workers", 1, "number of worker pods")
 	fl.StringVar(&s.mode, "mode", "standalone", "how workers find each other: standalone, pytorch, tensorflow or mpi")
 	fl.Int32Var(&s.ps, "ps", 0, "TensorFlow parameter servers (mode tensorflow)")
@@ -138,6 +140,12 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 	case v1alpha1.ModeStandalone, v1alpha1.ModePyTorch, v1alpha1.ModeTensorFlow, v1alpha1.ModeMPI:
 	default:
 		return nil, fmt.Errorf("--mode %q: want standalone, pytorch, tensorflow or mpi", s.mode)
+	}
+	switch p := corev1.PullPolicy(s.imagePullPolicy); p {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+		tj.Spec.ImagePullPolicy = p
+	default:
+		return nil, fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", s.imagePullPolicy)
 	}
 	if len(command) > 0 {
 		tj.Spec.Command = command
