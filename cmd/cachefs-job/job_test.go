@@ -70,7 +70,7 @@ func TestJobSubmitDryRun(t *testing.T) {
 	out, _, err := runJob(t, "job", "submit", "resnet", "-n", "ml", "--image", "pytorch/pytorch:2.4.0", "--image-pull-policy", "IfNotPresent",
 		"--workers", "4", "--gpus", "8", "--cpu", "16", "--memory", "128Gi", "--device", "rdma/hca=1", "--mode", "pytorch",
 		"--dataset", "imagenet=s3://datasets/imagenet/train?endpoint=http://minio.storage:9000&region=us-east-1:/data/imagenet",
-		"--dataset", "labels=claim:shared-labels:/data/labels", "--cache-size", "500Gi", "--prefetch", "--readahead-files", "8",
+		"--dataset", "labels=claim:shared-labels:/data/labels", "--cache-size", "500Gi", "--prefetch", "--readahead-files", "8", "--dataset-secret", "imagenet-s3",
 		"--env", "EPOCHS=90", "--queue", "research", "--backoff-limit", "2", "--ttl", "3600", "--clean-pod-policy", "All",
 		"--tensorboard-logdir", "/logs/resnet", "--node-selector", "pool=h100", "--toleration", "dedicated=ml:NoSchedule",
 		"--toleration", "spot", "--dry-run",
