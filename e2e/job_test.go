@@ -232,9 +232,9 @@ func workerLog(t *testing.T, out string, i, workers int) []map[string]string {
 // TestTrainingJobEndToEnd submits a 2-worker TrainingJob with the real
 // `cachefs job` CLI to a real cluster with the chart and the job
 // controller installed: the dataset is a private MinIO bucket (a `source`,
-// so the controller makes the PV and PVC; the node reads it with its own
-// credentials, node.allowNodeCredentials, since a TrainingJob carries
-// none), the default scheduler places the workers, each reads every file
+// so the controller makes the PV and PVC) whose keys are in a Secret the
+// dataset names (`--dataset-secret`, the PV's nodeStageSecretRef; the node
+// has no credentials of its own), the default scheduler places the workers, each reads every file
 // and prints sha256s. It checks the PodGroup object, `cachefs job get`
 // (Succeeded), `cachefs job logs` of both workers (every sum), then
 // `cachefs job delete`: the garbage collector and the controller's
@@ -246,21 +246,25 @@ func TestTrainingJobEndToEnd(t *testing.T) {
 	mi.MakeBucket(t, "training")
 	files := datagen.Spec{Files: 40, Classes: 3, MedianSize: 20_000, MinSize: 500, MaxSize: 200_000, Seed: 17}.Plan()
 	mi.PutFiles(t, "training", "imagenet/", files)
-	e := installJobController(t,
-		"--set", "node.allowNodeCredentials=true",
-		"--set", "node.extraEnv[2].name=AWS_ACCESS_KEY_ID", "--set-string", "node.extraEnv[2].value="+mi.AccessKey,
-		"--set", "node.extraEnv[3].name=AWS_SECRET_ACCESS_KEY", "--set-string", "node.extraEnv[3].value="+mi.SecretKey,
-	)
+	e := installJobController(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cs := e.c.Client
+	// The bucket's keys, as a user gives them: a Secret of the job's
+	// namespace named by the dataset (the node has no credentials of its
+	// own: node.allowNodeCredentials is false).
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "imagenet-s3", Namespace: jobNamespace},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey}}
+	if _, err := cs.CoreV1().Secrets(jobNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	const name, workers = "resnet", 2
 	source := "s3://training/imagenet?endpoint=" + mi.Endpoint + "&region=us-east-1"
 	start := time.Now()
 	out := e.mustJob(t, "submit", name, "--image", e.readerImage, "--image-pull-policy", "Never",
 		"--workers", strconv.Itoa(workers), "--cpu", "100m", "--memory", "64Mi",
-		"--dataset", "imagenet="+source+":/data", "--cache-size", "64Mi",
+		"--dataset", "imagenet="+source+":/data", "--dataset-secret", secret.Name, "--cache-size", "64Mi",
 		"--", "sh", "-c", `echo "worker $EPOCHFS_REPLICA_INDEX of $EPOCHFS_WORKERS"; exec read-dataset /data 1`)
 	if !strings.Contains(out, "trainingjob.jobs.epochfs.io/"+name+" submitted to namespace "+jobNamespace) {
 		t.Errorf("submit printed %q", out)
@@ -325,6 +329,9 @@ func TestTrainingJobEndToEnd(t *testing.T) {
 		t.Fatalf("%d PVs of the job and %d PVCs in %s, want one PVC bound to one PV", len(pvs.Items), len(pvcs.Items), jobNamespace)
 	}
 	pvName := pvs.Items[0].Name
+	if ref := pvs.Items[0].Spec.CSI.NodeStageSecretRef; ref == nil || ref.Name != secret.Name || ref.Namespace != jobNamespace {
+		t.Errorf("PV %s nodeStageSecretRef %+v, want %s/%s", pvName, ref, jobNamespace, secret.Name)
+	}
 	// The kubelet staged the controller's PV once for both workers (and,
 	// as the workers finished, unstaged it: the kubelet tears down the
 	// volumes of terminated pods, so the mount may already be gone).
