@@ -18,10 +18,11 @@ import (
 
 type submitFlags struct {
 	image, mode, cpu, memory, priorityClass string
+	imagePullPolicy                         string
 	workers, ps, gpus, port                 int32
 	datasets, envs, extra                   []string
 	nodeSelector, tolerations               []string
-	cacheSize                               string
+	cacheSize, datasetSecret                string
 	prefetch                                bool
 	readaheadFiles                          int32
 	gangScheduler, queue                    string
@@ -83,6 +84,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&s.image, "image", "", "container image of the workers (required)")
+	fl.StringVar(&s.imagePullPolicy, "image-pull-policy", "", "Always, IfNotPresent or Never (default: Kubernetes', IfNotPresent unless the tag is latest); Never for images imported into the nodes")
 	fl.Int32Var(&s.workers, "workers", 1, "number of worker pods")
 	fl.StringVar(&s.mode, "mode", "standalone", "how workers find each other: standalone, pytorch, tensorflow or mpi")
 	fl.Int32Var(&s.ps, "ps", 0, "TensorFlow parameter servers (mode tensorflow)")
@@ -91,6 +93,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringVar(&s.memory, "memory", "", "memory per worker, e.g. 64Gi")
 	fl.StringArrayVar(&s.extra, "device", nil, "extra device resource per worker, RESOURCE=COUNT (repeatable), e.g. rdma/hca=1")
 	fl.StringArrayVar(&s.datasets, "dataset", nil, "dataset NAME=SOURCE:MOUNTPATH or NAME=claim:PVC:MOUNTPATH (repeatable); SOURCE as for cachefs mount")
+	fl.StringVar(&s.datasetSecret, "dataset-secret", "", "Secret of the job's namespace with the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) of every --dataset with a SOURCE; the kubelet hands it to the CSI driver (default: the node's own identity, where allowed)")
 	fl.StringVar(&s.cacheSize, "cache-size", "", "node cache size of every --dataset with a SOURCE, e.g. 500Gi")
 	fl.BoolVar(&s.prefetch, "prefetch", false, "ask for the datasets to be prefetched into the node caches")
 	fl.Int32Var(&s.readaheadFiles, "readahead-files", 0, "on a missed open, fetch this many next files of the directory into the node cache (0-256; 0: off), for every --dataset with a SOURCE; worth it for far object stores")
@@ -138,6 +141,12 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 	case v1alpha1.ModeStandalone, v1alpha1.ModePyTorch, v1alpha1.ModeTensorFlow, v1alpha1.ModeMPI:
 	default:
 		return nil, fmt.Errorf("--mode %q: want standalone, pytorch, tensorflow or mpi", s.mode)
+	}
+	switch p := corev1.PullPolicy(s.imagePullPolicy); p {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+		tj.Spec.ImagePullPolicy = p
+	default:
+		return nil, fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", s.imagePullPolicy)
 	}
 	if len(command) > 0 {
 		tj.Spec.Command = command
@@ -196,7 +205,7 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 			return nil, err
 		}
 		if ds.Source != "" {
-			ds.CacheSize, ds.Prefetch, ds.ReadaheadFiles = s.cacheSize, s.prefetch, s.readaheadFiles
+			ds.CacheSize, ds.Prefetch, ds.ReadaheadFiles, ds.SecretName = s.cacheSize, s.prefetch, s.readaheadFiles, s.datasetSecret
 		}
 		tj.Spec.Datasets = append(tj.Spec.Datasets, ds)
 	}

@@ -67,10 +67,10 @@ func golden(t *testing.T, name, ns, got string) {
 }
 
 func TestJobSubmitDryRun(t *testing.T) {
-	out, _, err := runJob(t, "job", "submit", "resnet", "-n", "ml", "--image", "pytorch/pytorch:2.4.0",
+	out, _, err := runJob(t, "job", "submit", "resnet", "-n", "ml", "--image", "pytorch/pytorch:2.4.0", "--image-pull-policy", "IfNotPresent",
 		"--workers", "4", "--gpus", "8", "--cpu", "16", "--memory", "128Gi", "--device", "rdma/hca=1", "--mode", "pytorch",
 		"--dataset", "imagenet=s3://datasets/imagenet/train?endpoint=http://minio.storage:9000&region=us-east-1:/data/imagenet",
-		"--dataset", "labels=claim:shared-labels:/data/labels", "--cache-size", "500Gi", "--prefetch", "--readahead-files", "8",
+		"--dataset", "labels=claim:shared-labels:/data/labels", "--cache-size", "500Gi", "--prefetch", "--readahead-files", "8", "--dataset-secret", "imagenet-s3",
 		"--env", "EPOCHS=90", "--queue", "research", "--backoff-limit", "2", "--ttl", "3600", "--clean-pod-policy", "All",
 		"--tensorboard-logdir", "/logs/resnet", "--node-selector", "pool=h100", "--toleration", "dedicated=ml:NoSchedule",
 		"--toleration", "spot", "--dry-run",
@@ -111,6 +111,7 @@ func TestJobCLI(t *testing.T) {
 		{"submit", "x", "-n", ns},
 		{"submit", "x", "-n", ns, "--image", "i", "--workers", "0"},
 		{"submit", "x", "-n", ns, "--image", "i", "--mode", "horovod"},
+		{"submit", "x", "-n", ns, "--image", "i", "--image-pull-policy", "never"},
 		{"submit", "x", "-n", ns, "--image", "i", "--dataset", "d=s3:///nobucket:/data"},
 		{"submit", "x", "-n", ns, "--image", "i", "--dataset", "d=/data"},
 		{"submit", "x", "-n", ns, "--image", "i", "--ps", "2"},

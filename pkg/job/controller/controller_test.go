@@ -64,7 +64,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 			Resources: v1alpha1.WorkerResources{CPU: ptr.To(resource.MustParse("8")), Memory: ptr.To(resource.MustParse("64Gi")), GPUs: 4,
 				Extra: map[corev1.ResourceName]resource.Quantity{"rdma/hca": resource.MustParse("1")}},
 			Datasets: []v1alpha1.Dataset{
-				{Name: "imagenet", Source: imagenet, MountPath: "/data/imagenet", CacheSize: "500Gi", Prefetch: true, ReadaheadFiles: 8},
+				{Name: "imagenet", Source: imagenet, MountPath: "/data/imagenet", CacheSize: "500Gi", Prefetch: true, ReadaheadFiles: 8, SecretName: "imagenet-s3"},
 				{Name: "labels", ExistingClaim: "shared-labels", MountPath: "/data/labels"},
 			},
 			Gang:              &v1alpha1.Gang{Queue: "research"},
@@ -214,6 +214,9 @@ func TestPyTorchLifecycle(t *testing.T) {
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain ||
 		pv.Annotations[v1alpha1.AnnotationPrefetch] != "true" || pv.Spec.CSI.VolumeAttributes["prefetch"] != "true" || pv.Labels[v1alpha1.LabelOwnerUID] != string(got.UID) {
 		t.Errorf("pv %+v %+v", pv.ObjectMeta, pv.Spec)
+	}
+	if ref := csi.NodeStageSecretRef; ref == nil || ref.Name != "imagenet-s3" || ref.Namespace != ns {
+		t.Errorf("pv nodeStageSecretRef %+v, want imagenet-s3 of namespace %s (the dataset's secretName)", ref, ns)
 	}
 
 	// Pods start: active but not ready is still Pending.
@@ -711,6 +714,14 @@ func TestRejectedByAPIServer(t *testing.T) {
 		{"neither source nor claim", func(s map[string]any) {
 			delete(s["datasets"].([]any)[0].(map[string]any), "source")
 		}, `set exactly one of source`},
+		{"secretName with a claim", func(s map[string]any) {
+			d := s["datasets"].([]any)[0].(map[string]any)
+			delete(d, "source")
+			d["existingClaim"], d["secretName"] = "c", "s3"
+		}, `secretName is for a source`},
+		{"bad secretName", func(s map[string]any) {
+			s["datasets"].([]any)[0].(map[string]any)["secretName"] = "S3_keys"
+		}, `secretName must be a Secret name`},
 		{"relative mountPath", func(s map[string]any) {
 			s["datasets"].([]any)[0].(map[string]any)["mountPath"] = "data"
 		}, `mountPath must be an absolute path without ':'`},

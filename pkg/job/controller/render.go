@@ -108,6 +108,10 @@ func (p *plan) volumes() ([]*corev1.PersistentVolume, []*corev1.PersistentVolume
 				}},
 			},
 		}
+		if d.spec.SecretName != "" {
+			// Only ever a Secret of the job's own namespace.
+			pv.Spec.CSI.NodeStageSecretRef = &corev1.SecretReference{Name: d.spec.SecretName, Namespace: p.tj.Namespace}
+		}
 		pvc := &corev1.PersistentVolumeClaim{
 			ObjectMeta: p.meta(d.claimName, ""),
 			Spec: corev1.PersistentVolumeClaimSpec{

@@ -215,6 +215,7 @@ type WorkerResources struct {
 //
 // +kubebuilder:validation:XValidation:rule="(has(self.source) && size(self.source) > 0) != (has(self.existingClaim) && size(self.existingClaim) > 0)",message="set exactly one of source (a dataset URL such as s3://bucket/prefix) and existingClaim (a PersistentVolumeClaim name)"
 // +kubebuilder:validation:XValidation:rule="!has(self.existingClaim) || size(self.existingClaim) == 0 || !has(self.cacheSize)",message="cacheSize is set by the existing claim's volume: remove cacheSize or use source"
+// +kubebuilder:validation:XValidation:rule="!has(self.secretName) || size(self.secretName) == 0 || (has(self.source) && size(self.source) > 0)",message="secretName is for a source: an existing claim's volume brings its own credentials (its PV's nodeStageSecretRef)"
 type Dataset struct {
 	// Name of the dataset within the job: a DNS label.
 	// +kubebuilder:validation:MaxLength=40
@@ -230,6 +231,16 @@ type Dataset struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	ExistingClaim string `json:"existingClaim,omitempty"`
+	// SecretName is a Secret of the job's namespace with the source's
+	// credentials (keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+	// optionally AWS_SESSION_TOKEN), passed to the CSI driver as the
+	// PersistentVolume's nodeStageSecretRef: the kubelet reads it when it
+	// stages the volume, the controller never does. Without it the node
+	// reads the source with its own identity, where its admin allows that.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="secretName must be a Secret name (lower-case letters, digits, '-' and '.'), e.g. imagenet-s3"
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
 	// MountPath is where the dataset appears in every worker.
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.contains(':')",message="mountPath must be an absolute path without ':', e.g. /data/imagenet"
 	// +kubebuilder:validation:MaxLength=1024
