@@ -207,14 +207,13 @@ func TestStaticPVOverMinIO(t *testing.T) {
 	source := "s3://training/imagenet?endpoint=" + mi.Endpoint + "&region=us-east-1"
 	v := in.createS3Volume(ctx, t, "tenant-a", "imagenet", source, mi)
 	start := time.Now()
-	in.readerPod(ctx, t, v, "reader", "read-dataset", "/data", "2")
-	in.waitPod(ctx, t, v.ns, "reader", corev1.PodSucceeded)
-	fmt.Printf("reader pod: 2 passes over %d files (%d bytes) in %.1fs from create to Succeeded\n", len(files), total, time.Since(start).Seconds())
-	log, err := in.c.Client.CoreV1().Pods(v.ns).GetLogs("reader", &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkPasses(t, passSums(t, string(log)), files, 2)
+	// The pod stays up after its two passes: once it ends, the kubelet
+	// unstages the volume and the mount's metrics go with it.
+	in.readerPod(ctx, t, v, "reader", "sh", "-c", "read-dataset /data 2 && sleep 3600")
+	in.waitLogLine(ctx, t, v.ns, "reader", "done")
+	fmt.Printf("reader pod: 2 passes over %d files (%d bytes) in %.1fs from create\n", len(files), total, time.Since(start).Seconds())
+	log := in.podLog(ctx, t, v.ns, "reader")
+	checkPasses(t, passSums(t, log), files, 2)
 
 	body := in.scrapeNode(t)
 	hit, okHit := sumSamples(body, "cachefs_cache_hit_bytes_total")
@@ -410,6 +409,24 @@ func (in *install) waitPasses(ctx context.Context, t *testing.T, ns, name string
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+// waitLogLine waits until the log of pod ns/name has the line want.
+func (in *install) waitLogLine(ctx context.Context, t *testing.T, ns, name, want string) {
+	t.Helper()
+	for {
+		b, err := in.c.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err == nil && slicesContains(strings.Split(string(b), "\n"), want) {
+			return
+		}
+		if ctx.Err() != nil {
+			in.describe(t, ns, name)
+			t.Fatalf("pod %s/%s never logged %q", ns, name, want)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func slicesContains(s []string, v string) bool { return slicesIndex(s, v) >= 0 }
 
 // waitEvent waits for a Warning event of the pod whose message holds want,
 // the way `kubectl describe pod` shows a mount error, and returns it.

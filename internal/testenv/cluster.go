@@ -715,8 +715,8 @@ func killContainerdTasks(p clusterPaths) error {
 	}
 	for _, id := range strings.Fields(out) {
 		_, _ = run("tasks", "kill", "-s", "SIGKILL", id)
-		if _, err := run("tasks", "delete", "-f", id); err != nil {
-			errs = append(errs, err)
+		if _, err := run("tasks", "delete", "-f", id); err != nil && !strings.Contains(err.Error(), "not found") {
+			errs = append(errs, err) // "not found": it went between the list and the delete
 		}
 	}
 	out, err = run("containers", "ls", "-q")
@@ -724,7 +724,7 @@ func killContainerdTasks(p clusterPaths) error {
 		return err
 	}
 	for _, id := range strings.Fields(out) {
-		if _, err := run("containers", "delete", id); err != nil {
+		if _, err := run("containers", "delete", id); err != nil && !strings.Contains(err.Error(), "not found") {
 			errs = append(errs, err)
 		}
 	}
