@@ -111,20 +111,28 @@ func credentialsPipe(creds []string) (*os.File, error) {
 	return r, nil
 }
 
-// mounterLauncher asks a mounter (csi-driver --mode mounter, a separate,
-// long-lived container or DaemonSet on the node) to start mount processes,
-// so that they live outside the driver container: upgrading or restarting
-// the driver then leaves every mount serving.
+// mounterLauncher asks a mounter (csi-driver --mode mounter, the
+// epochfs-mounter DaemonSet's pod on the node) to start mount processes, so
+// that they live outside the node plugin pod: upgrading, restarting or
+// replacing the driver then leaves every mount serving.
 type mounterLauncher struct {
 	client *http.Client
+	// wait is how long launch retries a mounter that does not answer the
+	// dial (not started yet, or being replaced): a refused dial sent
+	// nothing, so retrying it cannot start a process twice.
+	wait time.Duration
 }
+
+// mounterWait is mounterLauncher.wait: the mounter's pod starts beside a
+// new node plugin pod, and may be a few seconds behind it.
+const mounterWait = 20 * time.Second
 
 func newMounterLauncher(endpoint string) (*mounterLauncher, error) {
 	sock, ok := strings.CutPrefix(endpoint, "unix://")
 	if !ok || !filepath.IsAbs(sock) {
 		return nil, fmt.Errorf("csi: --mounter-endpoint %q: want unix:///path/mounter.sock", endpoint)
 	}
-	return &mounterLauncher{client: &http.Client{
+	return &mounterLauncher{wait: mounterWait, client: &http.Client{
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -153,7 +161,16 @@ func (m *mounterLauncher) launch(args, creds []string, logPath string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	resp, err := m.client.Post("http://mounter/v1/launch", "application/json", bytes.NewReader(body))
+	deadline := time.Now().Add(m.wait)
+	var resp *http.Response
+	for {
+		resp, err = m.client.Post("http://mounter/v1/launch", "application/json", bytes.NewReader(body))
+		var op *net.OpError
+		if err == nil || !errors.As(err, &op) || op.Op != "dial" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("csi: mounter: %w", err)
 	}

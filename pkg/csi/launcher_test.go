@@ -1,9 +1,11 @@
 package csi
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCheckLaunch: what a mounter accepts to start. The credentials
@@ -38,5 +40,47 @@ func TestCheckLaunch(t *testing.T) {
 				t.Fatalf("checkLaunch = %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestMounterLauncherWaitsForMounter: a launch sent before the mounter
+// listens (its pod starting beside a new node plugin pod) is retried until
+// it does, and starts the process once.
+func TestMounterLauncherWaitsForMounter(t *testing.T) {
+	stateDir := t.TempDir()
+	sock := filepath.Join(t.TempDir(), "mounter.sock")
+	ml, err := newMounterLauncher("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second)
+		done <- RunMounter(ctx, MounterConfig{Socket: sock, CachefsBinary: "/bin/true", StateDir: stateDir})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	start := time.Now()
+	pid, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, filepath.Join(stateDir, "node", "logs", "k.log"))
+	if err != nil || pid <= 0 {
+		t.Fatalf("launch = %d, %v; want a pid once the mounter listens", pid, err)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Fatalf("launch answered after %v, before the mounter listened", d)
+	}
+
+	ml.wait = 0
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil
+	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, filepath.Join(stateDir, "node", "logs", "k.log")); err == nil {
+		t.Fatal("launch with no mounter and no wait succeeded")
 	}
 }
