@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epochfs/epochfs/internal/datagen"
@@ -84,7 +85,8 @@ func parseStream(log string, files []datagen.File) streamLog {
 // epochfs-mounter DaemonSet's pod, so none of them touches it: after each,
 // the reader has seen no error and no wrong byte and has gone on reading,
 // the mount process is the same, and a new pod mounting the same PVC reads
-// the dataset right (the new driver re-adopted the staged dataset).
+// the dataset right (the new driver re-adopted the staged dataset). At the
+// end the upgraded driver releases the mount when the last pod goes.
 func TestMountsSurviveDriverRestarts(t *testing.T) {
 	in := installChart(t)
 	_, driverRef := imageArchive(t, "epochfs")
@@ -179,6 +181,21 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 			"mount process %d unchanged; a new pod mounted the PVC and read it right in %.1fs\n",
 			step.name, ready.Seconds(), passesBefore, passesAfter, mountPID, newPod.Seconds())
 	}
+
+	// The driver that now runs (the third since the mount was made) also
+	// releases it: the last pod gone, the kubelet unstages, the adopted
+	// mount process ends and nothing stays mounted.
+	in.deletePod(t, v.ns, "streamer")
+	released := time.Now()
+	for len(mountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
+		if time.Since(released) > 2*time.Minute {
+			t.Fatalf("after the last pod was deleted: mount processes %v, FUSE mounts %v %v remain",
+				mountProcesses(t, in.stateDir), fuseMountsUnder(t, in.stateDir), fuseMountsUnder(t, in.c.KubeletDir))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	fmt.Printf("released by the upgraded driver: mount process gone and nothing mounted %.1fs after the last pod was deleted\n",
+		time.Since(released).Seconds())
 }
 
 // deletePod deletes pod ns/name and waits (up to a minute) until it is
@@ -189,7 +206,9 @@ func (in *install) deletePod(t *testing.T, ns, name string) {
 	defer cancel()
 	pods := in.c.Client.CoreV1().Pods(ns)
 	if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Logf("delete pod %s/%s: %v", ns, name, err)
+		if !apierrors.IsNotFound(err) {
+			t.Logf("delete pod %s/%s: %v", ns, name, err)
+		}
 		return
 	}
 	for ctx.Err() == nil {
