@@ -383,6 +383,8 @@ def check_daemonset(where, objs, v):
         if flag(drv, f) != want:
             fail(w, f"csi-driver --{f}: got {flag(drv, f)}, want {want}")
     has_args(w, drv, "--nodeid=$(NODE_NAME)")
+    if [e for e in drv.get("env") or [] if e.get("name") != "NODE_NAME"] != v["node"]["extraEnv"]:
+        fail(w, f"csi-driver env {drv.get('env')} is not NODE_NAME + node.extraEnv")
     if drv.get("resources") != (v["node"] if mounter else v["mounter"])["resources"]:
         fail(w, "csi-driver resources must be node.resources (mounter.resources without the mounter)")
     probe_port = (drv.get("livenessProbe") or {}).get("httpGet", {}).get("port")
