@@ -220,10 +220,26 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	if err != nil {
 		return fmt.Errorf("csi: mounter: %w", err)
 	}
-	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
+	// The socket path is shared: a newer mounter (its pod replacing this
+	// one, or a mounter DaemonSet replacing the mounter container of an
+	// older node plugin pod) may have replaced our socket by its own. On
+	// the way out remove the socket only if it is still ours, never by
+	// path alone (net.UnixListener's default), which would cut the
+	// driver off from the newer mounter.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ours, err := os.Stat(cfg.Socket)
+	if err == nil {
+		err = os.Chmod(cfg.Socket, 0o600)
+	}
+	if err != nil {
 		ln.Close()
 		return err
 	}
+	defer func() {
+		if cur, err := os.Stat(cfg.Socket); err == nil && os.SameFile(ours, cur) {
+			_ = os.Remove(cfg.Socket)
+		}
+	}()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("POST /v1/launch", func(w http.ResponseWriter, r *http.Request) {

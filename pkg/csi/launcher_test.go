@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -82,5 +83,59 @@ func TestMounterLauncherWaitsForMounter(t *testing.T) {
 	done <- nil
 	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, filepath.Join(stateDir, "node", "logs", "k.log")); err == nil {
 		t.Fatal("launch with no mounter and no wait succeeded")
+	}
+}
+
+// TestMounterLeavesNewerSocket: a mounter that stops after a newer one
+// took over its socket path leaves the newer one's socket in place, so the
+// driver keeps reaching the newer mounter.
+func TestMounterLeavesNewerSocket(t *testing.T) {
+	stateDir := t.TempDir()
+	sock := filepath.Join(t.TempDir(), "mounter.sock")
+	start := func() (context.CancelFunc, chan error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- RunMounter(ctx, MounterConfig{Socket: sock, CachefsBinary: "/bin/true", StateDir: stateDir})
+		}()
+		return cancel, done
+	}
+	ml, err := newMounterLauncher("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(stateDir, "node", "logs", "k.log")
+	stopOld, oldDone := start()
+	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, log); err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopNew, newDone := start()
+	for i := 0; ; i++ {
+		if cur, err := os.Stat(sock); err == nil && !os.SameFile(old, cur) {
+			break
+		}
+		if i == 500 {
+			t.Fatal("the second mounter did not replace the socket")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopOld()
+	if err := <-oldDone; err != nil {
+		t.Fatal(err)
+	}
+	ml.wait = 0
+	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, log); err != nil {
+		t.Fatalf("launch after the older mounter stopped: %v (it removed the newer one's socket)", err)
+	}
+	stopNew()
+	if err := <-newDone; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("the last mounter left its socket behind: %v", err)
 	}
 }
