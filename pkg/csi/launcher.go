@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -216,26 +218,15 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 		return err
 	}
 	_ = os.Remove(cfg.Socket)
-	ln, err := net.Listen("unix", cfg.Socket)
+	ln, ours, err := listenSocket(cfg.Socket)
 	if err != nil {
-		return fmt.Errorf("csi: mounter: %w", err)
-	}
-	// The socket path is shared: a newer mounter (its pod replacing this
-	// one, or a mounter DaemonSet replacing the mounter container of an
-	// older node plugin pod) may have replaced our socket by its own. On
-	// the way out remove the socket only if it is still ours, never by
-	// path alone (net.UnixListener's default), which would cut the
-	// driver off from the newer mounter.
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	ours, err := os.Stat(cfg.Socket)
-	if err == nil {
-		err = os.Chmod(cfg.Socket, 0o600)
-	}
-	if err != nil {
-		ln.Close()
 		return err
 	}
+	// ours is the socket file this mounter serves, guarded by mu.
+	var mu sync.Mutex
 	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
 		if cur, err := os.Stat(cfg.Socket); err == nil && os.SameFile(ours, cur) {
 			_ = os.Remove(cfg.Socket)
 		}
@@ -264,7 +255,39 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
+		mu.Lock()
 		_ = srv.Close()
+		mu.Unlock()
+	}()
+	// A mounter of an older version removes the socket path when it stops,
+	// whoever's socket it is then (an older node plugin pod's mounter
+	// container, deleted after this DaemonSet's mounter took over): serve
+	// a new socket when ours is gone. One that is there but not ours is a
+	// newer mounter's: leave it.
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := os.Stat(cfg.Socket); !errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			mu.Lock()
+			if ctx.Err() == nil {
+				if ln2, fi, err := listenSocket(cfg.Socket); err != nil {
+					cfg.Logger.Warn("mounter socket removed; cannot serve a new one", "err", err)
+				} else {
+					ours = fi
+					cfg.Logger.Warn("mounter socket removed by someone else; serving a new one", "socket", cfg.Socket)
+					go func() { _ = srv.Serve(ln2) }()
+				}
+			}
+			mu.Unlock()
+		}
 	}()
 	cfg.Logger.Info("mounter serving", "socket", cfg.Socket, "cachefs", cfg.CachefsBinary)
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -272,6 +295,31 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	}
 	cfg.Logger.Info("mounter stopped; mount processes keep running")
 	return nil
+}
+
+// listenSocket serves path, a unix socket only root may use, and returns
+// its file. The socket path is shared: a newer mounter (its pod replacing
+// this one, or a mounter DaemonSet replacing the mounter container of an
+// older node plugin pod) may replace our socket by its own, so it is never
+// removed by path alone (net.UnixListener's default on Close), which would
+// cut the driver off from the newer mounter: RunMounter removes it only if
+// it is still its own.
+func listenSocket(path string) (net.Listener, os.FileInfo, error) {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("csi: mounter: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	fi, err := os.Stat(path)
+	if err == nil {
+		err = os.Chmod(path, 0o600)
+	}
+	if err != nil {
+		ln.Close()
+		_ = os.Remove(path)
+		return nil, nil, fmt.Errorf("csi: mounter: %w", err)
+	}
+	return ln, fi, nil
 }
 
 // checkLaunch accepts only `mount SOURCE MOUNTPOINT --flags…` with known

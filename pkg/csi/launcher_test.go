@@ -139,3 +139,38 @@ func TestMounterLeavesNewerSocket(t *testing.T) {
 		t.Fatalf("the last mounter left its socket behind: %v", err)
 	}
 }
+
+// TestMounterServesRemovedSocketAgain: when its socket is removed from
+// under it (an older mounter stopping removes the path, whoever's it is),
+// the mounter serves a new one, and the driver's launch (which retries a
+// refused dial) reaches it.
+func TestMounterServesRemovedSocketAgain(t *testing.T) {
+	stateDir := t.TempDir()
+	sock := filepath.Join(t.TempDir(), "mounter.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- RunMounter(ctx, MounterConfig{Socket: sock, CachefsBinary: "/bin/true", StateDir: stateDir})
+	}()
+	ml, err := newMounterLauncher("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(stateDir, "node", "logs", "k.log")
+	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, log); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, log); err != nil {
+		t.Fatalf("launch after the socket was removed: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("the mounter left its socket behind: %v", err)
+	}
+}
