@@ -48,7 +48,7 @@ DRIVER_BIN = "/usr/local/bin/csi-driver"
 VARIANTS = {
     "helm default values": {},
     "helm test values": "@test",
-    "helm mounter.enabled=false": {"mounter": {"enabled": False}},
+    "helm mounter.enabled=false": {"mounter": {"enabled": False}, "node": {"updateStrategy": {"type": "OnDelete"}}},
     "helm controller.enabled=true": {"controller": {"enabled": True}},
     "helm jobController.enabled=true": {"jobController": {"enabled": True}},
     "helm upstream sidecars": {"sidecars": {"builtin": False}, "controller": {"enabled": True}},
@@ -86,6 +86,9 @@ REFUSALS = [
     (["node.cacheRootBudget=80"], "/node/cacheRootBudget"),
     (["node.maxMounts=0"], "/node/maxMounts"),
     (["node.updateStrategy.type=RollingOut"], "/node/updateStrategy"),
+    (["mounter.updateStrategy.type=RollingOut"], "/mounter/updateStrategy"),
+    (["mounter.enabled=false"], "set node.updateStrategy.type=OnDelete"),
+    (["mounter.image.tag=latest"], "pin an exact tag"),
     (["node.tolerration=x"], "'tolerration' not allowed"),
     (["node.resources.limits.memory=much"], "/node/resources/limits/memory"),
     (["metrics.port=0"], "/metrics/port"),
@@ -220,7 +223,9 @@ def want_images(v):
     driver = want_image(v, v["image"]["registry"], v["image"]["repository"], v["image"]["tag"])
     side = {k: want_image(v, v["sidecars"]["registry"], s["repository"], s["tag"])
             for k, s in v["sidecars"].items() if isinstance(s, dict)}
-    return {"csi-driver": driver, "mounter": driver, "job-controller": driver,
+    mounter = want_image(v, v["image"]["registry"], v["image"]["repository"],
+                         v["mounter"]["image"]["tag"] or v["image"]["tag"])
+    return {"csi-driver": driver, "mounter": mounter, "job-controller": driver,
             "node-driver-registrar": driver if v["sidecars"]["builtin"] else side["nodeDriverRegistrar"],
             "liveness-probe": side["livenessProbe"], "csi-provisioner": side["provisioner"]}
 
@@ -279,6 +284,7 @@ def check_install(where, objs, v):
             fail(where, f"{fmt(key(o))} must be in namespace {ns}")
     check_csidriver(where, objs, v)
     check_daemonset(where, objs, v)
+    check_mounter(where, objs, v)
     check_controller(where, objs, v)
     check_rbac(where, objs)
     check_security(where, objs)
@@ -360,8 +366,7 @@ def check_daemonset(where, objs, v):
         fail(w, f"updateStrategy {ds['spec'].get('updateStrategy')} is not node.updateStrategy")
     if pod.get("terminationGracePeriodSeconds") != v["node"]["terminationGracePeriodSeconds"]:
         fail(w, "terminationGracePeriodSeconds is not node.terminationGracePeriodSeconds")
-    want_names = {"csi-driver", "node-driver-registrar"} | ({"mounter"} if mounter else set()) \
-        | (set() if builtin else {"liveness-probe"})
+    want_names = {"csi-driver", "node-driver-registrar"} | (set() if builtin else {"liveness-probe"})
     if set(cs) != want_names:
         fail(w, f"containers {sorted(cs)}, want {sorted(want_names)}")
         return
@@ -380,7 +385,6 @@ def check_daemonset(where, objs, v):
             "/dev/fuse": ("/dev/fuse", None, None), **root_mounts}
     want_mounts = {
         "csi-driver": {plugin_dir: ("/csi", None, None), kubelet: (kubelet, "Bidirectional", None), **fuse},
-        "mounter": fuse,
         "node-driver-registrar": {plugin_dir: ("/csi", None, None),
                                   f"{kubelet}/plugins_registry": ("/registration", None, None)},
         "liveness-probe": {plugin_dir: ("/csi", None, None)},
@@ -399,6 +403,8 @@ def check_daemonset(where, objs, v):
         if flag(drv, f) != want:
             fail(w, f"csi-driver --{f}: got {flag(drv, f)}, want {want}")
     has_args(w, drv, "--nodeid=$(NODE_NAME)")
+    if [e for e in drv.get("env") or [] if e.get("name") != "NODE_NAME"] != v["node"]["extraEnv"]:
+        fail(w, f"csi-driver env {drv.get('env')} is not NODE_NAME + node.extraEnv")
     if drv.get("resources") != (v["node"] if mounter else v["mounter"])["resources"]:
         fail(w, "csi-driver resources must be node.resources (mounter.resources without the mounter)")
     probe_port = (drv.get("livenessProbe") or {}).get("httpGet", {}).get("port")
@@ -411,20 +417,6 @@ def check_daemonset(where, objs, v):
         if probe_port != "healthz" or flag(lp, "health-port") != [str(ports.get("healthz"))] \
                 or ports.get("healthz") != v["sidecars"]["livenessProbe"]["healthPort"]:
             fail(w, "upstream sidecars: csi-driver's liveness probe must use the livenessprobe sidecar's port")
-
-    if mounter:
-        mnt = cs["mounter"]
-        for probe in ("livenessProbe", "startupProbe"):
-            if probe in mnt:
-                fail(w, f"mounter must have no {probe}: restarting it kills every mount on the node")
-        if args_of(mnt)[:1] != [DRIVER_BIN]:
-            fail(w, "mounter must run csi-driver")
-        for f, want in {"mode": ["mounter"], "mounter-endpoint": [mounter_socket(v)], "state-dir": [v["stateDir"]],
-                        "log-format": [v["logFormat"]]}.items():
-            if flag(mnt, f) != want:
-                fail(w, f"mounter --{f}: got {flag(mnt, f)}, want {want}")
-        if mnt.get("resources") != v["mounter"]["resources"]:
-            fail(w, "mounter resources must be mounter.resources")
 
     reg = cs["node-driver-registrar"]
     health = v["sidecars"]["nodeDriverRegistrar"]["healthPort"]
@@ -443,6 +435,63 @@ def check_daemonset(where, objs, v):
     if (reg.get("livenessProbe") or {}).get("httpGet", {}).get("port") != "registrar" or \
             {p["name"]: p["containerPort"] for p in reg.get("ports") or []}.get("registrar") != health:
         fail(w, "node-driver-registrar's liveness probe must use its registrar port (healthPort)")
+
+
+def check_mounter(where, objs, v):
+    """DaemonSet epochfs-mounter: there iff mounter.enabled, never restarted by itself, with
+    the node plugin's pod-level network, environment and scheduling (check_scheduling)."""
+    ds = find(objs, "DaemonSet", "epochfs-mounter")
+    if not v["mounter"]["enabled"]:
+        if ds:
+            fail(where, "mounter.enabled=false renders DaemonSet epochfs-mounter")
+        return
+    ds = one(where, objs, "DaemonSet", "epochfs-mounter")
+    if not ds:
+        return
+    w = f"{where}: DaemonSet epochfs-mounter"
+    pod = ds["spec"]["template"]["spec"]
+    if ds["spec"].get("updateStrategy") != v["mounter"]["updateStrategy"]:
+        fail(w, f"updateStrategy {ds['spec'].get('updateStrategy')} is not mounter.updateStrategy")
+    if pod.get("hostPID") is not True:
+        fail(w, "hostPID must be true (the driver records and re-adopts the pids it returns)")
+    if bool(pod.get("hostNetwork")) != bool(v["node"].get("hostNetwork")):
+        fail(w, f"hostNetwork is {pod.get('hostNetwork')!r}, but node.hostNetwork is {v['node'].get('hostNetwork')!r} "
+                "(the mount processes reach the sources from this pod)")
+    if pod.get("automountServiceAccountToken") is not False or pod.get("serviceAccountName"):
+        fail(w, "needs no Kubernetes API access: automountServiceAccountToken false, no serviceAccountName")
+    if pod.get("terminationGracePeriodSeconds") != v["node"]["terminationGracePeriodSeconds"]:
+        fail(w, "terminationGracePeriodSeconds is not node.terminationGracePeriodSeconds")
+    cs = by_name(pod)
+    if set(cs) != {"mounter"}:
+        fail(w, f"containers {sorted(cs)}, want ['mounter']")
+        return
+    mnt = cs["mounter"]
+    for probe in ("livenessProbe", "startupProbe"):
+        if probe in mnt:
+            fail(w, f"mounter must have no {probe}: restarting it kills every mount on the node")
+    if args_of(mnt)[:1] != [DRIVER_BIN]:
+        fail(w, "mounter must run csi-driver")
+    for f, want in {"mode": ["mounter"], "mounter-endpoint": [mounter_socket(v)], "state-dir": [v["stateDir"]],
+                    "cachefs-binary": ["/usr/local/bin/cachefs"], "log-format": [v["logFormat"]]}.items():
+        if flag(mnt, f) != want:
+            fail(w, f"mounter --{f}: got {flag(mnt, f)}, want {want}")
+    if mnt.get("resources") != v["mounter"]["resources"]:
+        fail(w, "mounter resources must be mounter.resources")
+    if (mnt.get("env") or []) != v["node"]["extraEnv"]:
+        fail(w, f"mounter env {mnt.get('env')} is not node.extraEnv")
+    roots = v["node"]["allowedLocalRoots"]
+    want_vols = {v["stateDir"]: "DirectoryOrCreate", v["cacheRoot"]: "DirectoryOrCreate", "/dev/fuse": "CharDevice",
+                 **{r: "Directory" for r in roots}}
+    vols = {x["name"]: x.get("hostPath") for x in pod.get("volumes") or []}
+    got_vols = {hp["path"]: hp.get("type") for hp in vols.values() if hp}
+    if got_vols != want_vols or len(vols) != len(want_vols):
+        fail(w, f"hostPath volumes {got_vols}, want exactly {want_vols}")
+    want = {v["stateDir"]: (v["stateDir"], "Bidirectional", None), v["cacheRoot"]: (v["cacheRoot"], None, None),
+            "/dev/fuse": ("/dev/fuse", None, None), **{r: (r, "HostToContainer", True) for r in roots}}
+    got = {vols[m["name"]]["path"]: (m.get("mountPath"), m.get("mountPropagation"), m.get("readOnly"))
+           for m in mnt.get("volumeMounts") or [] if vols.get(m.get("name"))}
+    if got != want:
+        fail(w, f"mounter mounts hostPaths {got}, want exactly {want}")
 
 
 def check_controller(where, objs, v):
@@ -510,14 +559,14 @@ def check_rbac(where, objs):
 
 # The only containers that may be privileged, add capabilities, or mount with
 # Bidirectional propagation: they make FUSE mounts that must reach the host.
-PRIVILEGED = {("DaemonSet", "epochfs-node", "csi-driver"), ("DaemonSet", "epochfs-node", "mounter")}
+PRIVILEGED = {("DaemonSet", "epochfs-node", "csi-driver"), ("DaemonSet", "epochfs-mounter", "mounter")}
 
 
 def check_security(where, objs):
     for o, pod in pod_specs(objs):
         if o["kind"] != "DaemonSet" and (pod.get("hostPID") or pod.get("hostNetwork") or pod.get("hostIPC")
                                          or any("hostPath" in x for x in pod.get("volumes") or [])):
-            fail(where, f"{fmt(key(o))}: only the node plugin may use hostPID/hostNetwork/hostIPC/hostPath")
+            fail(where, f"{fmt(key(o))}: only the node plugin and the mounter may use hostPID/hostNetwork/hostIPC/hostPath")
         for c in containers(pod):
             sc = c.get("securityContext") or {}
             if (o["kind"], o["metadata"]["name"], c.get("name")) in PRIVILEGED:
@@ -535,7 +584,8 @@ def check_security(where, objs):
                             "allowPrivilegeEscalation: false")
 
 
-WORKLOADS = [("DaemonSet", "epochfs-node", "node"), ("Deployment", "epochfs-controller", "controller"),
+WORKLOADS = [("DaemonSet", "epochfs-node", "node"), ("DaemonSet", "epochfs-mounter", "node"),
+             ("Deployment", "epochfs-controller", "controller"),
              ("Deployment", "epochfs-job-controller", "jobController")]
 
 
@@ -551,6 +601,8 @@ def check_scheduling(where, objs, v):
                    "imagePullSecrets": pod.get("imagePullSecrets") or []}
             want = {k: vs[k] for k in got if k in vs}
             want["imagePullSecrets"] = v["imagePullSecrets"]
+            if name == "epochfs-mounter":
+                want["podAnnotations"] = {}  # node.podAnnotations are the node plugin's (scrape annotations)
             for k in want:
                 if got[k] != want[k]:
                     fail(w, f"{k}: got {got[k]!r}, want {want[k]!r} ({section}.{k})")
@@ -564,6 +616,8 @@ def check_scheduling(where, objs, v):
                         fail(w, f"job-controller --{f} {flag(jc, f)} is not the nodes' ({want_f})")
             if section == "controller" and by_name(pod).get("csi-driver", {}).get("resources") != vs["resources"]:
                 fail(w, "csi-driver resources are not controller.resources")
+            if name == "epochfs-mounter":
+                continue  # no ServiceAccount token (check_mounter)
             for sa in find(objs, "ServiceAccount", pod.get("serviceAccountName")):
                 if (sa["metadata"].get("annotations") or {}) != vs["serviceAccount"]["annotations"]:
                     fail(w, f"ServiceAccount {sa['metadata']['name']} annotations are not {section}.serviceAccount.annotations")
@@ -938,8 +992,9 @@ def main():
         defaults = yaml.safe_load(f)
     with open(values_file) as f:
         test_values = yaml.safe_load(f)
-    if defaults["node"]["updateStrategy"] != {"type": "OnDelete"} and defaults["mounter"]["enabled"]:
-        fail("values.yaml", "the mount processes live in the node pod: node.updateStrategy must default to OnDelete")
+    if not defaults["mounter"]["enabled"] or defaults["mounter"]["updateStrategy"] != {"type": "OnDelete"}:
+        fail("values.yaml", "the mount processes must default to the mounter DaemonSet (mounter.enabled), "
+                            "whose pods only a delete replaces (mounter.updateStrategy OnDelete)")
 
     check_dashboard(root)  # before the renderings: they must embed it
 
@@ -979,14 +1034,15 @@ def main():
     if "helm jobController.enabled=true" in renders:
         compare("kustomize base + job-controller vs helm jobController.enabled=true", base + jobctl,
                 renders["helm jobController.enabled=true"])
-    # mounter.enabled=false: the defaults minus the mounter container and
-    # --mounter-endpoint, with the mount processes' resources on csi-driver.
+    # mounter.enabled=false: the defaults minus the mounter DaemonSet and
+    # --mounter-endpoint, with the mount processes' resources on csi-driver
+    # and the node plugin updated OnDelete.
     if "helm default values" in renders and "helm mounter.enabled=false" in renders:
-        expect = copy.deepcopy(renders["helm default values"])
-        for o in find(expect, "DaemonSet"):
-            pod = o["spec"]["template"]["spec"]
-            pod["containers"] = [c for c in pod["containers"] if c["name"] != "mounter"]
-            drv = by_name(pod)["csi-driver"]
+        expect = [o for o in copy.deepcopy(renders["helm default values"])
+                  if (o["kind"], o["metadata"]["name"]) != ("DaemonSet", "epochfs-mounter")]
+        for o in find(expect, "DaemonSet", "epochfs-node"):
+            o["spec"]["updateStrategy"] = {"type": "OnDelete"}
+            drv = by_name(o["spec"]["template"]["spec"])["csi-driver"]
             drv["args"] = [a for a in drv["args"] if not a.startswith("--mounter-endpoint=")]
             drv["resources"] = defaults["mounter"]["resources"]
         compare("helm default values without the mounter vs helm mounter.enabled=false",

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -111,20 +113,28 @@ func credentialsPipe(creds []string) (*os.File, error) {
 	return r, nil
 }
 
-// mounterLauncher asks a mounter (csi-driver --mode mounter, a separate,
-// long-lived container or DaemonSet on the node) to start mount processes,
-// so that they live outside the driver container: upgrading or restarting
-// the driver then leaves every mount serving.
+// mounterLauncher asks a mounter (csi-driver --mode mounter, the
+// epochfs-mounter DaemonSet's pod on the node) to start mount processes, so
+// that they live outside the node plugin pod: upgrading, restarting or
+// replacing the driver then leaves every mount serving.
 type mounterLauncher struct {
 	client *http.Client
+	// wait is how long launch retries a mounter that does not answer the
+	// dial (not started yet, or being replaced): a refused dial sent
+	// nothing, so retrying it cannot start a process twice.
+	wait time.Duration
 }
+
+// mounterWait is mounterLauncher.wait: the mounter's pod starts beside a
+// new node plugin pod, and may be a few seconds behind it.
+const mounterWait = 20 * time.Second
 
 func newMounterLauncher(endpoint string) (*mounterLauncher, error) {
 	sock, ok := strings.CutPrefix(endpoint, "unix://")
 	if !ok || !filepath.IsAbs(sock) {
 		return nil, fmt.Errorf("csi: --mounter-endpoint %q: want unix:///path/mounter.sock", endpoint)
 	}
-	return &mounterLauncher{client: &http.Client{
+	return &mounterLauncher{wait: mounterWait, client: &http.Client{
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -153,7 +163,16 @@ func (m *mounterLauncher) launch(args, creds []string, logPath string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	resp, err := m.client.Post("http://mounter/v1/launch", "application/json", bytes.NewReader(body))
+	deadline := time.Now().Add(m.wait)
+	var resp *http.Response
+	for {
+		resp, err = m.client.Post("http://mounter/v1/launch", "application/json", bytes.NewReader(body))
+		var op *net.OpError
+		if err == nil || !errors.As(err, &op) || op.Op != "dial" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("csi: mounter: %w", err)
 	}
@@ -199,14 +218,19 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 		return err
 	}
 	_ = os.Remove(cfg.Socket)
-	ln, err := net.Listen("unix", cfg.Socket)
+	ln, ours, err := listenSocket(cfg.Socket)
 	if err != nil {
-		return fmt.Errorf("csi: mounter: %w", err)
-	}
-	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
-		ln.Close()
 		return err
 	}
+	// ours is the socket file this mounter serves, guarded by mu.
+	var mu sync.Mutex
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if cur, err := os.Stat(cfg.Socket); err == nil && os.SameFile(ours, cur) {
+			_ = os.Remove(cfg.Socket)
+		}
+	}()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("POST /v1/launch", func(w http.ResponseWriter, r *http.Request) {
@@ -231,7 +255,39 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
+		mu.Lock()
 		_ = srv.Close()
+		mu.Unlock()
+	}()
+	// A mounter of an older version removes the socket path when it stops,
+	// whoever's socket it is then (an older node plugin pod's mounter
+	// container, deleted after this DaemonSet's mounter took over): serve
+	// a new socket when ours is gone. One that is there but not ours is a
+	// newer mounter's: leave it.
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := os.Stat(cfg.Socket); !errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			mu.Lock()
+			if ctx.Err() == nil {
+				if ln2, fi, err := listenSocket(cfg.Socket); err != nil {
+					cfg.Logger.Warn("mounter socket removed; cannot serve a new one", "err", err)
+				} else {
+					ours = fi
+					cfg.Logger.Warn("mounter socket removed by someone else; serving a new one", "socket", cfg.Socket)
+					go func() { _ = srv.Serve(ln2) }()
+				}
+			}
+			mu.Unlock()
+		}
 	}()
 	cfg.Logger.Info("mounter serving", "socket", cfg.Socket, "cachefs", cfg.CachefsBinary)
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -239,6 +295,31 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	}
 	cfg.Logger.Info("mounter stopped; mount processes keep running")
 	return nil
+}
+
+// listenSocket serves path, a unix socket only root may use, and returns
+// its file. The socket path is shared: a newer mounter (its pod replacing
+// this one, or a mounter DaemonSet replacing the mounter container of an
+// older node plugin pod) may replace our socket by its own, so it is never
+// removed by path alone (net.UnixListener's default on Close), which would
+// cut the driver off from the newer mounter: RunMounter removes it only if
+// it is still its own.
+func listenSocket(path string) (net.Listener, os.FileInfo, error) {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("csi: mounter: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	fi, err := os.Stat(path)
+	if err == nil {
+		err = os.Chmod(path, 0o600)
+	}
+	if err != nil {
+		ln.Close()
+		_ = os.Remove(path)
+		return nil, nil, fmt.Errorf("csi: mounter: %w", err)
+	}
+	return ln, fi, nil
 }
 
 // checkLaunch accepts only `mount SOURCE MOUNTPOINT --flags…` with known

@@ -33,6 +33,11 @@ global.imageRegistry, when set, replaces R.
 {{- include "epochfs.image" (dict "root" . "registry" .Values.image.registry "repository" .Values.image.repository "tag" .Values.image.tag) -}}
 {{- end -}}
 
+{{/* The mounter DaemonSet's image: the EpochFS image, tag mounter.image.tag or image.tag. */}}
+{{- define "epochfs.mounterImage" -}}
+{{- include "epochfs.image" (dict "root" . "registry" .Values.image.registry "repository" .Values.image.repository "tag" (.Values.mounter.image.tag | default .Values.image.tag)) -}}
+{{- end -}}
+
 {{- define "epochfs.sidecarImage" -}}
 {{- include "epochfs.image" (dict "root" .root "registry" .root.Values.sidecars.registry "repository" .sidecar.repository "tag" .sidecar.tag) -}}
 {{- end -}}
