@@ -103,9 +103,9 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 
 	start := time.Now()
 	in.readerPod(ctx, t, v, "streamer", "sh", "-c", streamScript)
-	t.Cleanup(func() { in.deletePod(t, v.ns, "streamer") })
+	t.Cleanup(func() { in.removePod(t, v.ns, "streamer") })
 	in.waitPod(ctx, t, v.ns, "streamer", corev1.PodRunning)
-	in.waitPasses(ctx, t, v.ns, "streamer", files, 2)
+	in.waitStreamPasses(ctx, t, v.ns, "streamer", files, 2)
 	fmt.Printf("streamer: 2 passes over %d files (%d bytes) %.1fs after its creation\n",
 		len(files), datagen.TotalSize(files), time.Since(start).Seconds())
 	pids := mountProcesses(t, in.stateDir)
@@ -158,7 +158,7 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 		ready := step.disrupt()
 		waitCSINode(ctx, t, in.c, true)
 		// Reads through the disruption and after it: two more passes.
-		in.waitPasses(ctx, t, v.ns, "streamer", files, passesBefore+2)
+		in.waitStreamPasses(ctx, t, v.ns, "streamer", files, passesBefore+2)
 		if pids := mountProcesses(t, in.stateDir); len(pids) != 1 || pids[0] != mountPID {
 			t.Fatalf("after %s: mount processes %v, want the same one (%d)", step.name, pids, mountPID)
 		}
@@ -175,7 +175,7 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkPasses(t, passSums(t, string(log)), files, 1)
-		in.deletePod(t, v.ns, name)
+		in.removePod(t, v.ns, name)
 		passesAfter := in.streamPasses(ctx, t, v.ns, "streamer", files)
 		fmt.Printf("%s: node plugin Ready again in %.1fs; streamer %d passes before, %d after, 0 errors, 0 wrong bytes; "+
 			"mount process %d unchanged; a new pod mounted the PVC and read it right in %.1fs\n",
@@ -185,7 +185,7 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 	// The driver that now runs (the third since the mount was made) also
 	// releases it: the last pod gone, the kubelet unstages, the adopted
 	// mount process ends and nothing stays mounted.
-	in.deletePod(t, v.ns, "streamer")
+	in.removePod(t, v.ns, "streamer")
 	released := time.Now()
 	for len(mountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
 		if time.Since(released) > 2*time.Minute {
@@ -198,9 +198,9 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 		time.Since(released).Seconds())
 }
 
-// deletePod deletes pod ns/name and waits (up to a minute) until it is
+// removePod deletes pod ns/name and waits (up to a minute) until it is
 // gone: its volume unpublished while the driver still runs.
-func (in *install) deletePod(t *testing.T, ns, name string) {
+func (in *install) removePod(t *testing.T, ns, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -346,8 +346,8 @@ func (in *install) streamPasses(ctx context.Context, t *testing.T, ns, name stri
 	return s.passes
 }
 
-// waitPasses waits until the streaming reader has completed n passes.
-func (in *install) waitPasses(ctx context.Context, t *testing.T, ns, name string, files []datagen.File, n int) {
+// waitStreamPasses waits until the streaming reader has completed n passes.
+func (in *install) waitStreamPasses(ctx context.Context, t *testing.T, ns, name string, files []datagen.File, n int) {
 	t.Helper()
 	for in.streamPasses(ctx, t, ns, name, files) < n {
 		if ctx.Err() != nil {
