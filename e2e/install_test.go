@@ -249,4 +249,3 @@ func slicesIndex(s []string, v string) int {
 	}
 	return -1
 }
-

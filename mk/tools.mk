@@ -61,7 +61,7 @@ $(eval $(call k8s_tool,kube-scheduler,kube-apiserver))
 PAUSE_KEY := $(shell cat tools/pause/pause.c | sha256sum | cut -c1-16)
 $(TOOLS_CACHE)/pause-$(PAUSE_KEY)/pause: tools/pause/pause.c
 	@mkdir -p $(@D)
-	gcc -static -O2 -s -o $@.tmp $< && mv $@.tmp $@
+	gcc -static -O2 -s -o $@.tmp tools/pause/pause.c && mv $@.tmp $@
 $(TOOLS_BIN)/pause: $(TOOLS_CACHE)/pause-$(PAUSE_KEY)/pause
 	@mkdir -p $(@D)
 	ln -sfn $< $@

@@ -112,7 +112,7 @@ func ClusterMissing() []string {
 // StartCluster starts a Cluster in a temporary directory of t and tears it
 // down in t.Cleanup (every pod, process and mount; see ClusterDown). When
 // tools or root are missing it skips the test, or fails it under CI=true.
-// It takes a minute or more on 2 cores: callers gate it (EPOCHFS_E2E=1).
+// It takes a minute or more on 2 cores: callers gate it (RequireE2E).
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	if missing := ClusterMissing(); len(missing) > 0 {
