@@ -76,16 +76,3 @@ func (k *keyedLocks) tryLock(key string) (func(), bool) {
 		return nil, false
 	}
 }
-
-// held counts the keys whose lock is held.
-func (k *keyedLocks) held() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	n := 0
-	for _, l := range k.locks {
-		if len(l.ch) > 0 {
-			n++
-		}
-	}
-	return n
-}
