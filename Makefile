@@ -22,7 +22,7 @@ export PATH := $(TOOLS_BIN):$(PATH)
 export EPOCHFS_TOOLS_BIN := $(TOOLS_BIN)
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all help build test test-short demo tools lint vet bench clean
+.PHONY: all help build test test-fast test-short demo tools lint vet bench clean
 
 all: build
 
@@ -46,8 +46,14 @@ build: $(addprefix bin/,$(BINARIES))
 $(addprefix bin/,$(BINARIES)): bin/%:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/$*
 
-## test: every test, with -race, against real servers (MinIO) and real FUSE mounts (needs root).
-test: tools
+## test: every test, with -race, against real servers (MinIO, kube-apiserver) and real FUSE mounts, and the
+## end-to-end tests on the real single-node cluster with the project's images (needs root; builds the tools,
+## the cluster tools and the images first, once per machine). What CI runs.
+test: tools cluster-tools images
+	EPOCHFS_E2E=1 $(GO) test -race -count=1 -timeout 45m ./...
+
+## test-fast: `make test` without the end-to-end tests (no cluster, no images); they run anyway under CI=true.
+test-fast: tools
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 ## test-short: unit tests only, no servers, no mounts.

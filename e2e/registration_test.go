@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +32,16 @@ func TestKubeletRegistersDriver(t *testing.T) {
 	csiSock := filepath.Join(c.KubeletDir, "plugins", csi.DriverName, "csi.sock")
 	registry := filepath.Join(c.KubeletDir, "plugins_registry")
 
+	// The node driver leaves the tmpfs on its secrets dir mounted when it
+	// stops (a restart keeps the credentials): unmount it once the process
+	// is killed (cleanups run last-registered first), else t.TempDir's
+	// removal fails with EBUSY.
+	t.Cleanup(func() {
+		mounts, _ := testenv.MountsUnder(dir)
+		for i := len(mounts) - 1; i >= 0; i-- {
+			_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+		}
+	})
 	start := time.Now()
 	startProc(t, "csi-driver node", bin, "--mode", "node", "--endpoint", "unix://"+csiSock,
 		"--nodeid", testenv.ClusterNodeName, "--state-dir", filepath.Join(dir, "state"),

@@ -16,11 +16,12 @@ cluster-deps:
 ## cluster-tools: Debian packages plus kubelet, kube-controller-manager, kube-scheduler, kube-apiserver, etcd, pause (built once per machine).
 cluster-tools: cluster-deps $(CLUSTER_TOOLS)
 
-## cluster-up: start the single-node test cluster under .cluster/ and leave it running; prints the kubeconfig path.
-cluster-up: cluster-tools
-	$(GO) run ./internal/cmd/cluster up -dir $(CLUSTER_DIR)
+## cluster-up: start the single-node test cluster under .cluster/, import the images and install the chart as the
+## e2e does (docs/CLUSTER.md); leaves it running and prints the kubeconfig path.
+cluster-up: cluster-tools images $(TOOLS_BIN)/helm
+	$(GO) run ./internal/cmd/cluster up -dir $(CLUSTER_DIR) -images $(IMAGES_DIR) -chart deploy/helm/epochfs
 
-## cluster-down: stop every pod and process of the test cluster and unmount what it mounted (idempotent).
+## cluster-down: stop every pod and process of the test cluster and unmount what it and the chart mounted (idempotent).
 cluster-down:
 	$(GO) run ./internal/cmd/cluster down -dir $(CLUSTER_DIR)
 
@@ -28,7 +29,7 @@ cluster-down:
 cluster-status:
 	$(GO) run ./internal/cmd/cluster status -dir $(CLUSTER_DIR)
 
-## e2e: the end-to-end tests on a fresh test cluster and the images (needs root; not part of `make test`).
+## e2e: only the end-to-end tests (`make test` runs them too), on fresh test clusters with the images (needs root).
 e2e: cluster-tools images
 	EPOCHFS_E2E=1 $(GO) test -count=1 -v -timeout 20m -run 'TestCluster' ./internal/testenv/
 	EPOCHFS_E2E=1 $(GO) test -count=1 -v -timeout 20m ./e2e/

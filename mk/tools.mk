@@ -57,11 +57,12 @@ $(eval $(call k8s_tool,kube-controller-manager,kube-apiserver))
 $(eval $(call k8s_tool,kube-scheduler,kube-apiserver))
 
 # pause: the test cluster's pod sandbox process, static C (gcc), keyed by its
-# source.
+# source (order-only: a fresh clone's pause.c is newer than the cached binary,
+# which must not make every clone rebuild it).
 PAUSE_KEY := $(shell cat tools/pause/pause.c | sha256sum | cut -c1-16)
-$(TOOLS_CACHE)/pause-$(PAUSE_KEY)/pause: tools/pause/pause.c
+$(TOOLS_CACHE)/pause-$(PAUSE_KEY)/pause: | tools/pause/pause.c
 	@mkdir -p $(@D)
-	gcc -static -O2 -s -o $@.tmp $< && mv $@.tmp $@
+	gcc -static -O2 -s -o $@.tmp tools/pause/pause.c && mv $@.tmp $@
 $(TOOLS_BIN)/pause: $(TOOLS_CACHE)/pause-$(PAUSE_KEY)/pause
 	@mkdir -p $(@D)
 	ln -sfn $< $@

@@ -2,12 +2,13 @@
 # Debian packages the test cluster (make cluster-up, make e2e) needs, installed
 # with apt-get only when missing: containerd (with its CRI plugin), runc, the
 # CNI plugins (bridge, host-local, loopback in /usr/lib/cni), busybox-static
-# (the test image's /bin/sh) and gcc (static pause binary).
+# (the test image's /bin/sh), gcc (static pause binary) and iproute2 (`ip`,
+# which removes the CNI bridge at teardown).
 #
 #   scripts/cluster-deps.sh          install what is missing (needs root)
 #   scripts/cluster-deps.sh --check  exit 1 listing what is missing
 set -euo pipefail
-pkgs=(containerd runc containernetworking-plugins busybox-static gcc libc6-dev)
+pkgs=(containerd runc containernetworking-plugins busybox-static gcc libc6-dev iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

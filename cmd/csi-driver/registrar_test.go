@@ -110,6 +110,16 @@ func TestRegistrarMode(t *testing.T) {
 	if _, err := os.Stat(regSock); err == nil {
 		t.Fatal("registration socket before the driver serves")
 	}
+	// The node driver mounts a tmpfs on its secrets dir and leaves it
+	// mounted when it stops (a restart keeps the credentials): unmount it
+	// after the process is killed (cleanups run last-registered first), so
+	// that t.TempDir's removal does not fail with EBUSY.
+	t.Cleanup(func() {
+		mounts, _ := testenv.MountsUnder(dir)
+		for i := len(mounts) - 1; i >= 0; i-- {
+			_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+		}
+	})
 	startProc(t, bin, "--mode", "node", "--endpoint", "unix://"+csiSock, "--nodeid", "node-1",
 		"--state-dir", filepath.Join(dir, "state"), "--cache-root", filepath.Join(dir, "cache"),
 		"--cachefs-binary", "/bin/true", "--kubelet-dir", filepath.Join(dir, "kubelet"),

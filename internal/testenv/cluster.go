@@ -112,7 +112,7 @@ func ClusterMissing() []string {
 // StartCluster starts a Cluster in a temporary directory of t and tears it
 // down in t.Cleanup (every pod, process and mount; see ClusterDown). When
 // tools or root are missing it skips the test, or fails it under CI=true.
-// It takes a minute or more on 2 cores: callers gate it (EPOCHFS_E2E=1).
+// It takes a minute or more on 2 cores: callers gate it (RequireE2E).
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	if missing := ClusterMissing(); len(missing) > 0 {
@@ -652,7 +652,9 @@ func ClusterDown(dir string, logf func(string, ...any)) error {
 }
 
 // deleteAllPods deletes every pod (grace period 1 s) and waits until the
-// API has none left, i.e. the kubelet has stopped them.
+// API has none left, i.e. the kubelet has stopped them. DaemonSets' pods
+// (a CSI node plugin) go last, once every other pod is gone: the kubelet
+// needs a volume's driver to unmount it from a pod being deleted.
 func deleteAllPods(p clusterPaths, timeout time.Duration) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig())
 	if err != nil {
@@ -674,7 +676,16 @@ func deleteAllPods(p clusterPaths, timeout time.Duration) error {
 		if len(pods.Items) == 0 {
 			return nil
 		}
+		others := 0
+		for i := range pods.Items {
+			if !ownedByDaemonSet(&pods.Items[i]) {
+				others++
+			}
+		}
 		for _, pod := range pods.Items {
+			if others > 0 && ownedByDaemonSet(&pod) {
+				continue
+			}
 			if len(pod.Finalizers) > 0 { // Jobs' pods: the Job controller is stopped already
 				_, _ = client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType,
 					[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
@@ -691,6 +702,15 @@ func deleteAllPods(p clusterPaths, timeout time.Duration) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+func ownedByDaemonSet(pod *corev1.Pod) bool {
+	for _, o := range pod.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return true
+		}
+	}
+	return false
 }
 
 // killContainerdTasks kills and deletes every task and container in the

@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,12 +21,10 @@ import (
 // collector remove the pods.
 //
 // It is an end-to-end test: it needs root and `make cluster-tools`, takes a
-// minute or more, and runs only with EPOCHFS_E2E=1 (`make e2e`), never in
-// `make test`, so the main CI stays as it is.
+// minute or more, and runs with EPOCHFS_E2E=1 (`make test`, `make e2e`)
+// and under CI=true (RequireE2E), where a missing tool fails it.
 func TestClusterRunsPod(t *testing.T) {
-	if os.Getenv("EPOCHFS_E2E") != "1" {
-		t.Skip("end-to-end: set EPOCHFS_E2E=1 (make e2e)")
-	}
+	RequireE2E(t)
 	c := StartCluster(t)
 	fmt.Printf("cluster up: %.1fs (etcd, kube-apiserver, containerd, kubelet, controllers; Node Ready)\n", c.UpTime.Seconds())
 

@@ -41,6 +41,21 @@ func RequireOrSkip(t testing.TB, what, why string) {
 	t.Skipf("%s: %s", what, why)
 }
 
+// RequireE2E gates an end-to-end test (a real cluster, the project's
+// images; minutes per test): it runs with EPOCHFS_E2E=1 (`make test`,
+// `make e2e`) and always under CI=true, where whatever it lacks then fails
+// the test (RequireOrSkip), so CI never passes by skipping it; otherwise,
+// and in -short mode, it is skipped.
+func RequireE2E(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("end-to-end test skipped in -short mode")
+	}
+	if os.Getenv("EPOCHFS_E2E") != "1" && !InCI() {
+		t.Skipf("end-to-end: set EPOCHFS_E2E=1 (make test, make e2e)")
+	}
+}
+
 // RepoRoot returns the directory holding the module's go.mod, found by
 // walking up from the working directory.
 func RepoRoot() (string, error) {

@@ -60,6 +60,32 @@ func TestRequireOrSkip(t *testing.T) {
 	}
 }
 
+func TestRequireE2E(t *testing.T) {
+	if testing.Short() {
+		t.Skip("RequireE2E always skips in -short mode")
+	}
+	for _, tc := range []struct {
+		name, e2e, ci string
+		wantRun       bool
+	}{
+		{"neither", "", "", false},
+		{"EPOCHFS_E2E=1", "1", "", true},
+		{"CI=true", "", "true", true},
+		{"both", "1", "true", true},
+		{"EPOCHFS_E2E=0", "0", "false", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("EPOCHFS_E2E", tc.e2e)
+			t.Setenv("CI", tc.ci)
+			tb := &fakeTB{TB: t}
+			runHelper(tb, func(tb testing.TB) { RequireE2E(tb) })
+			if tb.fatal || tb.skip == tc.wantRun {
+				t.Errorf("fatal=%v skip=%v (%q), want run=%v", tb.fatal, tb.skip, tb.msg, tc.wantRun)
+			}
+		})
+	}
+}
+
 func TestStartMinIOMissingBinary(t *testing.T) {
 	t.Setenv("EPOCHFS_TOOLS_BIN", t.TempDir())
 	t.Setenv("PATH", t.TempDir())

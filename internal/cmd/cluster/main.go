@@ -2,25 +2,36 @@
 // Kubernetes of docs/CLUSTER.md (internal/testenv.UpCluster) for `make
 // cluster-up`, `make cluster-down` and `make cluster-status`:
 //
-//	go run ./internal/cmd/cluster up|down|status [-dir .cluster]
+//	go run ./internal/cmd/cluster up|down|status [-dir .cluster] [-images bin/images] [-chart DIR|-chart '']
 //
-// `up` leaves the cluster running (its processes outlive this command) and
-// prints the kubeconfig path; `down` stops it and cleans up, also after a
-// failed or half-done `up`, and is idempotent.
+// `up` leaves the cluster running (its processes outlive this command),
+// imports the project's images (`make images`) and installs the chart
+// with the values the end-to-end tests use (testenv.Cluster.InstallChart),
+// waits for the node plugin to register with the kubelet, and prints the
+// kubeconfig path; `down` stops it and cleans up (every pod, process and
+// mount under the state dir, the chart's dataset mounts included), also
+// after a failed or half-done `up`, and is idempotent.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/csi"
 )
 
 func main() {
 	fs := flag.NewFlagSet("cluster", flag.ExitOnError)
 	dir := fs.String("dir", ".cluster", "state directory")
+	images := fs.String("images", "bin/images", "directory of epochfs.tar and test-reader.tar (`make images`) to import; empty: none")
+	chart := fs.String("chart", "deploy/helm/epochfs", "chart to install with the e2e's values (needs -images); empty: none")
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: cluster up|down|status [-dir DIR]")
 		fs.PrintDefaults()
@@ -44,6 +55,12 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Printf("cluster up in %.1fs; node %s Ready\n", c.UpTime.Seconds(), testenv.ClusterNodeName)
+		if *images != "" {
+			if err := install(c, *images, *chart); err != nil {
+				fmt.Fprintf(os.Stderr, "cluster up: %v\n(the cluster runs; logs in %s/logs; `make cluster-down` stops it)\n", err, *dir)
+				os.Exit(1)
+			}
+		}
 		fmt.Printf("kubeconfig: %s\n", c.Kubeconfig)
 		fmt.Printf("  export KUBECONFIG=%s; kubectl get nodes\n", c.Kubeconfig)
 	case "down":
@@ -63,4 +80,77 @@ func main() {
 		fs.Usage()
 		os.Exit(2)
 	}
+}
+
+// install imports the images of imagesDir into the cluster and, unless
+// chartDir is empty, installs the chart as the end-to-end tests do: the
+// node plugin's state and caches under the cluster's shared host dir
+// (Dir/host/state, Dir/host/cache, unmounted by `down`). It returns once
+// the kubelet lists the driver in CSINode.
+func install(c *testenv.Cluster, imagesDir, chartDir string) error {
+	start := time.Now()
+	refs := map[string]string{}
+	for _, name := range []string{"epochfs", "test-reader"} {
+		tar := filepath.Join(imagesDir, name+".tar")
+		ref, err := testenv.ImageRef(tar)
+		if err != nil {
+			return fmt.Errorf("%w (run `make images`)", err)
+		}
+		if err := c.ImportImage(tar); err != nil {
+			return err
+		}
+		refs[name] = ref
+		fmt.Printf("imported %s\n", ref)
+	}
+	if chartDir == "" {
+		return nil
+	}
+	helm, err := testenv.FindTool("helm")
+	if err != nil {
+		return fmt.Errorf("%w (run `make tools`)", err)
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	ref := refs["epochfs"]
+	setup := testenv.ChartSetup{
+		ImageTag: ref[strings.LastIndexByte(ref, ':')+1:],
+		StateDir: filepath.Join(c.HostDir, "state"), CacheRoot: filepath.Join(c.HostDir, "cache"),
+		MetricsPort: ports[0], RegistrarHealthPort: ports[1],
+	}
+	if _, err := c.InstallChart(helm, chartDir, setup, "--wait", "--timeout", "3m"); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.WaitCSIDriver(ctx, csi.DriverName); err != nil {
+		return err
+	}
+	fmt.Printf("chart %s installed as %s in namespace %s in %.1fs: node plugin Ready, %s registered with the kubelet\n",
+		chartDir, testenv.ChartRelease, testenv.ChartNamespace, time.Since(start).Seconds(), csi.DriverName)
+	fmt.Printf("  node plugin /metrics: http://127.0.0.1:%d/metrics; state %s, caches %s\n", setup.MetricsPort, setup.StateDir, setup.CacheRoot)
+	fmt.Printf("  test-reader image for pods: %s (imagePullPolicy: Never)\n", refs["test-reader"])
+	return nil
+}
+
+// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a
+// moment ago.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
