@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,8 +19,8 @@ import (
 
 // The chart's namespace and release in the end-to-end tests.
 const (
-	chartNamespace = "epochfs-system"
-	chartRelease   = "epochfs"
+	chartNamespace = testenv.ChartNamespace
+	chartRelease   = testenv.ChartRelease
 )
 
 // install is the chart installed on a test cluster as a user would
@@ -66,24 +65,14 @@ func installChart(t *testing.T, extra ...string) *install {
 	}
 	in := &install{c: c, stateDir: filepath.Join(dir, "state"), cacheRoot: filepath.Join(dir, "cache"),
 		metricsPort: testenv.FreePort(t), readerImage: readerRef, helm: helm}
-	tag := driverRef[strings.LastIndexByte(driverRef, ':')+1:]
-	apiHost, apiPort := apiServerAddress(t, c)
-	args := []string{"install", chartRelease, filepath.Join(root, "deploy", "helm", "epochfs"),
-		"--namespace", chartNamespace, "--create-namespace",
-		"--set", "global.localImages=true", "--set-string", "image.tag=" + tag,
-		"--set", "kubeletDir=" + c.KubeletDir,
-		"--set", "stateDir=" + in.stateDir, "--set", "cacheRoot=" + in.cacheRoot,
-		"--set", "metrics.port=" + strconv.Itoa(in.metricsPort),
-		"--set", "sidecars.nodeDriverRegistrar.healthPort=" + strconv.Itoa(testenv.FreePort(t)),
-		"--set", "healthInterval=2s",
-		"--set", "node.hostNetwork=true",
-		"--set", "node.extraEnv[0].name=KUBERNETES_SERVICE_HOST", "--set-string", "node.extraEnv[0].value=" + apiHost,
-		"--set", "node.extraEnv[1].name=KUBERNETES_SERVICE_PORT", "--set-string", "node.extraEnv[1].value=" + apiPort,
-	}
-	args = append(args, extra...)
+	setup := testenv.ChartSetup{ImageTag: driverRef[strings.LastIndexByte(driverRef, ':')+1:],
+		StateDir: in.stateDir, CacheRoot: in.cacheRoot, MetricsPort: in.metricsPort, RegistrarHealthPort: testenv.FreePort(t)}
 	start := time.Now()
-	in.helmRun(t, args...)
 	t.Cleanup(func() { in.teardown(t) })
+	// The same values as `make cluster-up` (testenv.Cluster.ChartValues).
+	if _, err := c.InstallChart(helm, filepath.Join(root, "deploy", "helm", "epochfs"), setup, extra...); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	in.waitNodePluginReady(ctx, t)
