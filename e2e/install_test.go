@@ -103,10 +103,15 @@ func (in *install) helmRun(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// nodePod returns the node plugin pod (one node: one pod).
+// nodePod returns the node plugin pod (one node: one pod), or nil.
 func (in *install) nodePod(ctx context.Context, t *testing.T) *corev1.Pod {
-	t.Helper()
-	pods, err := in.c.Client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node"})
+	return in.componentPod(ctx, "node")
+}
+
+// componentPod returns the chart's pod of component (node, mounter) that is
+// not being deleted, or nil.
+func (in *install) componentPod(ctx context.Context, component string) *corev1.Pod {
+	pods, err := in.c.Client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=" + component})
 	if err != nil {
 		return nil
 	}
@@ -121,8 +126,14 @@ func (in *install) nodePod(ctx context.Context, t *testing.T) *corev1.Pod {
 // waitNodePluginReady waits for the node DaemonSet's pod to be Ready.
 func (in *install) waitNodePluginReady(ctx context.Context, t *testing.T) *corev1.Pod {
 	t.Helper()
+	return in.waitNodePod(ctx, t, podReady)
+}
+
+// waitNodePod waits until the node plugin pod satisfies ok.
+func (in *install) waitNodePod(ctx context.Context, t *testing.T, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
 	for {
-		if p := in.nodePod(ctx, t); p != nil && podReady(p) {
+		if p := in.nodePod(ctx, t); p != nil && ok(p) {
 			return p
 		}
 		if ctx.Err() != nil {
@@ -131,7 +142,7 @@ func (in *install) waitNodePluginReady(ctx context.Context, t *testing.T) *corev
 			}
 			t.Fatal("the node plugin pod did not become Ready")
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -236,34 +236,7 @@ func (in *install) waitMounterReady(ctx context.Context, t *testing.T) *corev1.P
 
 // mounterPod returns the epochfs-mounter pod (one node: one pod).
 func (in *install) mounterPod(ctx context.Context, t *testing.T) *corev1.Pod {
-	t.Helper()
-	pods, err := in.c.Client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=mounter"})
-	if err != nil {
-		return nil
-	}
-	for i := range pods.Items {
-		if pods.Items[i].DeletionTimestamp == nil {
-			return &pods.Items[i]
-		}
-	}
-	return nil
-}
-
-// waitNodePod waits until the node plugin pod satisfies ok.
-func (in *install) waitNodePod(ctx context.Context, t *testing.T, ok func(*corev1.Pod) bool) *corev1.Pod {
-	t.Helper()
-	for {
-		if p := in.nodePod(ctx, t); p != nil && ok(p) {
-			return p
-		}
-		if ctx.Err() != nil {
-			if p := in.nodePod(context.Background(), t); p != nil {
-				in.describe(t, chartNamespace, p.Name)
-			}
-			t.Fatal("the node plugin pod did not come back Ready")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return in.componentPod(ctx, "mounter")
 }
 
 func restarts(p *corev1.Pod, container string) int32 {
