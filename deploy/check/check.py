@@ -304,7 +304,7 @@ def node_args(v):
 
 
 def check_node_pods(where, objs, v):
-    """DaemonSets epochfs-node and epochfs-mounter (there iff mounter.enabled): hostNetwork only
+    """DaemonSets epochfs-node and epochfs-mounter (main compares mounter.enabled=false): hostNetwork only
     with node.hostNetwork; exactly these hostPaths, each container mounting exactly its own,
     at the host path (kubelet and the state files name host paths) unless noted, local roots
     read-only; the mounter without API access or probes; the values the e2e does not set."""
@@ -320,8 +320,6 @@ def check_node_pods(where, objs, v):
     node_mounts = {"csi-driver": {**csi, kubelet: (kubelet, "Bidirectional", None), **fuse},
                    "node-driver-registrar": {**csi, reg_dir: ("/registration", None, None)},
                    **({} if builtin else {"liveness-probe": csi})}
-    if not v["mounter"]["enabled"] and find(objs, "DaemonSet", "epochfs-mounter"):
-        fail(where, "mounter.enabled=false renders DaemonSet epochfs-mounter")
     for name, section, mounts in (("epochfs-node", "node", node_mounts), ("epochfs-mounter", "mounter", {"mounter": fuse})):
         ds = one(where, objs, "DaemonSet", name) if section == "node" or v["mounter"]["enabled"] else None
         if not ds:
@@ -920,7 +918,6 @@ def main():
     # The kustomize trees are the chart's defaults (the base) and the chart with
     # dynamic provisioning (the production overlay), object for object.
     one("kustomize base", base, "Namespace", NAMESPACE)
-    check_images("kustomize production overlay", prod)
     if "helm default values" in renders:
         compare("kustomize base vs helm default values", base, renders["helm default values"])
     if "helm controller.enabled=true" in renders:
