@@ -9,11 +9,12 @@
 # values against values.schema.json) with the default and the test values, then
 # runs deploy/check/check.py, which renders the chart with each of its value
 # sets (defaults, deploy/check/values-test.yaml, mounter off, dynamic
-# provisioning, upstream sidecars, local images, one mirror) and checks: the
+# provisioning, upstream sidecars, one mirror, PodMonitor) and checks what the
+# real install (the e2e of make test) cannot prove: the
 # chart's defaults render exactly the kustomize base (bar the Namespace), with
 # controller.enabled=true the production overlay, and with
-# jobController.enabled=true also the job controller's kustomize objects; every value reaches the
-# objects it is for; the security properties (privileged only csi-driver and
+# jobController.enabled=true also the job controller's kustomize objects; the values the e2e
+# does not set reach the objects they are for; the security properties (privileged only csi-driver and
 # mounter, the exact hostPath list per container, read-only local roots, RBAC
 # least privilege, no Secrets); pinned images from known registries only; and
 # that the chart refuses bad values (schema and template checks) with a
