@@ -266,7 +266,7 @@ def check_install(where, objs, v):
     check_node_pods(where, objs, v)
     check_controller(where, objs, v)
     check_rbac(where, objs)
-    check_security(where, objs)
+    check_security(where, objs, v)
     check_scheduling(where, objs, v)
     check_images(where, objs)
     images = want_images(v)
@@ -455,11 +455,15 @@ def check_rbac(where, objs):
 PRIVILEGED = {("DaemonSet", "epochfs-node", "csi-driver"), ("DaemonSet", "epochfs-mounter", "mounter")}
 
 
-def check_security(where, objs):
+def check_security(where, objs, v):
     for o, pod in pod_specs(objs):
-        if o["kind"] != "DaemonSet" and (pod.get("hostPID") or pod.get("hostNetwork") or pod.get("hostIPC")
+        # The job controller may share the node's network only when jobController.hostNetwork says so.
+        job_net = o["kind"] == "Deployment" and o["metadata"]["name"] == "epochfs-job-controller" \
+            and bool((v.get("jobController") or {}).get("hostNetwork"))
+        if o["kind"] != "DaemonSet" and (pod.get("hostPID") or (pod.get("hostNetwork") and not job_net) or pod.get("hostIPC")
                                          or any("hostPath" in x for x in pod.get("volumes") or [])):
-            fail(where, f"{fmt(key(o))}: only the node plugin and the mounter may use hostPID/hostNetwork/hostIPC/hostPath")
+            fail(where, f"{fmt(key(o))}: only the node plugin and the mounter may use hostPID/hostNetwork/hostIPC/hostPath "
+                        "(the job controller hostNetwork only with jobController.hostNetwork)")
         for c in containers(pod):
             sc = c.get("securityContext") or {}
             if (o["kind"], o["metadata"]["name"], c.get("name")) in PRIVILEGED:
