@@ -40,13 +40,14 @@ const sizeUnitList = "B, K, KB, KiB, Ki, M, MB, MiB, Mi, G, GB, GiB, Gi, T, TB, 
 // ParseSize parses a byte size such as "50GiB", "512MiB", "10G", "1.5GiB"
 // or "4096".
 //
-// Units are case-insensitive. Decimal SI units are powers of 1000 (K and KB
-// = 10^3, M/MB = 10^6, G/GB = 10^9, T/TB = 10^12, P/PB, E/EB); binary units
-// are powers of 1024 (KiB = 2^10, MiB = 2^20, GiB = 2^30, TiB = 2^40, PiB,
-// EiB; Kubernetes' Ki, Mi, Gi, Ti, Pi, Ei mean the same). No unit, or B, means bytes.
-// Spaces around the number and between the
-// number and the unit are allowed. A fractional number is allowed; the
-// result is rounded down to a whole number of bytes.
+// Units are case-insensitive, but for a lone lower-case "m": Kubernetes
+// quantities read "500m" as 0.5 (milli), so it is refused, naming M and Mi.
+// Decimal SI units are powers of 1000 (K and KB = 10^3, M/MB = 10^6, G/GB =
+// 10^9, T/TB = 10^12, P/PB, E/EB); binary units are powers of 1024 (KiB =
+// 2^10, MiB = 2^20, GiB = 2^30, TiB = 2^40, PiB, EiB; Kubernetes' Ki, Mi, Gi,
+// Ti, Pi, Ei mean the same). No unit, or B, means bytes. Spaces around the
+// number and between the number and the unit are allowed. A fractional
+// number is allowed; the result is rounded down to a whole number of bytes.
 //
 // The result is always > 0. Every error wraps ErrInvalidSize and quotes the
 // input: empty input, junk, a negative number, an unknown unit, a size that
@@ -78,6 +79,11 @@ func ParseSize(s string) (int64, error) {
 	num, unit := t[:end], strings.TrimSpace(t[end:])
 	if digits == 0 || dots > 1 {
 		return fail("want a number with an optional unit (%s)", sizeUnitList)
+	}
+	if unit == "m" {
+		// Case matters here, as in Kubernetes quantities: "500m" is 0.5 there
+		// (milli), and would be 500 MB here; refuse it rather than guess.
+		return fail(`"m" is milli in Kubernetes quantities, not a byte unit: write %sM (megabytes) or %sMi (mebibytes)`, num, num)
 	}
 	mult, ok := sizeUnits[strings.ToLower(unit)]
 	if !ok {

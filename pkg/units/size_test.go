@@ -41,6 +41,11 @@ func TestParseSize(t *testing.T) {
 		{in: "1.2.3G", err: `invalid size "1.2.3G": want a number with an optional unit (B, K, KB, KiB, Ki, M, MB, MiB, Mi, G, GB, GiB, Gi, T, TB, TiB, Ti, P, PB, PiB, Pi, E, EB, EiB, Ei)`},
 		{in: "-1G", err: `invalid size "-1G": negative`},
 		{in: "+1G", err: `invalid size "+1G": want a number with an optional unit (B, K, KB, KiB, Ki, M, MB, MiB, Mi, G, GB, GiB, Gi, T, TB, TiB, Ti, P, PB, PiB, Pi, E, EB, EiB, Ei)`},
+		{in: "500m", err: `invalid size "500m": "m" is milli in Kubernetes quantities, not a byte unit: write 500M (megabytes) or 500Mi (mebibytes)`},
+		{in: "500M", want: 500_000_000},
+		{in: "500mb", want: 500_000_000}, // spelled out: no quantity reads it as milli
+		{in: "1.5Ti", want: 3 << 39},
+		{in: "500G", want: 500e9},
 		{in: "0", err: `invalid size "0": must be greater than zero`},
 		{in: "0GiB", err: `invalid size "0GiB": must be greater than zero`},
 		{in: "0.1B", err: `invalid size "0.1B": must be greater than zero`},
