@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -386,8 +385,10 @@ func TestKustomizeInstall(t *testing.T) {
 	defer cancel()
 	v := in.createS3Volume(ctx, t, "tenant-k", "imagenet", s3Source(mi, "training", "imagenet"), mi)
 	start = time.Now()
-	in.readerPod(ctx, t, v, "reader", "read-dataset", "/data", "2")
-	in.waitPod(ctx, t, v.ns, "reader", corev1.PodSucceeded)
+	// The pod stays up after its passes: once it ends, the kubelet unstages
+	// the volume (and the mount process goes) before it could be counted.
+	in.readerPod(ctx, t, v, "reader", "sh", "-c", "read-dataset /data 2 && sleep 3600")
+	in.waitLogLine(ctx, t, v.ns, "reader", "done")
 	fmt.Printf("reader pod: 2 passes over %d files (%d bytes) in %.1fs from create\n", len(files), datagen.TotalSize(files), time.Since(start).Seconds())
 	checkPasses(t, passSums(t, in.podLog(ctx, t, v.ns, "reader")), files, 2)
 	if pids := mountProcesses(t, in.stateDir); len(pids) != 1 {
