@@ -8,41 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 )
-
-// rewriteSameSize replaces the bytes of the file at p by data (of the same
-// size) and puts its mtime back, as touch -r, rsync -t or tar x do: in
-// place (same inode), or by renaming a new file over it. It first lets the
-// kernel's coarse clock tick (kernels before 6.13 stamp the ctime with it),
-// as it has in real life between a read and a rewrite.
-func rewriteSameSize(t *testing.T, p string, data []byte, byRename bool) {
-	t.Helper()
-	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Size() != int64(len(data)) {
-		t.Fatalf("rewrite of %s: %d bytes, want the same size %d", p, len(data), fi.Size())
-	}
-	time.Sleep(20 * time.Millisecond)
-	target := p
-	if byRename {
-		target = filepath.Join(filepath.Dir(p), ".new-"+filepath.Base(p))
-	}
-	mustWrite(t, target, data)
-	if err := os.Chtimes(target, fi.ModTime(), fi.ModTime()); err != nil {
-		t.Fatal(err)
-	}
-	if byRename {
-		if err := os.Rename(target, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if after, err := os.Stat(p); err != nil || !after.ModTime().Equal(fi.ModTime()) || after.Size() != fi.Size() {
-		t.Fatalf("rewrite of %s did not keep size and mtime: %v, %v", p, after, err)
-	}
-}
 
 // TestRewriteSeenAfterTimeout: without a manifest, a running mount sees a
 // file rewritten at the source with the same size and its mtime put back
@@ -67,7 +35,7 @@ func TestRewriteSeenAfterTimeout(t *testing.T) {
 			if st := m.store.Stats(); st.Entries != 1 || st.Hits != 1 {
 				t.Fatalf("the file is not cached and hit: %+v", st)
 			}
-			rewriteSameSize(t, p, []byte("NEW BYTES, version two"), byRename)
+			testenv.RewriteSameSize(t, p, []byte("NEW BYTES, version two"), byRename)
 			time.Sleep(timeout + timeout/2)
 			if got, err := os.ReadFile(f); err != nil || string(got) != "NEW BYTES, version two" {
 				t.Fatalf("read after the timeout: %q, %v; want the new bytes", got, err)
@@ -96,9 +64,9 @@ func TestRewriteUnderManifest(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(m.dir, "cached")); err != nil || string(got) != "old bytes of cached" {
 		t.Fatalf("first read: %q, %v", got, err)
 	}
-	rewriteSameSize(t, filepath.Join(src, "cached"), []byte("NEW BYTES OF cached"), false)
-	rewriteSameSize(t, filepath.Join(src, "uncached"), []byte("NEW BYTES OF uncached"), false)
-	rewriteSameSize(t, filepath.Join(src, "renamed"), []byte("NEW BYTES OF renamed"), true)
+	testenv.RewriteSameSize(t, filepath.Join(src, "cached"), []byte("NEW BYTES OF cached"), false)
+	testenv.RewriteSameSize(t, filepath.Join(src, "uncached"), []byte("NEW BYTES OF uncached"), false)
+	testenv.RewriteSameSize(t, filepath.Join(src, "renamed"), []byte("NEW BYTES OF renamed"), true)
 	time.Sleep(timeout + timeout/2)
 	for _, n := range []string{"uncached", "renamed"} {
 		if got, err := os.ReadFile(filepath.Join(m.dir, n)); !errors.Is(err, syscall.EIO) {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
@@ -41,38 +40,6 @@ func mountOnce(t *testing.T, cfg mount.Config, fn func(m *mount.Mount)) {
 	unmounted = true
 	if err := m.Unmount(); err != nil {
 		t.Fatalf("unmount: %v", err)
-	}
-}
-
-// rewriteSameSize replaces the bytes of the file at p by data (of the same
-// size) and puts its mtime back, as touch -r, rsync -t or tar x do: in
-// place (same inode), or by renaming a new file over it. It first lets the
-// kernel's coarse clock tick (kernels before 6.13 stamp the ctime with it),
-// as it has in real life between a read and a rewrite.
-func rewriteSameSize(t *testing.T, p, data string, byRename bool) {
-	t.Helper()
-	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Size() != int64(len(data)) {
-		t.Fatalf("rewrite of %s: %d bytes, want the same size %d", p, len(data), fi.Size())
-	}
-	time.Sleep(20 * time.Millisecond)
-	target := p
-	if byRename {
-		target = filepath.Join(filepath.Dir(p), ".new-"+filepath.Base(p))
-	}
-	if err := os.WriteFile(target, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(target, fi.ModTime(), fi.ModTime()); err != nil {
-		t.Fatal(err)
-	}
-	if byRename {
-		if err := os.Rename(target, p); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
@@ -122,8 +89,8 @@ func TestRemountSeesRewrite(t *testing.T) {
 			t.Fatalf("first mount cached %d entries, want 2", st.Entries)
 		}
 	})
-	rewriteSameSize(t, filepath.Join(src, "inplace"), "NEW BYTES OF inplace", false)
-	rewriteSameSize(t, filepath.Join(src, "renamed"), "NEW BYTES OF renamed", true)
+	testenv.RewriteSameSize(t, filepath.Join(src, "inplace"), []byte("NEW BYTES OF inplace"), false)
+	testenv.RewriteSameSize(t, filepath.Join(src, "renamed"), []byte("NEW BYTES OF renamed"), true)
 	mountOnce(t, cfg, func(m *mount.Mount) {
 		checkReads(t, "remount", readNames(cfg.Mountpoint, "inplace", "renamed"),
 			map[string]string{"inplace": "NEW BYTES OF inplace", "renamed": "NEW BYTES OF renamed"})
@@ -167,9 +134,9 @@ func TestRemountManifestRewrite(t *testing.T) {
 	mountOnce(t, cfg, func(m *mount.Mount) {
 		checkReads(t, "first mount", readNames(cfg.Mountpoint, "cached"), map[string]string{"cached": "old bytes of cached"})
 	})
-	rewriteSameSize(t, filepath.Join(src, "cached"), "NEW BYTES OF cached", false)
-	rewriteSameSize(t, filepath.Join(src, "uncached"), "NEW BYTES OF uncached", false)
-	rewriteSameSize(t, filepath.Join(src, "renamed"), "NEW BYTES OF renamed", true)
+	testenv.RewriteSameSize(t, filepath.Join(src, "cached"), []byte("NEW BYTES OF cached"), false)
+	testenv.RewriteSameSize(t, filepath.Join(src, "uncached"), []byte("NEW BYTES OF uncached"), false)
+	testenv.RewriteSameSize(t, filepath.Join(src, "renamed"), []byte("NEW BYTES OF renamed"), true)
 
 	mountOnce(t, cfg, func(m *mount.Mount) {
 		checkReads(t, "remount with the old manifest", readNames(cfg.Mountpoint, names...),
