@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv"
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
@@ -116,7 +116,7 @@ func TestRemountManifestRewrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := openSource(t, src)
+	b := backendtest.Open(t, src)
 	index := func(path string) *manifest.Manifest {
 		t.Helper()
 		man, _, err := manifest.Index(ctx, b, manifest.IndexOptions{Checksum: true})
@@ -172,7 +172,7 @@ func TestLegacyPosixVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	legacy := fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size())
-	b := openSource(t, src)
+	b := backendtest.Open(t, src)
 
 	// A full cache, as the old build left it: an entry of f under its old
 	// version, holding bytes from before a rewrite that kept the mtime.
@@ -220,18 +220,4 @@ func TestLegacyPosixVersions(t *testing.T) {
 	if mounted, err := testenv.Mounted(cfg.Mountpoint); err != nil || mounted {
 		t.Errorf("a refused start left a mount behind: %v, %v", mounted, err)
 	}
-}
-
-func openSource(t *testing.T, dir string) backend.Backend {
-	t.Helper()
-	src, err := backend.Parse(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(context.Background(), src, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
 }
