@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -252,25 +250,12 @@ func restarts(p *corev1.Pod, container string) int32 {
 // with this install's state dir): the node is this machine.
 func (in *install) driverProcess(t *testing.T) int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
+	found, err := testenv.Processes(func(_ int, args []string) bool {
+		return filepath.Base(args[0]) == "csi-driver" && slicesIndex(args, "--mode=node") > 0 &&
+			slicesIndex(args, "--state-dir="+in.stateDir) > 0
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var found []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if filepath.Base(args[0]) == "csi-driver" && slicesIndex(args, "--mode=node") > 0 &&
-			slicesIndex(args, "--state-dir="+in.stateDir) > 0 {
-			found = append(found, pid)
-		}
 	}
 	if len(found) != 1 {
 		t.Fatalf("csi-driver --mode=node processes of this install: %v, want 1", found)

@@ -755,22 +755,9 @@ func killContainerdTasks(p clusterPaths) error {
 // containerd (their command line names its socket) that outlived it.
 func killShims(p clusterPaths) error {
 	sock := p.containerdSock()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-runc-v2" {
-			continue
+	_, err := Processes(func(pid int, args []string) bool {
+		if filepath.Base(args[0]) != "containerd-shim-runc-v2" {
+			return false
 		}
 		flags := map[string]string{}
 		for i := 1; i+1 < len(args); i++ {
@@ -779,15 +766,16 @@ func killShims(p clusterPaths) error {
 			}
 		}
 		if flags["-address"] != sock {
-			continue
+			return false
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		// A killed shim leaves its socket, named as containerd 1.6 names it
 		// (runtime/v2/shim SocketAddress).
 		sum := sha256.Sum256([]byte(filepath.Join(sock, flags["-namespace"], flags["-id"])))
 		_ = os.Remove(filepath.Join("/run/containerd/s", hex.EncodeToString(sum[:])))
-	}
-	return nil
+		return true
+	})
+	return err
 }
 
 // removeContainerLogLinks removes the kubelet's /var/log/containers links

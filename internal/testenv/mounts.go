@@ -48,13 +48,13 @@ func MountsUnder(dir string) ([]string, error) {
 	return out, nil
 }
 
-// MountProcesses returns the pids of live (not zombie) `cachefs` processes
-// whose command line mentions dir (a test's state dir or mount point).
-func MountProcesses(t testing.TB, dir string) []int {
-	t.Helper()
+// Processes returns the pids of the processes whose command line (argv,
+// split at NULs, the trailing empty field dropped) match accepts; processes
+// that go while it reads are skipped.
+func Processes(match func(pid int, args []string) bool) ([]int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var pids []int
 	for _, e := range ents {
@@ -62,16 +62,30 @@ func MountProcesses(t testing.TB, dir string) []int {
 		if err != nil {
 			continue
 		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
 			continue
 		}
-		args := strings.Split(string(cmd), "\x00")
-		if filepath.Base(args[0]) == "cachefs" && strings.Contains(string(cmd), dir) {
-			if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !strings.Contains(string(st), ") Z ") {
-				pids = append(pids, pid)
-			}
+		if match(pid, strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")) {
+			pids = append(pids, pid)
 		}
+	}
+	return pids, nil
+}
+
+// MountProcesses returns the pids of live (not zombie) `cachefs` processes
+// whose command line mentions dir (a test's state dir or mount point).
+func MountProcesses(t testing.TB, dir string) []int {
+	t.Helper()
+	pids, err := Processes(func(pid int, args []string) bool {
+		if filepath.Base(args[0]) != "cachefs" || !strings.Contains(strings.Join(args, "\x00"), dir) {
+			return false
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		return err == nil && !strings.Contains(string(st), ") Z ")
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return pids
 }
