@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"archive/tar"
-	"encoding/json"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -39,40 +36,21 @@ func imageArchive(t *testing.T, name string) (path, ref string) {
 		dir = filepath.Join(root, "bin", "images")
 	}
 	path = filepath.Join(dir, name+".tar")
-	f, err := os.Open(path)
+	st, err := os.Stat(path)
 	if err != nil {
 		testenv.RequireOrSkip(t, "image archive "+path+" missing", "run `make images`")
 	}
-	defer f.Close()
 	if root != "" {
 		// bin/images from before a source change would test old code.
-		st, err := f.Stat()
-		if err != nil {
-			t.Fatal(err)
-		}
 		if newer := newestGoFile(t, root); newer.ModTime().After(st.ModTime()) {
 			t.Fatalf("%s is older than %s: run `make images` (make e2e does)", path, newer.Name())
 		}
 	}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			t.Fatalf("%s: no manifest.json: %v", path, err)
-		}
-		if h.Name != "manifest.json" {
-			continue
-		}
-		var manifest []struct{ RepoTags []string }
-		b, err := io.ReadAll(tr)
-		if err == nil {
-			err = json.Unmarshal(b, &manifest)
-		}
-		if err != nil || len(manifest) != 1 || len(manifest[0].RepoTags) != 1 {
-			t.Fatalf("%s: manifest.json %s: %v", path, b, err)
-		}
-		return path, "docker.io/" + manifest[0].RepoTags[0]
+	ref, err = testenv.ImageRef(path)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return path, ref
 }
 
 // newestGoFile returns the most recently modified .go file under
