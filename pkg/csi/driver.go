@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -28,6 +27,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
+	"github.com/epochfs/epochfs/pkg/csiprobe"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
@@ -339,36 +339,21 @@ func (d *Driver) Run(ctx context.Context) error {
 
 // listen opens a unix or tcp endpoint, replacing a stale unix socket.
 func listen(endpoint string) (net.Listener, error) {
-	u, err := url.Parse(endpoint)
+	network, address, err := csiprobe.ParseEndpoint(endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("csi: --endpoint %q: %w", endpoint, err)
+		return nil, fmt.Errorf("csi: --%w", err)
 	}
-	switch u.Scheme {
-	case "unix":
-		path := u.Path
-		if path == "" {
-			path = u.Opaque
-		}
-		if path == "" {
-			return nil, fmt.Errorf("csi: --endpoint %q: no socket path", endpoint)
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if network == "unix" {
+		if err := os.MkdirAll(filepath.Dir(address), 0o750); err != nil {
 			return nil, fmt.Errorf("csi: endpoint: %w", err)
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(address); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("csi: remove stale socket: %w", err)
 		}
-		ln, err := net.Listen("unix", path)
-		if err != nil {
-			return nil, fmt.Errorf("csi: listen: %w", err)
-		}
-		return ln, nil
-	case "tcp":
-		ln, err := net.Listen("tcp", u.Host)
-		if err != nil {
-			return nil, fmt.Errorf("csi: listen: %w", err)
-		}
-		return ln, nil
 	}
-	return nil, fmt.Errorf("csi: --endpoint %q: want unix:///path or tcp://host:port", endpoint)
+	ln, err := net.Listen(network, address)
+	if err != nil {
+		return nil, fmt.Errorf("csi: listen: %w", err)
+	}
+	return ln, nil
 }

@@ -22,14 +22,14 @@ import (
 // ready = false.
 var ErrNotReady = errors.New("csiprobe: driver reports not ready")
 
-// Dial connects (lazily, as gRPC does) to a CSI endpoint: unix:///path,
-// unix:/path or tcp://host:port.
-func Dial(endpoint string) (*grpc.ClientConn, error) {
+// ParseEndpoint splits a CSI endpoint (unix:///path, unix:/path or
+// tcp://host:port) into a network ("unix" or "tcp") and an address (the
+// socket path, or host:port): what a driver listens on and a client dials.
+func ParseEndpoint(endpoint string) (network, address string, err error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("csiprobe: endpoint %q: %w", endpoint, err)
+		return "", "", fmt.Errorf("endpoint %q: %w", endpoint, err)
 	}
-	var target string
 	switch u.Scheme {
 	case "unix":
 		path := u.Path
@@ -37,13 +37,25 @@ func Dial(endpoint string) (*grpc.ClientConn, error) {
 			path = u.Opaque
 		}
 		if path == "" {
-			return nil, fmt.Errorf("csiprobe: endpoint %q: no socket path", endpoint)
+			return "", "", fmt.Errorf("endpoint %q: no socket path", endpoint)
 		}
-		target = "unix://" + path
+		return "unix", path, nil
 	case "tcp":
-		target = "passthrough:///" + u.Host
-	default:
-		return nil, fmt.Errorf("csiprobe: endpoint %q: want unix:///path or tcp://host:port", endpoint)
+		return "tcp", u.Host, nil
+	}
+	return "", "", fmt.Errorf("endpoint %q: want unix:///path or tcp://host:port", endpoint)
+}
+
+// Dial connects (lazily, as gRPC does) to a CSI endpoint: unix:///path,
+// unix:/path or tcp://host:port.
+func Dial(endpoint string) (*grpc.ClientConn, error) {
+	network, address, err := ParseEndpoint(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("csiprobe: %w", err)
+	}
+	target := "unix://" + address
+	if network == "tcp" {
+		target = "passthrough:///" + address
 	}
 	return grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
