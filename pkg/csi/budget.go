@@ -154,14 +154,20 @@ func (b *budget) reserve(key string, size int64) error {
 
 // release drops key's reservation; its cache, if any, becomes idle now.
 func (b *budget) release(key string) {
+	// Measured before mu: reading a large cache's entries takes a while,
+	// and nothing writes this cache now (its mount process is gone and the
+	// caller holds the dataset's lock), so other reservations need not wait.
+	dir := filepath.Join(b.root, key)
+	var rec *idleRecord
+	if _, err := os.Stat(dir); err == nil {
+		rec = &idleRecord{Since: time.Now(), Bytes: cacheBytes(dir)}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.reserved, key)
-	dir := filepath.Join(b.root, key)
-	if _, err := os.Stat(dir); err != nil {
-		return
+	if rec != nil {
+		b.markIdle(key, *rec)
 	}
-	b.markIdle(key, idleRecord{Since: time.Now(), Bytes: cacheBytes(dir)})
 }
 
 // expire removes the idle caches older than the retention. Called by the
