@@ -114,7 +114,7 @@ func (n *nodeState) start(ds *datasetMount) error {
 	if len(creds) > 0 {
 		ds.Credentials = true
 	} else if ds.Credentials {
-		return fmt.Errorf("csi: dataset mount %s of %s cannot start: %w; its volumes must be unstaged and staged again (with their secrets)", ds.Key, ds.Params.Source, errCredentialsLost)
+		return fmt.Errorf("csi: dataset mount %s of %s cannot start: %w; the next stage of one of its volumes, with its secret, brings them back", ds.Key, ds.Params.Source, errCredentialsLost)
 	}
 	args := mount.CommandOptions{
 		Source:         ds.Params.Source,
