@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -52,12 +53,20 @@ type Options struct {
 	Lazy bool
 }
 
-// Credentials are an access key pair with an optional session token. Their
-// String, GoString and LogValue never reveal the secret parts.
+// Credentials are an S3 access key pair with an optional session token, or
+// a CephFS client name and key (the userID/userKey of ceph-csi's secrets).
+// Their String, GoString and LogValue never reveal the secret parts.
 type Credentials struct {
 	AccessKey    string
 	SecretKey    string
 	SessionToken string
+
+	// CephUser is the cephfs client name without "client." (e.g. "admin");
+	// it overrides the user of the cephfs:// URL. CephKey is that client's
+	// base64 key; when empty, cephfs reads the keyring named by the Ceph
+	// configuration (CEPH_CONF, CEPH_KEYRING). Ignored by other kinds.
+	CephUser string
+	CephKey  string
 }
 
 // IsZero reports whether no credentials are set.
@@ -68,7 +77,17 @@ func (c Credentials) String() string {
 	if c.IsZero() {
 		return "Credentials{}"
 	}
-	return "Credentials{AccessKey: " + redactKey(c.AccessKey) + ", SecretKey: REDACTED}"
+	var parts []string
+	if c.AccessKey != "" || c.SecretKey != "" {
+		parts = append(parts, "AccessKey: "+redactKey(c.AccessKey), "SecretKey: REDACTED")
+	}
+	if c.CephUser != "" || c.CephKey != "" {
+		parts = append(parts, "CephUser: "+c.CephUser)
+		if c.CephKey != "" {
+			parts = append(parts, "CephKey: REDACTED")
+		}
+	}
+	return "Credentials{" + strings.Join(parts, ", ") + "}"
 }
 
 // GoString is String, so that %#v does not print secrets either.
@@ -120,7 +139,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if !o.Credentials.IsZero() && (o.Credentials.AccessKey == "" || o.Credentials.SecretKey == "") {
+	if c := o.Credentials; (c.AccessKey != "" || c.SecretKey != "" || c.SessionToken != "") && (c.AccessKey == "" || c.SecretKey == "") {
 		return o, fmt.Errorf("backend: options: credentials need both an access key and a secret key")
 	}
 	return o, nil

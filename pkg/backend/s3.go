@@ -66,7 +66,7 @@ func openS3(ctx context.Context, src Source, opts Options) (Backend, error) {
 		base = t
 	}
 	var creds *credentials.Credentials
-	if !opts.Credentials.IsZero() {
+	if opts.Credentials.AccessKey != "" {
 		c := opts.Credentials
 		creds = credentials.NewStaticV4(c.AccessKey, c.SecretKey, c.SessionToken)
 	} else {
