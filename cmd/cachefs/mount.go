@@ -37,11 +37,20 @@ SOURCE is one of:
                                    AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
                                    AWS_SESSION_TOKEN, the shared credentials
                                    file, or IAM
+  cephfs://[user@]mon[:port]/path?fs=NAME
+                                   CephFS through libcephfs (only in builds
+                                   made with 'make build-ceph', as in the
+                                   image); key from --credentials-fd, else the
+                                   keyring of CEPH_CONF / CEPH_KEYRING
+  nfs://host[:port]/export/path    NFSv3 through a built-in client (no kernel
+                                   NFS client needed)
+  mirror:URL1,URL2[,...]           the same dataset in several places
 
 --credentials-fd N reads KEY=VALUE lines (AWS_ACCESS_KEY_ID,
-AWS_SECRET_ACCESS_KEY, optional AWS_SESSION_TOKEN; at most 16 KiB) from the
-inherited file descriptor N until EOF, typically a pipe, and uses them instead
-of the environment's: they never appear in /proc/PID/environ or argv.
+AWS_SECRET_ACCESS_KEY, optional AWS_SESSION_TOKEN for S3; userID and userKey
+for CephFS; at most 16 KiB) from the inherited file descriptor N until EOF,
+typically a pipe, and uses them instead of the environment's: they never
+appear in /proc/PID/environ or argv.
 
 Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 		Example: `  cachefs mount /data/imagenet /mnt/imagenet --cache-dir /var/cache/epochfs --cache-size 50GiB

@@ -18,6 +18,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/mount"
 )
 
 // nodeLabeler records on this node's Node object which datasets its caches
@@ -78,17 +79,10 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 		return size
 	}
 	opts := backend.Options{Logger: n.cfg.log}
-	if env, err := n.readSecrets(ds.Key); err == nil {
-		for _, kv := range env {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "AWS_ACCESS_KEY_ID":
-				opts.Credentials.AccessKey = v
-			case "AWS_SECRET_ACCESS_KEY":
-				opts.Credentials.SecretKey = v
-			case "AWS_SESSION_TOKEN":
-				opts.Credentials.SessionToken = v
-			}
+	if env, err := n.readSecrets(ds.Key); err == nil && len(env) > 0 {
+		// The same parser as the mount process's --credentials-fd.
+		if c, err := mount.ReadCredentials(strings.NewReader(strings.Join(env, "\n"))); err == nil {
+			opts.Credentials = c
 		}
 	}
 	b, err := backend.Open(ctx, src, opts)

@@ -66,7 +66,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 	if err != nil {
 		return nil, err
 	}
-	if err := d.checkSource(&params, hasCredentials(secrets), false); err != nil {
+	if err := d.checkSource(&params, secrets, false); err != nil {
 		return nil, err
 	}
 	n := d.node
@@ -186,7 +186,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 		if err := d.checkInlineEnabled(); err != nil {
 			return nil, err
 		}
-		if err := d.checkSource(&params, hasCredentials(secrets), true); err != nil {
+		if err := d.checkSource(&params, secrets, true); err != nil {
 			return nil, err
 		}
 		key := n.datasetKey(params, secrets)

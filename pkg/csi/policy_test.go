@@ -118,6 +118,28 @@ func TestSourcePolicyNetwork(t *testing.T) {
 		VolumeId: "vol-n", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: vctx,
 	})
 	wantRefused(t, "stage without secrets", err, "--allow-node-credentials")
+	// CephFS secrets are no S3 credentials: with only those, the s3 source
+	// would read with the node's AWS identity.
+	_, err = node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: "vol-c", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: vctx,
+		Secrets: map[string]string{"userID": "reader", "userKey": "QVFBPT0="},
+	})
+	wantRefused(t, "stage with only CephFS secrets", err, "--allow-node-credentials")
+	// An nfs export reads with the node's address whatever the secrets say:
+	// without a rule naming it, refused.
+	_, err = node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: "vol-nfs", StagingTargetPath: staging, VolumeCapability: readerCap,
+		VolumeContext: map[string]string{"source": "nfs://127.0.0.1/exports/ds", "cacheSize": "16Mi"},
+		Secrets:       map[string]string{"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"},
+	})
+	wantRefused(t, "nfs stage without a rule", err, "--network-rules nfs://")
+	_, err = node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
+		VolumeId: "vol-c", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: vctx,
+		Secrets: map[string]string{"userID": "reader"},
+	})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "userID and userKey") {
+		t.Errorf("stage with half a CephFS pair: %v, want InvalidArgument naming userID and userKey", err)
+	}
 	inline := map[string]string{"source": vctx["source"], "csi.storage.k8s.io/ephemeral": "true"}
 	_, err = node(td).NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{
 		VolumeId: "vol-i", TargetPath: filepath.Join(work, "target"), VolumeCapability: readerCap, Readonly: true, VolumeContext: inline,

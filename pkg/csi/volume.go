@@ -117,16 +117,17 @@ func (d *Driver) checkInlineEnabled() error {
 
 // checkSource applies the node's source policy (package sourcepolicy) to a
 // volume about to be staged or published, before anything is created for
-// it: hasCredentials says whether the volume brings secrets of its own. A
+// it: secrets are the volume's checked secrets (see hasCredentials). A
 // local source is replaced by its symlink-resolved path, which is what gets
 // mounted. An inline volume must then also be a network source with the
 // pod's own secrets (checkInlineEnabled comes first). A refusal is
 // PermissionDenied naming the rule (the interceptor logs it once).
-func (d *Driver) checkSource(p *volumeParams, hasCredentials, inline bool) error {
+func (d *Driver) checkSource(p *volumeParams, secrets map[string]string, inline bool) error {
 	src, err := backend.Parse(p.Source)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
 	}
+	hasCredentials := hasCredentials(src, secrets)
 	checked, err := d.policy.Check(src, hasCredentials)
 	if err != nil {
 		if d.missingUnderRoot(src) {
@@ -199,16 +200,44 @@ func checkSecrets(in map[string]string) (map[string]string, error) {
 		sort.Strings(unknown)
 		return nil, status.Errorf(codes.InvalidArgument, "unknown secret keys %q (known: %s)", unknown, strings.Join(secretKeys, ", "))
 	}
-	if (out["AWS_ACCESS_KEY_ID"] == "") != (out["AWS_SECRET_ACCESS_KEY"] == "") {
-		return nil, status.Error(codes.InvalidArgument, "secrets must hold both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither")
+	if (out[mount.CredentialAccessKeyID] == "") != (out[mount.CredentialSecretAccessKey] == "") {
+		return nil, status.Errorf(codes.InvalidArgument, "secrets must hold both %s and %s, or neither", mount.CredentialAccessKeyID, mount.CredentialSecretAccessKey)
+	}
+	if (out[mount.CredentialCephUserID] == "") != (out[mount.CredentialCephUserKey] == "") {
+		return nil, status.Errorf(codes.InvalidArgument, "secrets must hold both %s and %s (a CephFS client name and its key), or neither", mount.CredentialCephUserID, mount.CredentialCephUserKey)
 	}
 	return out, nil
 }
 
-// hasCredentials reports whether checked secrets carry credentials (a key
-// pair; a session token alone is none).
-func hasCredentials(secrets map[string]string) bool {
-	return secrets["AWS_ACCESS_KEY_ID"] != "" && secrets["AWS_SECRET_ACCESS_KEY"] != ""
+// hasCredentials reports whether checked secrets carry credentials for
+// every network place of src: an S3 key pair for s3 (a session token alone
+// is none), a CephFS userID/userKey pair for cephfs. nfs never has any:
+// AUTH_UNIX uid/gid are claims any client can make, so an nfs source reads
+// with the node's network identity and needs the admin's say-so (package
+// sourcepolicy). Secrets of the wrong kind count as none, so that an s3
+// source with only CephFS secrets never falls back to the node's AWS
+// identity.
+func hasCredentials(src backend.Source, secrets map[string]string) bool {
+	places := []backend.Source{src}
+	if src.Kind == backend.KindMirror {
+		places = src.Replicas
+	}
+	for _, p := range places {
+		switch p.Kind {
+		case backend.KindPosix:
+		case backend.KindS3:
+			if secrets[mount.CredentialAccessKeyID] == "" || secrets[mount.CredentialSecretAccessKey] == "" {
+				return false
+			}
+		case backend.KindCephFS:
+			if secrets[mount.CredentialCephUserID] == "" || secrets[mount.CredentialCephUserKey] == "" {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // maxIDLen is the CSI size limit of string fields such as volume ids.

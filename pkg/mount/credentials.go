@@ -11,17 +11,21 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
-// Credential keys accepted on a credentials fd (FlagCredentialsFD), the
-// names of the standard AWS environment variables.
+// Credential keys accepted on a credentials fd (FlagCredentialsFD): the
+// names of the standard AWS environment variables for S3, and the names
+// ceph-csi's secrets use for a CephFS client (its name without "client."
+// and its base64 key).
 const (
 	CredentialAccessKeyID     = "AWS_ACCESS_KEY_ID"
 	CredentialSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
 	CredentialSessionToken    = "AWS_SESSION_TOKEN"
+	CredentialCephUserID      = "userID"
+	CredentialCephUserKey     = "userKey"
 )
 
 // CredentialKeys are the keys ReadCredentials accepts, in the order a
 // writer should use.
-var CredentialKeys = []string{CredentialAccessKeyID, CredentialSecretAccessKey, CredentialSessionToken}
+var CredentialKeys = []string{CredentialAccessKeyID, CredentialSecretAccessKey, CredentialSessionToken, CredentialCephUserID, CredentialCephUserKey}
 
 // MaxCredentialsSize caps what ReadCredentials reads (a session token is
 // a few KiB at most).
@@ -32,10 +36,11 @@ const MaxCredentialsSize = 16 << 10
 // never a value.
 var ErrCredentials = fmt.Errorf("%w: bad credentials input", ErrInvalidConfig)
 
-// ReadCredentials reads S3 credentials from r: KEY=VALUE lines (KEY one of
+// ReadCredentials reads credentials from r: KEY=VALUE lines (KEY one of
 // CredentialKeys, each at most once; empty lines and empty values are
-// skipped), at most MaxCredentialsSize bytes, until EOF. Both an access
-// key id and a secret key are required. Errors wrap ErrCredentials and
+// skipped), at most MaxCredentialsSize bytes, until EOF. An S3 pair (access
+// key id and secret key), a CephFS pair (userID and userKey), or both are
+// required; half a pair is an error. Errors wrap ErrCredentials and
 // never contain a value (nor an unknown key, which may be a value in the
 // wrong place).
 func ReadCredentials(r io.Reader) (backend.Credentials, error) {
@@ -71,10 +76,20 @@ func ReadCredentials(r io.Reader) (backend.Credentials, error) {
 			c.SecretKey = v
 		case CredentialSessionToken:
 			c.SessionToken = v
+		case CredentialCephUserID:
+			c.CephUser = v
+		case CredentialCephUserKey:
+			c.CephKey = v
 		}
 	}
-	if c.AccessKey == "" || c.SecretKey == "" {
+	s3Pair, cephPair := c.AccessKey != "" && c.SecretKey != "", c.CephUser != "" && c.CephKey != ""
+	switch {
+	case (c.AccessKey != "" || c.SecretKey != "" || c.SessionToken != "") && !s3Pair:
 		return backend.Credentials{}, fmt.Errorf("%w: %s and %s are both required", ErrCredentials, CredentialAccessKeyID, CredentialSecretAccessKey)
+	case (c.CephUser != "" || c.CephKey != "") && !cephPair:
+		return backend.Credentials{}, fmt.Errorf("%w: %s and %s are both required", ErrCredentials, CredentialCephUserID, CredentialCephUserKey)
+	case !s3Pair && !cephPair:
+		return backend.Credentials{}, fmt.Errorf("%w: no credentials: want %s and %s, or %s and %s", ErrCredentials, CredentialAccessKeyID, CredentialSecretAccessKey, CredentialCephUserID, CredentialCephUserKey)
 	}
 	return c, nil
 }

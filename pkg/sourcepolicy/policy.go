@@ -16,6 +16,9 @@
 //     admin allows the node's own identity (AllowNodeCredentials), since it
 //     would otherwise read, and sign requests to a user-chosen endpoint, with
 //     the node's credentials;
+//   - an nfs source never has credentials of its own (the server trusts the
+//     node's address; AUTH_UNIX uid/gid are claims), so it needs a Network
+//     rule naming its export, or AllowNodeCredentials;
 //   - a mirror is checked replica by replica.
 //
 // Every refusal wraps ErrForbidden and names the rule; it never quotes a
@@ -244,6 +247,23 @@ func (c *Checker) overlaps(p, q string) error {
 }
 
 func (c *Checker) checkNetwork(src backend.Source, hasCredentials bool) error {
+	if src.Kind == backend.KindNFS && !hasCredentials && !c.nodeCreds {
+		// NFS has no per-volume credentials (AUTH_UNIX uid/gid are claims any
+		// client makes): the server trusts the node's address. Only a rule
+		// the admin wrote for this export lends that identity. (The CSI node
+		// plugin never says an nfs source has credentials; the job
+		// controller, which sees no secrets, says true so as not to judge.)
+		for _, rule := range c.network {
+			if matches(rule, src) {
+				return nil
+			}
+		}
+		why := "no network rule names it"
+		if len(c.network) > 0 {
+			why = "it matches none of the node's network rules"
+		}
+		return fmt.Errorf("%w: nfs source %s: %s, and an nfs source reads with the node's network identity (NFS has no per-volume credentials); the admin allows an export with a network rule naming it (--network-rules nfs://host/export) or with --allow-node-credentials", ErrForbidden, src, why)
+	}
 	if !hasCredentials && !c.nodeCreds {
 		return fmt.Errorf("%w: %s source %s has no credentials of its own, and this node does not lend its own identity (the admin allows that with --allow-node-credentials); give the volume a node-stage (or, inline, node-publish) secret", ErrForbidden, src.Kind, src)
 	}

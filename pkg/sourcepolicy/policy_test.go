@@ -123,6 +123,33 @@ func TestDefaultRefusesLocal(t *testing.T) {
 	}
 }
 
+// TestNFSNeedsARule: an nfs source reads with the node's address whatever
+// secrets the volume brings, so only a rule naming its export (or the
+// node's identity lent outright) allows it.
+func TestNFSNeedsARule(t *testing.T) {
+	src := mustParse(t, "nfs://filer.lab:2049/exports/datasets/imagenet")
+	open, _ := New(Policy{})
+	if _, err := open.Check(src, false); !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "--network-rules nfs://") {
+		t.Errorf("no rules: %v, want a refusal naming --network-rules", err)
+	}
+	ruled, err := New(Policy{Network: []string{"nfs://filer.lab:2049/exports/datasets", "s3://public-data"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ruled.Check(src, false); err != nil {
+		t.Errorf("export under a rule: %v", err)
+	}
+	for _, other := range []string{"nfs://filer.lab:2049/exports/home", "nfs://other.lab:2049/exports/datasets/x", "nfs://filer.lab:2049/exports/datasets-private"} {
+		if _, err := ruled.Check(mustParse(t, other), false); !errors.Is(err, ErrForbidden) {
+			t.Errorf("%s outside the rule allowed: %v", other, err)
+		}
+	}
+	lend, _ := New(Policy{AllowNodeCredentials: true})
+	if _, err := lend.Check(src, false); err != nil {
+		t.Errorf("node identity lent: %v", err)
+	}
+}
+
 func TestNetworkSources(t *testing.T) {
 	open, err := New(Policy{})
 	if err != nil {
