@@ -93,7 +93,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringVar(&s.memory, "memory", "", "memory per worker, e.g. 64Gi")
 	fl.StringArrayVar(&s.extra, "device", nil, "extra device resource per worker, RESOURCE=COUNT (repeatable), e.g. rdma/hca=1")
 	fl.StringArrayVar(&s.datasets, "dataset", nil, "dataset NAME=SOURCE:MOUNTPATH or NAME=claim:PVC:MOUNTPATH (repeatable); SOURCE as for cachefs mount")
-	fl.StringVar(&s.datasetSecret, "dataset-secret", "", "Secret of the job's namespace with the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) of every --dataset with a SOURCE; the kubelet hands it to the CSI driver (default: the node's own identity, where allowed)")
+	fl.StringVar(&s.datasetSecret, "dataset-secret", "", "Secret of the job's namespace with the credentials of every --dataset with a SOURCE (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://, userID and userKey for cephfs://; nfs:// has none); the kubelet hands it to the CSI driver (default: the node's own identity, where allowed)")
 	fl.StringVar(&s.cacheSize, "cache-size", "", "node cache size of every --dataset with a SOURCE, e.g. 500Gi")
 	fl.BoolVar(&s.prefetch, "prefetch", false, "ask for the datasets to be prefetched into the node caches")
 	fl.Int32Var(&s.readaheadFiles, "readahead-files", 0, "on a missed open, fetch this many next files of the directory into the node cache (0-256; 0: off), for every --dataset with a SOURCE; worth it for far object stores")

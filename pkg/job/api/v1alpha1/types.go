@@ -233,7 +233,8 @@ type Dataset struct {
 	ExistingClaim string `json:"existingClaim,omitempty"`
 	// SecretName is a Secret of the job's namespace with the source's
 	// credentials (keys AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
-	// optionally AWS_SESSION_TOKEN), passed to the CSI driver as the
+	// optionally AWS_SESSION_TOKEN for s3://; userID and userKey for
+	// cephfs://; nfs:// has none), passed to the CSI driver as the
 	// PersistentVolume's nodeStageSecretRef: the kubelet reads it when it
 	// stages the volume, the controller never does. Without it the node
 	// reads the source with its own identity, where its admin allows that.
