@@ -1,0 +1,210 @@
+package backend_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/backendtest"
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// nfsDirMaker builds each dataset in a temporary directory served by
+// serve (which returns the source URL) and opens it with opts.
+func nfsDirMaker(serve func(t *testing.T, dir string) string, opts backend.Options) (backendtest.Maker, backendtest.Modifier) {
+	var mu sync.Mutex
+	dirs := map[backend.Backend]string{}
+	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
+		dir := t.TempDir()
+		writeFiles(t, dir, files)
+		src, err := backend.Parse(serve(t, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := backend.Open(context.Background(), src, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		dirs[b] = dir
+		mu.Unlock()
+		return b
+	}
+	modify := func(t *testing.T, b backend.Backend, p string, data []byte) {
+		mu.Lock()
+		dir := dirs[b]
+		mu.Unlock()
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(p)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mk, modify
+}
+
+func goNFS(t *testing.T, dir string) string { return testenv.StartGoNFS(t, dir, 4096).URL }
+
+// TestNFSConformanceGoNFS runs the conformance suite against go-nfs
+// in-process.
+func TestNFSConformanceGoNFS(t *testing.T) {
+	mk, modify := nfsDirMaker(goNFS, backend.Options{})
+	backendtest.Run(t, mk, backendtest.WithModify(modify))
+}
+
+// TestNFSSmallReadsOneConn reads with the smallest READ size over one
+// connection: a ReadAt spans many READs, each checked against the version.
+func TestNFSSmallReadsOneConn(t *testing.T) {
+	mk, modify := nfsDirMaker(func(t *testing.T, dir string) string {
+		return goNFS(t, dir) + "?conns=1&rsize=4096"
+	}, backend.Options{})
+	backendtest.Run(t, mk, backendtest.WithModify(modify))
+}
+
+func TestNFSSymlinksAndSpecialNames(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"a": []byte("a"), "sub/b": []byte("b")})
+	outside := t.TempDir()
+	writeFiles(t, outside, map[string][]byte{"secret": []byte("secret")})
+	for name, target := range map[string]string{
+		"link-in":      "a",
+		"link-dir":     "sub",
+		"link-out":     filepath.Join(outside, "secret"),
+		"link-dotdot":  "../",
+		"link-missing": "nope",
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bad\nname"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	b := openURL(t, testenv.StartGoNFS(t, dir, 1024).URL, backend.Options{Logger: newTestLogger(&logs)})
+	ctx := context.Background()
+	es, err := b.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name)
+	}
+	if strings.Join(names, ",") != "a,sub" {
+		t.Errorf("List = %q, want only a and sub (symlinks and bad names skipped)", names)
+	}
+	if got := backend.Skipped(b); got != 6 {
+		t.Errorf("Skipped = %d, want 6 (5 symlinks, 1 bad name)\n%s", got, logs.String())
+	}
+	buf := make([]byte, 10)
+	for _, p := range []string{"link-in", "link-out", "link-dir/b", "link-dotdot/secret", "link-missing"} {
+		if _, err := b.Stat(ctx, p); !errors.Is(err, backend.ErrNotExist) {
+			t.Errorf("Stat(%q) = %v, want ErrNotExist (symlinks are not followed)", p, err)
+		}
+		if _, err := b.ReadAt(ctx, p, "", buf, 0); !errors.Is(err, backend.ErrNotExist) {
+			t.Errorf("ReadAt(%q) = %v, want ErrNotExist", p, err)
+		}
+	}
+}
+
+func openURL(t testing.TB, raw string, opts backend.Options) backend.Backend {
+	t.Helper()
+	src, err := backend.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(context.Background(), src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestNFSIDAndOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	srv := testenv.StartGoNFS(t, dir, 1024)
+	b := openURL(t, srv.URL+"?uid=1000&gid=1000&conns=2", backend.Options{})
+	if want := "nfs://" + srv.Host + "/export"; b.ID() != want {
+		t.Errorf("ID = %q, want %q (no options, no credentials)", b.ID(), want)
+	}
+	// Nothing listens: ErrUnavailable after the retries, quickly.
+	port := testenv.FreePort(t)
+	src, _ := backend.Parse("nfs://127.0.0.1:" + strconv.Itoa(port) + "/export?mountport=" + strconv.Itoa(port))
+	start := time.Now()
+	_, err := backend.Open(context.Background(), src, backend.Options{Retry: backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}})
+	if !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Open of a closed port = %v, want ErrUnavailable", err)
+	}
+	if backend.Retries(b) != 0 {
+		t.Errorf("Retries = %d on a healthy server", backend.Retries(b))
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Open of a closed port took %v", d)
+	}
+	// Lazy: the error comes at the first call.
+	lazy, err := backend.Open(context.Background(), src, backend.Options{Lazy: true, Retry: backend.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatalf("lazy Open: %v", err)
+	}
+	defer lazy.Close()
+	if _, err := lazy.Stat(context.Background(), ""); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("lazy Stat = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestNFSParallelReads reads many files at once over the pool and checks
+// every byte; then closes the backend under readers.
+func TestNFSParallelReads(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string][]byte{}
+	for i := range 200 {
+		data := bytes.Repeat([]byte{byte(i)}, 1000+i*997)
+		files["d"+strconv.Itoa(i%7)+"/f"+strconv.Itoa(i)] = data
+	}
+	writeFiles(t, dir, files)
+	b := openURL(t, testenv.StartGoNFS(t, dir, 4096).URL+"?conns=4&rsize=65536", backend.Options{})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(files))
+	for p, want := range files {
+		wg.Go(func() {
+			e, err := b.Stat(ctx, p)
+			if err != nil {
+				errs <- err
+				return
+			}
+			buf := make([]byte, len(want)+10)
+			n, err := b.ReadAt(ctx, p, e.Version, buf, 0)
+			if err != io.EOF || !bytes.Equal(buf[:n], want) {
+				errs <- errors.New(p + ": wrong bytes or error " + errString(err))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stat(ctx, ""); err == nil {
+		t.Error("Stat after Close: no error")
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
