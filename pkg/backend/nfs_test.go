@@ -208,3 +208,15 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestNFSConformanceGanesha runs the conformance suite against the real
+// NFS-Ganesha in a network namespace (portmapper, MOUNT on its own port).
+func TestNFSConformanceGanesha(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real server: not in -short mode")
+	}
+	mk, modify := nfsDirMaker(func(t *testing.T, dir string) string {
+		return testenv.StartGanesha(t, dir).URL
+	}, backend.Options{})
+	backendtest.Run(t, mk, backendtest.WithModify(modify))
+}
