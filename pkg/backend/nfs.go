@@ -471,7 +471,8 @@ func (b *nfsBackend) do(ctx context.Context, op string, fn func(ctx context.Cont
 	_, err := b.retry.do(ctx, op, b.retryable, func(ctx context.Context) error {
 		var stale []byte
 		var err error
-		for range 3 {
+		fresh := false
+		for range 4 {
 			var pool *rpcPool
 			var root []byte
 			if pool, root, err = b.root(ctx, stale); err != nil {
@@ -482,6 +483,15 @@ func (b *nfsBackend) do(ctx context.Context, op string, fn func(ctx context.Cont
 				return err
 			}
 			err = fn(ctx, c, root)
+			if errors.Is(err, errTransport) && c.reused && !fresh {
+				// The connection died while idle: drop its idle
+				// siblings too and try once more on a new one (not
+				// counted as a retry).
+				pool.put(c)
+				pool.dropIdle()
+				fresh = true
+				continue
+			}
 			if !isStale(err) {
 				pool.put(c)
 				return err

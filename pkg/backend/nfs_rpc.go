@@ -60,6 +60,8 @@ type rpcConn struct {
 	rbuf   []byte
 	xid    uint32
 	broken bool
+	// reused: the pool handed it out before (it may have died idle).
+	reused bool
 }
 
 // dialRPC connects to addr. As root it binds a reserved source port (below
@@ -287,6 +289,7 @@ func (p *rpcPool) get(ctx context.Context) (*rpcConn, error) {
 		return nil, ctx.Err()
 	}
 	if c != nil {
+		c.reused = true
 		return c, nil
 	}
 	c, err := dialRPC(ctx, p.addr, p.timeout)
@@ -317,6 +320,24 @@ func (p *rpcPool) put(c *rpcConn) {
 		c = nil
 	}
 	p.slots <- c
+}
+
+// dropIdle closes the idle connections: one was found dead, the others
+// most likely died with it (a server restart, a network cut).
+func (p *rpcPool) dropIdle() {
+	for range cap(p.slots) {
+		select {
+		case c := <-p.slots:
+			if c != nil {
+				c.broken = true
+				p.put(c)
+			} else {
+				p.slots <- nil
+			}
+		default:
+			return
+		}
+	}
 }
 
 // close closes every connection, in use or idle; calls in flight fail.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -219,4 +220,134 @@ func TestNFSConformanceGanesha(t *testing.T) {
 		return testenv.StartGanesha(t, dir).URL
 	}, backend.Options{})
 	backendtest.Run(t, mk, backendtest.WithModify(modify))
+}
+
+// tcpProxy forwards 127.0.0.1 connections to a target that can be changed,
+// and can cut every open connection or stall them: a server restart or a
+// network fault under the nfs backend's pool.
+type tcpProxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	target string
+	stall  bool
+	conns  map[net.Conn]struct{}
+}
+
+func startTCPProxy(t *testing.T, target string) *tcpProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) serve(c net.Conn) {
+	p.mu.Lock()
+	target, stall := p.target, p.stall
+	p.mu.Unlock()
+	if stall {
+		p.track(c)
+		return // accepted, never answered
+	}
+	u, err := net.Dial("tcp", target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.track(c)
+	p.track(u)
+	go func() { _, _ = io.Copy(u, c); u.Close() }()
+	_, _ = io.Copy(c, u)
+	c.Close()
+}
+
+func (p *tcpProxy) track(c net.Conn) {
+	p.mu.Lock()
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+}
+
+// cut closes every connection made so far.
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *tcpProxy) set(target string, stall bool) {
+	p.mu.Lock()
+	p.target, p.stall = target, stall
+	p.mu.Unlock()
+}
+
+// TestNFSReconnects: connections cut under the pool are replaced; a server
+// that restarts with new file handles (go-nfs keeps them in memory) is
+// mounted again; a stalled server is ErrUnavailable within the request
+// timeout and retries, and reads resume once it answers.
+func TestNFSReconnects(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string][]byte{}
+	for i := range 40 {
+		files["d/f"+strconv.Itoa(i)] = bytes.Repeat([]byte{byte(i)}, 10_000+i)
+	}
+	writeFiles(t, dir, files)
+	srv1 := testenv.StartGoNFS(t, dir, 4096)
+	px := startTCPProxy(t, srv1.Host)
+	b := openURL(t, "nfs://"+px.addr()+"/export?conns=4", backend.Options{
+		RequestTimeout: 500 * time.Millisecond,
+		Retry:          backend.RetryPolicy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond},
+	})
+	ctx := context.Background()
+	readAll := func(when string) {
+		t.Helper()
+		for p, want := range files {
+			buf := make([]byte, len(want))
+			if n, err := b.ReadAt(ctx, p, "", buf, 0); n != len(want) || (err != nil && err != io.EOF) || !bytes.Equal(buf, want) {
+				t.Fatalf("%s: ReadAt(%q) = %d, %v", when, p, n, err)
+			}
+		}
+	}
+	readAll("first")
+	px.cut()
+	readAll("after the connections were cut")
+
+	srv2 := testenv.StartGoNFS(t, dir, 4096) // new handles: the old ones are stale
+	px.set(srv2.Host, false)
+	px.cut()
+	readAll("after a server restart")
+	if _, err := b.List(ctx, "d"); err != nil {
+		t.Fatalf("List after a server restart: %v", err)
+	}
+
+	px.set(srv2.Host, true)
+	px.cut()
+	start := time.Now()
+	if _, err := b.Stat(ctx, "d/f1"); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Stat on a stalled server = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a stalled server took %v to fail (request timeout 500ms, 3 attempts)", d)
+	}
+	if backend.Retries(b) == 0 {
+		t.Error("no retries counted")
+	}
+	px.set(srv2.Host, false)
+	px.cut()
+	readAll("after the stall")
 }
