@@ -95,7 +95,9 @@ func dialRPC(ctx context.Context, addr string, timeout time.Duration) (*rpcConn,
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &rpcConn{c: conn, r: bufio.NewReaderSize(conn, 256<<10), xid: rand.Uint32()}, nil
+	// A small read buffer: a large record body (READ data) is bigger than it
+	// and so goes from the socket straight into rbuf, one copy less.
+	return &rpcConn{c: conn, r: bufio.NewReaderSize(conn, 16<<10), xid: rand.Uint32()}, nil
 }
 
 func (c *rpcConn) close() { _ = c.c.Close() }
