@@ -82,12 +82,11 @@ type nfsBackend struct {
 	conns     int
 	wantRSize int
 
-	mu       sync.Mutex // guards pool, rootFH, rsize (set by mount)
-	pool     *rpcPool
-	rootFH   []byte
-	rsize    int
-	closed   bool
-	mountErr error
+	mu     sync.Mutex // guards pool, nfsAddr, rootFH, rsize, closed
+	pool   *rpcPool
+	rootFH []byte
+	rsize  int
+	closed bool
 
 	hmu     sync.Mutex
 	handles map[string]nfsHandle

@@ -351,3 +351,51 @@ func TestNFSReconnects(t *testing.T) {
 	px.cut()
 	readAll("after the stall")
 }
+
+// TestNFSGaneshaErrors: the real server's refusals map to the sentinels: a
+// path it does not export, files and directories the URL's uid may not
+// read.
+func TestNFSGaneshaErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real server: not in -short mode")
+	}
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"open": []byte("anyone"), "secret": []byte("root only"), "private/x": []byte("x")})
+	if err := os.Chmod(filepath.Join(dir, "secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "private"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	g := testenv.StartGanesha(t, dir)
+	ctx := context.Background()
+
+	src, err := backend.Parse("nfs://" + g.Addr + "/not/exported")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backend.Open(ctx, src, backend.Options{}); !errors.Is(err, backend.ErrNotExist) && !errors.Is(err, backend.ErrPermission) {
+		t.Errorf("Open of a path the server does not export = %v, want ErrNotExist or ErrPermission", err)
+	} else {
+		t.Logf("Open of a path the server does not export: %v", err)
+	}
+
+	b := openURL(t, g.URL+"?uid=1000&gid=1000", backend.Options{})
+	buf := make([]byte, 64)
+	if n, err := b.ReadAt(ctx, "open", "", buf, 0); err != io.EOF || string(buf[:n]) != "anyone" {
+		t.Errorf("ReadAt(open) as uid 1000 = %q, %v", buf[:n], err)
+	}
+	if _, err := b.ReadAt(ctx, "secret", "", buf, 0); !errors.Is(err, backend.ErrPermission) {
+		t.Errorf("ReadAt(secret) as uid 1000 = %v, want ErrPermission", err)
+	}
+	if _, err := b.List(ctx, "private"); !errors.Is(err, backend.ErrPermission) {
+		t.Errorf("List(private) as uid 1000 = %v, want ErrPermission", err)
+	}
+	root := openURL(t, g.URL, backend.Options{}) // uid 0, No_Root_Squash
+	if n, err := root.ReadAt(ctx, "secret", "", buf, 0); err != io.EOF || string(buf[:n]) != "root only" {
+		t.Errorf("ReadAt(secret) as root = %q, %v", buf[:n], err)
+	}
+	if backend.Retries(b) != 0 || backend.Retries(root) != 0 {
+		t.Errorf("retries on refusals: %d, %d (refusals are not transient)", backend.Retries(b), backend.Retries(root))
+	}
+}
