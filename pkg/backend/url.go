@@ -394,7 +394,11 @@ func absServerPath(p, what string, rootOK bool) (string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", invalid("%s contains NUL", what)
 	}
-	return path.Clean(p), nil
+	p = path.Clean(p)
+	if p == "/" && !rootOK { // "/.", "/..": empty once cleaned
+		return "", invalid("%s is empty", what)
+	}
+	return p, nil
 }
 
 func parseMirror(list string) (Source, error) {
