@@ -49,7 +49,7 @@ $(addprefix bin/,$(BINARIES)): bin/%:
 ## test: every test, with -race, against real servers (MinIO, kube-apiserver) and real FUSE mounts, and the
 ## end-to-end tests on the real single-node cluster with the project's images (needs root; builds the tools,
 ## the cluster tools and the images first, once per machine). What CI runs.
-test: tools cluster-tools images
+test: tools cluster-tools images nfs-deps
 	EPOCHFS_E2E=1 $(GO) test -race -count=1 -timeout 45m ./...
 
 ## test-fast: `make test` without the end-to-end tests (no cluster, no images); they run anyway under CI=true.

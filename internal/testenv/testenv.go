@@ -1,6 +1,7 @@
 // Package testenv starts the real servers that EpochFS tests run against
-// on 127.0.0.1 (MinIO in minio.go, kube-apiserver with etcd in kube.go;
-// Ceph and NFS-Ganesha are not built yet), each owned by one test and
+// on 127.0.0.1 (MinIO in minio.go, kube-apiserver with etcd in kube.go,
+// NFS-Ganesha in a network namespace of its own in ganesha.go, go-nfs
+// in-process in gonfs.go; Ceph is not built yet), each owned by one test and
 // stopped in its t.Cleanup. It also holds the small helpers the tests of
 // several packages share (helpers.go): building a command, generating a
 // dataset, waiting for a FUSE mount, scraping /metrics.

@@ -16,7 +16,7 @@ import (
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"/data", "file:///data", "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1",
-		"cephfs://admin@mon:6789/x?fs=a", "nfs://nas/export", "mirror:/a,/b",
+		"cephfs://admin@mon:6789/x?fs=a", "nfs://nas/export", "nfs://nas:2049/export?uid=1000&gid=0&mountport=20048&conns=4&rsize=65536", "mirror:/a,/b",
 	} {
 		f.Add(s)
 	}

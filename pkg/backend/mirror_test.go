@@ -174,7 +174,7 @@ func TestMirrorOpen(t *testing.T) {
 		want error
 	}{
 		{"mirror:" + missing + "," + missing + "2", backend.ErrNotExist},
-		{"mirror:" + dir + ",nfs://nas/export", backend.ErrUnsupported},
+		{"mirror:" + dir + ",cephfs://mon/export", backend.ErrUnsupported},
 	} {
 		src, err := backend.Parse(tc.raw)
 		if err != nil {

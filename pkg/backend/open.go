@@ -149,7 +149,11 @@ func (o Options) withDefaults() (Options, error) {
 // (the posix directory exists, the s3 bucket answers a listing with these
 // credentials) so that a bad source fails here, before anything is mounted.
 //
-// cephfs and nfs sources are not built yet and return ErrUnsupported. A
+// An nfs source MOUNTs its export path (through the server's portmapper
+// unless the URL names the ports) and reads it over NFSv3 with a pure-Go
+// client: no kernel NFS client and no mount on the node; it reads over
+// Source.Conns connections. cephfs sources are not built yet and return
+// ErrUnsupported. A
 // mirror opens each replica and returns a Backend that serves every call
 // from the fastest healthy replica and fails over on I/O errors; a replica
 // that disagrees on a file's size is never used for that file.
@@ -166,7 +170,7 @@ func Open(ctx context.Context, src Source, opts Options) (Backend, error) {
 	case KindCephFS:
 		return nil, fmt.Errorf("backend: open %s: %w: the cephfs backend is not built in this version; mount CephFS with the kernel client and use the mount path (e.g. /mnt/cephfs/dataset) as the source", src, ErrUnsupported)
 	case KindNFS:
-		return nil, fmt.Errorf("backend: open %s: %w: the nfs backend is not built in this version; mount the export with the kernel NFS client and use the mount path (e.g. /mnt/nfs/dataset) as the source", src, ErrUnsupported)
+		return openNFS(ctx, src, opts)
 	case KindMirror:
 		return openMirror(ctx, src, opts)
 	default:

@@ -20,7 +20,7 @@ const (
 	KindPosix  Kind = "posix"  // a local or kernel-mounted directory
 	KindS3     Kind = "s3"     // a bucket prefix on any S3-compatible server
 	KindCephFS Kind = "cephfs" // CephFS through libcephfs (not built yet)
-	KindNFS    Kind = "nfs"    // NFS (not built yet)
+	KindNFS    Kind = "nfs"    // NFSv3 through a pure-Go client
 	KindMirror Kind = "mirror" // the same dataset in several places
 )
 
@@ -56,6 +56,21 @@ type Source struct {
 	// FS is the cephfs file system name; empty means the default one.
 	FS string
 
+	// UID and GID are the AUTH_UNIX identity of nfs requests (the uid and
+	// gid options; default 0, root, which servers may squash).
+	UID, GID uint32
+	// MountPort is the nfs server's MOUNT port (the mountport option); 0
+	// means the port of Host when the server serves MOUNT there, else the
+	// portmapper's answer.
+	MountPort int
+	// Conns is the number of nfs connections reads are spread over (the
+	// conns option, 1 to MaxNFSConns); 0 means DefaultNFSConns.
+	Conns int
+	// ReadSize caps one nfs READ in bytes (the rsize option, MinNFSReadSize
+	// to MaxNFSReadSize); 0 means DefaultNFSReadSize. The server's rtmax
+	// lowers it.
+	ReadSize int
+
 	// Replicas are the places of a mirror, in the order given (at least 2,
 	// none of them a mirror).
 	Replicas []Source
@@ -66,8 +81,14 @@ type Source struct {
 //	/abs/path  or  file:///abs/path
 //	s3://bucket[/prefix][?endpoint=URL&region=NAME&pathStyle=true|false]
 //	cephfs://[user@]monhost[:port]/path[?fs=NAME]
-//	nfs://host[:port]/export/path
+//	nfs://host[:port]/export/path[?uid=N&gid=N&mountport=N&conns=N&rsize=SIZE]
 //	mirror:URL1,URL2[,...]
+//
+// nfs: port is the NFS port (default: the portmapper's answer, else 2049);
+// uid and gid the AUTH_UNIX identity (default 0); mountport the MOUNT port
+// when the server's portmapper (port 111) cannot be asked, e.g.
+// nfs://filer:2049/export?mountport=20048; conns the number of connections
+// (default 8); rsize the largest READ in bytes (default 1 MiB).
 //
 // A malformed URL returns an error wrapping ErrInvalidURL whose message
 // names the wrong part, e.g. `source "s3:///x": bucket is empty`.
@@ -317,10 +338,48 @@ func parseNFS(u *url.URL) (Source, error) {
 	if err != nil {
 		return Source{}, err
 	}
-	if _, err := parseQuery(u); err != nil {
+	src := Source{Kind: KindNFS, Host: strings.ToLower(u.Host), Path: p}
+	q, err := parseQuery(u, "uid", "gid", "mountport", "conns", "rsize")
+	if err != nil {
 		return Source{}, err
 	}
-	return Source{Kind: KindNFS, Host: strings.ToLower(u.Host), Path: p}, nil
+	num := func(key string, lo, hi uint64) (uint64, bool, error) {
+		v, ok := q[key]
+		if !ok {
+			return 0, false, nil
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n < lo || n > hi || (len(v) > 1 && v[0] == '0') {
+			return 0, false, invalid("%s %q: want a whole number from %d to %d", key, v, lo, hi)
+		}
+		return n, true, nil
+	}
+	if n, ok, err := num("uid", 0, 1<<32-2); err != nil {
+		return Source{}, err
+	} else if ok {
+		src.UID = uint32(n)
+	}
+	if n, ok, err := num("gid", 0, 1<<32-2); err != nil {
+		return Source{}, err
+	} else if ok {
+		src.GID = uint32(n)
+	}
+	if n, ok, err := num("mountport", 1, 65535); err != nil {
+		return Source{}, err
+	} else if ok {
+		src.MountPort = int(n)
+	}
+	if n, ok, err := num("conns", 1, MaxNFSConns); err != nil {
+		return Source{}, err
+	} else if ok {
+		src.Conns = int(n)
+	}
+	if n, ok, err := num("rsize", MinNFSReadSize, MaxNFSReadSize); err != nil {
+		return Source{}, err
+	} else if ok {
+		src.ReadSize = int(n)
+	}
+	return src, nil
 }
 
 // absServerPath cleans the path of a cephfs/nfs URL; rootOK says whether an
@@ -335,7 +394,11 @@ func absServerPath(p, what string, rootOK bool) (string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", invalid("%s contains NUL", what)
 	}
-	return path.Clean(p), nil
+	p = path.Clean(p)
+	if p == "/" && !rootOK { // "/.", "/..": empty once cleaned
+		return "", invalid("%s is empty", what)
+	}
+	return p, nil
 }
 
 func parseMirror(list string) (Source, error) {
@@ -409,7 +472,27 @@ func (s Source) String() string {
 		}
 		return b.String()
 	case KindNFS:
-		return "nfs://" + s.Host + escapePath(s.Path)
+		q := url.Values{}
+		if s.UID != 0 {
+			q.Set("uid", strconv.FormatUint(uint64(s.UID), 10))
+		}
+		if s.GID != 0 {
+			q.Set("gid", strconv.FormatUint(uint64(s.GID), 10))
+		}
+		if s.MountPort != 0 {
+			q.Set("mountport", strconv.Itoa(s.MountPort))
+		}
+		if s.Conns != 0 {
+			q.Set("conns", strconv.Itoa(s.Conns))
+		}
+		if s.ReadSize != 0 {
+			q.Set("rsize", strconv.Itoa(s.ReadSize))
+		}
+		out := "nfs://" + s.Host + escapePath(s.Path)
+		if len(q) > 0 {
+			out += "?" + q.Encode()
+		}
+		return out
 	case KindMirror:
 		parts := make([]string, len(s.Replicas))
 		for i, r := range s.Replicas {

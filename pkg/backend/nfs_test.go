@@ -1,0 +1,401 @@
+package backend_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/backendtest"
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+// nfsDirMaker builds each dataset in a temporary directory served by
+// serve (which returns the source URL) and opens it with opts.
+func nfsDirMaker(serve func(t *testing.T, dir string) string, opts backend.Options) (backendtest.Maker, backendtest.Modifier) {
+	var mu sync.Mutex
+	dirs := map[backend.Backend]string{}
+	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
+		dir := t.TempDir()
+		writeFiles(t, dir, files)
+		src, err := backend.Parse(serve(t, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := backend.Open(context.Background(), src, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		dirs[b] = dir
+		mu.Unlock()
+		return b
+	}
+	modify := func(t *testing.T, b backend.Backend, p string, data []byte) {
+		mu.Lock()
+		dir := dirs[b]
+		mu.Unlock()
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(p)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mk, modify
+}
+
+func goNFS(t *testing.T, dir string) string { return testenv.StartGoNFS(t, dir, 4096).URL }
+
+// TestNFSConformanceGoNFS runs the conformance suite against go-nfs
+// in-process.
+func TestNFSConformanceGoNFS(t *testing.T) {
+	mk, modify := nfsDirMaker(goNFS, backend.Options{})
+	backendtest.Run(t, mk, backendtest.WithModify(modify))
+}
+
+// TestNFSSmallReadsOneConn reads with the smallest READ size over one
+// connection: a ReadAt spans many READs, each checked against the version.
+func TestNFSSmallReadsOneConn(t *testing.T) {
+	mk, modify := nfsDirMaker(func(t *testing.T, dir string) string {
+		return goNFS(t, dir) + "?conns=1&rsize=4096"
+	}, backend.Options{})
+	backendtest.Run(t, mk, backendtest.WithModify(modify))
+}
+
+func TestNFSSymlinksAndSpecialNames(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"a": []byte("a"), "sub/b": []byte("b")})
+	outside := t.TempDir()
+	writeFiles(t, outside, map[string][]byte{"secret": []byte("secret")})
+	for name, target := range map[string]string{
+		"link-in":      "a",
+		"link-dir":     "sub",
+		"link-out":     filepath.Join(outside, "secret"),
+		"link-dotdot":  "../",
+		"link-missing": "nope",
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bad\nname"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	b := openURL(t, testenv.StartGoNFS(t, dir, 1024).URL, backend.Options{Logger: newTestLogger(&logs)})
+	ctx := context.Background()
+	es, err := b.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name)
+	}
+	if strings.Join(names, ",") != "a,sub" {
+		t.Errorf("List = %q, want only a and sub (symlinks and bad names skipped)", names)
+	}
+	if got := backend.Skipped(b); got != 6 {
+		t.Errorf("Skipped = %d, want 6 (5 symlinks, 1 bad name)\n%s", got, logs.String())
+	}
+	buf := make([]byte, 10)
+	for _, p := range []string{"link-in", "link-out", "link-dir/b", "link-dotdot/secret", "link-missing"} {
+		if _, err := b.Stat(ctx, p); !errors.Is(err, backend.ErrNotExist) {
+			t.Errorf("Stat(%q) = %v, want ErrNotExist (symlinks are not followed)", p, err)
+		}
+		if _, err := b.ReadAt(ctx, p, "", buf, 0); !errors.Is(err, backend.ErrNotExist) {
+			t.Errorf("ReadAt(%q) = %v, want ErrNotExist", p, err)
+		}
+	}
+}
+
+func openURL(t testing.TB, raw string, opts backend.Options) backend.Backend {
+	t.Helper()
+	src, err := backend.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(context.Background(), src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestNFSIDAndOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	srv := testenv.StartGoNFS(t, dir, 1024)
+	b := openURL(t, srv.URL+"?uid=1000&gid=1000&conns=2", backend.Options{})
+	if want := "nfs://" + srv.Host + "/export"; b.ID() != want {
+		t.Errorf("ID = %q, want %q (no options, no credentials)", b.ID(), want)
+	}
+	// Nothing listens: ErrUnavailable after the retries, quickly.
+	port := testenv.FreePort(t)
+	src, _ := backend.Parse("nfs://127.0.0.1:" + strconv.Itoa(port) + "/export?mountport=" + strconv.Itoa(port))
+	start := time.Now()
+	_, err := backend.Open(context.Background(), src, backend.Options{Retry: backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}})
+	if !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Open of a closed port = %v, want ErrUnavailable", err)
+	}
+	if backend.Retries(b) != 0 {
+		t.Errorf("Retries = %d on a healthy server", backend.Retries(b))
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Open of a closed port took %v", d)
+	}
+	// Lazy: the error comes at the first call.
+	lazy, err := backend.Open(context.Background(), src, backend.Options{Lazy: true, Retry: backend.RetryPolicy{MaxAttempts: 1}})
+	if err != nil {
+		t.Fatalf("lazy Open: %v", err)
+	}
+	defer lazy.Close()
+	if _, err := lazy.Stat(context.Background(), ""); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("lazy Stat = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestNFSParallelReads reads many files at once over the pool and checks
+// every byte; then closes the backend under readers.
+func TestNFSParallelReads(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string][]byte{}
+	for i := range 200 {
+		data := bytes.Repeat([]byte{byte(i)}, 1000+i*997)
+		files["d"+strconv.Itoa(i%7)+"/f"+strconv.Itoa(i)] = data
+	}
+	writeFiles(t, dir, files)
+	b := openURL(t, testenv.StartGoNFS(t, dir, 4096).URL+"?conns=4&rsize=65536", backend.Options{})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(files))
+	for p, want := range files {
+		wg.Go(func() {
+			e, err := b.Stat(ctx, p)
+			if err != nil {
+				errs <- err
+				return
+			}
+			buf := make([]byte, len(want)+10)
+			n, err := b.ReadAt(ctx, p, e.Version, buf, 0)
+			if err != io.EOF || !bytes.Equal(buf[:n], want) {
+				errs <- errors.New(p + ": wrong bytes or error " + errString(err))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stat(ctx, ""); err == nil {
+		t.Error("Stat after Close: no error")
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// TestNFSConformanceGanesha runs the conformance suite against the real
+// NFS-Ganesha in a network namespace (portmapper, MOUNT on its own port).
+func TestNFSConformanceGanesha(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real server: not in -short mode")
+	}
+	mk, modify := nfsDirMaker(func(t *testing.T, dir string) string {
+		return testenv.StartGanesha(t, dir).URL
+	}, backend.Options{})
+	backendtest.Run(t, mk, backendtest.WithModify(modify))
+}
+
+// tcpProxy forwards 127.0.0.1 connections to a target that can be changed,
+// and can cut every open connection or stall them: a server restart or a
+// network fault under the nfs backend's pool.
+type tcpProxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	target string
+	stall  bool
+	conns  map[net.Conn]struct{}
+}
+
+func startTCPProxy(t *testing.T, target string) *tcpProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) serve(c net.Conn) {
+	p.mu.Lock()
+	target, stall := p.target, p.stall
+	p.mu.Unlock()
+	if stall {
+		p.track(c)
+		return // accepted, never answered
+	}
+	u, err := net.Dial("tcp", target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.track(c)
+	p.track(u)
+	go func() { _, _ = io.Copy(u, c); u.Close() }()
+	_, _ = io.Copy(c, u)
+	c.Close()
+}
+
+func (p *tcpProxy) track(c net.Conn) {
+	p.mu.Lock()
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+}
+
+// cut closes every connection made so far.
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *tcpProxy) set(target string, stall bool) {
+	p.mu.Lock()
+	p.target, p.stall = target, stall
+	p.mu.Unlock()
+}
+
+// TestNFSReconnects: connections cut under the pool are replaced; a server
+// that restarts with new file handles (go-nfs keeps them in memory) is
+// mounted again; a stalled server is ErrUnavailable within the request
+// timeout and retries, and reads resume once it answers.
+func TestNFSReconnects(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string][]byte{}
+	for i := range 40 {
+		files["d/f"+strconv.Itoa(i)] = bytes.Repeat([]byte{byte(i)}, 10_000+i)
+	}
+	writeFiles(t, dir, files)
+	srv1 := testenv.StartGoNFS(t, dir, 4096)
+	px := startTCPProxy(t, srv1.Host)
+	b := openURL(t, "nfs://"+px.addr()+"/export?conns=4", backend.Options{
+		RequestTimeout: 500 * time.Millisecond,
+		Retry:          backend.RetryPolicy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond},
+	})
+	ctx := context.Background()
+	readAll := func(when string) {
+		t.Helper()
+		for p, want := range files {
+			buf := make([]byte, len(want))
+			if n, err := b.ReadAt(ctx, p, "", buf, 0); n != len(want) || (err != nil && err != io.EOF) || !bytes.Equal(buf, want) {
+				t.Fatalf("%s: ReadAt(%q) = %d, %v", when, p, n, err)
+			}
+		}
+	}
+	readAll("first")
+	px.cut()
+	readAll("after the connections were cut")
+
+	srv2 := testenv.StartGoNFS(t, dir, 4096) // new handles: the old ones are stale
+	px.set(srv2.Host, false)
+	px.cut()
+	readAll("after a server restart")
+	if _, err := b.List(ctx, "d"); err != nil {
+		t.Fatalf("List after a server restart: %v", err)
+	}
+
+	px.set(srv2.Host, true)
+	px.cut()
+	start := time.Now()
+	if _, err := b.Stat(ctx, "d/f1"); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Stat on a stalled server = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a stalled server took %v to fail (request timeout 500ms, 3 attempts)", d)
+	}
+	if backend.Retries(b) == 0 {
+		t.Error("no retries counted")
+	}
+	px.set(srv2.Host, false)
+	px.cut()
+	readAll("after the stall")
+}
+
+// TestNFSGaneshaErrors: the real server's refusals map to the sentinels: a
+// path it does not export, files and directories the URL's uid may not
+// read.
+func TestNFSGaneshaErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real server: not in -short mode")
+	}
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"open": []byte("anyone"), "secret": []byte("root only"), "private/x": []byte("x")})
+	if err := os.Chmod(filepath.Join(dir, "secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "private"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	g := testenv.StartGanesha(t, dir)
+	ctx := context.Background()
+
+	src, err := backend.Parse("nfs://" + g.Addr + "/not/exported")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backend.Open(ctx, src, backend.Options{}); !errors.Is(err, backend.ErrNotExist) && !errors.Is(err, backend.ErrPermission) {
+		t.Errorf("Open of a path the server does not export = %v, want ErrNotExist or ErrPermission", err)
+	} else {
+		t.Logf("Open of a path the server does not export: %v", err)
+	}
+
+	b := openURL(t, g.URL+"?uid=1000&gid=1000", backend.Options{})
+	buf := make([]byte, 64)
+	if n, err := b.ReadAt(ctx, "open", "", buf, 0); err != io.EOF || string(buf[:n]) != "anyone" {
+		t.Errorf("ReadAt(open) as uid 1000 = %q, %v", buf[:n], err)
+	}
+	if _, err := b.ReadAt(ctx, "secret", "", buf, 0); !errors.Is(err, backend.ErrPermission) {
+		t.Errorf("ReadAt(secret) as uid 1000 = %v, want ErrPermission", err)
+	}
+	if _, err := b.List(ctx, "private"); !errors.Is(err, backend.ErrPermission) {
+		t.Errorf("List(private) as uid 1000 = %v, want ErrPermission", err)
+	}
+	root := openURL(t, g.URL, backend.Options{}) // uid 0, No_Root_Squash
+	if n, err := root.ReadAt(ctx, "secret", "", buf, 0); err != io.EOF || string(buf[:n]) != "root only" {
+		t.Errorf("ReadAt(secret) as root = %q, %v", buf[:n], err)
+	}
+	if backend.Retries(b) != 0 || backend.Retries(root) != 0 {
+		t.Errorf("retries on refusals: %d, %d (refusals are not transient)", backend.Retries(b), backend.Retries(root))
+	}
+}
