@@ -34,14 +34,19 @@ const (
 	// MinNFSReadSize and MaxNFSReadSize bound the rsize option.
 	MinNFSReadSize = 4 << 10
 	MaxNFSReadSize = 16 << 20
-	// nfsHandleTTL is how long a path's file handle is reused without a
-	// new LOOKUP. Handles are persistent in NFSv3; the TTL bounds how long
-	// a path replaced by a rename keeps resolving to the file it replaced
-	// (which still serves its own bytes under its own version, never
-	// another version's).
-	nfsHandleTTL = time.Minute
-	// nfsHandleMax bounds the handle cache (it is emptied when full).
-	nfsHandleMax = 1 << 17
+	// nfsHandleTTL is how long a path's file handle is reused by ReadAt
+	// without a new LOOKUP (every List and Stat looks up afresh and
+	// refreshes it). Handles are persistent in NFSv3, and a read checks the
+	// version of the file it reads (the attributes in the READ reply), so a
+	// path replaced by a rename within the TTL serves the replaced file's
+	// bytes only to a caller that asks for that file's version, and
+	// ErrChanged to one that asks for the new one; a removed file's handle
+	// is stale and looked up again. The mount lists a directory again after
+	// an hour too.
+	nfsHandleTTL = time.Hour
+	// nfsHandleMax bounds the handle cache (~40 MB at most); when full, an
+	// eighth of it, picked at random, is dropped.
+	nfsHandleMax = 1 << 18
 )
 
 // NFSv3 error numbers beyond those go-nfs-client names.
@@ -569,6 +574,12 @@ func (b *nfsBackend) cached(p string) (nfsHandle, bool) {
 	return h, ok
 }
 
+func (b *nfsBackend) forget(p string) {
+	b.hmu.Lock()
+	delete(b.handles, p)
+	b.hmu.Unlock()
+}
+
 func (b *nfsBackend) remember(p string, fh []byte, typ uint32) {
 	if typ != nfsc.NF3Dir && typ != nfsc.NF3Reg {
 		return
@@ -576,7 +587,12 @@ func (b *nfsBackend) remember(p string, fh []byte, typ uint32) {
 	b.hmu.Lock()
 	defer b.hmu.Unlock()
 	if len(b.handles) >= nfsHandleMax {
-		clear(b.handles)
+		for k := range b.handles { // map order: random enough
+			delete(b.handles, k)
+			if len(b.handles) <= nfsHandleMax*7/8 {
+				break
+			}
+		}
 	}
 	b.handles[p] = nfsHandle{fh: fh, typ: typ, expires: time.Now().Add(nfsHandleTTL)}
 }
@@ -841,58 +857,30 @@ func (b *nfsBackend) ReadAt(ctx context.Context, p, version string, buf []byte, 
 	if off < 0 {
 		return 0, fmt.Errorf("nfs: read %q: negative offset %d", p, off)
 	}
-	b.mu.Lock()
-	rsize := b.rsize
-	b.mu.Unlock()
 	n := 0
 	err = b.do(ctx, "read", func(ctx context.Context, c *rpcConn, root []byte) error {
-		n = 0
-		var fh []byte
-		var typ uint32
-		if h, ok := b.cached(p); ok {
-			fh, typ = h.fh, h.typ
-		} else {
-			var a nfsc.Fattr
+		b.mu.Lock()
+		rsize := b.rsize // set by the mount, which do made
+		b.mu.Unlock()
+		h, cached := b.cached(p)
+		if cached {
 			var err error
-			if fh, err = b.resolve(ctx, c, root, p, &a); err != nil {
+			n, err = b.readHandle(ctx, c, h.fh, h.typ, version, buf, off, rsize)
+			var ce *errNFSChanged
+			if !errors.As(err, &ce) && !isStale(err) {
 				return err
 			}
-			typ = a.Type
+			// Another version (or a stale handle) through a cached
+			// handle: the path may name another file now. Look it up.
+			b.forget(p)
 		}
-		switch {
-		case typ == nfsc.NF3Dir:
-			return &nfsStatError{op: "read", stat: nfsc.NFS3ErrIsDir}
-		case typ != nfsc.NF3Reg:
-			return &nfsStatError{op: "read", stat: nfsc.NFS3ErrNoEnt}
+		var a nfsc.Fattr
+		fh, err := b.resolve(ctx, c, root, p, &a)
+		if err != nil {
+			return err
 		}
-		if rsize <= 0 {
-			rsize = MinNFSReadSize
-		}
-		for {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			want := min(len(buf)-n, rsize)
-			m, eof, a, attrSet, err := b.read(ctx, c, fh, off+int64(n), buf[n:n+want])
-			if err != nil {
-				return err
-			}
-			if version != "" {
-				if !attrSet {
-					if err := b.getattr(ctx, c, fh, &a); err != nil {
-						return err
-					}
-				}
-				if v := nfsVersion(&a); v != version {
-					n = 0
-					return &errNFSChanged{now: v}
-				}
-			}
-			n += m
-			if eof || n >= len(buf) || m == 0 {
-				return nil
-			}
-		}
+		n, err = b.readHandle(ctx, c, fh, a.Type, version, buf, off, rsize)
+		return err
 	})
 	if err != nil {
 		var ce *errNFSChanged
@@ -905,6 +893,44 @@ func (b *nfsBackend) ReadAt(ctx context.Context, p, version string, buf []byte, 
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// readHandle reads len(buf) bytes at off from the file fh of type typ, in
+// READs of up to rsize bytes, each reply's attributes checked against
+// version when it is not empty.
+func (b *nfsBackend) readHandle(ctx context.Context, c *rpcConn, fh []byte, typ uint32, version string, buf []byte, off int64, rsize int) (int, error) {
+	switch {
+	case typ == nfsc.NF3Dir:
+		return 0, &nfsStatError{op: "read", stat: nfsc.NFS3ErrIsDir}
+	case typ != nfsc.NF3Reg:
+		return 0, &nfsStatError{op: "read", stat: nfsc.NFS3ErrNoEnt}
+	}
+	rsize = max(rsize, MinNFSReadSize)
+	n := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		want := min(len(buf)-n, rsize)
+		m, eof, a, attrSet, err := b.read(ctx, c, fh, off+int64(n), buf[n:n+want])
+		if err != nil {
+			return 0, err
+		}
+		if version != "" {
+			if !attrSet {
+				if err := b.getattr(ctx, c, fh, &a); err != nil {
+					return 0, err
+				}
+			}
+			if v := nfsVersion(&a); v != version {
+				return 0, &errNFSChanged{now: v}
+			}
+		}
+		n += m
+		if eof || n >= len(buf) || m == 0 {
+			return n, nil
+		}
+	}
 }
 
 // read issues one READ of len(p) bytes at off into p and returns the bytes

@@ -399,3 +399,48 @@ func TestNFSGaneshaErrors(t *testing.T) {
 		t.Errorf("retries on refusals: %d, %d (refusals are not transient)", backend.Retries(b), backend.Retries(root))
 	}
 }
+
+// TestNFSGaneshaReplacedByRename: a file replaced by a rename while the old
+// one lives on (a hard link keeps it) is read through its new handle by a
+// caller that asks for the new version, though the old handle was cached;
+// a caller with the old version gets ErrChanged once the path names the
+// new file.
+func TestNFSGaneshaReplacedByRename(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real server: not in -short mode")
+	}
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"f": []byte("old bytes")})
+	g := testenv.StartGanesha(t, dir)
+	ctx := context.Background()
+	b := openURL(t, g.URL, backend.Options{})
+	other := openURL(t, g.URL, backend.Options{}) // its own handle cache
+	old, err := b.Stat(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, err := b.ReadAt(ctx, "f", old.Version, buf, 0); err != io.EOF || string(buf[:n]) != "old bytes" {
+		t.Fatalf("first read = %q, %v", buf[:n], err)
+	}
+	if err := os.Link(filepath.Join(dir, "f"), filepath.Join(dir, "keep")); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string][]byte{".new": []byte("new bytes!")})
+	if err := os.Rename(filepath.Join(dir, ".new"), filepath.Join(dir, "f")); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := other.Stat(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Version == old.Version {
+		t.Fatalf("version %q did not change with the rename", cur.Version)
+	}
+	if n, err := b.ReadAt(ctx, "f", cur.Version, buf, 0); err != io.EOF || string(buf[:n]) != "new bytes!" {
+		t.Fatalf("read of the new version through a cached handle = %q, %v; want the new bytes", buf[:n], err)
+	}
+	if _, err := b.ReadAt(ctx, "f", old.Version, buf, 0); !errors.Is(err, backend.ErrChanged) {
+		t.Fatalf("read of the old version after the rename = %v, want ErrChanged", err)
+	}
+}
