@@ -444,3 +444,42 @@ func TestNFSGaneshaReplacedByRename(t *testing.T) {
 		t.Fatalf("read of the old version after the rename = %v, want ErrChanged", err)
 	}
 }
+
+// TestMirrorNFSPosixConformance: an nfs replica (go-nfs) and a posix one
+// make a mirror that passes the suite, and its reads still succeed once
+// the nfs server is gone.
+func TestMirrorNFSPosixConformance(t *testing.T) {
+	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
+		a, b := t.TempDir(), t.TempDir()
+		writeFiles(t, a, files)
+		writeFiles(t, b, files)
+		m := openMirror(t, "mirror:"+goNFS(t, a)+","+b, backend.Options{})
+		mirrorModifiers.Store(m, func(t *testing.T, p string, data []byte) {
+			writeFiles(t, a, map[string][]byte{p: data})
+			writeFiles(t, b, map[string][]byte{p: data})
+		})
+		return m
+	}
+	backendtest.Run(t, mk, backendtest.WithModify(modifyMirror))
+
+	a, dir := t.TempDir(), t.TempDir()
+	files := map[string][]byte{"x/f": []byte("same bytes")}
+	writeFiles(t, a, files)
+	writeFiles(t, dir, files)
+	px := startTCPProxy(t, testenv.StartGoNFS(t, a, 1024).Host)
+	m := openMirror(t, "mirror:nfs://"+px.addr()+"/export,"+dir, backend.Options{
+		RequestTimeout: 300 * time.Millisecond,
+		Retry:          backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond},
+	})
+	ctx := context.Background()
+	e, err := m.Stat(ctx, "x/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.set("127.0.0.1:1", false) // nothing listens there: refused
+	px.cut()
+	buf := make([]byte, 32)
+	if n, err := m.ReadAt(ctx, "x/f", e.Version, buf, 0); err != io.EOF || string(buf[:n]) != "same bytes" {
+		t.Fatalf("read with the nfs replica down = %q, %v; want the posix replica's bytes", buf[:n], err)
+	}
+}
