@@ -68,7 +68,9 @@ const nfs3ErrJukebox = 10008
 //
 // Reads go over a pool of connections (Source.Conns), one call at a time
 // on each, READs of up to the server's rtmax (Source.ReadSize, 1 MiB by
-// default); a broken connection is replaced at its next use. Every READ
+// default); a ReadAt of several READs sends them at once over the idle
+// connections (a 4 MiB block of a large file: ~1.2–1.4× the sequential rate
+// from Ganesha here); a broken connection is replaced at its next use. Every READ
 // reply carries the file's attributes, so the version check costs no extra
 // call. Versions are "MTIMENANOS-SIZE-CTIMENANOS-FILEID", the posix format
 // with the server's fileid as the inode number.
@@ -906,6 +908,64 @@ func (b *nfsBackend) readHandle(ctx context.Context, c *rpcConn, fh []byte, typ 
 		return 0, &nfsStatError{op: "read", stat: nfsc.NFS3ErrNoEnt}
 	}
 	rsize = max(rsize, MinNFSReadSize)
+	if len(buf) <= rsize {
+		return b.readSeq(ctx, c, fh, version, buf, off, rsize)
+	}
+	// A read of several READs: its chunks go out at once over the idle
+	// connections of the pool (never waiting for a busy one, so readers
+	// cannot deadlock each other), the rest one after the other on c.
+	b.mu.Lock()
+	pool := b.pool
+	b.mu.Unlock()
+	nchunks := (len(buf) + rsize - 1) / rsize
+	type result struct {
+		n   int
+		err error
+	}
+	res := make([]result, nchunks)
+	chunk := func(i int) []byte { return buf[i*rsize : min(len(buf), (i+1)*rsize)] }
+	var wg sync.WaitGroup
+	var mine []int
+	for i := range nchunks {
+		var hc *rpcConn
+		if i > 0 && pool != nil {
+			hc = pool.tryGet(ctx)
+		}
+		if hc == nil {
+			mine = append(mine, i)
+			continue
+		}
+		wg.Go(func() {
+			defer pool.put(hc)
+			n, err := b.readSeq(ctx, hc, fh, version, chunk(i), off+int64(i*rsize), rsize)
+			res[i] = result{n, err}
+		})
+	}
+	for _, i := range mine {
+		n, err := b.readSeq(ctx, c, fh, version, chunk(i), off+int64(i*rsize), rsize)
+		res[i] = result{n, err}
+		if err != nil {
+			break
+		}
+	}
+	wg.Wait()
+	n := 0
+	for i, r := range res {
+		if r.err != nil {
+			return 0, r.err
+		}
+		n += r.n
+		if r.n < len(chunk(i)) {
+			break // the file ends here
+		}
+	}
+	return n, nil
+}
+
+// readSeq reads buf at off from fh in READs of up to rsize bytes, one after
+// the other on c, each reply's attributes checked against version when it
+// is not empty. It stops at the end of the file.
+func (b *nfsBackend) readSeq(ctx context.Context, c *rpcConn, fh []byte, version string, buf []byte, off int64, rsize int) (int, error) {
 	n := 0
 	for {
 		if err := ctx.Err(); err != nil {

@@ -290,6 +290,13 @@ func (p *rpcPool) get(ctx context.Context) (*rpcConn, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	return p.take(ctx, c)
+}
+
+// take turns the content of a slot the caller took into a connection:
+// c itself, or a new one for an empty slot (the slot is given back when
+// the dial fails).
+func (p *rpcPool) take(ctx context.Context, c *rpcConn) (*rpcConn, error) {
 	if c != nil {
 		c.reused = true
 		return c, nil
@@ -310,6 +317,24 @@ func (p *rpcPool) get(ctx context.Context) (*rpcConn, error) {
 	p.live[c] = struct{}{}
 	p.mu.Unlock()
 	return c, nil
+}
+
+// tryGet returns an idle connection, dialing one for an empty slot, or nil
+// at once when every slot is in use (or the dial fails).
+func (p *rpcPool) tryGet(ctx context.Context) *rpcConn {
+	if p.closed.Load() {
+		return nil
+	}
+	select {
+	case c := <-p.slots:
+		c, err := p.take(ctx, c)
+		if err != nil {
+			return nil
+		}
+		return c
+	default:
+		return nil
+	}
 }
 
 // put returns c to the pool; a broken c is closed and its slot emptied.

@@ -69,6 +69,15 @@ func TestNFSSmallReadsOneConn(t *testing.T) {
 	backendtest.Run(t, mk, backendtest.WithModify(modify))
 }
 
+// TestNFSChunkedReads: a ReadAt of many READs spreads its chunks over the
+// idle connections (4 here), each checked against the version.
+func TestNFSChunkedReads(t *testing.T) {
+	mk, modify := nfsDirMaker(func(t *testing.T, dir string) string {
+		return goNFS(t, dir) + "?conns=4&rsize=4096"
+	}, backend.Options{})
+	backendtest.Run(t, mk, backendtest.WithModify(modify))
+}
+
 func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string][]byte{"a": []byte("a"), "sub/b": []byte("b")})
