@@ -162,7 +162,7 @@ func openNFS(ctx context.Context, src Source, opts Options) (Backend, error) {
 		host:      host,
 		log:       opts.Logger.With(slog.String("backend", "nfs"), slog.String("server", src.Host), slog.String("export", src.Path)),
 		retry:     &retrier{policy: opts.Retry, log: opts.Logger},
-		auth:      rpc.NewAuthUnix(machine, src.UID, src.GID).Auth(),
+		auth:      authUnix(machine, src.UID, src.GID),
 		timeout:   opts.RequestTimeout,
 		conns:     conns,
 		wantRSize: rsize,
@@ -179,6 +179,17 @@ func openNFS(ctx context.Context, src Source, opts Options) (Backend, error) {
 		return nil, b.mapErr("open", "", err)
 	}
 	return b, nil
+}
+
+// authUnix is the AUTH_UNIX credential of uid and gid, with gid as the one
+// supplementary group. (go-nfs-client's NewAuthUnix lists group 0 there,
+// which would claim the root group for any uid.)
+func authUnix(machine string, uid, gid uint32) rpc.Auth {
+	if len(machine) > 255 {
+		machine = machine[:255]
+	}
+	a := rpc.AuthUnix{Stamp: uint32(time.Now().Unix()), Machinename: machine, Uid: uid, Gid: gid, GidLen: 1, Gids: gid}
+	return a.Auth()
 }
 
 func (b *nfsBackend) ID() string { return b.id }

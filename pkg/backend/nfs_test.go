@@ -376,6 +376,15 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	if err := os.Chmod(filepath.Join(dir, "private"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// Readable by the root group only: a uid that is not root must not
+	// claim that group.
+	writeFiles(t, dir, map[string][]byte{"group0": []byte("root group")})
+	if err := os.Chmod(filepath.Join(dir, "group0"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dir, "group0"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	g := testenv.StartGanesha(t, dir)
 	ctx := context.Background()
 
@@ -396,6 +405,13 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	}
 	if _, err := b.ReadAt(ctx, "secret", "", buf, 0); !errors.Is(err, backend.ErrPermission) {
 		t.Errorf("ReadAt(secret) as uid 1000 = %v, want ErrPermission", err)
+	}
+	if _, err := b.ReadAt(ctx, "group0", "", buf, 0); !errors.Is(err, backend.ErrPermission) {
+		t.Errorf("ReadAt(group0) as uid 1000 gid 1000 = %v, want ErrPermission (no supplementary group 0)", err)
+	}
+	gid0 := openURL(t, g.URL+"?uid=1000&gid=0", backend.Options{})
+	if n, err := gid0.ReadAt(ctx, "group0", "", buf, 0); err != io.EOF || string(buf[:n]) != "root group" {
+		t.Errorf("ReadAt(group0) as uid 1000 gid 0 = %q, %v", buf[:n], err)
 	}
 	if _, err := b.List(ctx, "private"); !errors.Is(err, backend.ErrPermission) {
 		t.Errorf("List(private) as uid 1000 = %v, want ErrPermission", err)
