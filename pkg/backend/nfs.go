@@ -726,7 +726,8 @@ func (b *nfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 		}
 		var cookie uint64
 		var verf [8]byte
-		for page := 0; ; page++ {
+		prevCookie := cookie
+		for {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -794,6 +795,12 @@ func (b *nfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 			if eof {
 				break
 			}
+			if cookie == prevCookie {
+				// A page that moved nothing on and is not the last: a
+				// broken server; do not loop forever.
+				return fmt.Errorf("%w: READDIRPLUS made no progress (cookie %d)", errTransport, cookie)
+			}
+			prevCookie = cookie
 		}
 		// Entries the server sent without attributes (or handles): LOOKUP.
 		for i := range kids {

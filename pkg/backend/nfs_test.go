@@ -508,3 +508,36 @@ func TestMirrorNFSPosixConformance(t *testing.T) {
 		t.Fatalf("read with the nfs replica down = %q, %v; want the posix replica's bytes", buf[:n], err)
 	}
 }
+
+// TestNFSLargeDirectory lists a directory of many pages of READDIRPLUS,
+// on go-nfs and on Ganesha.
+func TestNFSLargeDirectory(t *testing.T) {
+	dir := t.TempDir()
+	const n = 4000 // over 3,000 entries fill a 512 KiB page
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, "file-with-a-longish-name-"+strconv.Itoa(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	urls := []string{testenv.StartGoNFS(t, dir, 2*n).URL}
+	if !testing.Short() {
+		urls = append(urls, testenv.StartGanesha(t, dir).URL)
+	}
+	for _, u := range urls {
+		b := openURL(t, u, backend.Options{})
+		start := time.Now()
+		es, err := b.List(context.Background(), "")
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		t.Logf("%s: listed %d entries in %v", u, len(es), time.Since(start))
+		if len(es) != n {
+			t.Fatalf("%s: %d entries, want %d", u, len(es), n)
+		}
+		for i := 1; i < len(es); i++ {
+			if es[i-1].Name >= es[i].Name {
+				t.Fatalf("%s: not sorted at %d: %q, %q", u, i, es[i-1].Name, es[i].Name)
+			}
+		}
+	}
+}
