@@ -204,6 +204,12 @@ func (b *nfsBackend) Close() error {
 	return nil
 }
 
+func (b *nfsBackend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
 // Retries implements RetryCounter.
 func (b *nfsBackend) Retries() int64 { return b.retry.retries.Load() }
 
@@ -497,6 +503,9 @@ func (b *nfsBackend) do(ctx context.Context, op string, fn func(ctx context.Cont
 			}
 			var c *rpcConn
 			if c, err = pool.get(ctx); err != nil {
+				if errors.Is(err, errPoolClosed) && !b.isClosed() {
+					continue // replaced by a mount at another NFS port
+				}
 				return err
 			}
 			err = fn(ctx, c, root)
