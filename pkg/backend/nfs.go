@@ -294,18 +294,25 @@ func (b *nfsBackend) findPorts(ctx context.Context) (nfsAddr, mountAddr string, 
 	if nfsAddr != "" && mountAddr != "" {
 		return nfsAddr, mountAddr, nil
 	}
+	var probeErr error
 	if nfsAddr != "" {
 		// Try MOUNT on the NFS port first: a single-port server answers.
-		if ok, err := b.probeProgram(ctx, nfsAddr, nfsc.MountProg, nfsc.MountVers); err != nil {
-			return "", "", err
-		} else if ok {
+		ok, err := b.probeProgram(ctx, nfsAddr, nfsc.MountProg, nfsc.MountVers)
+		if ok {
 			return nfsAddr, nfsAddr, nil
 		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return "", "", ctxErr
+		}
+		probeErr = err // a server that drops the call: ask the portmapper
 	}
 	pmAddr := net.JoinHostPort(b.host, strconv.Itoa(rpc.PmapPort))
 	if mountAddr == "" {
 		p, err := b.getport(ctx, pmAddr, nfsc.MountProg, nfsc.MountVers)
 		if err != nil {
+			if probeErr != nil {
+				err = errors.Join(fmt.Errorf("MOUNT on %s: %w", nfsAddr, probeErr), err)
+			}
 			return "", "", fmt.Errorf("finding the MOUNT port through the portmapper at %s (or give ?mountport=N): %w", pmAddr, err)
 		}
 		if p == 0 {

@@ -398,6 +398,15 @@ func TestNFSGaneshaErrors(t *testing.T) {
 		t.Logf("Open of a path the server does not export: %v", err)
 	}
 
+	// The ports named in the URL: NFS only (MOUNT on 2049 or through the
+	// portmapper), and both.
+	for _, u := range []string{"nfs://" + g.Addr + ":2049" + g.Export, "nfs://" + g.Addr + ":2049" + g.Export + "?mountport=20048"} {
+		pb := openURL(t, u, backend.Options{})
+		if _, err := pb.Stat(ctx, "open"); err != nil {
+			t.Errorf("%s: Stat: %v", u, err)
+		}
+	}
+
 	b := openURL(t, g.URL+"?uid=1000&gid=1000", backend.Options{})
 	buf := make([]byte, 64)
 	if n, err := b.ReadAt(ctx, "open", "", buf, 0); err != io.EOF || string(buf[:n]) != "anyone" {
