@@ -37,6 +37,10 @@ SOURCE is one of:
                                    AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
                                    AWS_SESSION_TOKEN, the shared credentials
                                    file, or IAM
+  nfs://host[:port]/export/path?uid=N&gid=N
+                                   NFSv3 without a kernel NFS client (options:
+                                   uid, gid, mountport, conns, rsize)
+  mirror:URL1,URL2                 the same dataset in several places
 
 --credentials-fd N reads KEY=VALUE lines (AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, optional AWS_SESSION_TOKEN; at most 16 KiB) from the
