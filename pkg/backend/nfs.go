@@ -69,11 +69,12 @@ const nfs3ErrJukebox = 10008
 // Reads go over a pool of connections (Source.Conns), one call at a time
 // on each, READs of up to the server's rtmax (Source.ReadSize, 1 MiB by
 // default); a ReadAt of several READs sends them at once over the idle
-// connections (a 4 MiB block of a large file: ~1.2–1.4× the sequential rate
-// from Ganesha here); a broken connection is replaced at its next use. Every READ
-// reply carries the file's attributes, so the version check costs no extra
-// call. Versions are "MTIMENANOS-SIZE-CTIMENANOS-FILEID", the posix format
-// with the server's fileid as the inode number.
+// connections (a 4 MiB block of a large file: ~1.2–1.4× the sequential
+// rate from Ganesha here); a broken connection is replaced at its next
+// use. Every READ reply carries the file's attributes, so the version
+// check costs no extra call. Versions are
+// "MTIMENANOS-SIZE-CTIMENANOS-FILEID", the posix format with the server's
+// fileid as the inode number.
 //
 // Fields are immutable after openNFS except the guarded root handle, the
 // handle cache and the atomic counters.
