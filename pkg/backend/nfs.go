@@ -463,7 +463,7 @@ func (b *nfsBackend) mapErr(op, p string, err error) error {
 		}
 	}
 	var re *rpcError
-	if errors.As(err, &re) && strings.Contains(re.msg, "authentication") {
+	if errors.As(err, &re) && re.auth {
 		return fmt.Errorf("%s: %w (%v)", prefix, ErrPermission, err)
 	}
 	return fmt.Errorf("%s: %w", prefix, err)

@@ -42,6 +42,8 @@ type rpcError struct {
 	progUnavail bool
 	// transient: SYSTEM_ERR, worth a retry.
 	transient bool
+	// auth: the server refused the credential (AUTH_ERROR).
+	auth bool
 }
 
 func (e *rpcError) Error() string { return "rpc: " + e.msg }
@@ -182,7 +184,7 @@ func (c *rpcConn) call(ctx context.Context, timeout time.Duration, auth rpc.Auth
 			var why [2]uint32
 			_ = binary.Read(r, binary.BigEndian, &why)
 			if why[0] == 1 {
-				return &rpcError{msg: "authentication error " + strconv.Itoa(int(why[1])) + " (check the uid and gid options and the export's security settings)"}
+				return &rpcError{msg: "authentication error " + strconv.Itoa(int(why[1])) + " (check the uid and gid options and the export's security settings)", auth: true}
 			}
 			return &rpcError{msg: "RPC version mismatch"}
 		}
