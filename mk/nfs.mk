@@ -10,3 +10,10 @@ nfs-deps:
 ## nfs-sweep: stop NFS-Ganesha test servers (and their network namespaces) whose test process is gone.
 nfs-sweep:
 	bash scripts/nfs-server.sh sweep
+
+.PHONY: bench-nfs
+## bench-nfs: cold epoch through a mount of nfs:// vs the nfs backend read directly, same readers, NFS-Ganesha in its
+## namespace (root; BENCH_ARGS e.g. '-rounds 5 -files 4000'); the table goes in bench/RESULTS.md by hand.
+bench-nfs: build nfs-deps
+	$(GO) build -o bin/bench-nfs ./bench/nfs
+	bin/bench-nfs -cachefs bin/cachefs $(BENCH_ARGS)

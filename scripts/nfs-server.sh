@@ -70,15 +70,21 @@ start() { # EXPORT_DIR OWNER_PID
   export=$(cd "$export" && pwd -P)
   command -v ganesha.nfsd >/dev/null && command -v rpcbind >/dev/null || die "ganesha.nfsd or rpcbind missing: run scripts/nfs-deps.sh (make nfs-deps)"
   [ "$(id -u)" = 0 ] || die "needs root (network namespace, veth pair)"
+  mkdir -p "$STATE_ROOT"
+  # One start at a time on this machine picks an address and creates its
+  # links (tests of several packages start servers in parallel).
+  exec 9>"$STATE_ROOT/.lock"
+  flock 9
   sweep
-  local rnd name dir hveth nveth net hostip nsip
+  local rnd name dir hveth nveth hostip nsip
   # A /30 in 10.250.0.0/16 that no interface of the host uses yet.
-  for _ in $(seq 20); do
+  for _ in $(seq 50); do
     rnd=$((RANDOM % 16384))
-    net="10.250.$((rnd / 64)).$(((rnd % 64) * 4))"
     hostip="10.250.$((rnd / 64)).$(((rnd % 64) * 4 + 1))"
     nsip="10.250.$((rnd / 64)).$(((rnd % 64) * 4 + 2))"
-    ip -4 addr show | grep -q "inet ${net%.*}\.$(((rnd % 64) * 4 + 1))/\|inet $nsip/" || break
+    if ! ip -4 addr show | grep -q "inet $hostip/\|inet $nsip/" && ! ip link show "enfs$rnd" >/dev/null 2>&1; then
+      break
+    fi
   done
   name=$PREFIX-$owner-$rnd
   hveth=enfs$rnd
@@ -95,6 +101,7 @@ start() { # EXPORT_DIR OWNER_PID
   ip netns exec "$name" ip link set lo up
   ip netns exec "$name" ip addr add "$nsip/30" dev "$nveth"
   ip netns exec "$name" ip link set "$nveth" up
+  flock -u 9
 
   cat > "$dir/ganesha.conf" <<EOF
 NFS_CORE_PARAM {
@@ -150,7 +157,7 @@ EOF
     ganesha.nfsd -F -f "$dir/ganesha.conf" -L "$dir/ganesha.log" -p "$dir/ganesha.pidfile" > "$dir/ganesha.stdout" 2>&1 &
     echo $! > "$dir/ganesha.pid"
     wait
-  ' wrapper "$dir" </dev/null >"$dir/wrapper.log" 2>&1 &
+  ' wrapper "$dir" </dev/null >"$dir/wrapper.log" 2>&1 9>&- &
   echo $! > "$dir/wrapper.pid"
   # Ready when the portmapper knows MOUNT and NFS over TCP, seen from the host.
   local ok=

@@ -67,7 +67,23 @@ func TestMountBinaryNFSGoNFS(t *testing.T) {
 	runE2E(t, srv.URL+"?conns=8", files, nil)
 }
 
-func runE2E(t *testing.T, src string, files []datagen.File, env []string) {
+// TestMountBinaryNFSManifest: `cachefs index` of an nfs:// source, then a
+// mount from that manifest (no listing: the backend opens lazily and
+// mounts the export at the first read).
+func TestMountBinaryNFSManifest(t *testing.T) {
+	testenv.RequireFUSE(t)
+	dir, files := testenv.WriteDataset(t, spec)
+	srv := testenv.StartGoNFS(t, dir, 2*len(files)+1000)
+	bin := testenv.GoBuild(t, "./cmd/cachefs")
+	man := filepath.Join(t.TempDir(), "manifest")
+	if out, err := exec.Command(bin, "index", srv.URL, "-o", man).CombinedOutput(); err != nil {
+		t.Fatalf("cachefs index: %v\n%s", err, out)
+	}
+	runE2E(t, srv.URL, files, nil, "--manifest", man)
+}
+
+// runE2E mounts src with extra mount flags and checks three epochs.
+func runE2E(t *testing.T, src string, files []datagen.File, env []string, extra ...string) {
 	bin := testenv.GoBuild(t, "./cmd/cachefs")
 	total := datagen.TotalSize(files)
 	capacity := total / 2
@@ -75,8 +91,8 @@ func runE2E(t *testing.T, src string, files []datagen.File, env []string) {
 	port := testenv.FreePort(t)
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 
-	cmd := exec.Command(bin, "mount", src, mnt, "--cache-dir", cacheDir,
-		"--cache-size", strconv.FormatInt(capacity, 10), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port))
+	cmd := exec.Command(bin, append([]string{"mount", src, mnt, "--cache-dir", cacheDir,
+		"--cache-size", strconv.FormatInt(capacity, 10), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

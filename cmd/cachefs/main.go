@@ -62,7 +62,7 @@ func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cachefs",
 		Short: "EpochFS: read-only training datasets through a no-replacement (NR) node cache",
-		Long: `cachefs mounts a read-only dataset (a local path or s3://bucket/prefix) through
+		Long: `cachefs mounts a read-only dataset (a local path, s3://bucket/prefix or nfs://host/export) through
 a node-local cache with the NR (no-replacement) policy: files are admitted until
 the cache is full and never evicted, so every epoch after the first hits exactly
 cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,

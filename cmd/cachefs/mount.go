@@ -42,8 +42,9 @@ SOURCE is one of:
                                    made with 'make build-ceph', as in the
                                    image); key from --credentials-fd, else the
                                    keyring of CEPH_CONF / CEPH_KEYRING
-  nfs://host[:port]/export/path    NFSv3 through a built-in client (no kernel
-                                   NFS client needed)
+  nfs://host[:port]/export/path?uid=N&gid=N
+                                   NFSv3 without a kernel NFS client (options:
+                                   uid, gid, mountport, conns, rsize)
   mirror:URL1,URL2[,...]           the same dataset in several places
 
 --credentials-fd N reads KEY=VALUE lines (AWS_ACCESS_KEY_ID,

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"net"
+	"sync"
 	"testing"
 
 	"github.com/go-git/go-billy/v5/osfs"
@@ -22,6 +23,9 @@ type GoNFS struct {
 	URL string
 }
 
+// quietGoNFS sets go-nfs's package-wide log level once, before any server.
+var quietGoNFS sync.Once
+
 // StartGoNFS serves dir over NFSv3 on a free 127.0.0.1 port until the end
 // of the test. handles bounds the server's file handle cache: give it more
 // than the number of files and directories a test reaches, since a handle
@@ -32,7 +36,7 @@ func StartGoNFS(t testing.TB, dir string, handles int) *GoNFS {
 	if err != nil {
 		t.Fatalf("testenv: go-nfs listen: %v", err)
 	}
-	gonfs.Log.SetLevel(gonfs.ErrorLevel)
+	quietGoNFS.Do(func() { gonfs.Log.SetLevel(gonfs.ErrorLevel) })
 	handler := nfshelper.NewCachingHandler(nfshelper.NewNullAuthHandler(osfs.New(dir)), max(handles, 1024))
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &gonfs.Server{Handler: handler, Context: ctx}

@@ -67,7 +67,8 @@ type Entry struct {
 	// Version identifies the content: the ETag (unquoted) for S3,
 	// "MTIMENANOS-SIZE-CTIMENANOS-INO" for posix and
 	// "MTIMENANOS-SIZE-CTIMENANOS-FILEID" for nfs (from the server's
-	// attributes), "REPLICA:SIZE:VERSION" for a mirror. Equal versions mean equal bytes. Empty for directories.
+	// attributes), "REPLICA:SIZE:VERSION" for a mirror. Equal versions
+	// mean equal bytes. Empty for directories.
 	Version string
 }
 

@@ -42,6 +42,8 @@ type rpcError struct {
 	progUnavail bool
 	// transient: SYSTEM_ERR, worth a retry.
 	transient bool
+	// auth: the server refused the credential (AUTH_ERROR).
+	auth bool
 }
 
 func (e *rpcError) Error() string { return "rpc: " + e.msg }
@@ -182,7 +184,7 @@ func (c *rpcConn) call(ctx context.Context, timeout time.Duration, auth rpc.Auth
 			var why [2]uint32
 			_ = binary.Read(r, binary.BigEndian, &why)
 			if why[0] == 1 {
-				return &rpcError{msg: "authentication error " + strconv.Itoa(int(why[1])) + " (check the uid and gid options and the export's security settings)"}
+				return &rpcError{msg: "authentication error " + strconv.Itoa(int(why[1])) + " (check the uid and gid options and the export's security settings)", auth: true}
 			}
 			return &rpcError{msg: "RPC version mismatch"}
 		}
@@ -290,6 +292,13 @@ func (p *rpcPool) get(ctx context.Context) (*rpcConn, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	return p.take(ctx, c)
+}
+
+// take turns the content of a slot the caller took into a connection:
+// c itself, or a new one for an empty slot (the slot is given back when
+// the dial fails).
+func (p *rpcPool) take(ctx context.Context, c *rpcConn) (*rpcConn, error) {
 	if c != nil {
 		c.reused = true
 		return c, nil
@@ -310,6 +319,24 @@ func (p *rpcPool) get(ctx context.Context) (*rpcConn, error) {
 	p.live[c] = struct{}{}
 	p.mu.Unlock()
 	return c, nil
+}
+
+// tryGet returns an idle connection, dialing one for an empty slot, or nil
+// at once when every slot is in use (or the dial fails).
+func (p *rpcPool) tryGet(ctx context.Context) *rpcConn {
+	if p.closed.Load() {
+		return nil
+	}
+	select {
+	case c := <-p.slots:
+		c, err := p.take(ctx, c)
+		if err != nil {
+			return nil
+		}
+		return c
+	default:
+		return nil
+	}
 }
 
 // put returns c to the pool; a broken c is closed and its slot emptied.

@@ -69,6 +69,15 @@ func TestNFSSmallReadsOneConn(t *testing.T) {
 	backendtest.Run(t, mk, backendtest.WithModify(modify))
 }
 
+// TestNFSChunkedReads: a ReadAt of many READs spreads its chunks over the
+// idle connections (4 here), each checked against the version.
+func TestNFSChunkedReads(t *testing.T) {
+	mk, modify := nfsDirMaker(func(t *testing.T, dir string) string {
+		return goNFS(t, dir) + "?conns=4&rsize=4096"
+	}, backend.Options{})
+	backendtest.Run(t, mk, backendtest.WithModify(modify))
+}
+
 func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string][]byte{"a": []byte("a"), "sub/b": []byte("b")})
@@ -367,6 +376,15 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	if err := os.Chmod(filepath.Join(dir, "private"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// Readable by the root group only: a uid that is not root must not
+	// claim that group.
+	writeFiles(t, dir, map[string][]byte{"group0": []byte("root group")})
+	if err := os.Chmod(filepath.Join(dir, "group0"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dir, "group0"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	g := testenv.StartGanesha(t, dir)
 	ctx := context.Background()
 
@@ -380,6 +398,15 @@ func TestNFSGaneshaErrors(t *testing.T) {
 		t.Logf("Open of a path the server does not export: %v", err)
 	}
 
+	// The ports named in the URL: NFS only (MOUNT on 2049 or through the
+	// portmapper), and both.
+	for _, u := range []string{"nfs://" + g.Addr + ":2049" + g.Export, "nfs://" + g.Addr + ":2049" + g.Export + "?mountport=20048"} {
+		pb := openURL(t, u, backend.Options{})
+		if _, err := pb.Stat(ctx, "open"); err != nil {
+			t.Errorf("%s: Stat: %v", u, err)
+		}
+	}
+
 	b := openURL(t, g.URL+"?uid=1000&gid=1000", backend.Options{})
 	buf := make([]byte, 64)
 	if n, err := b.ReadAt(ctx, "open", "", buf, 0); err != io.EOF || string(buf[:n]) != "anyone" {
@@ -387,6 +414,13 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	}
 	if _, err := b.ReadAt(ctx, "secret", "", buf, 0); !errors.Is(err, backend.ErrPermission) {
 		t.Errorf("ReadAt(secret) as uid 1000 = %v, want ErrPermission", err)
+	}
+	if _, err := b.ReadAt(ctx, "group0", "", buf, 0); !errors.Is(err, backend.ErrPermission) {
+		t.Errorf("ReadAt(group0) as uid 1000 gid 1000 = %v, want ErrPermission (no supplementary group 0)", err)
+	}
+	gid0 := openURL(t, g.URL+"?uid=1000&gid=0", backend.Options{})
+	if n, err := gid0.ReadAt(ctx, "group0", "", buf, 0); err != io.EOF || string(buf[:n]) != "root group" {
+		t.Errorf("ReadAt(group0) as uid 1000 gid 0 = %q, %v", buf[:n], err)
 	}
 	if _, err := b.List(ctx, "private"); !errors.Is(err, backend.ErrPermission) {
 		t.Errorf("List(private) as uid 1000 = %v, want ErrPermission", err)
@@ -397,5 +431,122 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	}
 	if backend.Retries(b) != 0 || backend.Retries(root) != 0 {
 		t.Errorf("retries on refusals: %d, %d (refusals are not transient)", backend.Retries(b), backend.Retries(root))
+	}
+}
+
+// TestNFSGaneshaReplacedByRename: a file replaced by a rename while the old
+// one lives on (a hard link keeps it) is read through its new handle by a
+// caller that asks for the new version, though the old handle was cached;
+// a caller with the old version gets ErrChanged once the path names the
+// new file.
+func TestNFSGaneshaReplacedByRename(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real server: not in -short mode")
+	}
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"f": []byte("old bytes")})
+	g := testenv.StartGanesha(t, dir)
+	ctx := context.Background()
+	b := openURL(t, g.URL, backend.Options{})
+	other := openURL(t, g.URL, backend.Options{}) // its own handle cache
+	old, err := b.Stat(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, err := b.ReadAt(ctx, "f", old.Version, buf, 0); err != io.EOF || string(buf[:n]) != "old bytes" {
+		t.Fatalf("first read = %q, %v", buf[:n], err)
+	}
+	if err := os.Link(filepath.Join(dir, "f"), filepath.Join(dir, "keep")); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string][]byte{".new": []byte("new bytes!")})
+	if err := os.Rename(filepath.Join(dir, ".new"), filepath.Join(dir, "f")); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := other.Stat(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Version == old.Version {
+		t.Fatalf("version %q did not change with the rename", cur.Version)
+	}
+	if n, err := b.ReadAt(ctx, "f", cur.Version, buf, 0); err != io.EOF || string(buf[:n]) != "new bytes!" {
+		t.Fatalf("read of the new version through a cached handle = %q, %v; want the new bytes", buf[:n], err)
+	}
+	if _, err := b.ReadAt(ctx, "f", old.Version, buf, 0); !errors.Is(err, backend.ErrChanged) {
+		t.Fatalf("read of the old version after the rename = %v, want ErrChanged", err)
+	}
+}
+
+// TestMirrorNFSPosixConformance: an nfs replica (go-nfs) and a posix one
+// make a mirror that passes the suite, and its reads still succeed once
+// the nfs server is gone.
+func TestMirrorNFSPosixConformance(t *testing.T) {
+	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
+		a, b := t.TempDir(), t.TempDir()
+		writeFiles(t, a, files)
+		writeFiles(t, b, files)
+		m := openMirror(t, "mirror:"+goNFS(t, a)+","+b, backend.Options{})
+		mirrorModifiers.Store(m, func(t *testing.T, p string, data []byte) {
+			writeFiles(t, a, map[string][]byte{p: data})
+			writeFiles(t, b, map[string][]byte{p: data})
+		})
+		return m
+	}
+	backendtest.Run(t, mk, backendtest.WithModify(modifyMirror))
+
+	a, dir := t.TempDir(), t.TempDir()
+	files := map[string][]byte{"x/f": []byte("same bytes")}
+	writeFiles(t, a, files)
+	writeFiles(t, dir, files)
+	px := startTCPProxy(t, testenv.StartGoNFS(t, a, 1024).Host)
+	m := openMirror(t, "mirror:nfs://"+px.addr()+"/export,"+dir, backend.Options{
+		RequestTimeout: 300 * time.Millisecond,
+		Retry:          backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond},
+	})
+	ctx := context.Background()
+	e, err := m.Stat(ctx, "x/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.set("127.0.0.1:1", false) // nothing listens there: refused
+	px.cut()
+	buf := make([]byte, 32)
+	if n, err := m.ReadAt(ctx, "x/f", e.Version, buf, 0); err != io.EOF || string(buf[:n]) != "same bytes" {
+		t.Fatalf("read with the nfs replica down = %q, %v; want the posix replica's bytes", buf[:n], err)
+	}
+}
+
+// TestNFSLargeDirectory lists a directory of many pages of READDIRPLUS,
+// on go-nfs and on Ganesha.
+func TestNFSLargeDirectory(t *testing.T) {
+	dir := t.TempDir()
+	const n = 4000 // over 3,000 entries fill a 512 KiB page
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(dir, "file-with-a-longish-name-"+strconv.Itoa(i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	urls := []string{testenv.StartGoNFS(t, dir, 2*n).URL}
+	if !testing.Short() {
+		urls = append(urls, testenv.StartGanesha(t, dir).URL)
+	}
+	for _, u := range urls {
+		b := openURL(t, u, backend.Options{})
+		start := time.Now()
+		es, err := b.List(context.Background(), "")
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		t.Logf("%s: listed %d entries in %v", u, len(es), time.Since(start))
+		if len(es) != n {
+			t.Fatalf("%s: %d entries, want %d", u, len(es), n)
+		}
+		for i := 1; i < len(es); i++ {
+			if es[i-1].Name >= es[i].Name {
+				t.Fatalf("%s: not sorted at %d: %q, %q", u, i, es[i-1].Name, es[i].Name)
+			}
+		}
 	}
 }
