@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,11 +29,10 @@ const (
 	// (never less than mirrorHedgeMin) is sent to the next replica as well
 	// (hedged); the first good answer wins. Until a replica has
 	// mirrorMinSamples reads in its window of the last mirrorWindow, the
-	// hedge waits mirrorHedgeUnmeasured.
-	mirrorHedgeMin        = 20 * time.Millisecond
-	mirrorHedgeUnmeasured = 100 * time.Millisecond
-	mirrorWindow          = 128
-	mirrorMinSamples      = 16
+	// hedge waits twice its moving average (at least mirrorHedgeMin).
+	mirrorHedgeMin   = 20 * time.Millisecond
+	mirrorWindow     = 128
+	mirrorMinSamples = 16
 )
 
 // mirrorBuckets are the upper bounds, in seconds, of the per-replica read
@@ -95,8 +95,14 @@ type replica struct {
 	b     Backend
 	index int
 	name  string // the replica's source URL (no credentials)
+	kind  Kind
+
+	// Reads with another replica's version that this one took as its own
+	// (versionsSame) or answered with ErrChanged (versionsDiffer).
+	versionsSame, versionsDiffer atomic.Int64
 
 	ewma      atomic.Int64 // moving average latency, ns; 0 = unmeasured
+	probing   atomic.Int32 // reads under way while unmeasured
 	failures  atomic.Int64 // consecutive failures
 	downUntil atomic.Int64 // unix ns; tried last until then
 
@@ -131,13 +137,14 @@ func (w *latencyWindow) add(d time.Duration) {
 	w.p95.Store(int64(s[(k*95+99)/100-1]))
 }
 
-// hedgeDelay is how long a read from r may run before it is hedged.
+// hedgeDelay is how long a read from r may run before it is hedged: its
+// recent p95; before it has enough reads for one, twice its moving
+// average; never less than mirrorHedgeMin.
 func (r *replica) hedgeDelay() time.Duration {
-	p := time.Duration(r.lat.p95.Load())
-	if p == 0 {
-		return mirrorHedgeUnmeasured
+	if p := time.Duration(r.lat.p95.Load()); p > 0 {
+		return max(p, mirrorHedgeMin)
 	}
-	return max(p, mirrorHedgeMin)
+	return max(2*time.Duration(r.ewma.Load()), mirrorHedgeMin)
 }
 
 // observe records one finished read of r in its histogram and window.
@@ -247,7 +254,7 @@ func openMirror(ctx context.Context, src Source, opts Options) (Backend, error) 
 			errs = append(errs, fmt.Errorf("replica %d: %w", i, err))
 			continue
 		}
-		m.replicas = append(m.replicas, &replica{b: b, index: i, name: rs.String()})
+		m.replicas = append(m.replicas, &replica{b: b, index: i, name: rs.String(), kind: rs.Kind})
 	}
 	if len(m.replicas) == 0 {
 		return nil, fmt.Errorf("backend: open %s: no replica could be opened: %w", src, errors.Join(errs...))
@@ -284,28 +291,44 @@ func (m *mirrorBackend) Skipped() int64 {
 }
 
 // order returns the replicas to try: healthy ones first, then the failing
-// ones, soonest to recover first. Healthy replicas come fastest first
-// (unmeasured first of all) for reads, and in URL order for metadata, so
-// that versions stay stable while the first replica is healthy.
+// ones, soonest to recover first. Healthy replicas come fastest first for
+// reads (an unmeasured one first of all, unless a read to it is already
+// under way: then it comes after the measured ones, so that a cold start
+// sends one read, not every concurrent one, to a replica that may be far),
+// and in URL order for metadata, so that versions stay stable while the
+// first replica is healthy.
 func (m *mirrorBackend) order(forRead bool) []*replica {
 	now := time.Now().UnixNano()
-	out := slices.Clone(m.replicas)
-	slices.SortStableFunc(out, func(a, b *replica) int {
-		ad, bd := a.downUntil.Load(), b.downUntil.Load()
-		aDown, bDown := ad > now, bd > now
-		switch {
-		case aDown != bDown:
-			if aDown {
-				return 1
+	type keyed struct {
+		r          *replica
+		down, wait int64
+	}
+	ks := make([]keyed, len(m.replicas))
+	for i, r := range m.replicas {
+		k := keyed{r: r}
+		if d := r.downUntil.Load(); d > now {
+			k.down = d
+		} else if forRead {
+			k.wait = r.ewma.Load()
+			if k.wait == 0 && r.probing.Load() > 0 {
+				k.wait = math.MaxInt64
 			}
-			return -1
-		case aDown:
-			return cmpInt64(ad, bd)
-		case !forRead:
-			return 0 // stable: URL order
 		}
-		return cmpInt64(a.ewma.Load(), b.ewma.Load())
+		ks[i] = k
+	}
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		if a.down != b.down && (a.down == 0 || b.down == 0) {
+			return cmpInt64(int64(min(1, a.down)), int64(min(1, b.down))) // healthy first
+		}
+		if a.down != 0 {
+			return cmpInt64(a.down, b.down)
+		}
+		return cmpInt64(a.wait, b.wait) // 0 for metadata: stable, URL order
 	})
+	out := make([]*replica, len(ks))
+	for i, k := range ks {
+		out[i] = k.r
+	}
 	return out
 }
 
@@ -496,10 +519,21 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 		if hedge {
 			r.hedges.Add(1)
 		}
+		probe := r.ewma.Load() == 0
+		if probe {
+			r.probing.Add(1)
+		}
 		go func() {
 			b := getBuf(len(buf))
 			start := time.Now()
 			n, err := m.readOne(actx, r, p, rv, *b, off)
+			if probe {
+				if err != nil && err != io.EOF && !errors.Is(err, errDisagree) && r.ewma.Load() == 0 {
+					// Let the next read probe it (it failed, or lost a hedge).
+					r.ewma.CompareAndSwap(0, int64(time.Since(start)))
+				}
+				r.probing.Add(-1)
+			}
 			a := attempt{r: r, path: p, size: rv.size, n: n, err: err, buf: b, d: time.Since(start), hedge: hedge}
 			select {
 			case results <- a:
@@ -515,7 +549,11 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 	timer.Stop()
 	defer timer.Stop()
 	armHedge := func() {
-		if !hedged && next < len(cands) && !cands[next].down(time.Now().UnixNano()) {
+		// The next replica must be healthy, unless this one is not either
+		// (every replica down: try them side by side, so that the first
+		// to come back answers).
+		now := time.Now().UnixNano()
+		if !hedged && next < len(cands) && (!cands[next].down(now) || cands[next-1].down(now)) {
 			timer.Reset(cands[next-1].hedgeDelay())
 		}
 	}
@@ -599,6 +637,25 @@ func (m *mirrorBackend) lost(a attempt) {
 // read the checksum SetChecksums gave (errDisagree otherwise).
 func (m *mirrorBackend) readOne(ctx context.Context, r *replica, p string, rv readVersion, b []byte, off int64) (int, error) {
 	v, size := rv.native, rv.size
+	if rv.origin >= 0 && r.index != rv.origin && m.sameVersionsLikely(r, rv.origin) {
+		// Replicas of one kind often give a file the same version (S3: the
+		// same bytes uploaded in one part have the same ETag). Equal
+		// versions mean equal bytes, so a read with the origin's version
+		// needs no Stat first; ErrChanged means this replica's version
+		// differs (or the file changed), and the Stat below decides.
+		n, err := r.b.ReadAt(ctx, p, rv.native, b, off)
+		switch {
+		case errors.Is(err, ErrChanged):
+			r.versionsDiffer.Add(1)
+		case errors.Is(err, ErrNotExist):
+			return 0, fmt.Errorf("%w: %q is missing", errDisagree, p)
+		default:
+			if err == nil || err == io.EOF {
+				r.versionsSame.Add(1)
+			}
+			return n, m.checkSum(p, size, b, off, n, err)
+		}
+	}
 	if rv.origin >= 0 && r.index != rv.origin {
 		// Another replica: it must hold the same size; read its own
 		// current version so that the read is consistent.
@@ -615,14 +672,35 @@ func (m *mirrorBackend) readOne(ctx context.Context, r *replica, p string, rv re
 		v = e.Version
 	}
 	n, err := r.b.ReadAt(ctx, p, v, b, off)
-	if sum := m.sums.Load(); sum != nil && off == 0 && (err == io.EOF || (err == nil && size >= 0 && int64(n) == size)) {
-		if want := (*sum)(p); len(want) == sha256.Size {
-			if got := sha256.Sum256(b[:n]); !bytes.Equal(got[:], want) {
-				return 0, fmt.Errorf("%w on the checksum of %q: sha256 %x, want %x", errDisagree, p, got, want)
-			}
+	return n, m.checkSum(p, size, b, off, n, err)
+}
+
+// checkSum returns err, or errDisagree when the read covered the whole
+// file (of size bytes, -1 when unknown) and its bytes do not match the
+// checksum SetChecksums gave for p.
+func (m *mirrorBackend) checkSum(p string, size int64, b []byte, off int64, n int, err error) error {
+	sum := m.sums.Load()
+	if sum == nil || off != 0 || !(err == io.EOF || (err == nil && size >= 0 && int64(n) == size)) {
+		return err
+	}
+	if want := (*sum)(p); len(want) == sha256.Size {
+		if got := sha256.Sum256(b[:n]); !bytes.Equal(got[:], want) {
+			return fmt.Errorf("%w on the checksum of %q: sha256 %x, want %x", errDisagree, p, got, want)
 		}
 	}
-	return n, err
+	return err
+}
+
+// sameVersionsLikely tells whether a read from r should first try the
+// version the origin replica gave: only between replicas of one kind, and
+// only while such tries have not mostly failed.
+func (m *mirrorBackend) sameVersionsLikely(r *replica, origin int) bool {
+	for _, o := range m.replicas {
+		if o.index == origin {
+			return o.kind == r.kind && r.versionsDiffer.Load() <= r.versionsSame.Load()+8
+		}
+	}
+	return false
 }
 
 // exclude stops reads of p from r, logging it the first time.
