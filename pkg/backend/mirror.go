@@ -33,7 +33,16 @@ const (
 	mirrorHedgeMin   = 20 * time.Millisecond
 	mirrorWindow     = 128
 	mirrorMinSamples = 16
+
+	// mirrorWarmup is how many reads a replica's first measure averages.
+	mirrorWarmup = 8
 )
+
+// A healthy replica whose latency was last measured longer ago than
+// mirrorRemeasure (because faster ones served every read) gets the next
+// read as a probe, so that a replica that was slow for a while is used
+// again once it is fast. A variable for tests (SetMirrorRemeasure).
+var mirrorRemeasure = 10 * time.Second
 
 // mirrorBuckets are the upper bounds, in seconds, of the per-replica read
 // latency histogram: 0.5 ms … 16 s, as cachefs_backend_read_seconds.
@@ -103,6 +112,8 @@ type replica struct {
 
 	ewma      atomic.Int64 // moving average latency, ns; 0 = unmeasured
 	probing   atomic.Int32 // reads under way while unmeasured
+	measured  atomic.Int64 // unix ns of the last update of ewma
+	samples   atomic.Int64 // successes averaged into ewma since it was (re)set
 	failures  atomic.Int64 // consecutive failures
 	downUntil atomic.Int64 // unix ns; tried last until then
 
@@ -310,6 +321,9 @@ func (m *mirrorBackend) order(forRead bool) []*replica {
 			k.down = d
 		} else if forRead {
 			k.wait = r.ewma.Load()
+			if r.stale(now) || r.warming() {
+				k.wait = 0 // measured long ago, or not enough: probe it
+			}
 			if k.wait == 0 && r.probing.Load() > 0 {
 				k.wait = math.MaxInt64
 			}
@@ -345,12 +359,29 @@ func cmpInt64(a, b int64) int {
 func (r *replica) succeeded(d time.Duration) {
 	r.failures.Store(0)
 	r.downUntil.Store(0)
+	now := time.Now().UnixNano()
 	old := r.ewma.Load()
-	if old == 0 {
+	if old == 0 || now-r.measured.Swap(now) > int64(mirrorRemeasure) {
+		// First measure, or the old one is too old to mean anything.
+		r.samples.Store(1)
 		r.ewma.Store(max(int64(d), 1))
 		return
 	}
-	r.ewma.Store(max((7*old+int64(d))/8, 1))
+	// The plain mean of the first mirrorWarmup samples (one slow first
+	// request, a new connection, must not decide for long), then a moving
+	// average weighting the newest 1/mirrorWarmup.
+	w := min(r.samples.Add(1), mirrorWarmup)
+	r.ewma.Store(max(old+(int64(d)-old)/w, 1))
+}
+
+// warming reports whether r has fewer than mirrorWarmup samples since it
+// was (re)measured: reads probe it one at a time until it has them.
+func (r *replica) warming() bool { return r.samples.Load() < mirrorWarmup }
+
+// stale reports whether r's moving average is older than mirrorRemeasure:
+// the next read probes it (see order).
+func (r *replica) stale(now int64) bool {
+	return r.ewma.Load() != 0 && now-r.measured.Load() > int64(mirrorRemeasure)
 }
 
 func (r *replica) failed() {
@@ -519,7 +550,7 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 		if hedge {
 			r.hedges.Add(1)
 		}
-		probe := r.ewma.Load() == 0
+		probe := r.ewma.Load() == 0 || r.warming() || r.stale(time.Now().UnixNano())
 		if probe {
 			r.probing.Add(1)
 		}
@@ -528,9 +559,13 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 			start := time.Now()
 			n, err := m.readOne(actx, r, p, rv, *b, off)
 			if probe {
-				if err != nil && err != io.EOF && !errors.Is(err, errDisagree) && r.ewma.Load() == 0 {
-					// Let the next read probe it (it failed, or lost a hedge).
+				if err != nil && err != io.EOF && !errors.Is(err, errDisagree) && actx.Err() == nil && r.ewma.Load() == 0 {
+					// A probe that failed still measured something (the
+					// time it took at least), so that the next reads do
+					// not all probe it again. (A canceled one: see lost.)
 					r.ewma.CompareAndSwap(0, int64(time.Since(start)))
+					r.samples.Add(1)
+					r.measured.Store(time.Now().UnixNano())
 				}
 				r.probing.Add(-1)
 			}
@@ -624,9 +659,14 @@ func (m *mirrorBackend) lost(a attempt) {
 		// It took at least a.d: let its moving average know, so that a
 		// replica that keeps losing stops being picked first.
 		old := a.r.ewma.Load()
-		if int64(a.d) > old {
+		switch {
+		case old == 0:
+			a.r.ewma.Store(max(int64(a.d), 1))
+		case int64(a.d) > old:
 			a.r.ewma.Store(max((7*old+int64(a.d))/8, 1))
 		}
+		a.r.samples.Add(1)
+		a.r.measured.Store(time.Now().UnixNano())
 	case errors.Is(a.err, errDisagree):
 		m.exclude(a.r, a.path, a.size, a.err)
 	}

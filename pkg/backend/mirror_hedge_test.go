@@ -166,3 +166,63 @@ func TestMirrorDisagreement(t *testing.T) {
 		})
 	}
 }
+
+// slowBucket delays every request for one bucket while on.
+type slowBucket struct {
+	bucket string
+	delay  time.Duration
+	on     atomic.Bool
+}
+
+func (s *slowBucket) RoundTrip(req *http.Request) (*http.Response, error) {
+	if s.on.Load() && strings.HasPrefix(req.URL.Path, "/"+s.bucket+"/") {
+		select {
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		case <-time.After(s.delay):
+		}
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestMirrorSlowReplicaComesBack: a replica slowed for a while loses the
+// reads to the other one, and gets them back once it is fast again and its
+// old measure has expired (it is probed again).
+func TestMirrorSlowReplicaComesBack(t *testing.T) {
+	t.Cleanup(backend.SetMirrorRemeasure(300 * time.Millisecond))
+	m := testenv.StartMinIO(t)
+	a, b := newBucket(t, m), newBucket(t, m)
+	data := bytes.Repeat([]byte("x"), 8192)
+	for _, bk := range []string{a, b} {
+		m.Put(t, bk, "ds/f", data)
+	}
+	sb := &slowBucket{bucket: a, delay: 40 * time.Millisecond}
+	mb := openMirror(t, "mirror:"+s3URL(m, a, "ds")+","+s3URL(m, b, "ds"), backend.Options{
+		Credentials: creds(m), Transport: sb,
+	})
+	ctx := context.Background()
+	e, err := mb.Stat(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(k int) (a0 int64) {
+		before := backend.ReplicaStats(mb)[0].Served
+		buf := make([]byte, 1000)
+		for i := range k {
+			if _, err := mb.ReadAt(ctx, "f", e.Version, buf, int64(i%8)*1000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return backend.ReplicaStats(mb)[0].Served - before
+	}
+	sb.on.Store(true)
+	read(20) // both measured: replica 0 is slow
+	if got := read(40); got > 4 {
+		t.Errorf("the slow replica served %d of 40 reads", got)
+	}
+	sb.on.Store(false)
+	time.Sleep(400 * time.Millisecond) // its measure expires
+	if got := read(60); got == 0 {
+		t.Errorf("replica 0, fast again, served none of 60 reads: never measured again")
+	}
+}
