@@ -158,8 +158,11 @@ func (r *replica) hedgeDelay() time.Duration {
 	return max(2*time.Duration(r.ewma.Load()), mirrorHedgeMin)
 }
 
-// observe records one finished read of r in its histogram and window.
-func (r *replica) observe(d time.Duration) {
+// observe records one finished read of r in its histogram and, when it
+// succeeded, in the window its hedge delay comes from (a failure's time —
+// retries against a dead server — says nothing of how long a good answer
+// takes).
+func (r *replica) observe(d time.Duration, ok bool) {
 	i := len(mirrorBuckets)
 	for j, ub := range mirrorBuckets {
 		if d.Seconds() <= ub {
@@ -170,7 +173,9 @@ func (r *replica) observe(d time.Duration) {
 	r.buckets[i].Add(1)
 	r.latSumNs.Add(int64(d))
 	r.latCount.Add(1)
-	r.lat.add(d)
+	if ok {
+		r.lat.add(d)
+	}
 }
 
 func (r *replica) down(now int64) bool { return r.downUntil.Load() > now }
@@ -584,11 +589,13 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 	timer.Stop()
 	defer timer.Stop()
 	armHedge := func() {
-		// The next replica must be healthy, unless this one is not either
-		// (every replica down: try them side by side, so that the first
-		// to come back answers).
+		// The next replica must be healthy, unless this one is not known
+		// to be either (down, or its last call failed: every replica is
+		// failing, so try two side by side, and the first to come back
+		// answers).
 		now := time.Now().UnixNano()
-		if !hedged && next < len(cands) && (!cands[next].down(now) || cands[next-1].down(now)) {
+		cur := cands[next-1]
+		if !hedged && next < len(cands) && (!cands[next].down(now) || cur.down(now) || cur.failures.Load() > 0) {
 			timer.Reset(cands[next-1].hedgeDelay())
 		}
 	}
@@ -614,7 +621,7 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 			if a.err == nil || authoritative(a.err) {
 				if a.err == nil || a.err == io.EOF {
 					a.r.succeeded(a.d)
-					a.r.observe(a.d)
+					a.r.observe(a.d, true)
 				}
 				a.r.served.Add(1)
 				if a.hedge {
@@ -630,7 +637,7 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 			} else {
 				a.r.failed()
 				a.r.errCount.Add(1)
-				a.r.observe(a.d)
+				a.r.observe(a.d, false)
 				m.log.Warn("mirror replica failed, trying the next one", slog.String("op", "read"),
 					slog.String("path", strconv.Quote(p)), slog.Int("replica", a.r.index), slog.String("error", a.err.Error()))
 			}
@@ -654,7 +661,7 @@ func (m *mirrorBackend) lost(a attempt) {
 	switch {
 	case a.err == nil || a.err == io.EOF:
 		a.r.succeeded(a.d)
-		a.r.observe(a.d)
+		a.r.observe(a.d, true)
 	case errors.Is(a.err, context.Canceled) || errors.Is(a.err, context.DeadlineExceeded):
 		// It took at least a.d: let its moving average know, so that a
 		// replica that keeps losing stops being picked first.
