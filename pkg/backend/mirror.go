@@ -42,7 +42,7 @@ const (
 // mirrorRemeasure (because faster ones served every read) gets the next
 // read as a probe, so that a replica that was slow for a while is used
 // again once it is fast. A variable for tests (SetMirrorRemeasure).
-var mirrorRemeasure = 10 * time.Second
+var mirrorRemeasure = 5 * time.Second
 
 // mirrorBuckets are the upper bounds, in seconds, of the per-replica read
 // latency histogram: 0.5 ms … 16 s, as cachefs_backend_read_seconds.
@@ -374,9 +374,17 @@ func (r *replica) succeeded(d time.Duration) {
 	}
 	// The plain mean of the first mirrorWarmup samples (one slow first
 	// request, a new connection, must not decide for long), then a moving
-	// average weighting the newest 1/mirrorWarmup.
-	w := min(r.samples.Add(1), mirrorWarmup)
-	r.ewma.Store(max(old+(int64(d)-old)/w, 1))
+	// average weighting the newest 1/mirrorWarmup. After the warm-up a
+	// sample counts for at most 4× the average: one stalled read (a GC
+	// pause, a busy machine) must not hand the reads to a far replica
+	// for the next mirrorRemeasure, while a replica that really got slow
+	// still loses them within about ten reads.
+	n := r.samples.Add(1)
+	w, v := min(n, mirrorWarmup), int64(d)
+	if n > mirrorWarmup {
+		v = min(v, 4*old)
+	}
+	r.ewma.Store(max(old+(v-old)/w, 1))
 }
 
 // warming reports whether r has fewer than mirrorWarmup samples since it
@@ -670,7 +678,7 @@ func (m *mirrorBackend) lost(a attempt) {
 		case old == 0:
 			a.r.ewma.Store(max(int64(a.d), 1))
 		case int64(a.d) > old:
-			a.r.ewma.Store(max((7*old+int64(a.d))/8, 1))
+			a.r.ewma.Store(max((7*old+min(int64(a.d), 4*old))/8, 1))
 		}
 		a.r.samples.Add(1)
 		a.r.measured.Store(time.Now().UnixNano())
