@@ -56,8 +56,9 @@ var mirrorBuckets = func() []float64 {
 
 // mirrorBackend serves one dataset stored identically in several replicas.
 // Reads go to the fastest healthy replica (by a moving average of its
-// latency; unmeasured replicas are tried first so that they get measured);
-// Stat and List go to the first healthy replica in URL order, so that the
+// latency; a replica with fewer than mirrorWarmup measures, or none for
+// mirrorRemeasure, is tried first, one read at a time, so that it gets
+// measured); Stat and List go to the first healthy replica in URL order, so that the
 // versions they report do not flip between replicas. Every call fails over
 // to the next replica on an I/O error; a failing replica is tried last for
 // a while (1s, doubling up to 1min while it keeps failing). Answers that are about the
@@ -66,16 +67,19 @@ var mirrorBuckets = func() []float64 {
 //
 // Hedged reads: a read still unanswered after its replica's recent p95
 // latency (at least mirrorHedgeMin) is sent to the next healthy replica
-// too, once; the first good answer is returned and the other read
+// too, once (to the next one even if it is down when the first one's last
+// call failed too); the first good answer is returned and the other read
 // canceled. Each attempt reads into a buffer of its own, so a loser never
 // writes into the caller's buffer.
 //
 // Versions: a file's version is "R:SIZE:V", where R is the index of the
 // replica that listed it (0 while the first replica is healthy) and V that
 // replica's own version. A read with
-// that version goes to replica R with V; when it fails over to another
-// replica, that replica must report the same SIZE (replicas must agree on
-// size). A replica that disagrees on a file's size, or whose bytes of a
+// that version goes to replica R with V; another replica (a failover, a
+// hedge, or simply the faster one) is first asked with V too when it is of
+// the same kind (S3 replicas of the same bytes usually share the ETag), and
+// else, or when that answers ErrChanged, must report the same SIZE by Stat
+// and is read at its own version (replicas must agree on size). A replica that disagrees on a file's size, or whose bytes of a
 // whole file do not match the checksum given by SetChecksums (a manifest's
 // sha256), is never asked for that file again by this backend: logged
 // once, counted in its Disagreements.
