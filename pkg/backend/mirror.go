@@ -42,7 +42,7 @@ const (
 // mirrorRemeasure (because faster ones served every read) gets the next
 // read as a probe, so that a replica that was slow for a while is used
 // again once it is fast. A variable for tests (SetMirrorRemeasure).
-var mirrorRemeasure = 5 * time.Second
+var mirrorRemeasure = time.Second
 
 // mirrorBuckets are the upper bounds, in seconds, of the per-replica read
 // latency histogram: 0.5 ms … 16 s, as cachefs_backend_read_seconds.
@@ -370,9 +370,16 @@ func (r *replica) succeeded(d time.Duration) {
 	r.downUntil.Store(0)
 	now := time.Now().UnixNano()
 	old := r.ewma.Load()
-	if old == 0 || now-r.measured.Swap(now) > int64(mirrorRemeasure) {
-		// First measure, or the old one is too old to mean anything.
+	switch {
+	case old == 0:
+		// The first measure: the warm-up starts.
 		r.samples.Store(1)
+		r.ewma.Store(max(int64(d), 1))
+		return
+	case now-r.measured.Swap(now) > int64(mirrorRemeasure):
+		// A probe of a replica not used for a while: the old measure is
+		// too old to mean anything; this one replaces it (no new warm-up).
+		r.samples.Store(max(r.samples.Load(), mirrorWarmup))
 		r.ewma.Store(max(int64(d), 1))
 		return
 	}
@@ -559,6 +566,7 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 	defer close(done) // runs before cancel: losers see done, then their ctx end
 	results := make(chan attempt)
 	inflight, next := 0, 0
+	lastProbe := false
 	launch := func(hedge bool) {
 		r := cands[next]
 		next++
@@ -571,6 +579,7 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 		if probe {
 			r.probing.Add(1)
 		}
+		lastProbe = probe
 		go func() {
 			b := getBuf(len(buf))
 			start := time.Now()
@@ -608,7 +617,14 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 		now := time.Now().UnixNano()
 		cur := cands[next-1]
 		if !hedged && next < len(cands) && (!cands[next].down(now) || cur.down(now) || cur.failures.Load() > 0) {
-			timer.Reset(cands[next-1].hedgeDelay())
+			d := cur.hedgeDelay()
+			if lastProbe {
+				// A probe (of a replica new, warming up or not measured
+				// for a while) waits no longer than the next replica
+				// would take: probing a far replica costs a read little.
+				d = min(d, cands[next].hedgeDelay())
+			}
+			timer.Reset(d)
 		}
 	}
 	launch(false)
