@@ -115,7 +115,7 @@ type replica struct {
 	versionsSame, versionsDiffer atomic.Int64
 
 	ewma      atomic.Int64 // moving average latency, ns; 0 = unmeasured
-	probing   atomic.Int32 // reads under way while unmeasured
+	probing   atomic.Int32 // probe reads under way (see order)
 	measured  atomic.Int64 // unix ns of the last update of ewma
 	samples   atomic.Int64 // successes averaged into ewma since it was (re)set
 	failures  atomic.Int64 // consecutive failures
@@ -312,9 +312,10 @@ func (m *mirrorBackend) Skipped() int64 {
 
 // order returns the replicas to try: healthy ones first, then the failing
 // ones, soonest to recover first. Healthy replicas come fastest first for
-// reads (an unmeasured one first of all, unless a read to it is already
-// under way: then it comes after the measured ones, so that a cold start
-// sends one read, not every concurrent one, to a replica that may be far),
+// reads (one to probe — unmeasured, warming up or stale — first of all,
+// unless a probe of it is already under way: then it comes after the
+// measured ones, so that a cold start sends one read at a time, not every
+// concurrent one, to a replica that may be far),
 // and in URL order for metadata, so that versions stay stable while the
 // first replica is healthy.
 func (m *mirrorBackend) order(forRead bool) []*replica {
