@@ -49,6 +49,19 @@ const minioReadyTimeout = 60 * time.Second
 // missing it skips the test, or fails it under CI=true.
 func StartMinIO(t testing.TB) *MinIO {
 	t.Helper()
+	return startMinIO(t, "epochfs"+benchproc.RandHex(8), benchproc.RandHex(20))
+}
+
+// StartMinIOLike starts another MinIO server (own ports and data) with the
+// same root credentials as other: a second cloud holding a copy of the
+// same dataset, reachable with the one key pair a mirror source is given.
+func StartMinIOLike(t testing.TB, other *MinIO) *MinIO {
+	t.Helper()
+	return startMinIO(t, other.AccessKey, other.SecretKey)
+}
+
+func startMinIO(t testing.TB, accessKey, secretKey string) *MinIO {
+	t.Helper()
 	bin, err := FindTool("minio")
 	if err != nil {
 		RequireOrSkip(t, "minio not found", "run `make tools` (or set EPOCHFS_TOOLS_BIN)")
@@ -59,8 +72,8 @@ func StartMinIO(t testing.TB) *MinIO {
 			bin:       bin,
 			data:      t.TempDir(),
 			ports:     [2]int{FreePort(t), FreePort(t)},
-			AccessKey: "epochfs" + benchproc.RandHex(8),
-			SecretKey: benchproc.RandHex(20),
+			AccessKey: accessKey,
+			SecretKey: secretKey,
 			out:       &SyncBuffer{},
 		}
 		m.Host = "127.0.0.1:" + strconv.Itoa(m.ports[0])

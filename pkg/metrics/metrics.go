@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,7 +98,78 @@ func NewRegistry(stats func() cache.Stats, src backend.Backend) (*prometheus.Reg
 		Name: "cachefs_backend_skipped_names_total",
 		Help: "Listed names hidden from the mount because they would escape it (.., absolute, NUL, control characters, over 255 bytes).",
 	}, func() float64 { return float64(backend.Skipped(src)) }))
+	if backend.ReplicaStats(src) != nil {
+		reg.MustRegister(newReplicaCollector(src))
+	}
 	return reg, b
+}
+
+// replicaCollector exports a mirror's per-replica counters
+// (backend.ReplicaStats) at scrape time, labelled replica="N": the
+// replica's position in the mirror URL, from 0 (never its URL, which
+// could name a private endpoint).
+type replicaCollector struct {
+	src                                                   backend.Backend
+	requests, errors, hedges, hedgeWins, served, disagree *prometheus.Desc
+	share, up, seconds                                    *prometheus.Desc
+}
+
+func newReplicaCollector(src backend.Backend) *replicaCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"replica"}, nil)
+	}
+	return &replicaCollector{
+		src:       src,
+		requests:  d("cachefs_backend_replica_requests_total", "Calls sent to a mirror replica (stat, list, reads and hedged reads)."),
+		errors:    d("cachefs_backend_replica_errors_total", "Calls to a mirror replica that failed with an I/O error (after its own retries); canceled hedge losers are not errors."),
+		hedges:    d("cachefs_backend_replica_hedges_total", "Hedged reads sent to a mirror replica because the replica first asked was slower than its recent p95."),
+		hedgeWins: d("cachefs_backend_replica_hedge_wins_total", "Hedged reads a mirror replica answered before the replica first asked."),
+		served:    d("cachefs_backend_replica_reads_served_total", "Backend reads whose bytes came from a mirror replica."),
+		disagree:  d("cachefs_backend_replica_disagreements_total", "Files a mirror replica disagreed on (size, presence or the manifest's sha256); each is never read from it again."),
+		share:     d("cachefs_backend_replica_served_ratio", "Share of the mirror's reads served by a replica since the mount started (0 to 1)."),
+		up:        d("cachefs_backend_replica_up", "1 when a mirror replica is healthy, 0 while it is tried last after a failure."),
+		seconds:   d("cachefs_backend_replica_read_seconds", "Latency of reads from a mirror replica (canceled hedge losers left out)."),
+	}
+}
+
+func (c *replicaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.requests, c.errors, c.hedges, c.hedgeWins, c.served, c.disagree, c.share, c.up, c.seconds} {
+		ch <- d
+	}
+}
+
+func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
+	stats := backend.ReplicaStats(c.src)
+	var total int64
+	for _, s := range stats {
+		total += s.Served
+	}
+	for _, s := range stats {
+		l := strconv.Itoa(s.Index)
+		counter := func(d *prometheus.Desc, v int64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l)
+		}
+		counter(c.requests, s.Requests)
+		counter(c.errors, s.Errors)
+		counter(c.hedges, s.Hedges)
+		counter(c.hedgeWins, s.HedgeWins)
+		counter(c.served, s.Served)
+		counter(c.disagree, s.Disagreements)
+		share, up := 0.0, 0.0
+		if total > 0 {
+			share = float64(s.Served) / float64(total)
+		}
+		if s.Up {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, share, l)
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, l)
+		buckets := make(map[float64]uint64, len(s.LatencyBuckets))
+		for i, ub := range s.LatencyBuckets {
+			buckets[ub] = s.LatencyCounts[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(c.seconds, s.LatencyCount, s.LatencySum, buckets, l)
+	}
 }
 
 // Serve serves reg (a Registry, or several as prometheus.Gatherers) at

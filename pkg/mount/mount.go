@@ -176,6 +176,16 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if man != nil && man.Info().Checksums {
+		// A mirror checks whole-file reads against the manifest's sha256s
+		// and stops reading a file from a replica that disagrees.
+		backend.SetChecksums(b, func(p string) []byte {
+			if i, ok := man.Find(p); ok {
+				return man.Checksum(i)
+			}
+			return nil
+		})
+	}
 	if man == nil {
 		// Fail before mounting if the dataset root is not there. (With a
 		// manifest, fetching it proved the dataset reachable.)

@@ -1,0 +1,11 @@
+package backend
+
+import "time"
+
+// SetMirrorRemeasure changes how long a mirror replica's latency measure
+// lasts, for one test; the returned func restores it.
+func SetMirrorRemeasure(d time.Duration) (restore func()) {
+	old := mirrorRemeasure
+	mirrorRemeasure = d
+	return func() { mirrorRemeasure = old }
+}
