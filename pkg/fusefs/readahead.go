@@ -17,6 +17,13 @@ package fusefs
 // file already being read ahead (the windows of two misses in one
 // directory overlap) is skipped too, so it holds one slot, not two.
 //
+// The window is Options.ReadaheadFiles when pinned, or, with
+// ReadaheadFilesAuto (the mount's default), follows the backend's measured
+// latency (readahead_auto.go): on for a far store, off for a local one.
+// A file a reader opens after readahead cached it is a hit (counted in
+// cache.Stats.PrefetchedHits too, the first time); the fill itself is a
+// prefetch fill (cache.Stats.PrefetchFills), never a hit or a miss.
+//
 // State: FS.readahead (fs.go).
 
 // readaheadFiles fetches files (small, not cached) into the cache in the
@@ -60,7 +67,7 @@ func (f *FS) readaheadFiles(files []file) {
 				f.readahead.fileBytes.Add(-n.size)
 				<-f.readahead.fileSem
 			}()
-			res, err := f.store.Fill(f.ctx, span.Key, span.Length, f.loader(n.path, n.version, span.Offset))
+			res, err := f.store.Fill(f.ctx, span.Key, span.Length, f.wholeLoader(n, span.Offset, nil))
 			if err != nil {
 				// The reader's own open reports it, if it comes.
 				f.log.Debug("fusefs: readahead of a file failed", "path", n.path, "err", err)
