@@ -144,9 +144,9 @@ type FS struct {
 // after one whose open missed (readahead.go). blockSem and fileSem are
 // immutable; fileBytes is atomic; mu guards files.
 type readahead struct {
-	blockSem  chan struct{} // bounds background fetches of blocks
-	fileSem   chan struct{} // bounds background fetches of whole files
-	fileBytes atomic.Int64  // bytes of whole-file readahead in flight
+	blockSem  chan struct{}  // bounds background fetches of blocks
+	fileSem   chan struct{}  // bounds background fetches of whole files
+	fileBytes atomic.Int64   // bytes of whole-file readahead in flight
 	auto      *autoReadahead // nil unless Options.ReadaheadFiles is ReadaheadFilesAuto
 
 	mu    sync.Mutex
