@@ -24,9 +24,9 @@ func TestFill(t *testing.T) {
 		want  FillResult
 		loads int64
 	}{
-		{"miss, admitted", a, 4000, FillResult{Cached: true, Loaded: true}, 1},
+		{"miss, admitted", a, 4000, FillResult{Cached: true, Loaded: true, Prefetched: true}, 1},
 		{"held: nothing to do", a, 4000, FillResult{Cached: true}, 0},
-		{"second entry", b, 5000, FillResult{Cached: true, Loaded: true}, 1},
+		{"second entry", b, 5000, FillResult{Cached: true, Loaded: true, Prefetched: true}, 1},
 		{"does not fit: read, not admitted", big, 2000, FillResult{Loaded: true}, 1},
 	}
 	for _, tt := range tests {
@@ -108,7 +108,7 @@ func TestFillCoalescesWithGet(t *testing.T) {
 			defer wg.Done()
 			if i%2 == 0 {
 				r, err := s.Fill(context.Background(), k, 50_000, load)
-				if err == nil && r != (FillResult{Cached: true, Loaded: true}) && r != (FillResult{Cached: true}) {
+				if err == nil && r != (FillResult{Cached: true, Loaded: true}) && r != (FillResult{Cached: true, Loaded: true, Prefetched: true}) && r != (FillResult{Cached: true}) {
 					err = fmt.Errorf("Fill: %+v", r)
 				}
 				errs <- err

@@ -291,6 +291,10 @@ type FillResult struct {
 	// one it joined) called a Loader; with Cached it means "admitted by
 	// that fill", without it "read, but not admitted".
 	Loaded bool
+	// Prefetched is true when the entry was admitted by a prefetch fill
+	// (this call's, or another Fill's it joined: counted once in
+	// PrefetchFills), not by a Get's miss that this call joined.
+	Prefetched bool
 }
 
 // Fill makes sure key, which is size bytes long, is in the cache: it
@@ -317,7 +321,7 @@ func (s *Store) Fill(ctx context.Context, key Key, size int64, load Loader) (Fil
 	if err != nil {
 		return FillResult{}, err
 	}
-	return FillResult{Cached: out.cached, Loaded: !out.hit}, nil
+	return FillResult{Cached: out.cached, Loaded: !out.hit, Prefetched: out.cached && !out.hit && out.prefetch}, nil
 }
 
 // held reports whether id is a ready, verified entry of the given size.
@@ -341,9 +345,10 @@ func (s *Store) begin() error {
 
 // fillResult is the outcome of one (possibly shared) fill.
 type fillResult struct {
-	hit    bool   // the entry was in the cache; load was not called
-	cached bool   // an entry file exists: hit, or admitted by this fill
-	data   []byte // the loaded bytes when not cached (read through); else nil
+	hit      bool   // the entry was in the cache; load was not called
+	prefetch bool   // the fill was a Fill's (a prefetch fill), not a Get's
+	cached   bool   // an entry file exists: hit, or admitted by this fill
+	data     []byte // the loaded bytes when not cached (read through); else nil
 }
 
 func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Loader) (Result, error) {
@@ -453,7 +458,7 @@ func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load L
 		if pooled {
 			putBuf(buf)
 		}
-		return &fillResult{cached: true}, nil
+		return &fillResult{cached: true, prefetch: prefetch}, nil
 	}
 	if pooled {
 		// Read through after all: the callers get (and keep) the bytes.

@@ -73,7 +73,7 @@ func (f *FS) readaheadFiles(files []file) {
 				f.log.Debug("fusefs: readahead of a file failed", "path", n.path, "err", err)
 				return
 			}
-			if res.Loaded && res.Cached {
+			if res.Prefetched { // not a reader's fetch it joined
 				counters.filesReadAhead.Add(1)
 			}
 		}()

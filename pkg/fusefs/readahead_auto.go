@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -14,14 +15,18 @@ import (
 // replica: the readers wait on the network while the CPU idles), and is
 // wasted work when it is bound by CPU (a local store: more requests in
 // flight only queue up for the same cores). So the window follows two
-// measurements, each an exponentially weighted mean over the recent
-// small-file fetches:
+// measurements over the recent small-file fetches:
 //
-//   - latency: how long one backend fetch of a whole small file takes
-//     (the loader's time, readers' and readahead's fetches alike; failed
-//     fetches are not latency);
+//   - latency: the backend's latency floor, the lower quartile of how long
+//     the last autoRing fetches of a whole small file took (the loader's
+//     time, readers' and readahead's fetches alike; failed fetches are not
+//     latency). A far store never answers faster than its round trip, so
+//     every fetch is slow; a local store under CPU contention answers many
+//     fetches slowly but some quickly, and the quartile stays low (a mean
+//     would follow the contention, which readahead itself adds to);
 //   - local cost: how long a reader's miss spends in this process besides
-//     the fetch (writing the cache entry, opening it).
+//     the fetch (writing the cache entry, opening it), an exponentially
+//     weighted mean.
 //
 // Readahead turns on once latency ≥ max(AutoMinLatency, AutoCostFactor ×
 // local cost), over at least autoMinSamples fetches, and off again when
@@ -48,7 +53,8 @@ const (
 	AutoMaxFiles = 16
 
 	autoMinSamples = 8
-	autoWeight     = 0.1 // of a new sample in the means
+	autoRing       = 32  // fetches the latency floor is taken over
+	autoWeight     = 0.1 // of a new sample in the local cost's mean
 	autoErrorHold  = 10 * time.Second
 )
 
@@ -58,7 +64,8 @@ type autoReadahead struct {
 	now func() time.Time // immutable; a fake clock in tests
 
 	mu        sync.Mutex
-	latency   float64 // mean fetch latency, seconds
+	ring      [autoRing]float64 // the last fetch latencies, seconds
+	latency   float64           // their lower quartile (of the first samples, while fewer), seconds
 	cost      float64 // mean local cost of a miss, seconds
 	samples   int     // fetches observed (successful)
 	costs     int     // local costs observed
@@ -94,8 +101,11 @@ func (a *autoReadahead) fetched(d time.Duration, err error) {
 		a.on = false
 		return
 	}
-	a.latency = ewma(a.latency, a.samples, d.Seconds())
+	a.ring[a.samples%autoRing] = d.Seconds()
 	a.samples++
+	recent := slices.Clone(a.ring[:min(a.samples, autoRing)])
+	slices.Sort(recent)
+	a.latency = recent[(len(recent)-1)/4]
 	a.decideLocked()
 }
 
@@ -141,7 +151,8 @@ func (a *autoReadahead) window() int {
 type AutoReadaheadState struct {
 	// Window is the files read ahead after a miss now (0: off).
 	Window int
-	// Latency is the mean backend fetch latency of a whole small file.
+	// Latency is the backend's latency floor: the lower quartile of the
+	// recent fetches of a whole small file.
 	Latency time.Duration
 	// LocalCost is the mean time of a miss in this process besides the
 	// fetch.

@@ -54,6 +54,28 @@ func TestAutoReadaheadWindow(t *testing.T) {
 	}
 }
 
+// TestAutoReadaheadContention: a local store whose fetches are slowed by
+// CPU contention (most of them, but not all) stays off; a far store whose
+// fetches vary stays on.
+func TestAutoReadaheadContention(t *testing.T) {
+	local := newAutoReadahead(newFakeClock().now)
+	far := newAutoReadahead(newFakeClock().now)
+	for i := range 200 {
+		d := 2 * time.Millisecond
+		if i%3 != 0 {
+			d = 30 * time.Millisecond // two in three fetches wait for a core
+		}
+		local.fetched(d, nil)
+		far.fetched(20*time.Millisecond+time.Duration(i%7)*10*time.Millisecond, nil)
+	}
+	if got := local.window(); got != 0 {
+		t.Errorf("local store under contention: window %d, want 0 (state %+v)", got, local.state())
+	}
+	if got := far.window(); got != 12 {
+		t.Errorf("far store, 20-80 ms: window %d, want 12 (30 ms) (state %+v)", got, far.state())
+	}
+}
+
 // TestAutoReadaheadWarmup: nothing is read ahead before autoMinSamples
 // fetches were measured.
 func TestAutoReadaheadWarmup(t *testing.T) {
