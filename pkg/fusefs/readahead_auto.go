@@ -66,9 +66,9 @@ type autoReadahead struct {
 	mu        sync.Mutex
 	ring      [autoRing]float64 // the last fetch latencies, seconds
 	latency   float64           // their lower quartile (of the first samples, while fewer), seconds
-	cost      float64 // mean local cost of a miss, seconds
-	samples   int     // fetches observed (successful)
-	costs     int     // local costs observed
+	cost      float64           // mean local cost of a miss, seconds
+	samples   int               // fetches observed (successful)
+	costs     int               // local costs observed
 	on        bool
 	heldUntil time.Time // off until then after a failed fetch
 }
