@@ -62,8 +62,8 @@ func TestAutoReadaheadContention(t *testing.T) {
 	far := newAutoReadahead(newFakeClock().now)
 	for i := range 200 {
 		d := 2 * time.Millisecond
-		if i%3 != 0 {
-			d = 30 * time.Millisecond // two in three fetches wait for a core
+		if i%10 != 0 {
+			d = 30 * time.Millisecond // nine in ten fetches wait for a core
 		}
 		local.fetched(d, nil)
 		far.fetched(20*time.Millisecond+time.Duration(i%7)*10*time.Millisecond, nil)
@@ -71,8 +71,8 @@ func TestAutoReadaheadContention(t *testing.T) {
 	if got := local.window(); got != 0 {
 		t.Errorf("local store under contention: window %d, want 0 (state %+v)", got, local.state())
 	}
-	if got := far.window(); got != 12 {
-		t.Errorf("far store, 20-80 ms: window %d, want 12 (30 ms) (state %+v)", got, far.state())
+	if got := far.window(); got != 8 {
+		t.Errorf("far store, 20-80 ms: window %d, want 8 (20 ms) (state %+v)", got, far.state())
 	}
 }
 
