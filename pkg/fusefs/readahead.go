@@ -11,7 +11,8 @@ package fusefs
 // the first included).
 //
 // Readahead never queues: when the background fetches are at their bound
-// (4 × ReadaheadFiles) or the cache has no room left for the next file
+// (4 × ReadaheadFiles, or 4 × AutoMaxFiles on auto; and readaheadMaxBytes
+// of files, since each fetch holds its file in memory) or the cache has no room left for the next file
 // (counting the readahead in flight), the rest of the window is skipped.
 // So once an NR cache is full, readahead stops costing backend requests. A
 // file already being read ahead (the windows of two misses in one
@@ -26,6 +27,12 @@ package fusefs
 //
 // State: FS.readahead (fs.go).
 
+// readaheadMaxBytes bounds the bytes of whole files being read ahead (each
+// is held in memory while fetched): 64 fetches of ImageNet-sized files are
+// a few MB, but of files near WholeFileMax (8 MiB) half a GiB. One file is
+// always allowed.
+const readaheadMaxBytes = 128 << 20
+
 // readaheadFiles fetches files (small, not cached) into the cache in the
 // background, within the bound.
 func (f *FS) readaheadFiles(files []file) {
@@ -37,8 +44,10 @@ func (f *FS) readaheadFiles(files []file) {
 		if f.store.Contains(span.Key) {
 			continue
 		}
-		// Room for it, counting the readahead already in flight.
-		if st := f.store.Stats(); st.UsedBytes+f.readahead.fileBytes.Add(n.size) > st.CapacityBytes {
+		// Room for it, counting the readahead already in flight, and
+		// memory: at most readaheadMaxBytes in flight.
+		inflight := f.readahead.fileBytes.Add(n.size)
+		if st := f.store.Stats(); st.UsedBytes+inflight > st.CapacityBytes || (inflight > readaheadMaxBytes && inflight > n.size) {
 			f.readahead.fileBytes.Add(-n.size)
 			return
 		}
