@@ -345,8 +345,6 @@ func (f *FS) listCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(f.ctx, f.opts.ReadTimeout)
 }
 
-// loader reads [off, off+len(p)) of a file version from the backend, within
-// ReadTimeout.
 // wholeLoader is loader for a whole small file, timed for the adaptive
 // readahead (when on auto): fetch, when not nil, gets the fetch's
 // duration once it has run.
@@ -392,6 +390,8 @@ func (f *FS) ReadaheadState() ReadaheadState {
 	return ReadaheadState{AutoReadaheadState: AutoReadaheadState{Window: f.opts.ReadaheadFiles}}
 }
 
+// loader reads [off, off+len(p)) of a file version from the backend, within
+// ReadTimeout.
 func (f *FS) loader(path, version string, off int64) cache.Loader {
 	return func(ctx context.Context, p []byte) error {
 		ctx, cancel := context.WithTimeout(ctx, f.opts.ReadTimeout)

@@ -52,13 +52,17 @@ func (n file) open(flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 // policy did not admit it, the bytes in memory.
 func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 	span := n.fsys.spans(n)[0] // a small file is one span: the whole file
-	var fetch atomic.Int64
-	start := time.Now()
-	res, err := n.fsys.store.Get(n.fsys.ctx, span.Key, span.Length, n.fsys.wholeLoader(n, span.Offset, &fetch))
+	auto := n.fsys.readahead.auto
+	var fetch *atomic.Int64 // on auto: the duration of this open's own fetch, if it fetched
+	var start time.Time
+	if auto != nil {
+		fetch, start = new(atomic.Int64), time.Now()
+	}
+	res, err := n.fsys.store.Get(n.fsys.ctx, span.Key, span.Length, n.fsys.wholeLoader(n, span.Offset, fetch))
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", n.path, err)
 	}
-	if auto := n.fsys.readahead.auto; auto != nil && !res.Hit && res.File != nil {
+	if auto != nil && !res.Hit && res.File != nil {
 		if d := time.Duration(fetch.Load()); d > 0 {
 			// This miss's own fetch, admitted: the rest is the local cost.
 			auto.localCost(time.Since(start) - d)
