@@ -241,7 +241,9 @@ func (s *Store) Get(ctx context.Context, key Key, size int64, load Loader) (Resu
 	defer s.ops.Done()
 	id := key.id()
 	res, err := s.get(ctx, key, id, size, load)
-	prefetched := s.takePrefetched(id) // looked up now: no longer unread
+	// Looked up now: no longer unread. (No lock taken when nothing was
+	// ever prefetched.)
+	prefetched := s.prefetchFills.Load() > 0 && s.takePrefetched(id)
 	if res.Hit {
 		s.hits.Add(1)
 		s.hitBytes.Add(size)
