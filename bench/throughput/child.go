@@ -40,8 +40,13 @@ func childMain(args []string) {
 	fl.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "")
 	fl.StringVar(&cfg.Manifest, "manifest", mount.ManifestNone, "")
 	fl.BoolVar(&cfg.Debug, "fuse-debug", false, "")
-	fl.IntVar(&cfg.ReadaheadFiles, "readahead-files", 0, "")
+	readaheadFiles := fl.String("readahead-files", mount.ReadaheadFilesAuto, "") // cachefs mount's default
 	_ = fl.Parse(args)
+	var err error
+	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(*readaheadFiles); err != nil {
+		fmt.Fprintln(os.Stderr, "mount child:", err)
+		os.Exit(2)
+	}
 	if fl.NArg() != 2 {
 		fmt.Fprintln(os.Stderr, "mount child: want SOURCE MOUNTPOINT")
 		os.Exit(2)

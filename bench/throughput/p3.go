@@ -117,17 +117,25 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			rep.addCPU(logw, round, name, use)
 			return nil
 		}
-		if err := cold(mountCol, "cold", nil); err != nil {
-			return err
-		}
-		// A': the same with readahead of whole files.
-		if cfg.ReadaheadFiles > 0 {
-			readAhead := func(m *benchproc.Proc) {
+		readAhead := func(name string) func(*benchproc.Proc) {
+			return func(m *benchproc.Proc) {
 				if c, err := counters(m); err == nil {
-					fmt.Fprintf(logw, "P3 round %d  %s: %d of %d files read ahead\n", round, mountRA, c.FilesReadAhead, len(ds.paths))
+					fmt.Fprintf(logw, "P3 round %d  %s: %d of %d files read ahead\n", round, name, c.FilesReadAhead, len(ds.paths))
+					rep.ReadAhead = append(rep.ReadAhead, fmt.Sprintf("round %d %s: %d of %d", round, name, c.FilesReadAhead, len(ds.paths)))
 				}
 			}
-			if err := cold(mountRA, "readahead", readAhead, "-readahead-files", fmt.Sprint(cfg.ReadaheadFiles)); err != nil {
+		}
+		// A: the default flags (--readahead-files auto).
+		if err := cold(mountCol, "cold", readAhead(mountCol)); err != nil {
+			return err
+		}
+		// A0: readahead off (--readahead-files 0), the default before auto.
+		if err := cold(mountOff, "off", nil, "-readahead-files", "0"); err != nil {
+			return err
+		}
+		// A': the same with a pinned readahead of whole files.
+		if cfg.ReadaheadFiles > 0 {
+			if err := cold(mountRA, "readahead", readAhead(mountRA), "-readahead-files", fmt.Sprint(cfg.ReadaheadFiles)); err != nil {
 				return err
 			}
 		}

@@ -65,6 +65,8 @@ type Config struct {
 	P2Manifest bool
 	// ReadaheadFiles > 0 adds a P3 row: the cold epoch through a mount with
 	// that many files read ahead per miss (`cachefs mount --readahead-files`).
+	// ("mount cold" has the default flags: --readahead-files auto; "mount
+	// cold, readahead off" has --readahead-files 0, the default before.)
 	ReadaheadFiles int
 	// S3Latency > 0 puts a proxy adding this much to every request's time
 	// to first byte between MinIO and every P3 reader (the mounts, the GET
@@ -92,6 +94,8 @@ type Report struct {
 	// reader (one per round), per 1000 files.
 	CPU   map[string][]cpuUse
 	Notes []string
+	// ReadAhead notes, per round, how many files the P3 mounts read ahead.
+	ReadAhead []string
 }
 
 // addCPU records one run's CPU use and logs it.
@@ -112,6 +116,7 @@ const (
 	rcloneR    = "rclone"
 	mountCol   = "mount cold"
 	mountRA    = "mount cold, readahead"
+	mountOff   = "mount cold, readahead off"
 	mountMan   = "mount cold, manifest"
 	getLoop    = "GET loop"
 	prefetch   = "prefetch"

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
 type submitFlags struct {
@@ -24,7 +26,7 @@ type submitFlags struct {
 	nodeSelector, tolerations               []string
 	cacheSize, datasetSecret                string
 	prefetch                                bool
-	readaheadFiles                          int32
+	readaheadFiles                          string
 	gangScheduler, queue                    string
 	noGang                                  bool
 	minAvailable                            int32
@@ -96,7 +98,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringVar(&s.datasetSecret, "dataset-secret", "", "Secret of the job's namespace with the credentials of every --dataset with a SOURCE (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://, userID and userKey for cephfs://; nfs:// has none); the kubelet hands it to the CSI driver (default: the node's own identity, where allowed)")
 	fl.StringVar(&s.cacheSize, "cache-size", "", "node cache size of every --dataset with a SOURCE, e.g. 500Gi")
 	fl.BoolVar(&s.prefetch, "prefetch", false, "ask for the datasets to be prefetched into the node caches")
-	fl.Int32Var(&s.readaheadFiles, "readahead-files", 0, "on a missed open, fetch this many next files of the directory into the node cache (0-256; 0: off), for every --dataset with a SOURCE; worth it for far object stores")
+	fl.StringVar(&s.readaheadFiles, "readahead-files", volattr.ReadaheadFilesAuto, "on a missed open, fetch this many next files of the directory into the node cache, for every --dataset with a SOURCE: 'auto' (the node follows the backend's latency: on for far object stores, off for local ones; the field is left unset) or 0-256 (0: off)")
 	fl.StringArrayVar(&s.envs, "env", nil, "environment variable K=V of every worker (repeatable)")
 	fl.StringVar(&s.gangScheduler, "gang-scheduler", "", "volcano (default) or scheduler-plugins")
 	fl.StringVar(&s.queue, "queue", "", "Volcano queue")
@@ -199,13 +201,17 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 		}
 		tj.Spec.Tolerations = append(tj.Spec.Tolerations, tol)
 	}
+	readahead, err := parseReadaheadFilesFlag(s.readaheadFiles)
+	if err != nil {
+		return nil, err
+	}
 	for _, d := range s.datasets {
 		ds, err := parseDatasetFlag(d)
 		if err != nil {
 			return nil, err
 		}
 		if ds.Source != "" {
-			ds.CacheSize, ds.Prefetch, ds.ReadaheadFiles, ds.SecretName = s.cacheSize, s.prefetch, s.readaheadFiles, s.datasetSecret
+			ds.CacheSize, ds.Prefetch, ds.ReadaheadFiles, ds.SecretName = s.cacheSize, s.prefetch, readahead, s.datasetSecret
 		}
 		tj.Spec.Datasets = append(tj.Spec.Datasets, ds)
 	}
@@ -294,4 +300,19 @@ func printSpec(w io.Writer, tj *v1alpha1.TrainingJob, format string) error {
 		delete(md, "creationTimestamp")
 	}
 	return printObject(w, &unstructured.Unstructured{Object: m}, format)
+}
+
+// parseReadaheadFilesFlag parses --readahead-files: volattr.ReadaheadFilesAuto
+// leaves the datasets' readaheadFiles unset (the node's default), a number
+// from 0 to volattr.MaxReadaheadFiles sets it.
+func parseReadaheadFilesFlag(v string) (*int32, error) {
+	if v == volattr.ReadaheadFilesAuto {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < 0 || n > volattr.MaxReadaheadFiles {
+		return nil, fmt.Errorf("--readahead-files: %q is neither %q nor a number of files from 0 to %d", v, volattr.ReadaheadFilesAuto, volattr.MaxReadaheadFiles)
+	}
+	r := int32(n)
+	return &r, nil
 }

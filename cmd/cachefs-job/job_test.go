@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -276,4 +277,26 @@ func startJobKube(t *testing.T, namespaces ...string) (*testenv.Kube, client.Cli
 		}
 	}
 	return kube, c
+}
+
+// TestReadaheadFilesFlag: --readahead-files auto (the default) leaves the
+// datasets' readaheadFiles unset, a number sets it (0: off), anything else
+// is refused.
+func TestReadaheadFilesFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // "nil", a number, or "error"
+	}{{"auto", "nil"}, {"0", "0"}, {"8", "8"}, {"256", "256"}, {"257", "error"}, {"-1", "error"}, {"Auto", "error"}, {"", "error"}} {
+		got, err := parseReadaheadFilesFlag(tc.in)
+		s := "nil"
+		switch {
+		case err != nil:
+			s = "error"
+		case got != nil:
+			s = fmt.Sprint(*got)
+		}
+		if s != tc.want {
+			t.Errorf("parseReadaheadFilesFlag(%q) = %s (%v), want %s", tc.in, s, err, tc.want)
+		}
+	}
 }

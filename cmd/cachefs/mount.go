@@ -17,11 +17,12 @@ import (
 
 func newMountCmd(g *globalFlags) *cobra.Command {
 	var (
-		cfg          mount.Config
-		cacheSize    string
-		wholeFileMax string
-		blockSize    string
-		credsFD      int
+		cfg            mount.Config
+		cacheSize      string
+		wholeFileMax   string
+		blockSize      string
+		readaheadFiles string
+		credsFD        int
 	)
 	cmd := &cobra.Command{
 		Use:   mount.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
@@ -76,7 +77,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 				}
 				cfg.Backend.Credentials = creds
 			}
-			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize))
+			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize, readaheadFiles))
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return g.mountFailed(usageError(err)) })
@@ -90,7 +91,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.StringVar(&wholeFileMax, mount.FlagWholeFileMax, fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
 	f.StringVar(&blockSize, mount.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
 	f.IntVar(&cfg.Readahead, mount.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
-	f.IntVar(&cfg.ReadaheadFiles, mount.FlagReadaheadFiles, 0, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background (0: off); raises a cold epoch's backend concurrency above the loader's workers")
+	f.StringVar(&readaheadFiles, mount.FlagReadaheadFiles, mount.ReadaheadFilesAuto, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background: 'auto' follows the backend's measured latency (on for a far store, off for a local one), a number pins it (0: off); raises a cold epoch's backend concurrency above the loader's workers")
 	f.IntVar(&cfg.ListingCacheEntries, mount.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
 	f.DurationVar(&cfg.ReadTimeout, mount.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
 	f.IntVar(&credsFD, mount.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
@@ -115,7 +116,7 @@ and error (one JSON object with --log-format json), and it exits with:`)
 	return b.String()
 }()
 
-func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize string) error {
+func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize, readaheadFiles string) error {
 	log, err := g.logger()
 	if err != nil {
 		return usageError(err)
@@ -129,6 +130,9 @@ func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []stri
 	}
 	if cfg.BlockSize, err = units.ParseSize(blockSize); err != nil {
 		return usageError(fmt.Errorf("--%s: %w", mount.FlagBlockSize, err))
+	}
+	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(readaheadFiles); err != nil {
+		return usageError(err)
 	}
 	m, err := mount.New(cfg)
 	if err != nil {

@@ -19,7 +19,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 		{"minimal", mount.CommandOptions{Source: "/data/set", Mountpoint: "/mnt/x", CacheDir: "/var/cache/x", CacheSize: 1 << 30}},
 		{"everything", mount.CommandOptions{
 			Source: "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1", Mountpoint: "/mnt/with space",
-			CacheDir: "/var/cache/ds", CacheSize: 123456789, Policy: "lru", Manifest: "none", ReadaheadFiles: 16,
+			CacheDir: "/var/cache/ds", CacheSize: 123456789, Policy: "lru", Manifest: "none", ReadaheadFiles: "16",
 			LogFormat: mount.LogFormatJSON, CredentialsFD: 3,
 		}},
 		{"values that look like flags", mount.CommandOptions{Source: "/data/--policy", Mountpoint: "/mnt/-x", CacheDir: "--weird", CacheSize: 1, Manifest: "-"}},
@@ -53,10 +53,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			readahead, err := f.GetInt(mount.FlagReadaheadFiles)
-			if err != nil {
-				t.Fatal(err)
-			}
+			readahead := str(mount.FlagReadaheadFiles)
 			credsFD, err := f.GetInt(mount.FlagCredentialsFD)
 			if err != nil {
 				t.Fatal(err)
@@ -73,6 +70,9 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			want := tc.opts
 			if want.Policy == "" {
 				want.Policy = "nr" // the CLI's defaults
+			}
+			if want.ReadaheadFiles == "" {
+				want.ReadaheadFiles = mount.ReadaheadFilesAuto
 			}
 			if want.LogFormat == "" {
 				want.LogFormat = "text"

@@ -24,9 +24,9 @@ func TestFill(t *testing.T) {
 		want  FillResult
 		loads int64
 	}{
-		{"miss, admitted", a, 4000, FillResult{Cached: true, Loaded: true}, 1},
+		{"miss, admitted", a, 4000, FillResult{Cached: true, Loaded: true, Prefetched: true}, 1},
 		{"held: nothing to do", a, 4000, FillResult{Cached: true}, 0},
-		{"second entry", b, 5000, FillResult{Cached: true, Loaded: true}, 1},
+		{"second entry", b, 5000, FillResult{Cached: true, Loaded: true, Prefetched: true}, 1},
 		{"does not fit: read, not admitted", big, 2000, FillResult{Loaded: true}, 1},
 	}
 	for _, tt := range tests {
@@ -36,7 +36,8 @@ func TestFill(t *testing.T) {
 			t.Fatalf("%s: Fill = %+v, %v with %d loads; want %+v with %d loads", tt.name, got, err, ld.calls.Load(), tt.want, tt.loads)
 		}
 	}
-	want := Stats{Entries: 2, UsedBytes: 9000, CapacityBytes: 10_000, Admissions: 2, Rejections: 1, Policy: PolicyNR}
+	want := Stats{Entries: 2, UsedBytes: 9000, CapacityBytes: 10_000, Admissions: 2, Rejections: 1, Policy: PolicyNR,
+		PrefetchFills: 2, PrefetchFillBytes: 9000}
 	if got := s.Stats(); got != want {
 		t.Fatalf("Stats after fills:\n got %+v\nwant %+v", got, want)
 	}
@@ -48,8 +49,17 @@ func TestFill(t *testing.T) {
 		}
 		checkBytes(t, k, readResult(t, r), size)
 	}
-	if st := s.Stats(); st.Hits != 2 || st.Misses != 0 || st.HitBytes != 9000 {
-		t.Fatalf("Stats after Gets: %+v, want 2 hits of 9000 bytes", st)
+	if st := s.Stats(); st.Hits != 2 || st.Misses != 0 || st.HitBytes != 9000 || st.PrefetchedHits != 2 || st.PrefetchedHitBytes != 9000 {
+		t.Fatalf("Stats after Gets: %+v, want 2 hits of 9000 bytes, both prefetched", st)
+	}
+	// A second lookup of a prefetched entry is a hit, no longer a
+	// prefetched one; an entry a Get admitted is never one.
+	mustGet(t, s, a, 4000, failLoader(t)).File.Close()
+	c := key("c")
+	mustGet(t, s, c, 500, ld.load(c)).File.Close()
+	mustGet(t, s, c, 500, failLoader(t)).File.Close()
+	if st := s.Stats(); st.Hits != 4 || st.PrefetchedHits != 2 || st.PrefetchFills != 2 || st.Admissions != 3 {
+		t.Fatalf("Stats after more Gets: %+v, want 4 hits, 2 prefetched, 2 prefetch fills of 3 admissions", st)
 	}
 }
 
@@ -98,7 +108,7 @@ func TestFillCoalescesWithGet(t *testing.T) {
 			defer wg.Done()
 			if i%2 == 0 {
 				r, err := s.Fill(context.Background(), k, 50_000, load)
-				if err == nil && r != (FillResult{Cached: true, Loaded: true}) && r != (FillResult{Cached: true}) {
+				if err == nil && r != (FillResult{Cached: true, Loaded: true}) && r != (FillResult{Cached: true, Loaded: true, Prefetched: true}) && r != (FillResult{Cached: true}) {
 					err = fmt.Errorf("Fill: %+v", r)
 				}
 				errs <- err

@@ -64,7 +64,17 @@ type Stats struct {
 	CorruptDropped      int64 // recovered entries that failed their checksum, dropped
 	LoadErrors          int64 // loader calls that failed (once per coalesced load)
 	WriteErrors         int64 // admitted entries whose write failed; served uncached
-	Policy              string
+	// Prefetch fills: entries admitted by Fill (cachefs prefetch, the
+	// mount's readahead), counted neither as hits nor as misses, and
+	// included in Admissions.
+	PrefetchFills, PrefetchFillBytes int64
+	// Prefetched hits: the hits (included in Hits and HitBytes) that were
+	// the first lookup of an entry a prefetch fill admitted in this
+	// process. Hits − PrefetchedHits are the lookups served from entries
+	// that an earlier lookup cached (or that were recovered at Open, or
+	// were read before).
+	PrefetchedHits, PrefetchedHitBytes int64
+	Policy                             string
 }
 
 // entry is the in-memory record of one cache entry.
@@ -72,6 +82,9 @@ type entry struct {
 	size     int64
 	ready    bool // false while being written: not servable, bytes reserved
 	verified bool // checksum known good in this process (always, for entries written by it)
+	// prefetched: admitted by a prefetch fill (Fill) and not looked up by
+	// a Get since.
+	prefetched bool
 }
 
 // Store is a node-local disk cache. It is safe for concurrent use.
@@ -108,6 +121,8 @@ type Store struct {
 	hits, misses, hitBytes, missBytes       atomic.Int64
 	admissions, rejections, evictions       atomic.Int64
 	corruptDropped, loadErrors, writeErrors atomic.Int64
+	prefetchFills, prefetchFillBytes        atomic.Int64
+	prefetchedHits, prefetchedHitBytes      atomic.Int64
 
 	mu          sync.Mutex
 	closed      bool
@@ -224,15 +239,36 @@ func (s *Store) Get(ctx context.Context, key Key, size int64, load Loader) (Resu
 		return Result{}, err
 	}
 	defer s.ops.Done()
-	res, err := s.get(ctx, key, key.id(), size, load)
+	id := key.id()
+	res, err := s.get(ctx, key, id, size, load)
+	// Looked up now: no longer unread. (No lock taken when nothing was
+	// ever prefetched.)
+	prefetched := s.prefetchFills.Load() > 0 && s.takePrefetched(id)
 	if res.Hit {
 		s.hits.Add(1)
 		s.hitBytes.Add(size)
+		if prefetched {
+			s.prefetchedHits.Add(1)
+			s.prefetchedHitBytes.Add(size)
+		}
 	} else {
 		s.misses.Add(1)
 		s.missBytes.Add(size)
 	}
 	return res, err
+}
+
+// takePrefetched reports whether id is an entry a prefetch fill admitted
+// that no Get has looked up since, and clears the mark.
+func (s *Store) takePrefetched(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[id]
+	if e == nil || !e.prefetched {
+		return false
+	}
+	e.prefetched = false
+	return true
 }
 
 // start checks the arguments of a Get or Fill (op) and registers it (see
@@ -257,6 +293,10 @@ type FillResult struct {
 	// one it joined) called a Loader; with Cached it means "admitted by
 	// that fill", without it "read, but not admitted".
 	Loaded bool
+	// Prefetched is true when the entry was admitted by a prefetch fill
+	// (this call's, or another Fill's it joined: counted once in
+	// PrefetchFills), not by a Get's miss that this call joined.
+	Prefetched bool
 }
 
 // Fill makes sure key, which is size bytes long, is in the cache: it
@@ -279,11 +319,11 @@ func (s *Store) Fill(ctx context.Context, key Key, size int64, load Loader) (Fil
 	if s.held(id, size) {
 		return FillResult{Cached: true}, nil
 	}
-	out, err := s.flight(ctx, key, id, size, load)
+	out, err := s.flight(ctx, key, id, size, load, true)
 	if err != nil {
 		return FillResult{}, err
 	}
-	return FillResult{Cached: out.cached, Loaded: !out.hit}, nil
+	return FillResult{Cached: out.cached, Loaded: !out.hit, Prefetched: out.cached && !out.hit && out.prefetch}, nil
 }
 
 // held reports whether id is a ready, verified entry of the given size.
@@ -307,9 +347,10 @@ func (s *Store) begin() error {
 
 // fillResult is the outcome of one (possibly shared) fill.
 type fillResult struct {
-	hit    bool   // the entry was in the cache; load was not called
-	cached bool   // an entry file exists: hit, or admitted by this fill
-	data   []byte // the loaded bytes when not cached (read through); else nil
+	hit      bool   // the entry was in the cache; load was not called
+	prefetch bool   // the fill was a Fill's (a prefetch fill), not a Get's
+	cached   bool   // an entry file exists: hit, or admitted by this fill
+	data     []byte // the loaded bytes when not cached (read through); else nil
 }
 
 func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Loader) (Result, error) {
@@ -317,7 +358,7 @@ func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Lo
 		if f := s.openHit(id, size); f != nil {
 			return Result{File: f, Hit: true}, nil
 		}
-		out, err := s.flight(ctx, key, id, size, load)
+		out, err := s.flight(ctx, key, id, size, load, false)
 		if err != nil {
 			return Result{}, err
 		}
@@ -345,7 +386,9 @@ func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Lo
 
 // flight runs the fill of id, or joins the one in progress, and waits for
 // it. A joined fill whose own caller's context ended is tried again.
-func (s *Store) flight(ctx context.Context, key Key, id string, size int64, load Loader) (*fillResult, error) {
+// prefetch tells a Fill (a prefetch fill) from a Get's miss, for the
+// counters, when this call leads the fill.
+func (s *Store) flight(ctx context.Context, key Key, id string, size int64, load Loader, prefetch bool) (*fillResult, error) {
 	for attempt := 1; ; attempt++ {
 		ch := s.flights.DoChan(id, func() (any, error) {
 			// The fill runs on its own goroutine and may outlive a caller
@@ -354,7 +397,7 @@ func (s *Store) flight(ctx context.Context, key Key, id string, size int64, load
 				return nil, err
 			}
 			defer s.ops.Done()
-			return s.fill(ctx, key, id, size, load)
+			return s.fill(ctx, key, id, size, load, prefetch)
 		})
 		var r singleflight.Result
 		select {
@@ -392,7 +435,7 @@ func (s *Store) openHit(id string, size int64) *os.File {
 }
 
 // fill runs once per coalesced group of Gets of id.
-func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load Loader) (*fillResult, error) {
+func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load Loader, prefetch bool) (*fillResult, error) {
 	if s.checkCached(key, id, size) {
 		return &fillResult{hit: true, cached: true}, nil
 	}
@@ -413,11 +456,11 @@ func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load L
 		}
 		return nil, fmt.Errorf("cache: load %s: %w", key, err)
 	}
-	if s.admit(key, id, buf) {
+	if s.admit(key, id, buf, prefetch) {
 		if pooled {
 			putBuf(buf)
 		}
-		return &fillResult{cached: true}, nil
+		return &fillResult{cached: true, prefetch: prefetch}, nil
 	}
 	if pooled {
 		// Read through after all: the callers get (and keep) the bytes.
@@ -488,7 +531,7 @@ func (s *Store) checkCached(key Key, id string, size int64) bool {
 // admit offers the loaded bytes of id to the policy and, if admitted,
 // writes them into the cache. It reports whether the entry is now in the
 // cache.
-func (s *Store) admit(key Key, id string, data []byte) bool {
+func (s *Store) admit(key Key, id string, data []byte, prefetch bool) bool {
 	size := int64(len(data))
 	s.mu.Lock()
 	if s.entries[id] != nil || time.Now().Before(s.pausedUntil) {
@@ -528,9 +571,13 @@ func (s *Store) admit(key Key, id string, data []byte) bool {
 		s.writeFailedLocked(key, err)
 		return false
 	}
-	e.ready, e.verified = true, true
+	e.ready, e.verified, e.prefetched = true, true, prefetch
 	s.nready++
 	s.admissions.Add(1)
+	if prefetch {
+		s.prefetchFills.Add(1)
+		s.prefetchFillBytes.Add(size)
+	}
 	return true
 }
 
@@ -610,6 +657,11 @@ func (s *Store) Stats() Stats {
 		LoadErrors:     s.loadErrors.Load(),
 		WriteErrors:    s.writeErrors.Load(),
 		Policy:         s.policyName,
+
+		PrefetchFills:      s.prefetchFills.Load(),
+		PrefetchFillBytes:  s.prefetchFillBytes.Load(),
+		PrefetchedHits:     s.prefetchedHits.Load(),
+		PrefetchedHitBytes: s.prefetchedHitBytes.Load(),
 	}
 }
 

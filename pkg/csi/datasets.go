@@ -123,7 +123,7 @@ func (n *nodeState) start(ds *datasetMount) error {
 		CacheSize:      ds.Params.CacheSize,
 		Policy:         ds.Params.Policy,
 		Manifest:       ds.Params.Manifest,
-		ReadaheadFiles: ds.Params.ReadaheadFiles,
+		ReadaheadFiles: readaheadArg(ds.Params.ReadaheadFiles),
 		LogFormat:      mount.LogFormatJSON,
 	}.Args()
 	logStart := int64(0)
@@ -302,4 +302,13 @@ func withoutAWSCredentials(env []string) []string {
 		}
 	}
 	return out
+}
+
+// readaheadArg is the --readahead-files value for a volume's readaheadFiles:
+// "" (the mount's default, auto) when unset.
+func readaheadArg(n *int) string {
+	if n == nil {
+		return ""
+	}
+	return strconv.Itoa(*n)
 }

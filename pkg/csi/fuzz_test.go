@@ -62,9 +62,24 @@ func TestDatasetKeyStable(t *testing.T) {
 	if k := datasetKey(p, ""); k != before {
 		t.Errorf("key %s, want %s as before", k, before)
 	}
-	p.ReadaheadFiles = 8
-	if k := datasetKey(p, ""); k == before {
+	n := 8
+	p.ReadaheadFiles = &n
+	k8 := datasetKey(p, "")
+	if k8 == before {
 		t.Error("readaheadFiles does not change the dataset key")
+	}
+	// "0" (off) is not the default (auto) any more: keyed apart from both.
+	off := 0
+	p.ReadaheadFiles = &off
+	if k := datasetKey(p, ""); k == before || k == k8 {
+		t.Errorf("readaheadFiles 0: key %s, want one of its own", k)
+	}
+	// "auto" is the default: the key of a volume without the attribute.
+	if p, err = parseParams(map[string]string{"source": "s3://bucket/imagenet?region=us-east-1", "cacheSize": "1Gi", "readaheadFiles": "auto"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if k := datasetKey(p, ""); k != before {
+		t.Errorf("readaheadFiles auto: key %s, want %s (the default's)", k, before)
 	}
 }
 

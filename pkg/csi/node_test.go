@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -353,7 +354,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown parameter", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("cachesize", "1Gi")}, codes.InvalidArgument, `unknown parameters ["cachesize"]`},
 		{"bad cache size", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("cacheSize", "lots")}, codes.InvalidArgument, `parameter "cacheSize"`},
 		{"bad policy", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("policy", "mru")}, codes.InvalidArgument, `unknown policy "mru"`},
-		{"bad readaheadFiles", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("readaheadFiles", "many")}, codes.InvalidArgument, `parameter "readaheadFiles": "many" is not a number of files from 0 to 256`},
+		{"bad readaheadFiles", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("readaheadFiles", "many")}, codes.InvalidArgument, `parameter "readaheadFiles": "many" is neither "auto" nor a number of files from 0 to 256`},
 		{"negative readaheadFiles", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("readaheadFiles", "-1")}, codes.InvalidArgument, `parameter "readaheadFiles"`},
 		{"huge readaheadFiles", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: with("readaheadFiles", "100000")}, codes.InvalidArgument, `parameter "readaheadFiles"`},
 		{"unknown secret", &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: staging, VolumeCapability: readerCap, VolumeContext: good, Secrets: map[string]string{"password": "hunter2"}}, codes.InvalidArgument, `unknown secret keys ["password"]`},
@@ -448,6 +449,31 @@ func TestReadaheadFilesParameter(t *testing.T) {
 	if n := len(mountProcesses(t, td.stateDir)); n != 2 {
 		t.Errorf("%d mount processes for a volume with readaheadFiles and one without, want 2", n)
 	}
+	// "auto" is the default: the plain volume's mount. "0" (off) is not
+	// the default any more: a mount of its own, told so.
+	auto := filepath.Join(td.workDir(t), "staging")
+	stage(t, td, "vol-auto", auto, map[string]string{"source": data, "cacheSize": "1GiB", "readaheadFiles": "auto"})
+	off := filepath.Join(td.workDir(t), "staging")
+	stage(t, td, "vol-off", off, map[string]string{"source": data, "cacheSize": "1GiB", "readaheadFiles": "0"})
+	flags := map[string]int{}
+	for _, pid := range mountProcesses(t, td.stateDir) {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "cmdline"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, v, ok := bytes.Cut(cmdline, []byte("\x00--readahead-files\x00"))
+		if !ok {
+			flags["none"]++
+			continue
+		}
+		v, _, _ = bytes.Cut(v, []byte{0})
+		flags[string(v)]++
+	}
+	if want := map[string]int{"4": 1, "none": 1, "0": 1}; !maps.Equal(flags, want) {
+		t.Errorf("mount processes by --readahead-files: %v, want %v (auto shares the plain volume's)", flags, want)
+	}
+	unstage(t, td, "vol-off", off)
+	unstage(t, td, "vol-auto", auto)
 	unstage(t, td, "vol-plain", plain)
 	unstage(t, td, "vol-ra", staging)
 }

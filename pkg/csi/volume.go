@@ -50,10 +50,11 @@ func datasetKey(p volumeParams, creds string) string {
 	for _, s := range []string{p.Source, strconv.FormatInt(p.CacheSize, 10), p.Policy, p.Manifest} {
 		fmt.Fprintf(h, "%d:%s\n", len(s), s)
 	}
-	if p.ReadaheadFiles > 0 {
+	if p.ReadaheadFiles != nil {
 		// Only when set, so that the keys of volumes without it (and their
-		// cache directories) are what they were before the parameter.
-		fmt.Fprintf(h, "readaheadFiles:%d\n", p.ReadaheadFiles)
+		// cache directories) are what they were before the parameter. Since
+		// auto became the default, "0" (off) is set too, and keyed apart.
+		fmt.Fprintf(h, "readaheadFiles:%d\n", *p.ReadaheadFiles)
 	}
 	if creds != "" {
 		fmt.Fprintf(h, "credentials:%s\n", creds)

@@ -93,7 +93,8 @@ type Options struct {
 	Readahead int
 	// ReadaheadFiles: when an open of a small file misses, how many of the
 	// next files of its directory are fetched into the cache in the
-	// background (readahead.go). 0: none.
+	// background (readahead.go). 0: none; ReadaheadFilesAuto: a window
+	// that follows the backend's measured latency (readahead_auto.go).
 	ReadaheadFiles int
 	// Timeout is the kernel entry, attribute and negative-lookup timeout,
 	// and how long a listing is used before it is fetched again.
@@ -143,9 +144,10 @@ type FS struct {
 // after one whose open missed (readahead.go). blockSem and fileSem are
 // immutable; fileBytes is atomic; mu guards files.
 type readahead struct {
-	blockSem  chan struct{} // bounds background fetches of blocks
-	fileSem   chan struct{} // bounds background fetches of whole files
-	fileBytes atomic.Int64  // bytes of whole-file readahead in flight
+	blockSem  chan struct{}  // bounds background fetches of blocks
+	fileSem   chan struct{}  // bounds background fetches of whole files
+	fileBytes atomic.Int64   // bytes of whole-file readahead in flight
+	auto      *autoReadahead // nil unless Options.ReadaheadFiles is ReadaheadFilesAuto
 
 	mu    sync.Mutex
 	files map[string]struct{} // paths of files being read ahead
@@ -182,8 +184,8 @@ func New(opts Options) (*FS, error) {
 		return nil, fmt.Errorf("fusefs: BlockSize %d must be at least 4096", opts.BlockSize)
 	case opts.Readahead < 0:
 		return nil, fmt.Errorf("fusefs: Readahead %d must not be negative", opts.Readahead)
-	case opts.ReadaheadFiles < 0:
-		return nil, fmt.Errorf("fusefs: ReadaheadFiles %d must not be negative", opts.ReadaheadFiles)
+	case opts.ReadaheadFiles < 0 && opts.ReadaheadFiles != ReadaheadFilesAuto:
+		return nil, fmt.Errorf("fusefs: ReadaheadFiles %d must not be negative (but ReadaheadFilesAuto)", opts.ReadaheadFiles)
 	case opts.ListingCacheEntries < 0:
 		return nil, fmt.Errorf("fusefs: ListingCacheEntries %d must not be negative", opts.ListingCacheEntries)
 	}
@@ -191,6 +193,11 @@ func New(opts Options) (*FS, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	var auto *autoReadahead
+	maxFiles := opts.ReadaheadFiles
+	if opts.ReadaheadFiles == ReadaheadFilesAuto {
+		auto, maxFiles = newAutoReadahead(time.Now), AutoMaxFiles
+	}
 	return &FS{
 		opts:     opts,
 		backend:  opts.Backend,
@@ -202,7 +209,8 @@ func New(opts Options) (*FS, error) {
 		cancel:   cancel,
 		readahead: readahead{
 			blockSem: make(chan struct{}, 4*max(opts.Readahead, 1)),
-			fileSem:  make(chan struct{}, 4*opts.ReadaheadFiles),
+			fileSem:  make(chan struct{}, 4*maxFiles),
+			auto:     auto,
 			files:    map[string]struct{}{},
 		},
 		listings: listings{
@@ -335,6 +343,51 @@ func join(dir, name string) string {
 // (a listing serves every later lookup in its directory).
 func (f *FS) listCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(f.ctx, f.opts.ReadTimeout)
+}
+
+// wholeLoader is loader for a whole small file, timed for the adaptive
+// readahead (when on auto): fetch, when not nil, gets the fetch's
+// duration once it has run.
+func (f *FS) wholeLoader(n file, off int64, fetch *atomic.Int64) cache.Loader {
+	load := f.loader(n.path, n.version, off)
+	auto := f.readahead.auto
+	if auto == nil {
+		return load
+	}
+	return func(ctx context.Context, p []byte) error {
+		start := time.Now()
+		err := load(ctx, p)
+		d := time.Since(start)
+		auto.fetched(d, err)
+		if fetch != nil {
+			fetch.Store(int64(d))
+		}
+		return err
+	}
+}
+
+// readaheadWindow is how many files to read ahead after a miss now.
+func (f *FS) readaheadWindow() int {
+	if f.readahead.auto != nil {
+		return f.readahead.auto.window()
+	}
+	return f.opts.ReadaheadFiles
+}
+
+// ReadaheadState is the whole-file readahead's setting and, on auto, what
+// it measured (readahead_auto.go).
+type ReadaheadState struct {
+	Auto bool // Options.ReadaheadFiles is ReadaheadFilesAuto
+	AutoReadaheadState
+}
+
+// ReadaheadState returns the readahead's current window and, on auto, its
+// measurements.
+func (f *FS) ReadaheadState() ReadaheadState {
+	if a := f.readahead.auto; a != nil {
+		return ReadaheadState{Auto: true, AutoReadaheadState: a.state()}
+	}
+	return ReadaheadState{AutoReadaheadState: AutoReadaheadState{Window: f.opts.ReadaheadFiles}}
 }
 
 // loader reads [off, off+len(p)) of a file version from the backend, within

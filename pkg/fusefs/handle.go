@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -50,12 +52,26 @@ func (n file) open(flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 // policy did not admit it, the bytes in memory.
 func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 	span := n.fsys.spans(n)[0] // a small file is one span: the whole file
-	res, err := n.fsys.store.Get(n.fsys.ctx, span.Key, span.Length, n.fsys.loader(n.path, n.version, span.Offset))
+	auto := n.fsys.readahead.auto
+	var fetch *atomic.Int64 // on auto: the duration of this open's own fetch, if it fetched
+	var start time.Time
+	if auto != nil {
+		fetch, start = new(atomic.Int64), time.Now()
+	}
+	res, err := n.fsys.store.Get(n.fsys.ctx, span.Key, span.Length, n.fsys.wholeLoader(n, span.Offset, fetch))
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", n.path, err)
 	}
-	if !res.Hit && n.next != nil && n.fsys.opts.ReadaheadFiles > 0 {
-		n.fsys.readaheadFiles(n.next(n.fsys.opts.ReadaheadFiles))
+	if auto != nil && !res.Hit && res.File != nil {
+		if d := time.Duration(fetch.Load()); d > 0 {
+			// This miss's own fetch, admitted: the rest is the local cost.
+			auto.localCost(time.Since(start) - d)
+		}
+	}
+	if !res.Hit && n.next != nil {
+		if k := n.fsys.readaheadWindow(); k > 0 {
+			n.fsys.readaheadFiles(n.next(k))
+		}
 	}
 	flags := uint32(fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH)
 	if res.File != nil {

@@ -71,6 +71,14 @@ func NewRegistry(stats func() cache.Stats, src backend.Backend) (*prometheus.Reg
 		func(s cache.Stats) int64 { return s.LoadErrors })
 	counter("cachefs_cache_write_errors_total", "Entries that could not be written to the cache disk (full, read-only); the reader was served from memory.",
 		func(s cache.Stats) int64 { return s.WriteErrors })
+	counter("cachefs_cache_prefetch_fills_total", "Entries admitted by a prefetch fill (cachefs prefetch, the mount's readahead of whole files): neither hits nor misses; included in admissions.",
+		func(s cache.Stats) int64 { return s.PrefetchFills })
+	counter("cachefs_cache_prefetch_fill_bytes_total", "Bytes of the entries admitted by a prefetch fill.",
+		func(s cache.Stats) int64 { return s.PrefetchFillBytes })
+	counter("cachefs_cache_prefetched_hits_total", "Hits that were the first lookup of an entry a prefetch fill admitted (included in cachefs_cache_hits_total).",
+		func(s cache.Stats) int64 { return s.PrefetchedHits })
+	counter("cachefs_cache_prefetched_hit_bytes_total", "Bytes of the prefetched hits (included in cachefs_cache_hit_bytes_total).",
+		func(s cache.Stats) int64 { return s.PrefetchedHitBytes })
 	gauge("cachefs_cache_used_bytes", "Bytes held by cache entries.",
 		func(s cache.Stats) int64 { return s.UsedBytes })
 	gauge("cachefs_cache_capacity_bytes", "Cache capacity in bytes.",
@@ -170,6 +178,39 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstHistogram(c.seconds, s.LatencyCount, s.LatencySum, buckets, l)
 	}
+}
+
+// Readahead is what RegisterReadahead reads at scrape time: the mount's
+// whole-file readahead.
+type Readahead struct {
+	Auto    bool          // --readahead-files auto
+	Window  int           // files read ahead after a miss now (0: off)
+	Latency time.Duration // on auto: the mean backend fetch latency of a small file
+	Files   uint64        // files fetched into the cache by readahead so far
+}
+
+// RegisterReadahead adds the readahead metrics to reg, read from state at
+// scrape time.
+func RegisterReadahead(reg *prometheus.Registry, state func() Readahead) {
+	gauge := func(name, help string, f func(Readahead) float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+			func() float64 { return f(state()) }))
+	}
+	gauge("cachefs_readahead_auto", "1 when the whole-file readahead adapts to the backend's latency (--readahead-files auto), 0 when pinned.",
+		func(r Readahead) float64 {
+			if r.Auto {
+				return 1
+			}
+			return 0
+		})
+	gauge("cachefs_readahead_window_files", "Files of a directory read ahead after a missed open of a small file, now (0: off).",
+		func(r Readahead) float64 { return float64(r.Window) })
+	gauge("cachefs_readahead_latency_seconds", "On auto: the mean backend fetch latency of a whole small file, which sets the window (0 when pinned).",
+		func(r Readahead) float64 { return r.Latency.Seconds() })
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cachefs_readahead_files_total",
+		Help: "Small files fetched into the cache by readahead (prefetch fills; a reader's later open of one is a hit).",
+	}, func() float64 { return float64(state().Files) }))
 }
 
 // Serve serves reg (a Registry, or several as prometheus.Gatherers) at

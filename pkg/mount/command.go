@@ -1,6 +1,11 @@
 package mount
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/epochfs/epochfs/pkg/fusefs"
+)
 
 // Command is the cachefs subcommand that runs a mount in the foreground:
 // `cachefs mount SOURCE MOUNTPOINT --flags…`.
@@ -30,6 +35,25 @@ const (
 	FlagLogFormat = "log-format"
 )
 
+// ReadaheadFilesAuto is the --readahead-files value (and default) that
+// lets the readahead of whole small files follow the backend's measured
+// latency (fusefs.ReadaheadFilesAuto); a number pins the window, 0 turns it
+// off.
+const ReadaheadFilesAuto = "auto"
+
+// ParseReadaheadFiles parses a --readahead-files value: ReadaheadFilesAuto
+// (fusefs.ReadaheadFilesAuto) or a number of files, 0 or more.
+func ParseReadaheadFiles(v string) (int, error) {
+	if v == ReadaheadFilesAuto {
+		return fusefs.ReadaheadFilesAuto, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("--%s: %q is neither %q nor a number of files, 0 or more", FlagReadaheadFiles, v, ReadaheadFilesAuto)
+	}
+	return n, nil
+}
+
 // LogFormatJSON is the FlagLogFormat value that makes every log line,
 // the failure line included (see package exitcode), one JSON object.
 const LogFormatJSON = "json"
@@ -44,8 +68,9 @@ type CommandOptions struct {
 	CacheSize  int64  // bytes; required
 	Policy     string // "" leaves the CLI's default (nr)
 	Manifest   string // "" leaves the default (ManifestAuto)
-	// ReadaheadFiles: 0 leaves it off.
-	ReadaheadFiles int
+	// ReadaheadFiles is the --readahead-files value: "" leaves the CLI's
+	// default (ReadaheadFilesAuto), "0" turns it off, a number pins it.
+	ReadaheadFiles string
 	// LogFormat: "" leaves the CLI's default (text); LogFormatJSON for a
 	// log that programs read.
 	LogFormat string
@@ -71,9 +96,7 @@ func (o CommandOptions) Args() []string {
 	add(FlagPolicy, o.Policy)
 	add(FlagLogFormat, o.LogFormat)
 	add(FlagManifest, o.Manifest)
-	if o.ReadaheadFiles > 0 {
-		add(FlagReadaheadFiles, strconv.Itoa(o.ReadaheadFiles))
-	}
+	add(FlagReadaheadFiles, o.ReadaheadFiles)
 	if o.CredentialsFD > 0 {
 		add(FlagCredentialsFD, strconv.Itoa(o.CredentialsFD))
 	}

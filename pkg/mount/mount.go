@@ -83,7 +83,9 @@ type Config struct {
 	Readahead    int
 	ReadTimeout  time.Duration
 	// ReadaheadFiles: small files of the same directory fetched into the
-	// cache in the background when an open misses (0: none).
+	// cache in the background when an open misses (0: none;
+	// fusefs.ReadaheadFilesAuto: follow the backend's latency, the CLI's
+	// default).
 	ReadaheadFiles int
 	// ListingCacheEntries bounds the directory entries kept from listings
 	// when mounting without a manifest.
@@ -236,6 +238,10 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		return err
 	}
 	cleanup = append(cleanup, fsys.Close)
+	metrics.RegisterReadahead(reg, func() metrics.Readahead {
+		st := fsys.ReadaheadState()
+		return metrics.Readahead{Auto: st.Auto, Window: st.Window, Latency: st.Latency, Files: fusefs.ReadCounters().FilesReadAhead}
+	})
 	server, err := fsys.Mount(m.cfg.Mountpoint, fusefs.MountOptions{
 		FsName:     "cachefs:" + m.src.String(),
 		AllowOther: m.cfg.AllowOther,

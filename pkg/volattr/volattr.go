@@ -43,8 +43,12 @@ const (
 	Prefetch = "prefetch"
 	// ReadaheadFiles is the mount's --readahead-files: when an open of a
 	// small file misses, the next N files of its directory are fetched into
-	// the cache in the background. 0 to MaxReadaheadFiles.
+	// the cache in the background. "auto" (the default, also when absent:
+	// follow the backend's measured latency) or 0 (off) to
+	// MaxReadaheadFiles.
 	ReadaheadFiles = "readaheadFiles"
+	// ReadaheadFilesAuto is the ReadaheadFiles value of the default.
+	ReadaheadFilesAuto = "auto"
 
 	// KubernetesPrefix marks keys added by Kubernetes (external-provisioner
 	// --extra-create-metadata, podInfoOnMount); Parse ignores them.
@@ -72,8 +76,9 @@ type Params struct {
 	// mounted (through the mount's control socket). Volumes that differ only
 	// here share a mount.
 	Prefetch bool `json:"prefetch,omitempty"`
-	// ReadaheadFiles is passed to the mount (--readahead-files); 0: off.
-	ReadaheadFiles int `json:"readaheadFiles,omitempty"`
+	// ReadaheadFiles, when set, is passed to the mount (--readahead-files
+	// N; 0: off); nil leaves the mount's default, auto.
+	ReadaheadFiles *int `json:"readaheadFiles,omitempty"`
 }
 
 // invalid returns an error wrapping ErrInvalid whose text is the formatted
@@ -119,11 +124,15 @@ func Parse(in map[string]string, defaultCacheSize int64) (Params, error) {
 			}
 			p.Prefetch = b
 		case ReadaheadFiles:
+			if v == ReadaheadFilesAuto {
+				p.ReadaheadFiles = nil
+				break
+			}
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > MaxReadaheadFiles {
-				return p, invalid("parameter %q: %q is not a number of files from 0 to %d", ReadaheadFiles, v, MaxReadaheadFiles)
+				return p, invalid("parameter %q: %q is neither %q nor a number of files from 0 to %d", ReadaheadFiles, v, ReadaheadFilesAuto, MaxReadaheadFiles)
 			}
-			p.ReadaheadFiles = n
+			p.ReadaheadFiles = &n
 		case Policy:
 			if !slices.Contains(cache.Policies(), v) {
 				return p, invalid("parameter %q: unknown policy %q (want one of %s)", Policy, v, strings.Join(cache.Policies(), ", "))
@@ -159,8 +168,8 @@ func (p Params) Attributes() map[string]string {
 	if p.Prefetch {
 		m[Prefetch] = "true"
 	}
-	if p.ReadaheadFiles > 0 {
-		m[ReadaheadFiles] = strconv.Itoa(p.ReadaheadFiles)
+	if p.ReadaheadFiles != nil {
+		m[ReadaheadFiles] = strconv.Itoa(*p.ReadaheadFiles)
 	}
 	return m
 }

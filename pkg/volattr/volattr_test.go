@@ -16,11 +16,14 @@ func TestParse(t *testing.T) {
 		{name: "defaults", in: map[string]string{Source: "/data"}, want: Params{Source: "/data", CacheSize: 1 << 30, Policy: "nr"}},
 		{name: "all", in: map[string]string{Source: "s3://bucket/p", CacheSize: "2Gi", Manifest: "/m.efm", Policy: "lru", Prefetch: "true", ReadaheadFiles: "256",
 			"csi.storage.k8s.io/pod.name": "x"},
-			want: Params{Source: "s3://bucket/p", CacheSize: 2 << 30, Manifest: "/m.efm", Policy: "lru", Prefetch: true, ReadaheadFiles: 256}},
+			want: Params{Source: "s3://bucket/p", CacheSize: 2 << 30, Manifest: "/m.efm", Policy: "lru", Prefetch: true, ReadaheadFiles: ptr(256)}},
+		{name: "readahead auto", in: map[string]string{Source: "/d", ReadaheadFiles: "auto"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr"}},
+		{name: "readahead off", in: map[string]string{Source: "/d", ReadaheadFiles: "0"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr", ReadaheadFiles: ptr(0)}},
 		{name: "no source", in: map[string]string{}, err: `parameter "source" is required (the dataset URL, e.g. s3://bucket/prefix or /mnt/nfs/dataset)`},
 		{name: "bad size", in: map[string]string{Source: "/d", CacheSize: "0"}, err: `parameter "cacheSize": invalid size "0": must be greater than zero`},
-		{name: "readahead over", in: map[string]string{Source: "/d", ReadaheadFiles: "257"}, err: `parameter "readaheadFiles": "257" is not a number of files from 0 to 256`},
-		{name: "readahead negative", in: map[string]string{Source: "/d", ReadaheadFiles: "-1"}, err: `parameter "readaheadFiles": "-1" is not a number of files from 0 to 256`},
+		{name: "readahead over", in: map[string]string{Source: "/d", ReadaheadFiles: "257"}, err: `parameter "readaheadFiles": "257" is neither "auto" nor a number of files from 0 to 256`},
+		{name: "readahead negative", in: map[string]string{Source: "/d", ReadaheadFiles: "-1"}, err: `parameter "readaheadFiles": "-1" is neither "auto" nor a number of files from 0 to 256`},
+		{name: "readahead Auto", in: map[string]string{Source: "/d", ReadaheadFiles: "Auto"}, err: `parameter "readaheadFiles": "Auto" is neither "auto" nor a number of files from 0 to 256`},
 		{name: "policy", in: map[string]string{Source: "/d", Policy: "mru"}, err: `parameter "policy": unknown policy "mru" (want one of nr, lru, fifo, random, tinylfu)`},
 		{name: "relative manifest", in: map[string]string{Source: "/d", Manifest: "m.efm"}, err: `parameter "manifest": "m.efm" must be an absolute path or a URL`},
 		{name: "prefetch", in: map[string]string{Source: "/d", Prefetch: "yes"}, err: `parameter "prefetch": "yes" is not true or false`},
@@ -46,3 +49,5 @@ func TestParse(t *testing.T) {
 		})
 	}
 }
+
+func ptr(n int) *int { return &n }

@@ -64,7 +64,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 			Resources: v1alpha1.WorkerResources{CPU: ptr.To(resource.MustParse("8")), Memory: ptr.To(resource.MustParse("64Gi")), GPUs: 4,
 				Extra: map[corev1.ResourceName]resource.Quantity{"rdma/hca": resource.MustParse("1")}},
 			Datasets: []v1alpha1.Dataset{
-				{Name: "imagenet", Source: imagenet, MountPath: "/data/imagenet", CacheSize: "500Gi", Prefetch: true, ReadaheadFiles: 8, SecretName: "imagenet-s3"},
+				{Name: "imagenet", Source: imagenet, MountPath: "/data/imagenet", CacheSize: "500Gi", Prefetch: true, ReadaheadFiles: ptr32(8), SecretName: "imagenet-s3"},
 				{Name: "labels", ExistingClaim: "shared-labels", MountPath: "/data/labels"},
 			},
 			Gang:              &v1alpha1.Gang{Queue: "research"},

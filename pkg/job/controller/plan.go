@@ -170,8 +170,8 @@ func volumeAttributes(d v1alpha1.Dataset) map[string]string {
 	if d.CacheSize != "" {
 		attrs[volattr.CacheSize] = d.CacheSize
 	}
-	if d.ReadaheadFiles > 0 {
-		attrs[volattr.ReadaheadFiles] = strconv.Itoa(int(d.ReadaheadFiles))
+	if d.ReadaheadFiles != nil {
+		attrs[volattr.ReadaheadFiles] = strconv.Itoa(int(*d.ReadaheadFiles))
 	}
 	if d.Prefetch {
 		attrs[volattr.Prefetch] = "true" // the CSI node plugin fills the cache once the dataset is staged

@@ -20,10 +20,12 @@ func TestPlanVolumeAttributes(t *testing.T) {
 		ds   v1alpha1.Dataset
 		want string // error substring; "" for a valid dataset
 	}{
-		{"valid", v1alpha1.Dataset{Name: "d", Source: "/data/x", MountPath: "/d", CacheSize: "50Gi", ReadaheadFiles: 8, Prefetch: true}, ""},
+		{"valid", v1alpha1.Dataset{Name: "d", Source: "/data/x", MountPath: "/d", CacheSize: "50Gi", ReadaheadFiles: ptr32(8), Prefetch: true}, ""},
+		{"readahead-off", v1alpha1.Dataset{Name: "d", Source: "/data/x", MountPath: "/d", CacheSize: "50Gi", ReadaheadFiles: ptr32(0), Prefetch: true}, ""},
+		{"readahead-auto", v1alpha1.Dataset{Name: "d", Source: "/data/x", MountPath: "/d", CacheSize: "50Gi", Prefetch: true}, ""},
 		{"bad-source", v1alpha1.Dataset{Name: "d", Source: "ftp://host/x", MountPath: "/d"}, `dataset "d": source "ftp://host/x": `},
 		{"bad-size", v1alpha1.Dataset{Name: "d", Source: "/data/x", MountPath: "/d", CacheSize: "lots"}, `dataset "d": cacheSize "lots"`},
-		{"readahead-over-limit", v1alpha1.Dataset{Name: "d", Source: "/data/x", MountPath: "/d", ReadaheadFiles: volattr.MaxReadaheadFiles + 1},
+		{"readahead-over-limit", v1alpha1.Dataset{Name: "d", Source: "/data/x", MountPath: "/d", ReadaheadFiles: ptr32(volattr.MaxReadaheadFiles + 1)},
 			`dataset "d": the CSI driver would refuse its volume: parameter "readaheadFiles"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,7 +50,9 @@ func TestPlanVolumeAttributes(t *testing.T) {
 			if err != nil || csi.Driver != volattr.DriverName {
 				t.Fatalf("rendered %s %v: %v", csi.Driver, csi.VolumeAttributes, err)
 			}
-			if got.CacheSize != 50<<30 || got.ReadaheadFiles != 8 || !got.Prefetch || got.Source != "/data/x" {
+			wantRA := tc.ds.ReadaheadFiles // nil: the node's default, auto
+			if got.CacheSize != 50<<30 || (got.ReadaheadFiles == nil) != (wantRA == nil) ||
+				(wantRA != nil && *got.ReadaheadFiles != int(*wantRA)) || !got.Prefetch || got.Source != "/data/x" {
 				t.Errorf("rendered attributes parse to %+v", got)
 			}
 		})
@@ -88,3 +92,5 @@ func TestPVName(t *testing.T) {
 		}
 	}
 }
+
+func ptr32(n int32) *int32 { return &n }

@@ -259,12 +259,13 @@ type Dataset struct {
 	Prefetch bool `json:"prefetch,omitempty"`
 	// ReadaheadFiles is the CSI driver's `readaheadFiles`: when a worker's
 	// open of a small file misses, the node fetches the next N files of its
-	// directory into the cache in the background. Worth it for a far object
-	// store; 0 (the default) turns it off.
+	// directory into the cache in the background. Unset (the default): the
+	// node adapts N to the backend's measured latency (on for a far object
+	// store, off for a local one); a number pins it; 0 turns it off.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=256
 	// +optional
-	ReadaheadFiles int32 `json:"readaheadFiles,omitempty"`
+	ReadaheadFiles *int32 `json:"readaheadFiles,omitempty"`
 }
 
 // Gang configures all-or-nothing scheduling through a PodGroup.
