@@ -34,6 +34,7 @@ type submitFlags struct {
 	tensorboard                             string
 	dryRun                                  bool
 	output                                  string
+	shmSize                                 string
 }
 
 func newJobSubmitCmd(f *jobFlags) *cobra.Command {
@@ -110,6 +111,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.Int32Var(&s.ttl, "ttl", 0, "delete the job this many seconds after it finished (default: keep it)")
 	fl.StringVar(&s.cleanPodPolicy, "clean-pod-policy", "", "pods deleted when the job finishes: All, Running (default) or None")
 	fl.StringVar(&s.tensorboard, "tensorboard-logdir", "", "where workers write TensorBoard event files (TENSORBOARD_LOG_DIR)")
+	fl.StringVar(&s.shmSize, "shm-size", "", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi (default 2Gi; 0: the container runtime's own, often 64Mi)")
 	fl.BoolVar(&s.dryRun, "dry-run", false, "print the TrainingJob instead of submitting it")
 	fl.StringVarP(&s.output, "output", "o", "", "print the submitted TrainingJob as yaml or json")
 	return cmd
@@ -228,6 +230,15 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 	tj.Spec.Cleanup.CleanPodPolicy = v1alpha1.CleanPodPolicy(s.cleanPodPolicy)
 	if s.tensorboard != "" {
 		tj.Spec.Tensorboard = &v1alpha1.Tensorboard{LogDir: s.tensorboard}
+	}
+	if s.shmSize != "" {
+		// Only the syntax here: the API server refuses a negative or
+		// fractional size with a message naming spec.shmSize.
+		q, err := resource.ParseQuantity(s.shmSize)
+		if err != nil {
+			return nil, fmt.Errorf("--shm-size %q: not a size (e.g. 2Gi, 512Mi)", s.shmSize)
+		}
+		tj.Spec.ShmSize = &q
 	}
 	return tj, nil
 }

@@ -153,12 +153,17 @@ func TestPyTorchLifecycle(t *testing.T) {
 	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
 		t.Errorf("cpu limit set: %v", c.Resources.Limits)
 	}
-	if len(pod.Volumes) != 2 || pod.Volumes[0].PersistentVolumeClaim.ClaimName != "resnet-imagenet" ||
+	// The datasets, then /dev/shm (2Gi, the default).
+	if len(pod.Volumes) != 3 || pod.Volumes[0].PersistentVolumeClaim.ClaimName != "resnet-imagenet" ||
 		pod.Volumes[1].PersistentVolumeClaim.ClaimName != "shared-labels" || !pod.Volumes[0].PersistentVolumeClaim.ReadOnly {
 		t.Errorf("volumes %+v", pod.Volumes)
 	}
-	if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != "/data/imagenet" || !c.VolumeMounts[0].ReadOnly {
+	if len(c.VolumeMounts) != 3 || c.VolumeMounts[0].MountPath != "/data/imagenet" || !c.VolumeMounts[0].ReadOnly {
 		t.Errorf("mounts %+v", c.VolumeMounts)
+	}
+	if shm := pod.Volumes[2].EmptyDir; shm == nil || shm.Medium != corev1.StorageMediumMemory || shm.SizeLimit.Cmp(resource.MustParse("2Gi")) != 0 ||
+		c.VolumeMounts[2].MountPath != "/dev/shm" || c.VolumeMounts[2].Name != pod.Volumes[2].Name {
+		t.Errorf("/dev/shm: volume %+v mount %+v, want a 2Gi memory emptyDir", pod.Volumes[2], c.VolumeMounts[2])
 	}
 	// Cache-aware placement: graded preference for nodes holding imagenet.
 	terms := pod.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
@@ -745,6 +750,10 @@ func TestRejectedByAPIServer(t *testing.T) {
 			s["resources"] = map[string]any{"extra": map[string]any{"gpu": "1"}}
 		}, `extra resources are extended resources with a domain`},
 		{"bad cleanPodPolicy", func(s map[string]any) { s["cleanup"] = map[string]any{"cleanPodPolicy": "Some"} }, `Unsupported value: "Some"`},
+		{"negative shmSize", func(s map[string]any) { s["shmSize"] = "-1" }, `shmSize must not be negative: set a size such as 2Gi, or 0 for the container runtime's own /dev/shm`},
+		{"negative integer shmSize", func(s map[string]any) { s["shmSize"] = int64(-1) }, `shmSize must not be negative`},
+		{"fractional shmSize", func(s map[string]any) { s["shmSize"] = "500m" }, `shmSize must be a whole number of bytes`},
+		{"bad shmSize", func(s map[string]any) { s["shmSize"] = "2GiB" }, `spec.shmSize`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := valid()
@@ -805,6 +814,7 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		{"priorityClassName", `{"priorityClassName":"high"}`},
 		{"tensorboard", `{"tensorboard":{"logDir":"/logs"}}`},
 		{"port", `{"port":1234}`},
+		{"shmSize", `{"shmSize":"8Gi"}`},
 	} {
 		err := patch(tc.spec)
 		if err == nil {

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
@@ -28,6 +29,11 @@ const (
 	defaultTFPort    = 2222
 )
 
+// DefaultShmSize is the size of /dev/shm when spec.shmSize is unset (Arena's
+// default too): enough for PyTorch DataLoader workers passing batches of
+// images; the container runtime's own is often 64Mi.
+var DefaultShmSize = resource.MustParse("2Gi")
+
 // plan is a validated, defaulted TrainingJob and everything derived from it.
 type plan struct {
 	tj         *v1alpha1.TrainingJob
@@ -40,6 +46,8 @@ type plan struct {
 	workerReqs corev1.ResourceList // requests of one worker
 	psReqs     corev1.ResourceList // requests of one parameter server
 	datasets   []datasetPlan
+	// shm is the sizeLimit of the memory-backed /dev/shm, nil for none.
+	shm *resource.Quantity
 }
 
 // datasetPlan is one dataset of a plan: a source dataset (id, pvName and
@@ -86,6 +94,17 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 	}
 	if s.BackoffLimit != nil {
 		p.backoff = *s.BackoffLimit
+	}
+	switch q := s.ShmSize; {
+	case q == nil:
+		p.shm = ptr.To(DefaultShmSize.DeepCopy())
+	case q.Sign() < 0:
+		return nil, fmt.Errorf("shmSize %s is negative: set a size such as 2Gi, or 0 for the container runtime's own /dev/shm", q)
+	case q.Sign() > 0:
+		if _, ok := q.AsInt64(); !ok || q.MilliValue()%1000 != 0 {
+			return nil, fmt.Errorf("shmSize %s is not a whole number of bytes: set a size such as 2Gi or 512Mi", q)
+		}
+		p.shm = ptr.To(q.DeepCopy())
 	}
 	total := s.Workers + s.ParameterServers
 	p.gang = total > 1

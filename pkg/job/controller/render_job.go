@@ -33,6 +33,9 @@ const (
 // mpiHostfileDir is where an MPI job's hostfile ConfigMap is mounted.
 const mpiHostfileDir = "/etc/mpi"
 
+// shmVolume is the memory-backed emptyDir mounted at /dev/shm.
+const shmVolume = "dshm"
+
 // Schedulers names the scheduler of each gang implementation.
 type Schedulers struct {
 	// Volcano is the schedulerName of Volcano's scheduler ("volcano").
@@ -82,6 +85,12 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: d.claimName, ReadOnly: true},
 		}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: vol, MountPath: d.spec.MountPath, ReadOnly: true})
+	}
+	if p.shm != nil {
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: shmVolume, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(p.shm.DeepCopy())},
+		}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: shmVolume, MountPath: "/dev/shm"})
 	}
 	if p.mode == v1alpha1.ModeMPI {
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "mpi-hostfile", VolumeSource: corev1.VolumeSource{

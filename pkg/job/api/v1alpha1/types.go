@@ -73,6 +73,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.tolerations) ? self.tolerations : []) == (has(oldSelf.tolerations) ? oldSelf.tolerations : [])",message="tolerations cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 // +kubebuilder:validation:XValidation:rule="(has(self.priorityClassName) ? self.priorityClassName : \"\") == (has(oldSelf.priorityClassName) ? oldSelf.priorityClassName : \"\")",message="priorityClassName cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.gang) == has(oldSelf.gang)",message="gang cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.shmSize) == has(oldSelf.shmSize)",message="shmSize cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.tensorboard) == has(oldSelf.tensorboard)",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.resources) == has(oldSelf.resources) || (has(self.resources) ? (!has(self.resources.cpu) && !has(self.resources.memory) && (!has(self.resources.gpus) || self.resources.gpus == 0) && (!has(self.resources.extra) || size(self.resources.extra) == 0)) : (!has(oldSelf.resources.cpu) && !has(oldSelf.resources.memory) && (!has(oldSelf.resources.gpus) || oldSelf.resources.gpus == 0) && (!has(oldSelf.resources.extra) || size(oldSelf.resources.extra) == 0)))",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 type TrainingJobSpec struct {
@@ -180,6 +181,18 @@ type TrainingJobSpec struct {
 	// when the job finishes and after.
 	// +optional
 	Cleanup Cleanup `json:"cleanup,omitempty"`
+
+	// ShmSize is the size of /dev/shm in every pod: a memory-backed
+	// emptyDir (tmpfs) with this sizeLimit, mounted at /dev/shm. PyTorch
+	// DataLoader workers pass batches through it; the container runtime's
+	// own /dev/shm is often 64Mi. Default 2Gi (as Arena); 0 mounts none,
+	// leaving the runtime's. Its pages count against the pod's memory
+	// limit, like any tmpfs.
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="shmSize must not be negative: set a size such as 2Gi, or 0 for the container runtime's own /dev/shm"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isInteger()",message="shmSize must be a whole number of bytes, such as 2Gi or 512Mi, not a fraction"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="shmSize cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	// +optional
+	ShmSize *resource.Quantity `json:"shmSize,omitempty"`
 
 	// Tensorboard, when set, tells where the workers write event files;
 	// exported to them as TENSORBOARD_LOG_DIR.

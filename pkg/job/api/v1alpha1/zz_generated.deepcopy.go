@@ -211,6 +211,11 @@ func (in *TrainingJobSpec) DeepCopyInto(out *TrainingJobSpec) {
 		**out = **in
 	}
 	in.Cleanup.DeepCopyInto(&out.Cleanup)
+	if in.ShmSize != nil {
+		in, out := &in.ShmSize, &out.ShmSize
+		x := (*in).DeepCopy()
+		*out = &x
+	}
 	if in.Tensorboard != nil {
 		in, out := &in.Tensorboard, &out.Tensorboard
 		*out = new(Tensorboard)
