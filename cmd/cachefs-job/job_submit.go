@@ -35,6 +35,7 @@ type submitFlags struct {
 	dryRun                                  bool
 	output                                  string
 	shmSize                                 string
+	nprocPerNode                            int32
 }
 
 func newJobSubmitCmd(f *jobFlags) *cobra.Command {
@@ -60,6 +61,11 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 			tj, err := s.trainingJob(name, command, cmd.Flags().Changed("backoff-limit"), cmd.Flags().Changed("ttl"))
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("nproc-per-node") {
+				// 0 and negative go to the API server, which refuses them
+				// naming spec.nprocPerNode.
+				tj.Spec.NprocPerNode = &s.nprocPerNode
 			}
 			if s.dryRun {
 				if f.namespace != "" {
@@ -112,6 +118,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringVar(&s.cleanPodPolicy, "clean-pod-policy", "", "pods deleted when the job finishes: All, Running (default) or None")
 	fl.StringVar(&s.tensorboard, "tensorboard-logdir", "", "where workers write TensorBoard event files (TENSORBOARD_LOG_DIR)")
 	fl.StringVar(&s.shmSize, "shm-size", "", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi (default 2Gi; 0: the container runtime's own, often 64Mi)")
+	fl.Int32Var(&s.nprocPerNode, "nproc-per-node", 0, "mode pytorch: processes torchrun starts per worker pod (PET_NPROC_PER_NODE; WORLD_SIZE = workers × this); default --gpus, else 1")
 	fl.BoolVar(&s.dryRun, "dry-run", false, "print the TrainingJob instead of submitting it")
 	fl.StringVarP(&s.output, "output", "o", "", "print the submitted TrainingJob as yaml or json")
 	return cmd

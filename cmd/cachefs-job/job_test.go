@@ -73,7 +73,7 @@ func TestJobSubmitDryRun(t *testing.T) {
 		"--dataset", "labels=claim:shared-labels:/data/labels", "--cache-size", "500Gi", "--prefetch", "--readahead-files", "8", "--dataset-secret", "imagenet-s3",
 		"--env", "EPOCHS=90", "--queue", "research", "--backoff-limit", "2", "--ttl", "3600", "--clean-pod-policy", "All",
 		"--tensorboard-logdir", "/logs/resnet", "--node-selector", "pool=h100", "--toleration", "dedicated=ml:NoSchedule",
-		"--toleration", "spot", "--shm-size", "16Gi", "--dry-run",
+		"--toleration", "spot", "--shm-size", "16Gi", "--nproc-per-node", "8", "--dry-run",
 		"--", "torchrun", "--nproc-per-node=8", "train.py", "--data", "/data/imagenet")
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +122,8 @@ func TestJobCLI(t *testing.T) {
 		{"submit", "x", "-n", ns, "--image", "i", "--shm-size=-1"},
 		{"submit", "x", "-n", ns, "--image", "i", "--shm-size", "0.5"},
 		{"submit", "x", "-n", ns, "--image", "i", "--shm-size", "2 GiB"},
+		{"submit", "x", "-n", ns, "--image", "i", "--mode", "pytorch", "--nproc-per-node", "0"},
+		{"submit", "x", "-n", ns, "--image", "i", "--nproc-per-node", "2"},
 		{"submit", "resnet", "-n", ns, "--image", "i"},
 		{"get", "nosuch", "-n", ns},
 		{"logs", "resnet", "-n", ns},

@@ -137,7 +137,10 @@ func TestPyTorchLifecycle(t *testing.T) {
 	c := pod.Containers[0]
 	env := envMap(c)
 	for k, v := range map[string]string{
-		"MASTER_ADDR": "resnet-0.resnet", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "$(EPOCHFS_REPLICA_INDEX)",
+		// WORLD_SIZE counts processes: 2 pods × 4 (nprocPerNode defaults to the GPUs).
+		"MASTER_ADDR": "resnet-0.resnet", "MASTER_PORT": "29500", "WORLD_SIZE": "8", "RANK": "$(EPOCHFS_REPLICA_INDEX)",
+		"PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "$(EPOCHFS_REPLICA_INDEX)", "PET_MASTER_ADDR": "resnet-0.resnet",
+		"PET_MASTER_PORT": "29500", "PYTHONUNBUFFERED": "1",
 		"EPOCHS": "90", "TENSORBOARD_LOG_DIR": "/logs/resnet", "EPOCHFS_DATASET_IMAGENET": "/data/imagenet",
 	} {
 		if env[k] != v {
@@ -315,7 +318,7 @@ func TestTensorFlowParameterServers(t *testing.T) {
 	}{{worker, "worker", 3, 1}, {ps, "ps", 2, 0}} {
 		tmpl := tc.job.Spec.Template
 		got := envMap(tmpl.Spec.Containers[0])["TF_CONFIG"]
-		want := `{"cluster":` + wantCluster + `,"task":{"type":"` + tc.typ + `","index":$(EPOCHFS_REPLICA_INDEX)}}`
+		want := `{"cluster":` + wantCluster + `,"task":{"type":"` + tc.typ + `","index":$(EPOCHFS_REPLICA_INDEX)},"environment":"cloud"}`
 		if got != want {
 			t.Errorf("%s TF_CONFIG\n got %s\nwant %s", tc.typ, got, want)
 		}
@@ -401,7 +404,7 @@ func TestMPIHostfile(t *testing.T) {
 	if env := envMap(c); env["OMPI_MCA_orte_default_hostfile"] != "/etc/mpi/hostfile" || env["RANK"] != "$(EPOCHFS_REPLICA_INDEX)" {
 		t.Errorf("env %v", env)
 	}
-	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/etc/mpi" {
+	if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != "/dev/shm" || c.VolumeMounts[1].MountPath != "/etc/mpi" {
 		t.Errorf("mounts %+v", c.VolumeMounts)
 	}
 	// Rank 0 runs mpirun; its success is the job's (kept by the API server,
@@ -754,6 +757,8 @@ func TestRejectedByAPIServer(t *testing.T) {
 		{"negative integer shmSize", func(s map[string]any) { s["shmSize"] = int64(-1) }, `shmSize must not be negative`},
 		{"fractional shmSize", func(s map[string]any) { s["shmSize"] = "500m" }, `shmSize must be a whole number of bytes`},
 		{"bad shmSize", func(s map[string]any) { s["shmSize"] = "2GiB" }, `spec.shmSize`},
+		{"zero nprocPerNode", func(s map[string]any) { s["nprocPerNode"] = int64(0) }, `nprocPerNode must be at least 1`},
+		{"nprocPerNode without pytorch", func(s map[string]any) { s["mode"], s["nprocPerNode"] = "mpi", int64(2) }, `nprocPerNode is only for mode pytorch`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := valid()
@@ -815,6 +820,7 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		{"tensorboard", `{"tensorboard":{"logDir":"/logs"}}`},
 		{"port", `{"port":1234}`},
 		{"shmSize", `{"shmSize":"8Gi"}`},
+		{"nprocPerNode", `{"nprocPerNode":4}`},
 	} {
 		err := patch(tc.spec)
 		if err == nil {

@@ -48,6 +48,8 @@ type plan struct {
 	datasets   []datasetPlan
 	// shm is the sizeLimit of the memory-backed /dev/shm, nil for none.
 	shm *resource.Quantity
+	// nproc is torchrun's processes per worker pod (mode pytorch).
+	nproc int32
 }
 
 // datasetPlan is one dataset of a plan: a source dataset (id, pvName and
@@ -94,6 +96,16 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 	}
 	if s.BackoffLimit != nil {
 		p.backoff = *s.BackoffLimit
+	}
+	p.nproc = max(s.Resources.GPUs, 1)
+	if s.NprocPerNode != nil {
+		if *s.NprocPerNode < 1 {
+			return nil, fmt.Errorf("nprocPerNode is %d: set at least 1 (torchrun's processes per worker pod, e.g. its GPUs)", *s.NprocPerNode)
+		}
+		if p.mode != v1alpha1.ModePyTorch {
+			return nil, fmt.Errorf("nprocPerNode is only for mode pytorch")
+		}
+		p.nproc = *s.NprocPerNode
 	}
 	switch q := s.ShmSize; {
 	case q == nil:

@@ -182,31 +182,52 @@ func (p *plan) env(replica string) []corev1.EnvVar {
 		{Name: "EPOCHFS_REPLICA_TYPE", Value: replica},
 		{Name: "EPOCHFS_WORKERS", Value: strconv.Itoa(int(s.Workers))},
 	}
+	// Python's output reaches the log as it is printed, not in 4 KiB
+	// blocks (spec.env can set it back).
+	env = append(env, corev1.EnvVar{Name: "PYTHONUNBUFFERED", Value: "1"})
 	port := strconv.Itoa(int(p.port))
+	idx := "$(EPOCHFS_REPLICA_INDEX)"
 	switch p.mode {
 	case v1alpha1.ModePyTorch:
+		// As the Kubeflow training operator sets them: WORLD_SIZE counts
+		// processes (pods × nprocPerNode), RANK is the pod's (node) rank;
+		// torchrun reads PET_* as the defaults of its flags and exports
+		// each process's own RANK, LOCAL_RANK and WORLD_SIZE.
+		master := p.host(p.workerJobName(), 0)
 		env = append(env,
-			corev1.EnvVar{Name: "MASTER_ADDR", Value: p.host(p.workerJobName(), 0)},
+			corev1.EnvVar{Name: "MASTER_ADDR", Value: master},
 			corev1.EnvVar{Name: "MASTER_PORT", Value: port},
-			corev1.EnvVar{Name: "WORLD_SIZE", Value: strconv.Itoa(int(s.Workers))},
-			corev1.EnvVar{Name: "RANK", Value: "$(EPOCHFS_REPLICA_INDEX)"},
+			corev1.EnvVar{Name: "WORLD_SIZE", Value: strconv.Itoa(int(s.Workers) * int(p.nproc))},
+			corev1.EnvVar{Name: "RANK", Value: idx},
+			corev1.EnvVar{Name: "PET_NNODES", Value: strconv.Itoa(int(s.Workers))},
+			corev1.EnvVar{Name: "PET_NPROC_PER_NODE", Value: strconv.Itoa(int(p.nproc))},
+			corev1.EnvVar{Name: "PET_NODE_RANK", Value: idx},
+			corev1.EnvVar{Name: "PET_MASTER_ADDR", Value: master},
+			corev1.EnvVar{Name: "PET_MASTER_PORT", Value: port},
 		)
 	case v1alpha1.ModeTensorFlow:
+		// As tf-operator wrote it: lower-case replica types, every pod's
+		// host:port per type, this pod's task, environment "cloud". There
+		// is no chief replica: TensorFlow then makes worker 0 the chief.
 		cluster := map[string][]string{}
 		for i := range s.Workers {
-			cluster["worker"] = append(cluster["worker"], p.host(p.workerJobName(), i)+":"+port)
+			cluster[v1alpha1.ReplicaWorker] = append(cluster[v1alpha1.ReplicaWorker], p.host(p.workerJobName(), i)+":"+port)
 		}
 		for i := range s.ParameterServers {
-			cluster["ps"] = append(cluster["ps"], p.host(p.psJobName(), i)+":"+port)
+			cluster[v1alpha1.ReplicaPS] = append(cluster[v1alpha1.ReplicaPS], p.host(p.psJobName(), i)+":"+port)
 		}
 		cj, _ := json.Marshal(cluster) // map of string slices: cannot fail
 		env = append(env, corev1.EnvVar{Name: "TF_CONFIG",
-			Value: `{"cluster":` + string(cj) + `,"task":{"type":"` + replica + `","index":$(EPOCHFS_REPLICA_INDEX)}}`})
+			Value: `{"cluster":` + string(cj) + `,"task":{"type":"` + replica + `","index":` + idx + `},"environment":"cloud"}`})
 	case v1alpha1.ModeMPI:
+		// As the MPI operator sets them for Open MPI 4: the hostfile, the
+		// slots of a host it does not list, and host names kept whole.
 		env = append(env,
 			corev1.EnvVar{Name: "OMPI_MCA_orte_default_hostfile", Value: mpiHostfileDir + "/hostfile"},
+			corev1.EnvVar{Name: "OMPI_MCA_orte_keep_fqdn_hostnames", Value: "true"},
+			corev1.EnvVar{Name: "OMPI_MCA_orte_set_default_slots", Value: strconv.Itoa(int(p.slots()))},
 			corev1.EnvVar{Name: "WORLD_SIZE", Value: strconv.Itoa(int(s.Workers))},
-			corev1.EnvVar{Name: "RANK", Value: "$(EPOCHFS_REPLICA_INDEX)"},
+			corev1.EnvVar{Name: "RANK", Value: idx},
 		)
 	}
 	if s.Tensorboard != nil {

@@ -15,7 +15,9 @@ const (
 	// ModeStandalone runs independent workers with no rendezvous environment.
 	ModeStandalone Mode = "standalone"
 	// ModePyTorch sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK
-	// (torch.distributed's env:// rendezvous); worker 0 is the master.
+	// (torch.distributed's env:// rendezvous) and torchrun's PET_NNODES,
+	// PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR and
+	// PET_MASTER_PORT; worker 0 is the master.
 	ModePyTorch Mode = "pytorch"
 	// ModeTensorFlow sets TF_CONFIG (workers, and parameter servers when
 	// parameterServers > 0).
@@ -56,6 +58,7 @@ const (
 // TrainingJobSpec is what a researcher submits.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.parameterServers) || self.parameterServers == 0 || self.mode == 'tensorflow'",message="parameterServers is only for mode tensorflow: remove it or set mode: tensorflow"
+// +kubebuilder:validation:XValidation:rule="!has(self.nprocPerNode) || self.mode == 'pytorch'",message="nprocPerNode is only for mode pytorch (torchrun's processes per pod): remove it or set mode: pytorch"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.minAvailable) || self.gang.minAvailable <= self.workers + (has(self.parameterServers) ? self.parameterServers : 0)",message="gang.minAvailable is larger than workers + parameterServers: lower it or add workers"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.queue) || size(self.gang.queue) == 0 || !has(self.gang.scheduler) || self.gang.scheduler == 'volcano'",message="gang.queue is a Volcano queue: remove it or set gang.scheduler: volcano"
 //
@@ -74,6 +77,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.priorityClassName) ? self.priorityClassName : \"\") == (has(oldSelf.priorityClassName) ? oldSelf.priorityClassName : \"\")",message="priorityClassName cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.gang) == has(oldSelf.gang)",message="gang cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.shmSize) == has(oldSelf.shmSize)",message="shmSize cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.nprocPerNode) == has(oldSelf.nprocPerNode)",message="nprocPerNode cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.tensorboard) == has(oldSelf.tensorboard)",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.resources) == has(oldSelf.resources) || (has(self.resources) ? (!has(self.resources.cpu) && !has(self.resources.memory) && (!has(self.resources.gpus) || self.resources.gpus == 0) && (!has(self.resources.extra) || size(self.resources.extra) == 0)) : (!has(oldSelf.resources.cpu) && !has(oldSelf.resources.memory) && (!has(oldSelf.resources.gpus) || oldSelf.resources.gpus == 0) && (!has(oldSelf.resources.extra) || size(oldSelf.resources.extra) == 0)))",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
 type TrainingJobSpec struct {
@@ -129,6 +133,16 @@ type TrainingJobSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	// +optional
 	Port int32 `json:"port,omitempty"`
+
+	// NprocPerNode is how many processes torchrun starts in each worker pod
+	// (mode pytorch): PET_NPROC_PER_NODE, and WORLD_SIZE = workers ×
+	// nprocPerNode as the Kubeflow training operator counts it. Default:
+	// resources.gpus when set, else 1.
+	// +kubebuilder:validation:XValidation:rule="self >= 1",message="nprocPerNode must be at least 1: the processes torchrun starts in each worker pod, e.g. its GPUs"
+	// +kubebuilder:validation:XValidation:rule="self <= 1024",message="nprocPerNode must be at most 1024"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="nprocPerNode cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	// +optional
+	NprocPerNode *int32 `json:"nprocPerNode,omitempty"`
 
 	// Resources each worker requests.
 	// +optional

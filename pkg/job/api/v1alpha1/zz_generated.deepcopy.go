@@ -180,6 +180,11 @@ func (in *TrainingJobSpec) DeepCopyInto(out *TrainingJobSpec) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.NprocPerNode != nil {
+		in, out := &in.NprocPerNode, &out.NprocPerNode
+		*out = new(int32)
+		**out = **in
+	}
 	in.Resources.DeepCopyInto(&out.Resources)
 	if in.Datasets != nil {
 		in, out := &in.Datasets, &out.Datasets
