@@ -36,6 +36,9 @@ type submitFlags struct {
 	output                                  string
 	shmSize                                 string
 	nprocPerNode                            int32
+	suspend                                 bool
+	queueName, serviceAccount               string
+	pullSecrets, labels, annotations        []string
 }
 
 func newJobSubmitCmd(f *jobFlags) *cobra.Command {
@@ -119,6 +122,12 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringVar(&s.tensorboard, "tensorboard-logdir", "", "where workers write TensorBoard event files (TENSORBOARD_LOG_DIR)")
 	fl.StringVar(&s.shmSize, "shm-size", "", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi (default 2Gi; 0: the container runtime's own, often 64Mi)")
 	fl.Int32Var(&s.nprocPerNode, "nproc-per-node", 0, "mode pytorch: processes torchrun starts per worker pod (PET_NPROC_PER_NODE; WORLD_SIZE = workers × this); default --gpus, else 1")
+	fl.BoolVar(&s.suspend, "suspend", false, "submit the job suspended: no pods run until `cachefs job resume NAME`")
+	fl.StringVar(&s.queueName, "queue-name", "", "Kueue LocalQueue (label kueue.x-k8s.io/queue-name on the Jobs); --queue is Volcano's")
+	fl.StringVar(&s.serviceAccount, "service-account", "", "ServiceAccount the pods run as")
+	fl.StringArrayVar(&s.pullSecrets, "image-pull-secret", nil, "Secret of the namespace for pulling the image (repeatable)")
+	fl.StringArrayVar(&s.labels, "label", nil, "label KEY=VALUE of every pod (repeatable)")
+	fl.StringArrayVar(&s.annotations, "annotation", nil, "annotation KEY=VALUE of every pod (repeatable)")
 	fl.BoolVar(&s.dryRun, "dry-run", false, "print the TrainingJob instead of submitting it")
 	fl.StringVarP(&s.output, "output", "o", "", "print the submitted TrainingJob as yaml or json")
 	return cmd
@@ -237,6 +246,26 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 	tj.Spec.Cleanup.CleanPodPolicy = v1alpha1.CleanPodPolicy(s.cleanPodPolicy)
 	if s.tensorboard != "" {
 		tj.Spec.Tensorboard = &v1alpha1.Tensorboard{LogDir: s.tensorboard}
+	}
+	tj.Spec.Suspend, tj.Spec.QueueName, tj.Spec.ServiceAccountName = s.suspend, s.queueName, s.serviceAccount
+	for _, name := range s.pullSecrets {
+		tj.Spec.ImagePullSecrets = append(tj.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+	}
+	for _, kv := range []struct {
+		flag string
+		in   []string
+		out  *map[string]string
+	}{{"--label", s.labels, &tj.Spec.PodLabels}, {"--annotation", s.annotations, &tj.Spec.PodAnnotations}} {
+		for _, e := range kv.in {
+			k, v, ok := strings.Cut(e, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("%s %q: want KEY=VALUE, e.g. team=vision", kv.flag, e)
+			}
+			if *kv.out == nil {
+				*kv.out = map[string]string{}
+			}
+			(*kv.out)[k] = v
+		}
 	}
 	if s.shmSize != "" {
 		// Only the syntax here: the API server refuses a negative or

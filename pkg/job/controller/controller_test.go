@@ -757,6 +757,9 @@ func TestRejectedByAPIServer(t *testing.T) {
 		{"negative integer shmSize", func(s map[string]any) { s["shmSize"] = int64(-1) }, `shmSize must not be negative`},
 		{"fractional shmSize", func(s map[string]any) { s["shmSize"] = "500m" }, `shmSize must be a whole number of bytes`},
 		{"bad shmSize", func(s map[string]any) { s["shmSize"] = "2GiB" }, `spec.shmSize`},
+		{"bad queueName", func(s map[string]any) { s["queueName"] = "Team_A" }, `queueName must be a LocalQueue name`},
+		{"bad serviceAccountName", func(s map[string]any) { s["serviceAccountName"] = "Trainer" }, `serviceAccountName must be a ServiceAccount name`},
+		{"controller's pod annotation", func(s map[string]any) { s["podAnnotations"] = map[string]any{"jobs.epochfs.io/x": "y"} }, `podAnnotations: keys under jobs.epochfs.io/ are set by the controller`},
 		{"zero nprocPerNode", func(s map[string]any) { s["nprocPerNode"] = int64(0) }, `nprocPerNode must be at least 1`},
 		{"nprocPerNode without pytorch", func(s map[string]any) { s["mode"], s["nprocPerNode"] = "mpi", int64(2) }, `nprocPerNode is only for mode pytorch`},
 	} {
@@ -802,7 +805,7 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		tj := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 		return e.c.Patch(ctx, tj, client.RawPatch(types.MergePatchType, []byte(`{"spec":`+spec+`}`)))
 	}
-	const imm = " cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	const imm = " cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	for _, tc := range []struct{ field, spec string }{
 		{"image", `{"image":"y"}`},
 		{"workers", `{"workers":3}`},
@@ -821,6 +824,11 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		{"port", `{"port":1234}`},
 		{"shmSize", `{"shmSize":"8Gi"}`},
 		{"nprocPerNode", `{"nprocPerNode":4}`},
+		{"queueName", `{"queueName":"team-b"}`},
+		{"serviceAccountName", `{"serviceAccountName":"sa"}`},
+		{"imagePullSecrets", `{"imagePullSecrets":[{"name":"r"}]}`},
+		{"podLabels", `{"podLabels":{"team":"x"}}`},
+		{"podAnnotations", `{"podAnnotations":{"a":"b"}}`},
 	} {
 		err := patch(tc.spec)
 		if err == nil {
@@ -837,6 +845,9 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		`{"resources":{"gpus":0}}`,
 		`{"image":"x","workers":2}`,
 		`{"priorityClassName":""}`,
+		`{"suspend":true}`,
+		`{"suspend":false}`,
+		`{"podLabels":{},"imagePullSecrets":[],"queueName":""}`,
 	} {
 		if err := patch(spec); err != nil {
 			t.Errorf("edit %s refused: %v", spec, err)

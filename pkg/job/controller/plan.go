@@ -10,11 +10,14 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/epochfs/epochfs/pkg/cachelabel"
@@ -107,6 +110,9 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 		}
 		p.nproc = *s.NprocPerNode
 	}
+	if err := checkPodMeta(s); err != nil {
+		return nil, err
+	}
 	switch q := s.ShmSize; {
 	case q == nil:
 		p.shm = ptr.To(DefaultShmSize.DeepCopy())
@@ -192,6 +198,42 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 		p.datasets = append(p.datasets, dp)
 	}
 	return p, nil
+}
+
+// checkPodMeta checks the pods' labels and annotations as the API server
+// will check the Jobs' pod template, so that a bad one is refused as
+// InvalidSpec rather than failing every creation of the Job.
+func checkPodMeta(s *v1alpha1.TrainingJobSpec) error {
+	for _, k := range sortedKeys(s.PodLabels) {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("podLabels: key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(s.PodLabels[k]); len(errs) > 0 {
+			return fmt.Errorf("podLabels[%q]: value %q: %s", k, s.PodLabels[k], strings.Join(errs, "; "))
+		}
+	}
+	for _, k := range sortedKeys(s.PodAnnotations) {
+		if errs := validation.IsQualifiedName(strings.ToLower(k)); len(errs) > 0 {
+			return fmt.Errorf("podAnnotations: key %q: %s", k, strings.Join(errs, "; "))
+		}
+	}
+	for _, m := range []map[string]string{s.PodLabels, s.PodAnnotations} {
+		for k := range m {
+			if strings.HasPrefix(k, "jobs.epochfs.io/") {
+				return fmt.Errorf("pod label or annotation %q: keys under jobs.epochfs.io/ are set by the controller", k)
+			}
+		}
+	}
+	for i, sec := range s.ImagePullSecrets {
+		if sec.Name == "" {
+			return fmt.Errorf("imagePullSecrets[%d]: the name is empty", i)
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
 }
 
 // volumeAttributes are the CSI volumeAttributes of a source dataset's

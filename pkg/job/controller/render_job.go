@@ -7,6 +7,8 @@ package controller
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -72,12 +74,14 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		c.Resources = corev1.ResourceRequirements{}
 	}
 	pod := corev1.PodSpec{
-		RestartPolicy:     corev1.RestartPolicyNever,
-		Subdomain:         p.serviceName(),
-		PriorityClassName: s.PriorityClassName,
-		Affinity:          p.affinity(),
-		NodeSelector:      s.NodeSelector,
-		Tolerations:       tolerations(s.Tolerations, reqs),
+		RestartPolicy:      corev1.RestartPolicyNever,
+		Subdomain:          p.serviceName(),
+		PriorityClassName:  s.PriorityClassName,
+		ServiceAccountName: s.ServiceAccountName,
+		ImagePullSecrets:   slices.Clone(s.ImagePullSecrets),
+		Affinity:           p.affinity(),
+		NodeSelector:       s.NodeSelector,
+		Tolerations:        tolerations(s.Tolerations, reqs),
 	}
 	for _, d := range p.datasets {
 		vol := "dataset-" + d.spec.Name
@@ -100,7 +104,12 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 	}
 	pod.Containers = []corev1.Container{c}
 
-	tmplMeta := metav1.ObjectMeta{Labels: p.labels(replica)}
+	// The user's labels and annotations first: the controller's win.
+	tmplMeta := metav1.ObjectMeta{Labels: maps.Clone(s.PodLabels), Annotations: maps.Clone(s.PodAnnotations)}
+	if tmplMeta.Labels == nil {
+		tmplMeta.Labels = map[string]string{}
+	}
+	maps.Copy(tmplMeta.Labels, p.labels(replica))
 	if p.gang {
 		switch p.scheduler {
 		case v1alpha1.GangSchedulerPlugins:
@@ -108,7 +117,10 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			tmplMeta.Labels[schedPluginsGroupLabel] = p.podGroupName()
 		default:
 			pod.SchedulerName = sched.Volcano
-			tmplMeta.Annotations = map[string]string{volcanoGroupAnnotation: p.podGroupName()}
+			if tmplMeta.Annotations == nil {
+				tmplMeta.Annotations = map[string]string{}
+			}
+			tmplMeta.Annotations[volcanoGroupAnnotation] = p.podGroupName()
 			if g := s.Gang; g != nil && g.Queue != "" {
 				tmplMeta.Annotations[volcanoQueueAnnotation] = g.Queue
 			}
@@ -127,6 +139,15 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			BackoffLimit:   ptr.To(backoff),
 			Template:       corev1.PodTemplateSpec{ObjectMeta: tmplMeta, Spec: pod},
 		},
+	}
+	if s.QueueName != "" {
+		// Kueue's batch/Job integration: its webhook suspends the Job on
+		// creation and it resumes it once the queue admits it.
+		job.Labels[v1alpha1.LabelKueueQueue] = s.QueueName
+	}
+	if s.Suspend {
+		job.Spec.Suspend = ptr.To(true)
+		job.Annotations = map[string]string{v1alpha1.AnnotationSuspended: "true"}
 	}
 	if p.mode == v1alpha1.ModeMPI && replica == v1alpha1.ReplicaWorker {
 		// mpirun runs on rank 0 and the other ranks only serve it (sshd):
