@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -11,9 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/job/controller"
 )
 
 type submitFlags struct {
@@ -39,6 +42,7 @@ type submitFlags struct {
 	suspend                                 bool
 	queueName, serviceAccount               string
 	pullSecrets, labels, annotations        []string
+	workerTemplate, psTemplate              string
 }
 
 func newJobSubmitCmd(f *jobFlags) *cobra.Command {
@@ -63,6 +67,9 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 			}
 			tj, err := s.trainingJob(name, command, cmd.Flags().Changed("backoff-limit"), cmd.Flags().Changed("ttl"))
 			if err != nil {
+				return err
+			}
+			if err := s.templates(tj); err != nil {
 				return err
 			}
 			if cmd.Flags().Changed("nproc-per-node") {
@@ -128,6 +135,8 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringArrayVar(&s.pullSecrets, "image-pull-secret", nil, "Secret of the namespace for pulling the image (repeatable)")
 	fl.StringArrayVar(&s.labels, "label", nil, "label KEY=VALUE of every pod (repeatable)")
 	fl.StringArrayVar(&s.annotations, "annotation", nil, "annotation KEY=VALUE of every pod (repeatable)")
+	fl.StringVar(&s.workerTemplate, "worker-template", "", "YAML file with a pod template (metadata and spec) merged into the workers' pods: spec.worker.template")
+	fl.StringVar(&s.psTemplate, "ps-template", "", "YAML file with a pod template merged into the parameter servers' pods: spec.ps.template")
 	fl.BoolVar(&s.dryRun, "dry-run", false, "print the TrainingJob instead of submitting it")
 	fl.StringVarP(&s.output, "output", "o", "", "print the submitted TrainingJob as yaml or json")
 	return cmd
@@ -277,6 +286,38 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 		tj.Spec.ShmSize = &q
 	}
 	return tj, nil
+}
+
+// templates reads --worker-template and --ps-template into the spec and,
+// when there is one, runs the controller's checks: the API server stores a
+// template without looking into it, so a writable dataset mount or a
+// volume named as the controller's is refused here, before submitting,
+// with the message the job would otherwise fail with.
+func (s *submitFlags) templates(tj *v1alpha1.TrainingJob) error {
+	for _, t := range []struct {
+		flag, file string
+		dst        **v1alpha1.ReplicaSpec
+	}{{"--worker-template", s.workerTemplate, &tj.Spec.Worker}, {"--ps-template", s.psTemplate, &tj.Spec.PS}} {
+		if t.file == "" {
+			continue
+		}
+		b, err := os.ReadFile(t.file)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.flag, err)
+		}
+		rs := &v1alpha1.ReplicaSpec{}
+		if err := yaml.UnmarshalStrict(b, &rs.Template); err != nil {
+			return fmt.Errorf("%s %s: not a pod template (metadata, spec): %v", t.flag, t.file, err)
+		}
+		*t.dst = rs
+	}
+	if tj.Spec.Worker == nil && tj.Spec.PS == nil {
+		return nil
+	}
+	if err := controller.Check(tj); err != nil {
+		return fmt.Errorf("the controller would refuse the job: %w", err)
+	}
+	return nil
 }
 
 // parseTolerationFlag parses KEY[=VALUE][:EFFECT]: without a value the

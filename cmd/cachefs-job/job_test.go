@@ -75,7 +75,8 @@ func TestJobSubmitDryRun(t *testing.T) {
 		"--tensorboard-logdir", "/logs/resnet", "--node-selector", "pool=h100", "--toleration", "dedicated=ml:NoSchedule",
 		"--toleration", "spot", "--shm-size", "16Gi", "--nproc-per-node", "8",
 		"--suspend", "--queue-name", "team-a", "--service-account", "trainer", "--image-pull-secret", "registry",
-		"--label", "team=vision", "--annotation", "example.com/owner=ana", "--priority-class", "high", "--dry-run",
+		"--label", "team=vision", "--annotation", "example.com/owner=ana", "--priority-class", "high",
+		"--worker-template", "testdata/job/checkpoint-template.yaml", "--dry-run",
 		"--", "torchrun", "--nproc-per-node=8", "train.py", "--data", "/data/imagenet")
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +130,9 @@ func TestJobCLI(t *testing.T) {
 		{"submit", "x", "-n", ns, "--image", "i", "--label", "team"},
 		{"submit", "x", "-n", ns, "--image", "i", "--label", "jobs.epochfs.io/name=y"},
 		{"submit", "x", "-n", ns, "--image", "i", "--queue-name", "Team_A"},
+		{"submit", "x", "-n", ns, "--image", "i", "--dataset", "d=/data/d:/d", "--worker-template", "testdata/job/writable-dataset-template.yaml"},
+		{"submit", "x", "-n", ns, "--image", "i", "--worker-template", "testdata/job/errors.txt"},
+		{"submit", "x", "-n", ns, "--image", "i", "--ps-template", "testdata/job/checkpoint-template.yaml"},
 		{"submit", "resnet", "-n", ns, "--image", "i"},
 		{"get", "nosuch", "-n", ns},
 		{"logs", "resnet", "-n", ns},

@@ -760,6 +760,7 @@ func TestRejectedByAPIServer(t *testing.T) {
 		{"bad queueName", func(s map[string]any) { s["queueName"] = "Team_A" }, `queueName must be a LocalQueue name`},
 		{"bad serviceAccountName", func(s map[string]any) { s["serviceAccountName"] = "Trainer" }, `serviceAccountName must be a ServiceAccount name`},
 		{"controller's pod annotation", func(s map[string]any) { s["podAnnotations"] = map[string]any{"jobs.epochfs.io/x": "y"} }, `podAnnotations: keys under jobs.epochfs.io/ are set by the controller`},
+		{"ps template without parameter servers", func(s map[string]any) { s["ps"] = map[string]any{"template": map[string]any{}} }, `ps is the template of the parameter servers`},
 		{"zero nprocPerNode", func(s map[string]any) { s["nprocPerNode"] = int64(0) }, `nprocPerNode must be at least 1`},
 		{"nprocPerNode without pytorch", func(s map[string]any) { s["mode"], s["nprocPerNode"] = "mpi", int64(2) }, `nprocPerNode is only for mode pytorch`},
 	} {
@@ -829,6 +830,7 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		{"imagePullSecrets", `{"imagePullSecrets":[{"name":"r"}]}`},
 		{"podLabels", `{"podLabels":{"team":"x"}}`},
 		{"podAnnotations", `{"podAnnotations":{"a":"b"}}`},
+		{"worker", `{"worker":{"template":{"spec":{"containers":[{"name":"trainer"}]}}}}`},
 	} {
 		err := patch(tc.spec)
 		if err == nil {

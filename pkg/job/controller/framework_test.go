@@ -34,14 +34,27 @@ func testJob(name string, spec v1alpha1.TrainingJobSpec) *v1alpha1.TrainingJob {
 	return &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}, Spec: spec}
 }
 
+// trainer returns the trainer container of a pod template.
+func trainer(t *testing.T, tmpl corev1.PodTemplateSpec) *corev1.Container {
+	t.Helper()
+	for i, c := range tmpl.Spec.Containers {
+		if c.Name == v1alpha1.ContainerName {
+			return &tmpl.Spec.Containers[i]
+		}
+	}
+	t.Fatalf("no %s container in %v", v1alpha1.ContainerName, tmpl.Spec.Containers)
+	return nil
+}
+
 // shmOf returns the size of the memory-backed /dev/shm of a pod template,
 // nil when it has none.
 func shmOf(t *testing.T, tmpl corev1.PodTemplateSpec) *resource.Quantity {
 	t.Helper()
 	var mount *corev1.VolumeMount
-	for i, m := range tmpl.Spec.Containers[0].VolumeMounts {
+	c := trainer(t, tmpl)
+	for i, m := range c.VolumeMounts {
 		if m.MountPath == "/dev/shm" {
-			mount = &tmpl.Spec.Containers[0].VolumeMounts[i]
+			mount = &c.VolumeMounts[i]
 		}
 	}
 	if mount == nil {
@@ -100,7 +113,7 @@ func TestShmSize(t *testing.T) {
 func podEnv(t *testing.T, tmpl corev1.PodTemplateSpec, i int) map[string]string {
 	t.Helper()
 	env := map[string]string{}
-	for _, v := range tmpl.Spec.Containers[0].Env {
+	for _, v := range trainer(t, tmpl).Env {
 		val := v.Value
 		if v.ValueFrom != nil {
 			if fr := v.ValueFrom.FieldRef; fr == nil || fr.FieldPath != "metadata.annotations['"+completionIndexAnnotation+"']" {

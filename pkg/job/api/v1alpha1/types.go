@@ -58,6 +58,7 @@ const (
 // TrainingJobSpec is what a researcher submits.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.parameterServers) || self.parameterServers == 0 || self.mode == 'tensorflow'",message="parameterServers is only for mode tensorflow: remove it or set mode: tensorflow"
+// +kubebuilder:validation:XValidation:rule="!has(self.ps) || (has(self.parameterServers) && self.parameterServers > 0)",message="ps is the template of the parameter servers: remove it or set parameterServers (mode tensorflow)"
 // +kubebuilder:validation:XValidation:rule="!has(self.nprocPerNode) || self.mode == 'pytorch'",message="nprocPerNode is only for mode pytorch (torchrun's processes per pod): remove it or set mode: pytorch"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.minAvailable) || self.gang.minAvailable <= self.workers + (has(self.parameterServers) ? self.parameterServers : 0)",message="gang.minAvailable is larger than workers + parameterServers: lower it or add workers"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.queue) || size(self.gang.queue) == 0 || !has(self.gang.scheduler) || self.gang.scheduler == 'volcano'",message="gang.queue is a Volcano queue: remove it or set gang.scheduler: volcano"
@@ -84,6 +85,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.imagePullSecrets) ? self.imagePullSecrets : []) == (has(oldSelf.imagePullSecrets) ? oldSelf.imagePullSecrets : [])",message="imagePullSecrets cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="(has(self.podLabels) ? self.podLabels : {}) == (has(oldSelf.podLabels) ? oldSelf.podLabels : {})",message="podLabels cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="(has(self.podAnnotations) ? self.podAnnotations : {}) == (has(oldSelf.podAnnotations) ? oldSelf.podAnnotations : {})",message="podAnnotations cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.worker) == has(oldSelf.worker)",message="worker cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.ps) == has(oldSelf.ps)",message="ps cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.tensorboard) == has(oldSelf.tensorboard)",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.resources) == has(oldSelf.resources) || (has(self.resources) ? (!has(self.resources.cpu) && !has(self.resources.memory) && (!has(self.resources.gpus) || self.resources.gpus == 0) && (!has(self.resources.extra) || size(self.resources.extra) == 0)) : (!has(oldSelf.resources.cpu) && !has(oldSelf.resources.memory) && (!has(oldSelf.resources.gpus) || oldSelf.resources.gpus == 0) && (!has(oldSelf.resources.extra) || size(oldSelf.resources.extra) == 0)))",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 type TrainingJobSpec struct {
@@ -232,6 +235,17 @@ type TrainingJobSpec struct {
 	// +optional
 	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
 
+	// Worker customises the worker pods with a pod template, merged with
+	// what the controller renders (see ReplicaSpec).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="worker cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+	Worker *ReplicaSpec `json:"worker,omitempty"`
+
+	// PS customises the parameter-server pods (mode tensorflow) likewise.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="ps cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+	PS *ReplicaSpec `json:"ps,omitempty"`
+
 	// BackoffLimit is how many worker failures the job tolerates before it
 	// fails (default 3); a broken worker is not restarted forever.
 	// +kubebuilder:validation:Minimum=0
@@ -264,6 +278,34 @@ type TrainingJobSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	Tensorboard *Tensorboard `json:"tensorboard,omitempty"`
+}
+
+// ReplicaSpec customises the pods of one replica type.
+type ReplicaSpec struct {
+	// Template is a pod template (as a Job's, JobSet's or the training
+	// operator's) that the controller merges with what it renders: the
+	// container named "trainer" (added when absent) gets the spec's image,
+	// command, args, pull policy and resources where set, the rendezvous
+	// environment before its own env and spec.env after it, and the dataset
+	// and /dev/shm mounts; the pod gets the dataset, /dev/shm and hostfile
+	// volumes, the spec's labels, annotations, node selector, tolerations,
+	// service account, pull secrets and priority, the controller's
+	// labels, gang markers and cache affinity (added to the template's),
+	// restartPolicy Never and the Service's subdomain. Everything else
+	// (init and extra containers, writable volumes for checkpoints,
+	// security contexts, …) is the template's. The controller refuses
+	// (phase Failed, reason InvalidSpec, naming the field) a volume named
+	// as one of its own (dataset-*, dshm, mpi-hostfile), a writable mount
+	// of a dataset volume or claim, a mount over a dataset's mountPath or
+	// /dev/shm in the trainer, and a restartPolicy other than Never. The
+	// API server stores the template without checking it (its schema is
+	// open, so the CRD stays small); the Job the controller creates is
+	// checked in full.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +optional
+	Template corev1.PodTemplateSpec `json:"template,omitempty"`
 }
 
 // WorkerResources are the requests of one worker. GPUs and Extra are set as
