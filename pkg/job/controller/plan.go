@@ -189,6 +189,15 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 					rt.reqs[k] = v.DeepCopy()
 				}
 			}
+			// A limit without a request is also the request (Kubernetes'
+			// defaulting).
+			for k, v := range c.Resources.Limits {
+				if _, ok := c.Resources.Requests[k]; !ok {
+					if _, ok := rt.reqs[k]; !ok {
+						rt.reqs[k] = v.DeepCopy()
+					}
+				}
+			}
 		}
 	}
 

@@ -106,7 +106,7 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		}
 	}
 	c.Resources = corev1.ResourceRequirements{Requests: reqs.DeepCopy(), Limits: limits, Claims: c.Resources.Claims}
-	if len(c.Resources.Requests) == 0 && len(c.Resources.Claims) == 0 {
+	if len(c.Resources.Requests) == 0 && len(c.Resources.Limits) == 0 && len(c.Resources.Claims) == 0 {
 		c.Resources = corev1.ResourceRequirements{}
 	}
 	pod := tmpl.Spec

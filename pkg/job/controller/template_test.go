@@ -96,6 +96,20 @@ func TestTemplateMerge(t *testing.T) {
 	if q := p.workerReqs[corev1.ResourceMemory]; q.String() != "8Gi" {
 		t.Errorf("worker requests %v", p.workerReqs)
 	}
+	// A template limit without a request is the request too, as
+	// Kubernetes defaults it, and is kept as the limit.
+	rs := checkpointTemplate()
+	rs.Template.Spec.Containers[1].Resources = corev1.ResourceRequirements{Limits: corev1.ResourceList{"example.com/fpga": resource.MustParse("1")}}
+	tj := templateJob(rs)
+	tj.Spec.Resources = v1alpha1.WorkerResources{}
+	if p, err := newPlan(tj); err != nil {
+		t.Fatal(err)
+	} else if p.workerReqs.Name("example.com/fpga", resource.DecimalSI).Value() != 1 {
+		t.Errorf("worker requests %v, want example.com/fpga 1 from the template's limit", p.workerReqs)
+	}
+	if r := trainer(t, render(t, tj, v1alpha1.ReplicaWorker)).Resources; r.Limits.Name("example.com/fpga", resource.DecimalSI).Value() != 1 {
+		t.Errorf("trainer resources %+v", r)
+	}
 	// Without a template a trainer is added first.
 	if c := render(t, templateJob(nil), v1alpha1.ReplicaWorker).Spec.Containers; len(c) != 1 || c[0].Name != "trainer" {
 		t.Errorf("containers %v", c)
