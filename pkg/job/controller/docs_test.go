@@ -15,8 +15,8 @@ import (
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
-// docExample returns the full TrainingJob example of docs/JOB.md.
-func docExample(t *testing.T) *v1alpha1.TrainingJob {
+// docExample returns the TrainingJob example of docs/JOB.md named name.
+func docExample(t *testing.T, name string) *v1alpha1.TrainingJob {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -27,23 +27,30 @@ func docExample(t *testing.T) *v1alpha1.TrainingJob {
 		t.Fatal(err)
 	}
 	const start = "```yaml\napiVersion: jobs.epochfs.io/v1alpha1\nkind: TrainingJob\n"
-	_, rest, ok := strings.Cut(string(doc), start)
-	if !ok {
-		t.Fatal("docs/JOB.md has no full TrainingJob example")
+	rest := string(doc)
+	for {
+		var ok bool
+		if _, rest, ok = strings.Cut(rest, start); !ok {
+			t.Fatalf("docs/JOB.md has no TrainingJob example named %s", name)
+		}
+		body, _, _ := strings.Cut(rest, "```")
+		tj := &v1alpha1.TrainingJob{}
+		if err := yaml.UnmarshalStrict([]byte(start[len("```yaml\n"):]+body), tj); err != nil {
+			t.Fatalf("docs/JOB.md example: %v", err)
+		}
+		if tj.Name == name {
+			return tj
+		}
 	}
-	body, _, _ := strings.Cut(rest, "```")
-	tj := &v1alpha1.TrainingJob{}
-	if err := yaml.UnmarshalStrict([]byte(start[len("```yaml\n"):]+body), tj); err != nil {
-		t.Fatalf("docs/JOB.md example: %v", err)
-	}
-	return tj
 }
 
 // TestDocExample: the full example of docs/JOB.md passes a server-side dry
 // run against the CRD, and its workers' environment is what a bare
 // `torchrun train.py` needs (4 nodes of 8 processes, WORLD_SIZE 32).
 func TestDocExample(t *testing.T) {
-	tj := docExample(t)
+	tj := docExample(t, "resnet")
+	tf := docExample(t, "tf-wide")
+	checkTFConfig(t, tf, 4, 2)
 	p, err := newPlan(tj)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +75,10 @@ func TestDocExample(t *testing.T) {
 
 	e := startEnv(t)
 	tj.Namespace = e.namespace(t)
-	if err := e.c.Create(context.Background(), tj, client.DryRunAll); err != nil {
-		t.Fatalf("the API server refuses the example: %v", err)
+	for _, ex := range []*v1alpha1.TrainingJob{tj, tf} {
+		ex.Namespace = tj.Namespace
+		if err := e.c.Create(context.Background(), ex, client.DryRunAll); err != nil {
+			t.Fatalf("the API server refuses the example %s: %v", ex.Name, err)
+		}
 	}
 }

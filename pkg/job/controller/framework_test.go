@@ -335,7 +335,15 @@ type tfConfig struct {
 // address under its own task, and that each task is taken by one pod.
 func TestTensorFlowEnv(t *testing.T) {
 	for _, ps := range []int32{0, 2} {
-		tj := testJob("wide", v1alpha1.TrainingJobSpec{Workers: 3, Mode: v1alpha1.ModeTensorFlow, ParameterServers: ps})
+		checkTFConfig(t, testJob("wide", v1alpha1.TrainingJobSpec{Workers: 3, Mode: v1alpha1.ModeTensorFlow, ParameterServers: ps}), 3, ps)
+	}
+}
+
+// checkTFConfig reads the TF_CONFIG of every pod of tj (workers workers,
+// ps parameter servers) as TensorFlow does.
+func checkTFConfig(t *testing.T, tj *v1alpha1.TrainingJob, workers, ps int32) {
+	t.Helper()
+	{
 		p, err := newPlan(tj)
 		if err != nil {
 			t.Fatal(err)
@@ -383,10 +391,10 @@ func TestTensorFlowEnv(t *testing.T) {
 		}
 		// No chief: TensorFlow's MultiWorkerMirroredStrategy then takes
 		// worker 0 as chief; ps only when there are parameter servers.
-		if _, ok := cluster["chief"]; ok || len(cluster["worker"]) != 3 || len(cluster["ps"]) != int(ps) {
-			t.Errorf("cluster %v: want 3 workers, %d ps, no chief", cluster, ps)
+		if _, ok := cluster["chief"]; ok || len(cluster["worker"]) != int(workers) || len(cluster["ps"]) != int(ps) {
+			t.Errorf("cluster %v: want %d workers, %d ps, no chief", cluster, workers, ps)
 		}
-		if len(tasks) != 3+int(ps) {
+		if len(tasks) != int(workers+ps) {
 			t.Errorf("tasks %v", tasks)
 		}
 	}
