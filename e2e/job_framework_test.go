@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,17 +20,38 @@ import (
 // starts it, and each worker prints the size of its /dev/shm (df, as the
 // container sees it: the tmpfs the kubelet mounted) and its environment,
 // which must be torchrun's static rendezvous for 2 nodes with this pod's
-// node rank and worker 0 as master, and unbuffered Python.
+// node rank and worker 0 as master, and unbuffered Python. A worker pod
+// template (--worker-template) adds a writable emptyDir for checkpoints,
+// which each worker writes and reads back, and a label.
 func TestTrainingJobSuspendedTorchEnv(t *testing.T) {
 	requireE2E(t)
 	e := installJobController(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const name, workers = "torch", 2
+	// A worker template with a writable emptyDir for checkpoints.
+	tmpl := filepath.Join(t.TempDir(), "worker.yaml")
+	if err := os.WriteFile(tmpl, []byte(`
+metadata:
+  labels:
+    app: torch-e2e
+spec:
+  containers:
+  - name: trainer
+    volumeMounts:
+    - name: checkpoints
+      mountPath: /ckpt
+  volumes:
+  - name: checkpoints
+    emptyDir:
+      sizeLimit: 16Mi
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	e.mustJob(t, "submit", name, "--image", e.readerImage, "--image-pull-policy", "Never",
 		"--workers", strconv.Itoa(workers), "--mode", "pytorch", "--cpu", "100m", "--memory", "256Mi",
-		"--shm-size", "128Mi", "--suspend",
-		"--", "sh", "-c", `df -k /dev/shm | tail -n 1; env`)
+		"--shm-size", "128Mi", "--suspend", "--worker-template", tmpl,
+		"--", "sh", "-c", `df -k /dev/shm | tail -n 1; echo "step 1" > /ckpt/last && echo "checkpoint $(cat /ckpt/last)"; env`)
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		pods, err := e.c.Client.CoreV1().Pods(jobNamespace).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelJobName + "=" + name})
@@ -51,10 +74,18 @@ func TestTrainingJobSuspendedTorchEnv(t *testing.T) {
 		t.Errorf("resume printed %q", out)
 	}
 	e.waitPhase(ctx, t, name, v1alpha1.PhaseSucceeded)
+	pods, err := e.c.Client.CoreV1().Pods(jobNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=torch-e2e," + v1alpha1.LabelJobName + "=" + name})
+	if err != nil || len(pods.Items) != workers {
+		t.Errorf("pods with the template's label: %v, %d, want %d", err, len(pods.Items), workers)
+	}
 
 	for i := range workers {
 		out := e.mustJob(t, "logs", name, "--worker", strconv.Itoa(i))
 		first, rest, _ := strings.Cut(out, "\n")
+		ckpt, rest, _ := strings.Cut(rest, "\n")
+		if ckpt != "checkpoint step 1" {
+			t.Errorf("worker %d: %q, want the checkpoint written to and read from the template's writable volume", i, ckpt)
+		}
 		// busybox df -k: Filesystem 1K-blocks Used Available Use% Mounted-on.
 		f := strings.Fields(first)
 		if len(f) != 6 || f[5] != "/dev/shm" || f[1] != strconv.Itoa(128*1024) {

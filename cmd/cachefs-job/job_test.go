@@ -270,6 +270,10 @@ func TestJobCLI(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bert"}, tj); err != nil || tj.Spec.Suspend != tc.want {
 			t.Errorf("after %s: %v, spec.suspend %t", tc.cmd, err, tj.Spec.Suspend)
 		}
+		out, _, err = job("get", "bert", "-n", ns)
+		if shown := strings.Contains(out, "true (no pods run; cachefs job resume bert)"); err != nil || shown != tc.want {
+			t.Errorf("get after %s: %v, Suspend line shown %t:\n%s", tc.cmd, err, shown, out)
+		}
 	}
 	if _, _, err := job("resume", "nosuch", "-n", ns); err == nil || !strings.Contains(err.Error(), `resume nosuch: trainingjobs.jobs.epochfs.io "nosuch" not found`) {
 		t.Errorf("resume of a missing job: %v", err)
