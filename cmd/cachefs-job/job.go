@@ -58,7 +58,8 @@ namespace, as in kubectl.`,
 	pf.StringVar(&f.kubeconfig, "kubeconfig", "", "path of the kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
 	pf.StringVar(&f.context, "context", "", "kubeconfig context to use (default: the current context)")
 	pf.StringVarP(&f.namespace, "namespace", "n", "", "namespace (default: the context's namespace, else default)")
-	cmd.AddCommand(newJobSubmitCmd(f), newJobListCmd(f), newJobGetCmd(f), newJobLogsCmd(f), newJobDeleteCmd(f), newJobTopCmd(f))
+	cmd.AddCommand(newJobSubmitCmd(f), newJobListCmd(f), newJobGetCmd(f), newJobLogsCmd(f), newJobDeleteCmd(f), newJobTopCmd(f),
+		newJobSuspendCmd(f, true), newJobSuspendCmd(f, false))
 	return cmd
 }
 

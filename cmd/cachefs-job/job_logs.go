@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
@@ -106,6 +107,38 @@ func newJobDeleteCmd(f *jobFlags) *cobra.Command {
 					continue
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s deleted\n", name)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+// newJobSuspendCmd is `cachefs job suspend` (on) and `cachefs job resume`
+// (off): a merge patch of spec.suspend, which the controller applies to the
+// job's Jobs.
+func newJobSuspendCmd(f *jobFlags, on bool) *cobra.Command {
+	verb, short := "suspend", "Suspend training jobs: their pods are deleted and none run until resumed"
+	if !on {
+		verb, short = "resume", "Resume suspended training jobs (once the cluster has room for them)"
+	}
+	return &cobra.Command{
+		Use:   verb + " NAME...",
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			jc, err := f.clients()
+			if err != nil {
+				return err
+			}
+			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"suspend":%t}}`, on))
+			var errs []error
+			for _, name := range args {
+				tj := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Namespace: jc.namespace, Name: name}}
+				if err := jc.c.Patch(cmd.Context(), tj, patch); err != nil {
+					errs = append(errs, apiError(err, verb+" "+name))
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s %sd\n", name, verb)
 			}
 			return errors.Join(errs...)
 		},

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -12,9 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/job/controller"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
@@ -36,6 +39,12 @@ type submitFlags struct {
 	tensorboard                             string
 	dryRun                                  bool
 	output                                  string
+	shmSize                                 string
+	nprocPerNode                            int32
+	suspend                                 bool
+	queueName, serviceAccount               string
+	pullSecrets, labels, annotations        []string
+	workerTemplate, psTemplate              string
 }
 
 func newJobSubmitCmd(f *jobFlags) *cobra.Command {
@@ -61,6 +70,14 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 			tj, err := s.trainingJob(name, command, cmd.Flags().Changed("backoff-limit"), cmd.Flags().Changed("ttl"))
 			if err != nil {
 				return err
+			}
+			if err := s.templates(tj); err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("nproc-per-node") {
+				// 0 and negative go to the API server, which refuses them
+				// naming spec.nprocPerNode.
+				tj.Spec.NprocPerNode = &s.nprocPerNode
 			}
 			if s.dryRun {
 				if f.namespace != "" {
@@ -112,6 +129,16 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.Int32Var(&s.ttl, "ttl", 0, "delete the job this many seconds after it finished (default: keep it)")
 	fl.StringVar(&s.cleanPodPolicy, "clean-pod-policy", "", "pods deleted when the job finishes: All, Running (default) or None")
 	fl.StringVar(&s.tensorboard, "tensorboard-logdir", "", "where workers write TensorBoard event files (TENSORBOARD_LOG_DIR)")
+	fl.StringVar(&s.shmSize, "shm-size", "", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi (default 2Gi; 0: the container runtime's own, often 64Mi)")
+	fl.Int32Var(&s.nprocPerNode, "nproc-per-node", 0, "mode pytorch: processes torchrun starts per worker pod (PET_NPROC_PER_NODE; WORLD_SIZE = workers × this); default --gpus, else 1")
+	fl.BoolVar(&s.suspend, "suspend", false, "submit the job suspended: no pods run until `cachefs job resume NAME`")
+	fl.StringVar(&s.queueName, "queue-name", "", "Kueue LocalQueue (label kueue.x-k8s.io/queue-name on the Jobs); --queue is Volcano's")
+	fl.StringVar(&s.serviceAccount, "service-account", "", "ServiceAccount the pods run as")
+	fl.StringArrayVar(&s.pullSecrets, "image-pull-secret", nil, "Secret of the namespace for pulling the image (repeatable)")
+	fl.StringArrayVar(&s.labels, "label", nil, "label KEY=VALUE of every pod (repeatable)")
+	fl.StringArrayVar(&s.annotations, "annotation", nil, "annotation KEY=VALUE of every pod (repeatable)")
+	fl.StringVar(&s.workerTemplate, "worker-template", "", "YAML file with a pod template (metadata and spec) merged into the workers' pods: spec.worker.template")
+	fl.StringVar(&s.psTemplate, "ps-template", "", "YAML file with a pod template merged into the parameter servers' pods: spec.ps.template")
 	fl.BoolVar(&s.dryRun, "dry-run", false, "print the TrainingJob instead of submitting it")
 	fl.StringVarP(&s.output, "output", "o", "", "print the submitted TrainingJob as yaml or json")
 	return cmd
@@ -235,7 +262,68 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 	if s.tensorboard != "" {
 		tj.Spec.Tensorboard = &v1alpha1.Tensorboard{LogDir: s.tensorboard}
 	}
+	tj.Spec.Suspend, tj.Spec.QueueName, tj.Spec.ServiceAccountName = s.suspend, s.queueName, s.serviceAccount
+	for _, name := range s.pullSecrets {
+		tj.Spec.ImagePullSecrets = append(tj.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+	}
+	for _, kv := range []struct {
+		flag string
+		in   []string
+		out  *map[string]string
+	}{{"--label", s.labels, &tj.Spec.PodLabels}, {"--annotation", s.annotations, &tj.Spec.PodAnnotations}} {
+		for _, e := range kv.in {
+			k, v, ok := strings.Cut(e, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("%s %q: want KEY=VALUE, e.g. team=vision", kv.flag, e)
+			}
+			if *kv.out == nil {
+				*kv.out = map[string]string{}
+			}
+			(*kv.out)[k] = v
+		}
+	}
+	if s.shmSize != "" {
+		// Only the syntax here: the API server refuses a negative or
+		// fractional size with a message naming spec.shmSize.
+		q, err := resource.ParseQuantity(s.shmSize)
+		if err != nil {
+			return nil, fmt.Errorf("--shm-size %q: not a size (e.g. 2Gi, 512Mi)", s.shmSize)
+		}
+		tj.Spec.ShmSize = &q
+	}
 	return tj, nil
+}
+
+// templates reads --worker-template and --ps-template into the spec and,
+// when there is one, runs the controller's checks: the API server stores a
+// template without looking into it, so a writable dataset mount or a
+// volume named as the controller's is refused here, before submitting,
+// with the message the job would otherwise fail with.
+func (s *submitFlags) templates(tj *v1alpha1.TrainingJob) error {
+	for _, t := range []struct {
+		flag, file string
+		dst        **v1alpha1.ReplicaSpec
+	}{{"--worker-template", s.workerTemplate, &tj.Spec.Worker}, {"--ps-template", s.psTemplate, &tj.Spec.PS}} {
+		if t.file == "" {
+			continue
+		}
+		b, err := os.ReadFile(t.file)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.flag, err)
+		}
+		rs := &v1alpha1.ReplicaSpec{}
+		if err := yaml.UnmarshalStrict(b, &rs.Template); err != nil {
+			return fmt.Errorf("%s %s: not a pod template (metadata, spec): %v", t.flag, t.file, err)
+		}
+		*t.dst = rs
+	}
+	if tj.Spec.Worker == nil && tj.Spec.PS == nil {
+		return nil
+	}
+	if err := controller.Check(tj); err != nil {
+		return fmt.Errorf("the controller would refuse the job: %w", err)
+	}
+	return nil
 }
 
 // parseTolerationFlag parses KEY[=VALUE][:EFFECT]: without a value the

@@ -74,7 +74,10 @@ func TestJobSubmitDryRun(t *testing.T) {
 		"--dataset", "labels=claim:shared-labels:/data/labels", "--cache-size", "500Gi", "--prefetch", "--readahead-files", "8", "--dataset-secret", "imagenet-s3",
 		"--env", "EPOCHS=90", "--queue", "research", "--backoff-limit", "2", "--ttl", "3600", "--clean-pod-policy", "All",
 		"--tensorboard-logdir", "/logs/resnet", "--node-selector", "pool=h100", "--toleration", "dedicated=ml:NoSchedule",
-		"--toleration", "spot", "--dry-run",
+		"--toleration", "spot", "--shm-size", "16Gi", "--nproc-per-node", "8",
+		"--suspend", "--queue-name", "team-a", "--service-account", "trainer", "--image-pull-secret", "registry",
+		"--label", "team=vision", "--annotation", "example.com/owner=ana", "--priority-class", "high",
+		"--worker-template", "testdata/job/checkpoint-template.yaml", "--dry-run",
 		"--", "torchrun", "--nproc-per-node=8", "train.py", "--data", "/data/imagenet")
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +123,17 @@ func TestJobCLI(t *testing.T) {
 		{"submit", "x", "-n", ns, "--image", "i", "--node-selector", "pool"},
 		{"submit", "x", "-n", ns, "--image", "i", "--toleration", "dedicated=ml:NoScheduel"},
 		{"submit", "x", "-n", ns, "--image", "i", "--toleration", "=ml"},
+		{"submit", "x", "-n", ns, "--image", "i", "--shm-size=-1"},
+		{"submit", "x", "-n", ns, "--image", "i", "--shm-size", "0.5"},
+		{"submit", "x", "-n", ns, "--image", "i", "--shm-size", "2 GiB"},
+		{"submit", "x", "-n", ns, "--image", "i", "--mode", "pytorch", "--nproc-per-node", "0"},
+		{"submit", "x", "-n", ns, "--image", "i", "--nproc-per-node", "2"},
+		{"submit", "x", "-n", ns, "--image", "i", "--label", "team"},
+		{"submit", "x", "-n", ns, "--image", "i", "--label", "jobs.epochfs.io/name=y"},
+		{"submit", "x", "-n", ns, "--image", "i", "--queue-name", "Team_A"},
+		{"submit", "x", "-n", ns, "--image", "i", "--dataset", "d=/data/d:/d", "--worker-template", "testdata/job/writable-dataset-template.yaml"},
+		{"submit", "x", "-n", ns, "--image", "i", "--worker-template", "testdata/job/errors.txt"},
+		{"submit", "x", "-n", ns, "--image", "i", "--ps-template", "testdata/job/checkpoint-template.yaml"},
 		{"submit", "resnet", "-n", ns, "--image", "i"},
 		{"get", "nosuch", "-n", ns},
 		{"logs", "resnet", "-n", ns},
@@ -242,6 +256,28 @@ func TestJobCLI(t *testing.T) {
 	out, stderr, err := runJob(t, "job", "list") // context namespace: default
 	if err != nil || out != "" || stderr != "no training jobs in namespace default\n" {
 		t.Errorf("list in the context's namespace: %v %q %q", err, out, stderr)
+	}
+
+	// Suspend and resume patch spec.suspend (the controller, absent here,
+	// suspends and resumes the Jobs).
+	for _, tc := range []struct {
+		cmd  string
+		want bool
+	}{{"suspend", true}, {"resume", false}} {
+		out, _, err = job(tc.cmd, "bert", "-n", ns)
+		if want := "trainingjob.jobs.epochfs.io/bert " + tc.cmd + "d\n"; err != nil || out != want {
+			t.Errorf("%s: %v %q, want %q", tc.cmd, err, out, want)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bert"}, tj); err != nil || tj.Spec.Suspend != tc.want {
+			t.Errorf("after %s: %v, spec.suspend %t", tc.cmd, err, tj.Spec.Suspend)
+		}
+		out, _, err = job("get", "bert", "-n", ns)
+		if shown := strings.Contains(out, "true (no pods run; cachefs job resume bert)"); err != nil || shown != tc.want {
+			t.Errorf("get after %s: %v, Suspend line shown %t:\n%s", tc.cmd, err, shown, out)
+		}
+	}
+	if _, _, err := job("resume", "nosuch", "-n", ns); err == nil || !strings.Contains(err.Error(), `resume nosuch: trainingjobs.jobs.epochfs.io "nosuch" not found`) {
+		t.Errorf("resume of a missing job: %v", err)
 	}
 
 	// Delete.

@@ -159,6 +159,12 @@ func describeJob(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, pods []co
 	if r := describeResources(tj.Spec.Resources); r != "" {
 		fmt.Fprintf(tw, "Per worker:\t%s\n", r)
 	}
+	if tj.Spec.Suspend {
+		fmt.Fprintf(tw, "Suspend:\ttrue (no pods run; cachefs job resume %s)\n", tj.Name)
+	}
+	if tj.Spec.QueueName != "" {
+		fmt.Fprintf(tw, "Queue:\t%s (Kueue)\n", tj.Spec.QueueName)
+	}
 	fmt.Fprintf(tw, "Age:\t%s\n", age(now, tj.CreationTimestamp))
 	if st.StartTime != nil {
 		fmt.Fprintf(tw, "Started:\t%s\n", st.StartTime.UTC().Format(time.RFC3339))

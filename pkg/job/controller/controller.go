@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -200,8 +201,12 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 			r.event(tj, corev1.EventTypeWarning, ReasonSourceNotAllowed, msg)
 			return result{}, nil
 		}
-		if res, wait, err := r.checkCapacity(ctx, tj, p); err != nil || wait {
-			return res, err
+		// A suspended job runs nothing, so it needs no room yet: the
+		// check runs when it is resumed.
+		if !tj.Spec.Suspend {
+			if res, wait, err := r.checkCapacity(ctx, tj, p); err != nil || wait {
+				return res, err
+			}
 		}
 		if err := r.create(ctx, tj, p); errors.Is(err, errWait) {
 			return result{requeue: r.cfg.CapacityRetry}, nil
@@ -209,6 +214,13 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 			return result{}, err
 		}
 		markCreated(tj)
+		if tj.Spec.Suspend {
+			msg := suspendedMessage(tj)
+			setCondition(tj, v1alpha1.ConditionSuspended, true, "Suspended", msg)
+			setPhase(tj, v1alpha1.PhasePending, "Suspended", msg)
+			r.event(tj, corev1.EventTypeNormal, "Suspended", "created Job "+p.workerJobName()+" suspended")
+			return result{}, nil
+		}
 		setPhase(tj, v1alpha1.PhasePending, "Created", fmt.Sprintf("waiting for %d workers to be scheduled", tj.Spec.Workers))
 		r.event(tj, corev1.EventTypeNormal, "Created", "created Job "+p.workerJobName())
 		return result{}, nil
@@ -231,12 +243,68 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 			return result{}, client.IgnoreNotFound(err)
 		}
 	}
+	if res, wait, err := r.syncSuspend(ctx, tj, p, ps, worker); err != nil || wait {
+		return res, err
+	}
 	r.updateStatus(tj, p, worker, ps)
 	if finished(tj) {
 		r.event(tj, eventType(tj), tj.Status.Reason, tj.Status.Message)
 		return r.afterFinish(ctx, tj)
 	}
 	return result{}, nil
+}
+
+// syncSuspend makes the unfinished Jobs (parameter servers first) follow
+// spec.suspend: it suspends them, marking each with AnnotationSuspended,
+// and resumes only Jobs so marked, after the capacity check (wait: the job
+// waits with its status set). A Job suspended by someone else (Kueue, which
+// resumes it on admission) is left alone.
+func (r *Reconciler) syncSuspend(ctx context.Context, tj *v1alpha1.TrainingJob, p *plan, jobs ...*batchv1.Job) (res result, wait bool, err error) {
+	var resume []*batchv1.Job
+	for _, j := range jobs {
+		if j == nil || jobCondition(j, batchv1.JobComplete) != nil || jobCondition(j, batchv1.JobFailed) != nil {
+			continue
+		}
+		suspended := ptr.Deref(j.Spec.Suspend, false)
+		switch {
+		case tj.Spec.Suspend && !suspended:
+			j.Spec.Suspend = ptr.To(true)
+			metav1.SetMetaDataAnnotation(&j.ObjectMeta, v1alpha1.AnnotationSuspended, "true")
+			if err := r.cfg.Client.Update(ctx, j); err != nil {
+				return result{}, false, fmt.Errorf("suspend Job %s: %w", j.Name, err)
+			}
+			r.event(tj, corev1.EventTypeNormal, "Suspended", "suspended Job "+j.Name+": its pods are deleted")
+		case !tj.Spec.Suspend && suspended && j.Annotations[v1alpha1.AnnotationSuspended] == "true":
+			resume = append(resume, j)
+		}
+	}
+	if len(resume) == 0 {
+		return result{}, false, nil
+	}
+	if res, wait, err := r.checkCapacity(ctx, tj, p); err != nil || wait {
+		return res, true, err
+	}
+	for _, j := range resume {
+		j.Spec.Suspend = ptr.To(false)
+		delete(j.Annotations, v1alpha1.AnnotationSuspended)
+		if err := r.cfg.Client.Update(ctx, j); err != nil {
+			return result{}, false, fmt.Errorf("resume Job %s: %w", j.Name, err)
+		}
+		r.event(tj, corev1.EventTypeNormal, "Resumed", "resumed Job "+j.Name)
+	}
+	return result{}, false, nil
+}
+
+// suspendedMessage says who holds a job whose Jobs are suspended.
+func suspendedMessage(tj *v1alpha1.TrainingJob) string {
+	switch {
+	case tj.Spec.Suspend:
+		return fmt.Sprintf("suspended (spec.suspend): no pods run; resume with `cachefs job resume %s` (spec.suspend: false)", tj.Name)
+	case tj.Spec.QueueName != "":
+		return fmt.Sprintf("waiting for Kueue to admit the job from queue %s: its Jobs are suspended until then", tj.Spec.QueueName)
+	default:
+		return "its Jobs are suspended by another controller: no pods run until it resumes them"
+	}
 }
 
 // ReasonSourceNotAllowed is the reason of a job refused by the source
@@ -344,7 +412,7 @@ func (r *Reconciler) reservations(ctx context.Context, self *v1alpha1.TrainingJo
 	var out []reservation
 	for i := range tjs.Items {
 		tj := &tjs.Items[i]
-		if tj.UID == self.UID || finished(tj) || !tj.DeletionTimestamp.IsZero() ||
+		if tj.UID == self.UID || finished(tj) || !tj.DeletionTimestamp.IsZero() || tj.Spec.Suspend ||
 			!meta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.ConditionCreated) {
 			continue
 		}

@@ -137,7 +137,10 @@ func TestPyTorchLifecycle(t *testing.T) {
 	c := pod.Containers[0]
 	env := envMap(c)
 	for k, v := range map[string]string{
-		"MASTER_ADDR": "resnet-0.resnet", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "$(EPOCHFS_REPLICA_INDEX)",
+		// WORLD_SIZE counts processes: 2 pods × 4 (nprocPerNode defaults to the GPUs).
+		"MASTER_ADDR": "resnet-0.resnet", "MASTER_PORT": "29500", "WORLD_SIZE": "8", "RANK": "$(EPOCHFS_REPLICA_INDEX)",
+		"PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "$(EPOCHFS_REPLICA_INDEX)", "PET_MASTER_ADDR": "resnet-0.resnet",
+		"PET_MASTER_PORT": "29500", "PYTHONUNBUFFERED": "1",
 		"EPOCHS": "90", "TENSORBOARD_LOG_DIR": "/logs/resnet", "EPOCHFS_DATASET_IMAGENET": "/data/imagenet",
 	} {
 		if env[k] != v {
@@ -153,12 +156,17 @@ func TestPyTorchLifecycle(t *testing.T) {
 	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
 		t.Errorf("cpu limit set: %v", c.Resources.Limits)
 	}
-	if len(pod.Volumes) != 2 || pod.Volumes[0].PersistentVolumeClaim.ClaimName != "resnet-imagenet" ||
+	// The datasets, then /dev/shm (2Gi, the default).
+	if len(pod.Volumes) != 3 || pod.Volumes[0].PersistentVolumeClaim.ClaimName != "resnet-imagenet" ||
 		pod.Volumes[1].PersistentVolumeClaim.ClaimName != "shared-labels" || !pod.Volumes[0].PersistentVolumeClaim.ReadOnly {
 		t.Errorf("volumes %+v", pod.Volumes)
 	}
-	if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != "/data/imagenet" || !c.VolumeMounts[0].ReadOnly {
+	if len(c.VolumeMounts) != 3 || c.VolumeMounts[0].MountPath != "/data/imagenet" || !c.VolumeMounts[0].ReadOnly {
 		t.Errorf("mounts %+v", c.VolumeMounts)
+	}
+	if shm := pod.Volumes[2].EmptyDir; shm == nil || shm.Medium != corev1.StorageMediumMemory || shm.SizeLimit.Cmp(resource.MustParse("2Gi")) != 0 ||
+		c.VolumeMounts[2].MountPath != "/dev/shm" || c.VolumeMounts[2].Name != pod.Volumes[2].Name {
+		t.Errorf("/dev/shm: volume %+v mount %+v, want a 2Gi memory emptyDir", pod.Volumes[2], c.VolumeMounts[2])
 	}
 	// Cache-aware placement: graded preference for nodes holding imagenet.
 	terms := pod.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
@@ -310,7 +318,7 @@ func TestTensorFlowParameterServers(t *testing.T) {
 	}{{worker, "worker", 3, 1}, {ps, "ps", 2, 0}} {
 		tmpl := tc.job.Spec.Template
 		got := envMap(tmpl.Spec.Containers[0])["TF_CONFIG"]
-		want := `{"cluster":` + wantCluster + `,"task":{"type":"` + tc.typ + `","index":$(EPOCHFS_REPLICA_INDEX)}}`
+		want := `{"cluster":` + wantCluster + `,"task":{"type":"` + tc.typ + `","index":$(EPOCHFS_REPLICA_INDEX)},"environment":"cloud"}`
 		if got != want {
 			t.Errorf("%s TF_CONFIG\n got %s\nwant %s", tc.typ, got, want)
 		}
@@ -396,7 +404,7 @@ func TestMPIHostfile(t *testing.T) {
 	if env := envMap(c); env["OMPI_MCA_orte_default_hostfile"] != "/etc/mpi/hostfile" || env["RANK"] != "$(EPOCHFS_REPLICA_INDEX)" {
 		t.Errorf("env %v", env)
 	}
-	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/etc/mpi" {
+	if len(c.VolumeMounts) != 2 || c.VolumeMounts[0].MountPath != "/dev/shm" || c.VolumeMounts[1].MountPath != "/etc/mpi" {
 		t.Errorf("mounts %+v", c.VolumeMounts)
 	}
 	// Rank 0 runs mpirun; its success is the job's (kept by the API server,
@@ -745,6 +753,16 @@ func TestRejectedByAPIServer(t *testing.T) {
 			s["resources"] = map[string]any{"extra": map[string]any{"gpu": "1"}}
 		}, `extra resources are extended resources with a domain`},
 		{"bad cleanPodPolicy", func(s map[string]any) { s["cleanup"] = map[string]any{"cleanPodPolicy": "Some"} }, `Unsupported value: "Some"`},
+		{"negative shmSize", func(s map[string]any) { s["shmSize"] = "-1" }, `shmSize must not be negative: set a size such as 2Gi, or 0 for the container runtime's own /dev/shm`},
+		{"negative integer shmSize", func(s map[string]any) { s["shmSize"] = int64(-1) }, `shmSize must not be negative`},
+		{"fractional shmSize", func(s map[string]any) { s["shmSize"] = "500m" }, `shmSize must be a whole number of bytes`},
+		{"bad shmSize", func(s map[string]any) { s["shmSize"] = "2GiB" }, `spec.shmSize`},
+		{"bad queueName", func(s map[string]any) { s["queueName"] = "Team_A" }, `queueName must be a LocalQueue name`},
+		{"bad serviceAccountName", func(s map[string]any) { s["serviceAccountName"] = "Trainer" }, `serviceAccountName must be a ServiceAccount name`},
+		{"controller's pod annotation", func(s map[string]any) { s["podAnnotations"] = map[string]any{"jobs.epochfs.io/x": "y"} }, `podAnnotations: keys under jobs.epochfs.io/ are set by the controller`},
+		{"ps template without parameter servers", func(s map[string]any) { s["ps"] = map[string]any{"template": map[string]any{}} }, `ps is the template of the parameter servers`},
+		{"zero nprocPerNode", func(s map[string]any) { s["nprocPerNode"] = int64(0) }, `nprocPerNode must be at least 1`},
+		{"nprocPerNode without pytorch", func(s map[string]any) { s["mode"], s["nprocPerNode"] = "mpi", int64(2) }, `nprocPerNode is only for mode pytorch`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := valid()
@@ -788,7 +806,7 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		tj := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 		return e.c.Patch(ctx, tj, client.RawPatch(types.MergePatchType, []byte(`{"spec":`+spec+`}`)))
 	}
-	const imm = " cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	const imm = " cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	for _, tc := range []struct{ field, spec string }{
 		{"image", `{"image":"y"}`},
 		{"workers", `{"workers":3}`},
@@ -805,6 +823,14 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		{"priorityClassName", `{"priorityClassName":"high"}`},
 		{"tensorboard", `{"tensorboard":{"logDir":"/logs"}}`},
 		{"port", `{"port":1234}`},
+		{"shmSize", `{"shmSize":"8Gi"}`},
+		{"nprocPerNode", `{"nprocPerNode":4}`},
+		{"queueName", `{"queueName":"team-b"}`},
+		{"serviceAccountName", `{"serviceAccountName":"sa"}`},
+		{"imagePullSecrets", `{"imagePullSecrets":[{"name":"r"}]}`},
+		{"podLabels", `{"podLabels":{"team":"x"}}`},
+		{"podAnnotations", `{"podAnnotations":{"a":"b"}}`},
+		{"worker", `{"worker":{"template":{"spec":{"containers":[{"name":"trainer"}]}}}}`},
 	} {
 		err := patch(tc.spec)
 		if err == nil {
@@ -821,6 +847,9 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		`{"resources":{"gpus":0}}`,
 		`{"image":"x","workers":2}`,
 		`{"priorityClassName":""}`,
+		`{"suspend":true}`,
+		`{"suspend":false}`,
+		`{"podLabels":{},"imagePullSecrets":[],"queueName":""}`,
 	} {
 		if err := patch(spec); err != nil {
 			t.Errorf("edit %s refused: %v", spec, err)

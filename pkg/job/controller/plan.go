@@ -10,11 +10,16 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
@@ -28,6 +33,11 @@ const (
 	defaultTFPort    = 2222
 )
 
+// DefaultShmSize is the size of /dev/shm when spec.shmSize is unset (Arena's
+// default too): enough for PyTorch DataLoader workers passing batches of
+// images; the container runtime's own is often 64Mi.
+var DefaultShmSize = resource.MustParse("2Gi")
+
 // plan is a validated, defaulted TrainingJob and everything derived from it.
 type plan struct {
 	tj         *v1alpha1.TrainingJob
@@ -40,6 +50,10 @@ type plan struct {
 	workerReqs corev1.ResourceList // requests of one worker
 	psReqs     corev1.ResourceList // requests of one parameter server
 	datasets   []datasetPlan
+	// shm is the sizeLimit of the memory-backed /dev/shm, nil for none.
+	shm *resource.Quantity
+	// nproc is torchrun's processes per worker pod (mode pytorch).
+	nproc int32
 }
 
 // datasetPlan is one dataset of a plan: a source dataset (id, pvName and
@@ -54,6 +68,15 @@ type datasetPlan struct {
 	// PersistentVolume, nil for an existing claim. volattr.Parse, the CSI
 	// driver's own check, has accepted them.
 	attrs map[string]string
+}
+
+// Check runs the controller's own checks of a TrainingJob, those its CRD
+// cannot make (pod templates, dataset URLs, cache sizes): the error is the
+// message the job would fail with (reason InvalidSpec). Clients run it
+// before submitting.
+func Check(tj *v1alpha1.TrainingJob) error {
+	_, err := newPlan(tj)
+	return err
 }
 
 // newPlan validates what the CRD's schema cannot (source URLs, cache sizes)
@@ -86,6 +109,30 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 	}
 	if s.BackoffLimit != nil {
 		p.backoff = *s.BackoffLimit
+	}
+	p.nproc = max(s.Resources.GPUs, 1)
+	if s.NprocPerNode != nil {
+		if *s.NprocPerNode < 1 {
+			return nil, fmt.Errorf("nprocPerNode is %d: set at least 1 (torchrun's processes per worker pod, e.g. its GPUs)", *s.NprocPerNode)
+		}
+		if p.mode != v1alpha1.ModePyTorch {
+			return nil, fmt.Errorf("nprocPerNode is only for mode pytorch")
+		}
+		p.nproc = *s.NprocPerNode
+	}
+	if err := checkPodMeta(s); err != nil {
+		return nil, err
+	}
+	switch q := s.ShmSize; {
+	case q == nil:
+		p.shm = ptr.To(DefaultShmSize.DeepCopy())
+	case q.Sign() < 0:
+		return nil, fmt.Errorf("shmSize %s is negative: set a size such as 2Gi, or 0 for the container runtime's own /dev/shm", q)
+	case q.Sign() > 0:
+		if _, ok := q.AsInt64(); !ok || q.MilliValue()%1000 != 0 {
+			return nil, fmt.Errorf("shmSize %s is not a whole number of bytes: set a size such as 2Gi or 512Mi", q)
+		}
+		p.shm = ptr.To(q.DeepCopy())
 	}
 	total := s.Workers + s.ParameterServers
 	p.gang = total > 1
@@ -124,6 +171,36 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 		p.workerReqs[name] = q.DeepCopy()
 	}
 
+	// The trainer's requests in a pod template count where the spec sets
+	// none (resources is per worker; parameter servers take cpu and memory).
+	for _, rt := range []struct {
+		rs   *v1alpha1.ReplicaSpec
+		reqs corev1.ResourceList
+	}{{s.Worker, p.workerReqs}, {s.PS, p.psReqs}} {
+		if rt.rs == nil {
+			continue
+		}
+		for _, c := range rt.rs.Template.Spec.Containers {
+			if c.Name != v1alpha1.ContainerName {
+				continue
+			}
+			for k, v := range c.Resources.Requests {
+				if _, ok := rt.reqs[k]; !ok {
+					rt.reqs[k] = v.DeepCopy()
+				}
+			}
+			// A limit without a request is also the request (Kubernetes'
+			// defaulting).
+			for k, v := range c.Resources.Limits {
+				if _, ok := c.Resources.Requests[k]; !ok {
+					if _, ok := rt.reqs[k]; !ok {
+						rt.reqs[k] = v.DeepCopy()
+					}
+				}
+			}
+		}
+	}
+
 	seen := map[string]bool{}
 	for _, d := range s.Datasets {
 		if seen[d.Name] {
@@ -160,7 +237,127 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 		}
 		p.datasets = append(p.datasets, dp)
 	}
+	if s.PS != nil && s.ParameterServers == 0 {
+		return nil, fmt.Errorf("ps.template is set but parameterServers is 0: remove it or add parameter servers")
+	}
+	for _, rt := range []struct {
+		field string
+		rs    *v1alpha1.ReplicaSpec
+	}{{"worker", s.Worker}, {"ps", s.PS}} {
+		if rt.rs != nil {
+			if err := p.checkTemplate(rt.field+".template", &rt.rs.Template); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return p, nil
+}
+
+// checkTemplate refuses what a pod template cannot do to the pods the
+// controller renders: use its volume names, mount a dataset writable,
+// hide a dataset or /dev/shm in the trainer, restart pods in place.
+func (p *plan) checkTemplate(field string, t *corev1.PodTemplateSpec) error {
+	own := map[string]string{shmVolume: "/dev/shm", mpiVolume: "the MPI hostfile"}
+	claims := map[string]string{} // dataset claim -> dataset
+	for _, d := range p.datasets {
+		own["dataset-"+d.spec.Name] = "dataset " + d.spec.Name
+		claims[d.claimName] = d.spec.Name
+	}
+	if rp := t.Spec.RestartPolicy; rp != "" && rp != corev1.RestartPolicyNever {
+		return fmt.Errorf("%s.spec.restartPolicy %s: the controller's Jobs restart failed pods (backoffLimit): leave it empty or Never", field, rp)
+	}
+	datasetVolumes := map[string]string{} // template volume -> dataset
+	seen := map[string]bool{}
+	for i, v := range t.Spec.Volumes {
+		f := fmt.Sprintf("%s.spec.volumes[%d]", field, i)
+		if what, ok := own[v.Name]; ok {
+			return fmt.Errorf("%s.name %q is the controller's volume (%s): rename it", f, v.Name, what)
+		}
+		if seen[v.Name] {
+			return fmt.Errorf("%s.name %q is listed twice", f, v.Name)
+		}
+		seen[v.Name] = true
+		if pvc := v.PersistentVolumeClaim; pvc != nil {
+			if d, ok := claims[pvc.ClaimName]; ok {
+				if !pvc.ReadOnly {
+					return fmt.Errorf("%s mounts the claim %s of dataset %q writable: datasets are read-only; set readOnly: true or leave the mount to the controller", f, pvc.ClaimName, d)
+				}
+				datasetVolumes[v.Name] = d
+			}
+		}
+	}
+	for _, cs := range []struct {
+		kind string
+		list []corev1.Container
+	}{{"initContainers", t.Spec.InitContainers}, {"containers", t.Spec.Containers}} {
+		for i, c := range cs.list {
+			for j, m := range c.VolumeMounts {
+				f := fmt.Sprintf("%s.spec.%s[%d].volumeMounts[%d]", field, cs.kind, i, j)
+				if what, ok := own[m.Name]; ok && !seen[m.Name] {
+					if strings.HasPrefix(m.Name, "dataset-") && !m.ReadOnly {
+						return fmt.Errorf("%s mounts %s writable: datasets are read-only; set readOnly: true", f, what)
+					}
+					if m.Name == shmVolume && p.shm == nil {
+						return fmt.Errorf("%s mounts %s, which shmSize 0 turns off", f, m.Name)
+					}
+					if m.Name == mpiVolume && p.mode != v1alpha1.ModeMPI {
+						return fmt.Errorf("%s mounts %s, which only mode mpi has", f, m.Name)
+					}
+				}
+				if d, ok := datasetVolumes[m.Name]; ok && !m.ReadOnly {
+					return fmt.Errorf("%s mounts dataset %q writable: datasets are read-only; set readOnly: true", f, d)
+				}
+				if c.Name != v1alpha1.ContainerName {
+					continue
+				}
+				for _, d := range p.datasets {
+					if path.Clean(m.MountPath) == path.Clean(d.spec.MountPath) {
+						return fmt.Errorf("%s.mountPath %s is where dataset %q is mounted: use another path", f, m.MountPath, d.spec.Name)
+					}
+				}
+				if p.shm != nil && path.Clean(m.MountPath) == "/dev/shm" {
+					return fmt.Errorf("%s.mountPath /dev/shm is the controller's (shmSize): set shmSize instead, or shmSize: 0 to mount your own", f)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkPodMeta checks the pods' labels and annotations as the API server
+// will check the Jobs' pod template, so that a bad one is refused as
+// InvalidSpec rather than failing every creation of the Job.
+func checkPodMeta(s *v1alpha1.TrainingJobSpec) error {
+	for _, k := range sortedKeys(s.PodLabels) {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("podLabels: key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(s.PodLabels[k]); len(errs) > 0 {
+			return fmt.Errorf("podLabels[%q]: value %q: %s", k, s.PodLabels[k], strings.Join(errs, "; "))
+		}
+	}
+	for _, k := range sortedKeys(s.PodAnnotations) {
+		if errs := validation.IsQualifiedName(strings.ToLower(k)); len(errs) > 0 {
+			return fmt.Errorf("podAnnotations: key %q: %s", k, strings.Join(errs, "; "))
+		}
+	}
+	for _, m := range []map[string]string{s.PodLabels, s.PodAnnotations} {
+		for k := range m {
+			if strings.HasPrefix(k, "jobs.epochfs.io/") {
+				return fmt.Errorf("pod label or annotation %q: keys under jobs.epochfs.io/ are set by the controller", k)
+			}
+		}
+	}
+	for i, sec := range s.ImagePullSecrets {
+		if sec.Name == "" {
+			return fmt.Errorf("imagePullSecrets[%d]: the name is empty", i)
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
 }
 
 // volumeAttributes are the CSI volumeAttributes of a source dataset's

@@ -63,13 +63,15 @@ func (p *plan) service() *corev1.Service {
 
 // hostfile is the MPI ConfigMap: one line per worker.
 func (p *plan) hostfile() *corev1.ConfigMap {
-	slots := max(p.tj.Spec.Resources.GPUs, 1)
 	var b strings.Builder
 	for i := range p.tj.Spec.Workers {
-		fmt.Fprintf(&b, "%s slots=%d\n", p.host(p.workerJobName(), i), slots)
+		fmt.Fprintf(&b, "%s slots=%d\n", p.host(p.workerJobName(), i), p.slots())
 	}
 	return &corev1.ConfigMap{ObjectMeta: p.meta(p.hostfileName(), ""), Data: map[string]string{"hostfile": b.String()}}
 }
+
+// slots is the MPI slots of a worker: its GPUs, at least 1.
+func (p *plan) slots() int32 { return max(p.tj.Spec.Resources.GPUs, 1) }
 
 // volumes returns the PersistentVolume and claim of every source dataset.
 func (p *plan) volumes() ([]*corev1.PersistentVolume, []*corev1.PersistentVolumeClaim) {

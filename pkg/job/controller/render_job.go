@@ -7,6 +7,8 @@ package controller
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,6 +35,27 @@ const (
 // mpiHostfileDir is where an MPI job's hostfile ConfigMap is mounted.
 const mpiHostfileDir = "/etc/mpi"
 
+// Volumes the controller adds to every pod (besides dataset-NAME).
+const (
+	// shmVolume is the memory-backed emptyDir mounted at /dev/shm.
+	shmVolume = "dshm"
+	// mpiVolume is the MPI hostfile ConfigMap.
+	mpiVolume = "mpi-hostfile"
+)
+
+// template returns a copy of the spec's pod template of a replica type
+// (empty when it has none).
+func (p *plan) template(replica string) *corev1.PodTemplateSpec {
+	rs := p.tj.Spec.Worker
+	if replica == v1alpha1.ReplicaPS {
+		rs = p.tj.Spec.PS
+	}
+	if rs == nil {
+		return &corev1.PodTemplateSpec{}
+	}
+	return rs.Template.DeepCopy()
+}
+
 // Schedulers names the scheduler of each gang implementation.
 type Schedulers struct {
 	// Volcano is the schedulerName of Volcano's scheduler ("volcano").
@@ -49,33 +72,60 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 	if replica == v1alpha1.ReplicaPS {
 		name, n, reqs = p.psJobName(), s.ParameterServers, p.psReqs
 	}
-	limits := corev1.ResourceList{}
+	tmpl := p.template(replica)
+	// The trainer container: the template's (when it has one) filled with
+	// the spec's fields.
+	ci := slices.IndexFunc(tmpl.Spec.Containers, func(c corev1.Container) bool { return c.Name == v1alpha1.ContainerName })
+	c := corev1.Container{Name: v1alpha1.ContainerName}
+	if ci >= 0 {
+		c = tmpl.Spec.Containers[ci]
+	}
+	c.Image = s.Image
+	if s.ImagePullPolicy != "" {
+		c.ImagePullPolicy = s.ImagePullPolicy
+	}
+	if len(s.Command) > 0 {
+		c.Command = s.Command
+	}
+	if len(s.Args) > 0 {
+		c.Args = s.Args
+	}
+	c.Env = slices.Concat(p.env(replica), c.Env, s.Env)
+	c.Ports = append([]corev1.ContainerPort{{Name: "rendezvous", ContainerPort: p.port, Protocol: corev1.ProtocolTCP}},
+		slices.DeleteFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == "rendezvous" || cp.ContainerPort == p.port })...)
+	// reqs hold the template's requests too (newPlan); a limit the template
+	// sets stays, others equal the request (CPU: a request only, no
+	// throttling).
+	limits := maps.Clone(c.Resources.Limits)
+	if limits == nil {
+		limits = corev1.ResourceList{}
+	}
 	for k, v := range reqs {
-		if k != corev1.ResourceCPU { // CPU is a request only: no throttling
+		if _, ok := limits[k]; !ok && k != corev1.ResourceCPU {
 			limits[k] = v.DeepCopy()
 		}
 	}
-	c := corev1.Container{
-		Name:            v1alpha1.ContainerName,
-		Image:           s.Image,
-		ImagePullPolicy: s.ImagePullPolicy,
-		Command:         s.Command,
-		Args:            s.Args,
-		Env:             append(p.env(replica), s.Env...),
-		Ports:           []corev1.ContainerPort{{Name: "rendezvous", ContainerPort: p.port, Protocol: corev1.ProtocolTCP}},
-		Resources:       corev1.ResourceRequirements{Requests: reqs.DeepCopy(), Limits: limits},
-	}
-	if len(c.Resources.Requests) == 0 {
+	c.Resources = corev1.ResourceRequirements{Requests: reqs.DeepCopy(), Limits: limits, Claims: c.Resources.Claims}
+	if len(c.Resources.Requests) == 0 && len(c.Resources.Limits) == 0 && len(c.Resources.Claims) == 0 {
 		c.Resources = corev1.ResourceRequirements{}
 	}
-	pod := corev1.PodSpec{
-		RestartPolicy:     corev1.RestartPolicyNever,
-		Subdomain:         p.serviceName(),
-		PriorityClassName: s.PriorityClassName,
-		Affinity:          p.affinity(),
-		NodeSelector:      s.NodeSelector,
-		Tolerations:       tolerations(s.Tolerations, reqs),
+	pod := tmpl.Spec
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	pod.Subdomain = p.serviceName()
+	if s.PriorityClassName != "" {
+		pod.PriorityClassName = s.PriorityClassName
 	}
+	if s.ServiceAccountName != "" {
+		pod.ServiceAccountName = s.ServiceAccountName
+	}
+	pod.ImagePullSecrets = slices.Concat(pod.ImagePullSecrets, s.ImagePullSecrets)
+	pod.Affinity = p.affinity(pod.Affinity)
+	if len(pod.NodeSelector) == 0 {
+		pod.NodeSelector = s.NodeSelector
+	} else {
+		maps.Copy(pod.NodeSelector, s.NodeSelector)
+	}
+	pod.Tolerations = tolerations(slices.Concat(pod.Tolerations, s.Tolerations), reqs)
 	for _, d := range p.datasets {
 		vol := "dataset-" + d.spec.Name
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{
@@ -83,15 +133,38 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: vol, MountPath: d.spec.MountPath, ReadOnly: true})
 	}
+	if p.shm != nil {
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: shmVolume, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(p.shm.DeepCopy())},
+		}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: shmVolume, MountPath: "/dev/shm"})
+	}
 	if p.mode == v1alpha1.ModeMPI {
-		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "mpi-hostfile", VolumeSource: corev1.VolumeSource{
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: mpiVolume, VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: p.hostfileName()}},
 		}})
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "mpi-hostfile", MountPath: mpiHostfileDir, ReadOnly: true})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: mpiVolume, MountPath: mpiHostfileDir, ReadOnly: true})
 	}
-	pod.Containers = []corev1.Container{c}
+	if ci >= 0 {
+		pod.Containers[ci] = c
+	} else {
+		pod.Containers = append([]corev1.Container{c}, pod.Containers...)
+	}
 
-	tmplMeta := metav1.ObjectMeta{Labels: p.labels(replica)}
+	// The template's labels and annotations, then the spec's, then the
+	// controller's, which win.
+	tmplMeta := metav1.ObjectMeta{Labels: tmpl.Labels, Annotations: tmpl.Annotations}
+	if tmplMeta.Labels == nil {
+		tmplMeta.Labels = map[string]string{}
+	}
+	maps.Copy(tmplMeta.Labels, s.PodLabels)
+	maps.Copy(tmplMeta.Labels, p.labels(replica))
+	if len(s.PodAnnotations) > 0 {
+		if tmplMeta.Annotations == nil {
+			tmplMeta.Annotations = map[string]string{}
+		}
+		maps.Copy(tmplMeta.Annotations, s.PodAnnotations)
+	}
 	if p.gang {
 		switch p.scheduler {
 		case v1alpha1.GangSchedulerPlugins:
@@ -99,7 +172,10 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			tmplMeta.Labels[schedPluginsGroupLabel] = p.podGroupName()
 		default:
 			pod.SchedulerName = sched.Volcano
-			tmplMeta.Annotations = map[string]string{volcanoGroupAnnotation: p.podGroupName()}
+			if tmplMeta.Annotations == nil {
+				tmplMeta.Annotations = map[string]string{}
+			}
+			tmplMeta.Annotations[volcanoGroupAnnotation] = p.podGroupName()
 			if g := s.Gang; g != nil && g.Queue != "" {
 				tmplMeta.Annotations[volcanoQueueAnnotation] = g.Queue
 			}
@@ -118,6 +194,15 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			BackoffLimit:   ptr.To(backoff),
 			Template:       corev1.PodTemplateSpec{ObjectMeta: tmplMeta, Spec: pod},
 		},
+	}
+	if s.QueueName != "" {
+		// Kueue's batch/Job integration: its webhook suspends the Job on
+		// creation and it resumes it once the queue admits it.
+		job.Labels[v1alpha1.LabelKueueQueue] = s.QueueName
+	}
+	if s.Suspend {
+		job.Spec.Suspend = ptr.To(true)
+		job.Annotations = map[string]string{v1alpha1.AnnotationSuspended: "true"}
 	}
 	if p.mode == v1alpha1.ModeMPI && replica == v1alpha1.ReplicaWorker {
 		// mpirun runs on rank 0 and the other ranks only serve it (sshd):
@@ -173,31 +258,52 @@ func (p *plan) env(replica string) []corev1.EnvVar {
 		{Name: "EPOCHFS_REPLICA_TYPE", Value: replica},
 		{Name: "EPOCHFS_WORKERS", Value: strconv.Itoa(int(s.Workers))},
 	}
+	// Python's output reaches the log as it is printed, not in 4 KiB
+	// blocks (spec.env can set it back).
+	env = append(env, corev1.EnvVar{Name: "PYTHONUNBUFFERED", Value: "1"})
 	port := strconv.Itoa(int(p.port))
+	idx := "$(EPOCHFS_REPLICA_INDEX)"
 	switch p.mode {
 	case v1alpha1.ModePyTorch:
+		// As the Kubeflow training operator sets them: WORLD_SIZE counts
+		// processes (pods × nprocPerNode), RANK is the pod's (node) rank;
+		// torchrun reads PET_* as the defaults of its flags and exports
+		// each process's own RANK, LOCAL_RANK and WORLD_SIZE.
+		master := p.host(p.workerJobName(), 0)
 		env = append(env,
-			corev1.EnvVar{Name: "MASTER_ADDR", Value: p.host(p.workerJobName(), 0)},
+			corev1.EnvVar{Name: "MASTER_ADDR", Value: master},
 			corev1.EnvVar{Name: "MASTER_PORT", Value: port},
-			corev1.EnvVar{Name: "WORLD_SIZE", Value: strconv.Itoa(int(s.Workers))},
-			corev1.EnvVar{Name: "RANK", Value: "$(EPOCHFS_REPLICA_INDEX)"},
+			corev1.EnvVar{Name: "WORLD_SIZE", Value: strconv.Itoa(int(s.Workers) * int(p.nproc))},
+			corev1.EnvVar{Name: "RANK", Value: idx},
+			corev1.EnvVar{Name: "PET_NNODES", Value: strconv.Itoa(int(s.Workers))},
+			corev1.EnvVar{Name: "PET_NPROC_PER_NODE", Value: strconv.Itoa(int(p.nproc))},
+			corev1.EnvVar{Name: "PET_NODE_RANK", Value: idx},
+			corev1.EnvVar{Name: "PET_MASTER_ADDR", Value: master},
+			corev1.EnvVar{Name: "PET_MASTER_PORT", Value: port},
 		)
 	case v1alpha1.ModeTensorFlow:
+		// As tf-operator wrote it: lower-case replica types, every pod's
+		// host:port per type, this pod's task, environment "cloud". There
+		// is no chief replica: TensorFlow then makes worker 0 the chief.
 		cluster := map[string][]string{}
 		for i := range s.Workers {
-			cluster["worker"] = append(cluster["worker"], p.host(p.workerJobName(), i)+":"+port)
+			cluster[v1alpha1.ReplicaWorker] = append(cluster[v1alpha1.ReplicaWorker], p.host(p.workerJobName(), i)+":"+port)
 		}
 		for i := range s.ParameterServers {
-			cluster["ps"] = append(cluster["ps"], p.host(p.psJobName(), i)+":"+port)
+			cluster[v1alpha1.ReplicaPS] = append(cluster[v1alpha1.ReplicaPS], p.host(p.psJobName(), i)+":"+port)
 		}
 		cj, _ := json.Marshal(cluster) // map of string slices: cannot fail
 		env = append(env, corev1.EnvVar{Name: "TF_CONFIG",
-			Value: `{"cluster":` + string(cj) + `,"task":{"type":"` + replica + `","index":$(EPOCHFS_REPLICA_INDEX)}}`})
+			Value: `{"cluster":` + string(cj) + `,"task":{"type":"` + replica + `","index":` + idx + `},"environment":"cloud"}`})
 	case v1alpha1.ModeMPI:
+		// As the MPI operator sets them for Open MPI 4: the hostfile, the
+		// slots of a host it does not list, and host names kept whole.
 		env = append(env,
 			corev1.EnvVar{Name: "OMPI_MCA_orte_default_hostfile", Value: mpiHostfileDir + "/hostfile"},
+			corev1.EnvVar{Name: "OMPI_MCA_orte_keep_fqdn_hostnames", Value: "true"},
+			corev1.EnvVar{Name: "OMPI_MCA_orte_set_default_slots", Value: strconv.Itoa(int(p.slots()))},
 			corev1.EnvVar{Name: "WORLD_SIZE", Value: strconv.Itoa(int(s.Workers))},
-			corev1.EnvVar{Name: "RANK", Value: "$(EPOCHFS_REPLICA_INDEX)"},
+			corev1.EnvVar{Name: "RANK", Value: idx},
 		)
 	}
 	if s.Tensorboard != nil {
@@ -221,7 +327,8 @@ var cacheTiers = []struct {
 
 // affinity prefers nodes whose EpochFS cache already holds the job's
 // datasets (Node labels cache.epochfs.io/<dataset-id> = percent cached).
-func (p *plan) affinity() *corev1.Affinity {
+// A template's affinity is kept, with these preferences added.
+func (p *plan) affinity(tmpl *corev1.Affinity) *corev1.Affinity {
 	var terms []corev1.PreferredSchedulingTerm
 	for _, d := range p.datasets {
 		if d.id == "" {
@@ -236,7 +343,15 @@ func (p *plan) affinity() *corev1.Affinity {
 		}
 	}
 	if len(terms) == 0 {
-		return nil
+		return tmpl
 	}
-	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: terms}}
+	if tmpl == nil {
+		tmpl = &corev1.Affinity{}
+	}
+	if tmpl.NodeAffinity == nil {
+		tmpl.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := tmpl.NodeAffinity
+	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, terms...)
+	return tmpl
 }

@@ -110,6 +110,18 @@ func (r *Reconciler) updateStatus(tj *v1alpha1.TrainingJob, p *plan, worker, ps 
 		setPhase(tj, v1alpha1.PhaseFailed, reason, msg)
 		return
 	}
+	if ptr.Deref(worker.Spec.Suspend, false) {
+		msg := suspendedMessage(tj)
+		setCondition(tj, v1alpha1.ConditionSuspended, true, "Suspended", msg)
+		if meta.FindStatusCondition(tj.Status.Conditions, v1alpha1.ConditionRunning) != nil {
+			setCondition(tj, v1alpha1.ConditionRunning, false, "Suspended", msg)
+		}
+		setPhase(tj, v1alpha1.PhasePending, "Suspended", msg)
+		return
+	}
+	if meta.FindStatusCondition(tj.Status.Conditions, v1alpha1.ConditionSuspended) != nil {
+		setCondition(tj, v1alpha1.ConditionSuspended, false, "Resumed", "the Jobs are not suspended")
+	}
 	need := p.minMember
 	if !p.gang {
 		need = 1

@@ -21,6 +21,13 @@ const (
 	// AnnotationDatasetID is on a dataset's PersistentVolume.
 	AnnotationDatasetID = "jobs.epochfs.io/dataset-id"
 
+	// AnnotationSuspended is on a Job the controller suspended for
+	// spec.suspend; it resumes only those (a Job suspended by Kueue is
+	// Kueue's to resume).
+	AnnotationSuspended = "jobs.epochfs.io/suspended"
+	// LabelKueueQueue is Kueue's queue label, set from spec.queueName.
+	LabelKueueQueue = "kueue.x-k8s.io/queue-name"
+
 	// FinalizerVolumes removes a TrainingJob's PersistentVolumes.
 	FinalizerVolumes = "jobs.epochfs.io/volumes"
 

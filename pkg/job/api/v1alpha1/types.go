@@ -15,7 +15,9 @@ const (
 	// ModeStandalone runs independent workers with no rendezvous environment.
 	ModeStandalone Mode = "standalone"
 	// ModePyTorch sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK
-	// (torch.distributed's env:// rendezvous); worker 0 is the master.
+	// (torch.distributed's env:// rendezvous) and torchrun's PET_NNODES,
+	// PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR and
+	// PET_MASTER_PORT; worker 0 is the master.
 	ModePyTorch Mode = "pytorch"
 	// ModeTensorFlow sets TF_CONFIG (workers, and parameter servers when
 	// parameterServers > 0).
@@ -56,30 +58,42 @@ const (
 // TrainingJobSpec is what a researcher submits.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.parameterServers) || self.parameterServers == 0 || self.mode == 'tensorflow'",message="parameterServers is only for mode tensorflow: remove it or set mode: tensorflow"
+// +kubebuilder:validation:XValidation:rule="!has(self.ps) || (has(self.parameterServers) && self.parameterServers > 0)",message="ps is the template of the parameter servers: remove it or set parameterServers (mode tensorflow)"
+// +kubebuilder:validation:XValidation:rule="!has(self.nprocPerNode) || self.mode == 'pytorch'",message="nprocPerNode is only for mode pytorch (torchrun's processes per pod): remove it or set mode: pytorch"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.minAvailable) || self.gang.minAvailable <= self.workers + (has(self.parameterServers) ? self.parameterServers : 0)",message="gang.minAvailable is larger than workers + parameterServers: lower it or add workers"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.queue) || size(self.gang.queue) == 0 || !has(self.gang.scheduler) || self.gang.scheduler == 'volcano'",message="gang.queue is a Volcano queue: remove it or set gang.scheduler: volcano"
 //
-// Only cleanup can be edited once a job is submitted: everything else is
-// rendered into objects created once (a Job's pod template is immutable),
-// so the API server refuses the edit instead of the controller ignoring it.
-// +kubebuilder:validation:XValidation:rule="(has(self.imagePullPolicy) ? self.imagePullPolicy : \"\") == (has(oldSelf.imagePullPolicy) ? oldSelf.imagePullPolicy : \"\")",message="imagePullPolicy cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="(has(self.command) ? self.command : []) == (has(oldSelf.command) ? oldSelf.command : [])",message="command cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="(has(self.args) ? self.args : []) == (has(oldSelf.args) ? oldSelf.args : [])",message="args cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="(has(self.env) ? self.env : []) == (has(oldSelf.env) ? oldSelf.env : [])",message="env cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="(has(self.parameterServers) ? self.parameterServers : 0) == (has(oldSelf.parameterServers) ? oldSelf.parameterServers : 0)",message="parameterServers cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="(has(self.port) ? self.port : 0) == (has(oldSelf.port) ? oldSelf.port : 0)",message="port cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="(has(self.datasets) ? self.datasets : []) == (has(oldSelf.datasets) ? oldSelf.datasets : [])",message="datasets cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="(has(self.nodeSelector) ? self.nodeSelector : {}) == (has(oldSelf.nodeSelector) ? oldSelf.nodeSelector : {})",message="nodeSelector cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="(has(self.tolerations) ? self.tolerations : []) == (has(oldSelf.tolerations) ? oldSelf.tolerations : [])",message="tolerations cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="(has(self.priorityClassName) ? self.priorityClassName : \"\") == (has(oldSelf.priorityClassName) ? oldSelf.priorityClassName : \"\")",message="priorityClassName cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="has(self.gang) == has(oldSelf.gang)",message="gang cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="has(self.tensorboard) == has(oldSelf.tensorboard)",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
-// +kubebuilder:validation:XValidation:rule="has(self.resources) == has(oldSelf.resources) || (has(self.resources) ? (!has(self.resources.cpu) && !has(self.resources.memory) && (!has(self.resources.gpus) || self.resources.gpus == 0) && (!has(self.resources.extra) || size(self.resources.extra) == 0)) : (!has(oldSelf.resources.cpu) && !has(oldSelf.resources.memory) && (!has(oldSelf.resources.gpus) || oldSelf.resources.gpus == 0) && (!has(oldSelf.resources.extra) || size(oldSelf.resources.extra) == 0)))",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+// Only cleanup and suspend can be edited once a job is submitted:
+// everything else is rendered into objects created once (a Job's pod
+// template is immutable), so the API server refuses the edit instead of the
+// controller ignoring it.
+// +kubebuilder:validation:XValidation:rule="(has(self.imagePullPolicy) ? self.imagePullPolicy : \"\") == (has(oldSelf.imagePullPolicy) ? oldSelf.imagePullPolicy : \"\")",message="imagePullPolicy cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.command) ? self.command : []) == (has(oldSelf.command) ? oldSelf.command : [])",message="command cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.args) ? self.args : []) == (has(oldSelf.args) ? oldSelf.args : [])",message="args cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.env) ? self.env : []) == (has(oldSelf.env) ? oldSelf.env : [])",message="env cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.parameterServers) ? self.parameterServers : 0) == (has(oldSelf.parameterServers) ? oldSelf.parameterServers : 0)",message="parameterServers cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.port) ? self.port : 0) == (has(oldSelf.port) ? oldSelf.port : 0)",message="port cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.datasets) ? self.datasets : []) == (has(oldSelf.datasets) ? oldSelf.datasets : [])",message="datasets cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.nodeSelector) ? self.nodeSelector : {}) == (has(oldSelf.nodeSelector) ? oldSelf.nodeSelector : {})",message="nodeSelector cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.tolerations) ? self.tolerations : []) == (has(oldSelf.tolerations) ? oldSelf.tolerations : [])",message="tolerations cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.priorityClassName) ? self.priorityClassName : \"\") == (has(oldSelf.priorityClassName) ? oldSelf.priorityClassName : \"\")",message="priorityClassName cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.gang) == has(oldSelf.gang)",message="gang cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.shmSize) == has(oldSelf.shmSize)",message="shmSize cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.nprocPerNode) == has(oldSelf.nprocPerNode)",message="nprocPerNode cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.queueName) ? self.queueName : \"\") == (has(oldSelf.queueName) ? oldSelf.queueName : \"\")",message="queueName cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.serviceAccountName) ? self.serviceAccountName : \"\") == (has(oldSelf.serviceAccountName) ? oldSelf.serviceAccountName : \"\")",message="serviceAccountName cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.imagePullSecrets) ? self.imagePullSecrets : []) == (has(oldSelf.imagePullSecrets) ? oldSelf.imagePullSecrets : [])",message="imagePullSecrets cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.podLabels) ? self.podLabels : {}) == (has(oldSelf.podLabels) ? oldSelf.podLabels : {})",message="podLabels cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.podAnnotations) ? self.podAnnotations : {}) == (has(oldSelf.podAnnotations) ? oldSelf.podAnnotations : {})",message="podAnnotations cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.worker) == has(oldSelf.worker)",message="worker cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.ps) == has(oldSelf.ps)",message="ps cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.tensorboard) == has(oldSelf.tensorboard)",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.resources) == has(oldSelf.resources) || (has(self.resources) ? (!has(self.resources.cpu) && !has(self.resources.memory) && (!has(self.resources.gpus) || self.resources.gpus == 0) && (!has(self.resources.extra) || size(self.resources.extra) == 0)) : (!has(oldSelf.resources.cpu) && !has(oldSelf.resources.memory) && (!has(oldSelf.resources.gpus) || oldSelf.resources.gpus == 0) && (!has(oldSelf.resources.extra) || size(oldSelf.resources.extra) == 0)))",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 type TrainingJobSpec struct {
 	// Image is the container image of every worker.
 	// +kubebuilder:validation:XValidation:rule="size(self.trim()) > 0",message="image is empty: set the container image of the workers, e.g. image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
 	// +kubebuilder:validation:MaxLength=1024
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="image cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="image cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	Image string `json:"image"`
 
 	// ImagePullPolicy of the workers; Kubernetes' default when empty.
@@ -105,14 +119,14 @@ type TrainingJobSpec struct {
 	// Workers is the number of worker pods (one per completion index).
 	// +kubebuilder:validation:XValidation:rule="self >= 1",message="workers must be at least 1"
 	// +kubebuilder:validation:XValidation:rule="self <= 10000",message="workers must be at most 10000"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="workers cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="workers cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	Workers int32 `json:"workers"`
 
 	// Mode is how workers find each other: standalone (default), pytorch,
 	// tensorflow or mpi.
 	// +kubebuilder:default=standalone
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="mode cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="mode cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	Mode Mode `json:"mode,omitempty"`
 
 	// ParameterServers is the number of TensorFlow parameter-server pods
@@ -129,9 +143,19 @@ type TrainingJobSpec struct {
 	// +optional
 	Port int32 `json:"port,omitempty"`
 
+	// NprocPerNode is how many processes torchrun starts in each worker pod
+	// (mode pytorch): PET_NPROC_PER_NODE, and WORLD_SIZE = workers ×
+	// nprocPerNode as the Kubeflow training operator counts it. Default:
+	// resources.gpus when set, else 1.
+	// +kubebuilder:validation:XValidation:rule="self >= 1",message="nprocPerNode must be at least 1: the processes torchrun starts in each worker pod, e.g. its GPUs"
+	// +kubebuilder:validation:XValidation:rule="self <= 1024",message="nprocPerNode must be at most 1024"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="nprocPerNode cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+	// +optional
+	NprocPerNode *int32 `json:"nprocPerNode,omitempty"`
+
 	// Resources each worker requests.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="has(self.cpu) == has(oldSelf.cpu) && (!has(self.cpu) || self.cpu == oldSelf.cpu) && has(self.memory) == has(oldSelf.memory) && (!has(self.memory) || self.memory == oldSelf.memory) && (has(self.gpus) ? self.gpus : 0) == (has(oldSelf.gpus) ? oldSelf.gpus : 0) && (has(self.extra) ? self.extra : {}) == (has(oldSelf.extra) ? oldSelf.extra : {})",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	// +kubebuilder:validation:XValidation:rule="has(self.cpu) == has(oldSelf.cpu) && (!has(self.cpu) || self.cpu == oldSelf.cpu) && has(self.memory) == has(oldSelf.memory) && (!has(self.memory) || self.memory == oldSelf.memory) && (has(self.gpus) ? self.gpus : 0) == (has(oldSelf.gpus) ? oldSelf.gpus : 0) && (has(self.extra) ? self.extra : {}) == (has(oldSelf.extra) ? oldSelf.extra : {})",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	Resources WorkerResources `json:"resources,omitempty"`
 
 	// Datasets mounted read-only into every worker through EpochFS.
@@ -144,7 +168,7 @@ type TrainingJobSpec struct {
 	// Gang scheduling: all workers start together or none does. Enabled by
 	// default when the job has more than one pod.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="gang cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="gang cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	Gang *Gang `json:"gang,omitempty"`
 
 	// NodeSelector restricts the workers (and parameter servers) to nodes
@@ -166,13 +190,69 @@ type TrainingJobSpec struct {
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 
+	// Suspend holds the job: while true no pod runs. A job submitted
+	// suspended gets its objects with its Jobs suspended (and skips the
+	// capacity check until resumed); setting it on a running job suspends
+	// its Jobs, whose controller deletes their pods; setting it back to
+	// false runs the capacity check and resumes them. The one field besides
+	// cleanup that can be edited. Kueue and cluster admins use it.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// QueueName is the Kueue LocalQueue of the job: the label
+	// kueue.x-k8s.io/queue-name on its Jobs, which Kueue then suspends
+	// until it admits them. (gang.queue is Volcano's.)
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="queueName must be a LocalQueue name (lower-case letters, digits, '-' and '.', at most 63), e.g. team-a"
+	// +optional
+	QueueName string `json:"queueName,omitempty"`
+
+	// ServiceAccountName the pods run as (default: the namespace's
+	// default ServiceAccount).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == '' || self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="serviceAccountName must be a ServiceAccount name (lower-case letters, digits, '-' and '.'), e.g. trainer"
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// ImagePullSecrets are Secrets of the job's namespace the kubelet uses
+	// to pull the image.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	// +listType=atomic
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// PodLabels are added to every pod's labels. Keys under
+	// jobs.epochfs.io/ are the controller's and refused.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('jobs.epochfs.io/'))",message="podLabels: keys under jobs.epochfs.io/ are set by the controller: use another prefix"
+	// +optional
+	PodLabels map[string]string `json:"podLabels,omitempty"`
+
+	// PodAnnotations are added to every pod's annotations. Keys under
+	// jobs.epochfs.io/ are the controller's and refused.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('jobs.epochfs.io/'))",message="podAnnotations: keys under jobs.epochfs.io/ are set by the controller: use another prefix"
+	// +optional
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+
+	// Worker customises the worker pods with a pod template, merged with
+	// what the controller renders (see ReplicaSpec).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="worker cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+	Worker *ReplicaSpec `json:"worker,omitempty"`
+
+	// PS customises the parameter-server pods (mode tensorflow) likewise.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="ps cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+	PS *ReplicaSpec `json:"ps,omitempty"`
+
 	// BackoffLimit is how many worker failures the job tolerates before it
 	// fails (default 3); a broken worker is not restarted forever.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	// +kubebuilder:default=3
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="backoffLimit cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="backoffLimit cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
 
 	// Cleanup of a finished job. The one part of the spec that can be
@@ -181,11 +261,51 @@ type TrainingJobSpec struct {
 	// +optional
 	Cleanup Cleanup `json:"cleanup,omitempty"`
 
+	// ShmSize is the size of /dev/shm in every pod: a memory-backed
+	// emptyDir (tmpfs) with this sizeLimit, mounted at /dev/shm. PyTorch
+	// DataLoader workers pass batches through it; the container runtime's
+	// own /dev/shm is often 64Mi. Default 2Gi (as Arena); 0 mounts none,
+	// leaving the runtime's. Its pages count against the pod's memory
+	// limit, like any tmpfs.
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="shmSize must not be negative: set a size such as 2Gi, or 0 for the container runtime's own /dev/shm"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isInteger()",message="shmSize must be a whole number of bytes, such as 2Gi or 512Mi, not a fraction"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="shmSize cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+	// +optional
+	ShmSize *resource.Quantity `json:"shmSize,omitempty"`
+
 	// Tensorboard, when set, tells where the workers write event files;
 	// exported to them as TENSORBOARD_LOG_DIR.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup can be edited)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	Tensorboard *Tensorboard `json:"tensorboard,omitempty"`
+}
+
+// ReplicaSpec customises the pods of one replica type.
+type ReplicaSpec struct {
+	// Template is a pod template (as a Job's, JobSet's or the training
+	// operator's) that the controller merges with what it renders: the
+	// container named "trainer" (added when absent) gets the spec's image,
+	// command, args, pull policy and resources where set, the rendezvous
+	// environment before its own env and spec.env after it, and the dataset
+	// and /dev/shm mounts; the pod gets the dataset, /dev/shm and hostfile
+	// volumes, the spec's labels, annotations, node selector, tolerations,
+	// service account, pull secrets and priority, the controller's
+	// labels, gang markers and cache affinity (added to the template's),
+	// restartPolicy Never and the Service's subdomain. Everything else
+	// (init and extra containers, writable volumes for checkpoints,
+	// security contexts, …) is the template's. The controller refuses
+	// (phase Failed, reason InvalidSpec, naming the field) a volume named
+	// as one of its own (dataset-*, dshm, mpi-hostfile), a writable mount
+	// of a dataset volume or claim, a mount over a dataset's mountPath or
+	// /dev/shm in the trainer, and a restartPolicy other than Never. The
+	// API server stores the template without checking it (its schema is
+	// open, so the CRD stays small); the Job the controller creates is
+	// checked in full.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +optional
+	Template corev1.PodTemplateSpec `json:"template,omitempty"`
 }
 
 // WorkerResources are the requests of one worker. GPUs and Extra are set as
@@ -338,6 +458,9 @@ const (
 	// ConditionSucceeded and ConditionFailed are True once finished.
 	ConditionSucceeded = "Succeeded"
 	ConditionFailed    = "Failed"
+	// ConditionSuspended is True while the job's Jobs are suspended (by
+	// spec.suspend, or by a queue such as Kueue).
+	ConditionSuspended = "Suspended"
 )
 
 // ReplicaStatus counts the pods of one replica type.
