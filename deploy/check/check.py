@@ -654,14 +654,19 @@ def promql_names(expr):
 def code_metrics(root):
     """The metric names the node plugin serves, as the Go code defines them (histograms as
     their _bucket/_sum/_count series), and the labels the mounts' metrics get."""
-    names, hists = set(), set()
+    names, hists, own_labels = set(), set(), set()
     for rel in METRIC_SOURCES:
         text = open(os.path.join(root, rel), encoding="utf-8").read()
         names |= set(re.findall(r'"((?:cachefs|epochfs)_[a-z0-9_]+)"', text))
         hists |= set(re.findall(r'HistogramOpts\{\s*Name:\s*"([a-z0-9_]+)"', text))
+        # Collectors that build metrics at scrape time: a Desc field set from a name
+        # (`field: d("name", …)`) and passed to MustNewConstHistogram is a histogram.
+        fields = dict(re.findall(r'\b(\w+):\s*\w+\("((?:cachefs|epochfs)_[a-z0-9_]+)"', text))
+        hists |= {fields[f] for f in re.findall(r'MustNewConstHistogram\(\s*\w+\.(\w+)', text) if f in fields}
+        own_labels |= set(re.findall(r'\bLabel\w+\s*=\s*"([a-z_]+)"', text))
     series = (names - hists) | {h + s for h in hists for s in ("_bucket", "_sum", "_count")}
     text = open(os.path.join(root, LABEL_SOURCE), encoding="utf-8").read()
-    labels = set(re.findall(r'\bLabel\w+\s*=\s*"([a-z_]+)"', text))
+    labels = set(re.findall(r'\bLabel\w+\s*=\s*"([a-z_]+)"', text)) | own_labels
     if len(names) < 10 or not hists or not {"dataset_id", "dataset_key"} <= labels:
         fail("deploy/check/check.py", f"found only metrics {sorted(names)}, histograms {sorted(hists)}, labels "
                                       f"{sorted(labels)} in {METRIC_SOURCES + [LABEL_SOURCE]}: fix code_metrics")

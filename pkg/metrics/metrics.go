@@ -116,6 +116,10 @@ func NewRegistry(stats func() cache.Stats, src backend.Backend) (*prometheus.Reg
 // (backend.ReplicaStats) at scrape time, labelled replica="N": the
 // replica's position in the mirror URL, from 0 (never its URL, which
 // could name a private endpoint).
+// LabelReplica labels a mirror replica's metrics with its position in the
+// mirror URL.
+const LabelReplica = "replica"
+
 type replicaCollector struct {
 	src                                                   backend.Backend
 	requests, errors, hedges, hedgeWins, served, disagree *prometheus.Desc
@@ -124,7 +128,7 @@ type replicaCollector struct {
 
 func newReplicaCollector(src backend.Backend) *replicaCollector {
 	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, []string{"replica"}, nil)
+		return prometheus.NewDesc(name, help, []string{LabelReplica}, nil)
 	}
 	return &replicaCollector{
 		src:       src,
