@@ -149,7 +149,9 @@ func (o Options) withDefaults() (Options, error) {
 // (the posix directory exists, the s3 bucket answers a listing with these
 // credentials) so that a bad source fails here, before anything is mounted.
 //
-// cephfs and nfs sources are not built yet and return ErrUnsupported. A
+// cephfs opens through libcephfs in builds with the ceph tag (make
+// build-ceph) and returns ErrUnsupported in the default cgo-free build; nfs
+// sources are not built yet and return ErrUnsupported. A
 // mirror opens each replica and returns a Backend that serves every call
 // from the fastest healthy replica and fails over on I/O errors; a replica
 // that disagrees on a file's size is never used for that file.
@@ -164,7 +166,7 @@ func Open(ctx context.Context, src Source, opts Options) (Backend, error) {
 	case KindS3:
 		return openS3(ctx, src, opts)
 	case KindCephFS:
-		return nil, fmt.Errorf("backend: open %s: %w: the cephfs backend is not built in this version; mount CephFS with the kernel client and use the mount path (e.g. /mnt/cephfs/dataset) as the source", src, ErrUnsupported)
+		return openCephFS(ctx, src, opts)
 	case KindNFS:
 		return nil, fmt.Errorf("backend: open %s: %w: the nfs backend is not built in this version; mount the export with the kernel NFS client and use the mount path (e.g. /mnt/nfs/dataset) as the source", src, ErrUnsupported)
 	case KindMirror:
