@@ -45,8 +45,27 @@ func TestMountBinaryS3(t *testing.T) {
 	runE2E(t, src, files, env)
 }
 
+// TestMountBinaryRGW is TestMountBinaryS3 against Ceph RGW.
+func TestMountBinaryRGW(t *testing.T) {
+	testenv.RequireFUSE(t)
+	r := testenv.RequireRGW(t)
+	bucket := fmt.Sprintf("datasets-%d", os.Getpid())
+	r.MakeBucket(t, bucket)
+	files := spec.Plan()
+	r.PutFiles(t, bucket, "imagenet/train/", files)
+	r.Put(t, bucket, "imagenet/train2/decoy.jpg", []byte("not part of the dataset"))
+	src := "s3://" + bucket + "/imagenet/train?endpoint=" + r.Endpoint + "&region=us-east-1"
+	env := []string{"AWS_ACCESS_KEY_ID=" + r.AccessKey, "AWS_SECRET_ACCESS_KEY=" + r.SecretKey}
+	runE2E(t, src, files, env)
+}
+
 func runE2E(t *testing.T, src string, files []datagen.File, env []string) {
-	bin := testenv.GoBuild(t, "./cmd/cachefs")
+	runE2EBin(t, testenv.GoBuild(t, "./cmd/cachefs"), spec.Classes, src, files, env)
+}
+
+// runE2EBin is runE2E with a given cachefs binary and a dataset of classes
+// class directories.
+func runE2EBin(t *testing.T, bin string, classes int, src string, files []datagen.File, env []string) {
 	total := datagen.TotalSize(files)
 	capacity := total / 2
 	mnt, cacheDir := t.TempDir(), t.TempDir()
@@ -88,8 +107,8 @@ func runE2E(t *testing.T, src string, files []datagen.File, env []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ents) != spec.Classes {
-		t.Errorf("mount root has %d entries, want %d class directories", len(ents), spec.Classes)
+	if len(ents) != classes {
+		t.Errorf("mount root has %d entries, want %d class directories", len(ents), classes)
 	}
 	cd := float64(capacity) / float64(total)
 	for e := 1; e <= 3; e++ {
