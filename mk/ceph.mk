@@ -11,7 +11,7 @@ CEPH_TAGS := ceph,pacific
 CEPH_TEST_PKGS := ./pkg/backend ./cmd/cachefs
 CEPH_DIR ?= $(CURDIR)/.ceph
 
-.PHONY: ceph-deps build-ceph test-ceph ceph-up ceph-down
+.PHONY: ceph-deps build-ceph test-ceph ceph-up ceph-down bench-ceph
 
 ## ceph-deps: the Debian packages of the CephFS build and the Ceph tests (libcephfs-dev, librados-dev, ceph-mon,
 ## ceph-mgr, ceph-osd, ceph-mds, radosgw, ceph-common, python3-cephfs), apt-get only when missing.
@@ -34,3 +34,9 @@ ceph-up: ceph-deps
 
 ceph-down:
 	CEPH_DIR=$(CEPH_DIR) bash scripts/ceph-server.sh stop
+
+## bench-ceph: cold epoch through a cachefs mount vs the direct read, same concurrency: CephFS via go-ceph, and
+## Ceph RGW and MinIO via a GET loop (bench/ceph; on one throw-away cluster; needs root). Into bench/RESULTS.md by hand.
+bench-ceph: build-ceph $(TOOLS_BIN)/minio
+	CGO_ENABLED=1 $(GO) build -tags $(CEPH_TAGS) -o bin/bench-ceph ./bench/ceph
+	bash scripts/with-ceph.sh bin/bench-ceph -cachefs bin/cachefs -minio $(TOOLS_BIN)/minio $(BENCH_ARGS)
