@@ -426,26 +426,25 @@ func (b *cephfsBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 		return 0, fmt.Errorf("cephfs: read %q: negative offset %d", p, off)
 	}
 	m := b.mount()
-	// A directory cannot be opened O_RDONLY|O_NOFOLLOW for reading in every
-	// release, so stat first; the fstatx below checks the opened file.
-	sx, err := statx(m, p)
-	if err != nil {
-		return 0, fmt.Errorf("cephfs: read %q: %w", p, err)
-	}
-	if isDir(sx) {
-		return 0, fmt.Errorf("cephfs: read %q: %w", p, ErrIsDir)
-	}
-	if !isFile(sx) {
-		return 0, fmt.Errorf("cephfs: read %q: %w: not a regular file", p, ErrNotExist)
-	}
+	// Open first (no separate path walk): O_NOFOLLOW refuses a symlink
+	// (ELOOP, ErrNotExist), and the fstatx of the open file tells a
+	// directory or another non-file apart.
 	f, err := m.Open(cpath(p), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
+		if errors.Is(mapCephErr(err), ErrPermission) {
+			if _, serr := statx(m, p); serr != nil {
+				return 0, fmt.Errorf("cephfs: read %q: %w", p, serr)
+			}
+		}
 		return 0, fmt.Errorf("cephfs: read %q: %w", p, mapCephErr(err))
 	}
 	defer f.Close()
 	fsx, err := f.Fstatx(cephStatxWant, 0)
 	if err != nil {
 		return 0, fmt.Errorf("cephfs: read %q: %w", p, mapCephErr(err))
+	}
+	if isDir(fsx) {
+		return 0, fmt.Errorf("cephfs: read %q: %w", p, ErrIsDir)
 	}
 	if !isFile(fsx) {
 		return 0, fmt.Errorf("cephfs: read %q: %w: not a regular file", p, ErrNotExist)
