@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -316,9 +317,9 @@ func mustParse(t testing.TB, u string) backend.Source {
 }
 
 // TestCephFSParallelReads measures whole-file reads of 256 KiB files by 1
-// and by 8 goroutines on one libcephfs mount, and by 8 on a pool of 4
-// mounts, and fails if 8 readers on one mount do not beat one reader (the
-// reads would serialize on the mount).
+// and by 8 goroutines on one libcephfs mount, and by 8 on pools of 2 and 4
+// mounts (3 rounds, medians), and fails if 8 readers on one mount do not
+// beat one reader (the reads would serialize on the mount).
 // The rates are logged (go test -v) and recorded in bench/RESULTS.md.
 func TestCephFSParallelReads(t *testing.T) {
 	if testing.Short() {
@@ -339,13 +340,25 @@ func TestCephFSParallelReads(t *testing.T) {
 		defer b.Close()
 		return parallelReadRate(t, b, nfiles, size, workers)
 	}
-	serial, one, pool := rate(1, 1), rate(1, 8), rate(4, 8)
-	t.Logf("%d files of %d KiB, each backend cold: 1 mount 1 reader %.0f files/s; 1 mount 8 readers %.0f files/s (%.2fx); "+
-		"pool of 4 mounts 8 readers %.0f files/s (%.2fx)", nfiles, size>>10, serial, one, one/serial, pool, pool/serial)
-	// One mount must not serialize the readers (else the backend needs its
-	// pool by default): 8 readers at least 1.5x one reader.
-	if one < 1.5*serial {
-		t.Errorf("1 mount: 8 readers %.0f files/s, not faster than 1 reader %.0f files/s: reads serialize on one mount", one, serial)
+	rate(1, 8) // warm the OSD once, unrecorded: every recorded run is cold on the client only
+	kinds := [][2]int{{1, 1}, {1, 8}, {2, 8}, {4, 8}} // mounts, readers
+	rates := make([][]float64, len(kinds))
+	for round := range 3 { // the order rotates so that no kind always runs first
+		for i := range kinds {
+			k := (i + round) % len(kinds)
+			rates[k] = append(rates[k], rate(kinds[k][0], kinds[k][1]))
+		}
+	}
+	med := make([]float64, len(kinds))
+	for k := range kinds {
+		slices.Sort(rates[k])
+		med[k] = rates[k][1]
+		t.Logf("%d mount(s), %d reader(s): %.0f files/s median (%.0f), %.2fx one reader", kinds[k][0], kinds[k][1], med[k], rates[k], med[k]/med[0])
+	}
+	// One mount must not serialize the readers: 8 readers at least 1.5x
+	// one reader.
+	if med[1] < 1.5*med[0] {
+		t.Errorf("1 mount: 8 readers %.0f files/s, not faster than 1 reader %.0f files/s: reads serialize on one mount", med[1], med[0])
 	}
 }
 
