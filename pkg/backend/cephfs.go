@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -55,6 +56,7 @@ type cephfsBackend struct {
 	src     string // the source URL, for messages (no secrets)
 	log     *slog.Logger
 
+	slots   chan struct{} // one per libcephfs call in flight (call)
 	next    atomic.Uint64
 	skipped atomic.Int64
 	closed  atomic.Bool
@@ -67,9 +69,10 @@ var (
 
 func openCephFS(ctx context.Context, src Source, opts Options) (Backend, error) {
 	b := &cephfsBackend{
-		id:  cephfsID(src),
-		src: src.String(),
-		log: opts.Logger.With(slog.String("backend", "cephfs"), slog.String("source", src.String())),
+		slots: make(chan struct{}, maxCephCalls),
+		id:    cephfsID(src),
+		src:   src.String(),
+		log:   opts.Logger.With(slog.String("backend", "cephfs"), slog.String("source", src.String())),
 	}
 	n := max(cephMounts, 1)
 	for range n {
@@ -337,6 +340,37 @@ func statx(m *cephfs.MountInfo, p string) (*cephfs.CephStatx, error) {
 	return nil, err
 }
 
+// maxCephCalls bounds the libcephfs calls of one backend in flight,
+// abandoned ones included (see call).
+const maxCephCalls = 256
+
+// call runs f, a libcephfs call that no deadline interrupts (a stopped OSD
+// or MDS blocks it for good: Ceph has no client-side op timeout by
+// default), in a goroutine of its own and waits for it or for ctx. When ctx
+// ends first, call returns an error wrapping ErrUnavailable and ctx's
+// error and leaves f running; f must then write only to memory the caller
+// no longer reads. At most maxCephCalls calls run at once, so a hung
+// cluster cannot pile up threads without bound.
+func (b *cephfsBackend) call(ctx context.Context, f func()) error {
+	select {
+	case b.slots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %d calls to Ceph still unanswered (%w)", ErrUnavailable, maxCephCalls, ctx.Err())
+	}
+	done := make(chan struct{})
+	go func() {
+		defer func() { <-b.slots }()
+		f()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: no answer from Ceph in time (%w)", ErrUnavailable, ctx.Err())
+	}
+}
+
 func (b *cephfsBackend) Stat(ctx context.Context, p string) (Entry, error) {
 	p, err := CleanPath(p)
 	if err != nil {
@@ -345,6 +379,17 @@ func (b *cephfsBackend) Stat(ctx context.Context, p string) (Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
 	}
+	var (
+		e    Entry
+		serr error
+	)
+	if err := b.call(ctx, func() { e, serr = b.stat(p) }); err != nil {
+		return Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
+	}
+	return e, serr
+}
+
+func (b *cephfsBackend) stat(p string) (Entry, error) {
 	sx, err := statx(b.mount(), p)
 	if err != nil {
 		return Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
@@ -363,6 +408,17 @@ func (b *cephfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cephfs: list %q: %w", p, err)
 	}
+	var (
+		es   []Entry
+		lerr error
+	)
+	if err := b.call(ctx, func() { es, lerr = b.list(ctx, p) }); err != nil {
+		return nil, fmt.Errorf("cephfs: list %q: %w", p, err)
+	}
+	return es, lerr
+}
+
+func (b *cephfsBackend) list(ctx context.Context, p string) ([]Entry, error) {
 	m := b.mount()
 	sx, err := statx(m, p)
 	if err != nil {
@@ -428,6 +484,34 @@ func (b *cephfsBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 	if off < 0 {
 		return 0, fmt.Errorf("cephfs: read %q: negative offset %d", p, off)
 	}
+	// The call reads into a buffer of its own, copied out once it is done:
+	// an abandoned call (see call) must not write into buf later.
+	priv := getReadBuf(len(buf))
+	var (
+		n    int
+		rerr error
+	)
+	if err := b.call(ctx, func() { n, rerr = b.readAt(ctx, p, version, *priv, off) }); err != nil {
+		return 0, fmt.Errorf("cephfs: read %q: %w", p, err)
+	}
+	copy(buf, (*priv)[:n])
+	readBufs.Put(priv)
+	return n, rerr
+}
+
+// readBufs holds ReadAt's private buffers for reuse.
+var readBufs sync.Pool // *[]byte
+
+func getReadBuf(n int) *[]byte {
+	if v, ok := readBufs.Get().(*[]byte); ok && cap(*v) >= n {
+		*v = (*v)[:n]
+		return v
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func (b *cephfsBackend) readAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
 	m := b.mount()
 	// Open first (no separate path walk): O_NOFOLLOW refuses a symlink
 	// (ELOOP, ErrNotExist), and the fstatx of the open file tells a

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -391,4 +392,56 @@ func parallelReadRate(t testing.TB, b backend.Backend, nfiles, size, workers int
 		t.Fatal(err)
 	}
 	return float64(nfiles) / time.Since(start).Seconds()
+}
+
+// TestCephFSHungOSD: with the OSD stopped (SIGSTOP) a read blocks inside
+// libcephfs for good; ReadAt still returns when its context ends, with
+// ErrUnavailable and the context's error, and reads work again once the
+// OSD runs. The OSD is stopped for about 3 s.
+func TestCephFSHungOSD(t *testing.T) {
+	c := testenv.StartCeph(t)
+	c.SetEnv(t)
+	m := adminMount(t, c)
+	dir := cephDir("hung")
+	data := bytes.Repeat([]byte("x"), 1<<20)
+	writeCeph(t, m, dir+"/f", data)
+	b := openCeph(t, c, dir, backend.Options{})
+	defer b.Close()
+	pidb, err := os.ReadFile(c.Dir + "/run/osd.0.pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pidb)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	buf := make([]byte, len(data))
+	n, err := b.ReadAt(ctx, "f", "", buf, 0)
+	took := time.Since(start)
+	resume()
+	if !errors.Is(err, backend.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || n != 0 {
+		t.Errorf("ReadAt with the OSD stopped = %d, %v; want 0, ErrUnavailable and DeadlineExceeded", n, err)
+	}
+	if took > 4*time.Second {
+		t.Errorf("ReadAt with the OSD stopped returned after %v, want about its 2s deadline", took)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel2()
+	if n, err := b.ReadAt(ctx2, "f", "", buf, 0); (err != nil && err != io.EOF) || !bytes.Equal(buf[:n], data) {
+		t.Errorf("ReadAt once the OSD runs again = %d, %v", n, err)
+	}
 }
