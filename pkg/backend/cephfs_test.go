@@ -341,7 +341,9 @@ func TestCephFSParallelReads(t *testing.T) {
 		defer b.Close()
 		return parallelReadRate(t, b, nfiles, size, workers)
 	}
-	rate(1, 8)                                        // warm the OSD once, unrecorded: every recorded run is cold on the client only
+	// Warm the OSD once, unrecorded: every recorded run is cold on the
+	// client only.
+	rate(1, 8)
 	kinds := [][2]int{{1, 1}, {1, 8}, {2, 8}, {4, 8}} // mounts, readers
 	rates := make([][]float64, len(kinds))
 	for round := range 3 { // the order rotates so that no kind always runs first
