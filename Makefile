@@ -82,9 +82,9 @@ lint: vet $(TOOLS_BIN)/staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(TOOLS_BIN)/staticcheck ./...
 	@if bash scripts/ceph-deps.sh --check 2>/dev/null; then \
-		echo "CGO_ENABLED=1 go vet + staticcheck -tags $(CEPH_TAGS) $(CEPH_TEST_PKGS)"; \
-		CGO_ENABLED=1 $(GO) vet -tags $(CEPH_TAGS) $(CEPH_TEST_PKGS) && \
-		CGO_ENABLED=1 $(TOOLS_BIN)/staticcheck -tags $(CEPH_TAGS) $(CEPH_TEST_PKGS); \
+		echo "CGO_ENABLED=1 go vet + staticcheck -tags $(CEPH_TAGS) $(CEPH_LINT_PKGS)"; \
+		CGO_ENABLED=1 $(GO) vet -tags $(CEPH_TAGS) $(CEPH_LINT_PKGS) && \
+		CGO_ENABLED=1 $(TOOLS_BIN)/staticcheck -tags $(CEPH_TAGS) $(CEPH_LINT_PKGS); \
 	else echo "lint: ceph-tagged files not checked (libcephfs-dev missing: scripts/ceph-deps.sh)"; fi
 
 ## bench: Go benchmarks (results go in bench/RESULTS.md by hand, with the machine and command).

@@ -9,6 +9,8 @@ CEPH_TAGS := ceph,pacific
 # Packages with ceph-tagged tests; `make test` runs only their CephFS tests
 # (-run CephFS) again with the tags, the rest ran already in the cgo-free run.
 CEPH_TEST_PKGS := ./pkg/backend ./cmd/cachefs
+# ...and what lint checks with the tags as well.
+CEPH_LINT_PKGS := $(CEPH_TEST_PKGS) ./bench/ceph
 CEPH_DIR ?= $(CURDIR)/.ceph
 
 .PHONY: ceph-deps build-ceph test-ceph ceph-up ceph-down bench-ceph
