@@ -270,6 +270,19 @@ func (b *cephfsBackend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
+	// Calls abandoned by their callers (see call) may still be inside
+	// libcephfs: releasing a mount under them would free memory they use.
+	// Wait a little for them, taking every slot; if some never return,
+	// leave the clients to end with the process.
+	deadline := time.After(closeWait)
+	for taken := 0; taken < cap(b.slots); taken++ {
+		select {
+		case b.slots <- struct{}{}:
+		case <-deadline:
+			return fmt.Errorf("cephfs: close %s: %w: %d calls to Ceph still unanswered after %v; its client sessions are left open",
+				b.src, ErrUnavailable, cap(b.slots)-taken, closeWait)
+		}
+	}
 	var errs []error
 	for _, c := range b.clients {
 		if err := c.close(); err != nil {
@@ -340,6 +353,9 @@ func statx(m *cephfs.MountInfo, p string) (*cephfs.CephStatx, error) {
 	return nil, err
 }
 
+// closeWait bounds how long Close waits for calls still inside libcephfs.
+const closeWait = 5 * time.Second
+
 // maxCephCalls bounds the libcephfs calls of one backend in flight,
 // abandoned ones included (see call).
 const maxCephCalls = 256
@@ -352,6 +368,9 @@ const maxCephCalls = 256
 // no longer reads. At most maxCephCalls calls run at once, so a hung
 // cluster cannot pile up threads without bound.
 func (b *cephfsBackend) call(ctx context.Context, f func()) error {
+	if b.closed.Load() {
+		return fmt.Errorf("%w: the backend is closed", ErrUnavailable)
+	}
 	select {
 	case b.slots <- struct{}{}:
 	case <-ctx.Done():

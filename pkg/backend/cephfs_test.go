@@ -399,7 +399,8 @@ func parallelReadRate(t testing.TB, b backend.Backend, nfiles, size, workers int
 // TestCephFSHungOSD: with the OSD stopped (SIGSTOP) a read blocks inside
 // libcephfs for good; ReadAt still returns when its context ends, with
 // ErrUnavailable and the context's error, and reads work again once the
-// OSD runs. The OSD is stopped for about 3 s.
+// OSD runs; a Close while a call hangs returns in bounded time without
+// releasing the client under it. The OSD is stopped for about 8 s.
 func TestCephFSHungOSD(t *testing.T) {
 	c := testenv.StartCeph(t)
 	c.SetEnv(t)
@@ -409,6 +410,9 @@ func TestCephFSHungOSD(t *testing.T) {
 	writeCeph(t, m, dir+"/f", data)
 	b := openCeph(t, c, dir, backend.Options{})
 	defer b.Close()
+	// b2 is closed while one of its reads hangs.
+	writeCeph(t, m, dir+"/g", data)
+	b2 := openCeph(t, c, dir, backend.Options{})
 	pidb, err := os.ReadFile(c.Dir + "/run/osd.0.pid")
 	if err != nil {
 		t.Fatal(err)
@@ -428,12 +432,27 @@ func TestCephFSHungOSD(t *testing.T) {
 		}
 	}
 	t.Cleanup(resume)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, _ = b2.ReadAt(ctx, "g", "", make([]byte, len(data)), 0) // abandoned inside libcephfs
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	start := time.Now()
 	buf := make([]byte, len(data))
 	n, err := b.ReadAt(ctx, "f", "", buf, 0)
 	took := time.Since(start)
+	// Close while that read is still inside libcephfs: it waits a bounded
+	// time and leaves the client alone rather than free it under the read.
+	closeStart := time.Now()
+	cerr := b2.Close()
+	if !errors.Is(cerr, backend.ErrUnavailable) || time.Since(closeStart) > 10*time.Second {
+		t.Errorf("Close with a read hung in libcephfs = %v after %v, want ErrUnavailable within about 5s", cerr, time.Since(closeStart))
+	}
+	if _, err := b2.Stat(context.Background(), "f"); !errors.Is(err, backend.ErrUnavailable) {
+		t.Errorf("Stat after Close = %v, want ErrUnavailable", err)
+	}
 	resume()
 	if !errors.Is(err, backend.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || n != 0 {
 		t.Errorf("ReadAt with the OSD stopped = %d, %v; want 0, ErrUnavailable and DeadlineExceeded", n, err)
