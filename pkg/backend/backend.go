@@ -1,7 +1,8 @@
 // Package backend is the read-only view of a dataset's real home: a local or
-// kernel-mounted directory (posix), an S3 bucket prefix (s3), or a mirror of
-// several of those; CephFS and NFS come later (mount them with the kernel
-// client and use the posix backend meanwhile).
+// kernel-mounted directory (posix), an S3 bucket prefix (s3), a CephFS
+// directory through libcephfs (cephfs, in builds with the ceph tag only),
+// or a mirror of several of those; NFS comes later (mount it with the
+// kernel client and use the posix backend meanwhile).
 //
 // Parse turns a source URL into a Source; Open turns a Source into a
 // Backend. Optional abilities are separate interfaces found by type
@@ -64,7 +65,7 @@ type Entry struct {
 	// (zero for S3 common prefixes).
 	ModTime time.Time
 	// Version identifies the content: the ETag (unquoted) for S3,
-	// "MTIMENANOS-SIZE-CTIMENANOS-INO" for posix, "REPLICA:SIZE:VERSION"
+	// "MTIMENANOS-SIZE-CTIMENANOS-INO" for posix and cephfs, "REPLICA:SIZE:VERSION"
 	// for a mirror. Equal versions mean equal bytes. Empty for directories.
 	Version string
 }
