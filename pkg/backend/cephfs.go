@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
@@ -49,7 +50,7 @@ var cephMounts = cephMountsDefault
 // listings and are ErrNotExist on Stat and ReadAt, like other entries
 // that are neither regular files nor directories.
 //
-// The fields are immutable after openCephFS; next and skipped are atomic.
+// The fields are immutable after openCephFS; skipped and closed are atomic.
 type cephfsBackend struct {
 	clients []*cephClient
 	id      string
@@ -57,7 +58,6 @@ type cephfsBackend struct {
 	log     *slog.Logger
 
 	slots   chan struct{} // one per libcephfs call in flight (call)
-	next    atomic.Uint64
 	skipped atomic.Int64
 	closed  atomic.Bool
 }
@@ -296,9 +296,26 @@ func (b *cephfsBackend) Close() error {
 	return nil
 }
 
-// mount picks the next mount of the pool, round robin.
-func (b *cephfsBackend) mount() *cephfs.MountInfo {
-	return b.clients[b.next.Add(1)%uint64(len(b.clients))].mount
+// mount picks the mount of the pool that serves the directory dir (a
+// clean dataset path): a directory's listing, its children's stats and
+// reads all go to one client, which then holds their dentries and caps,
+// rather than each client of the pool asking the MDS for the same inodes.
+func (b *cephfsBackend) mount(dir string) *cephfs.MountInfo {
+	if len(b.clients) == 1 {
+		return b.clients[0].mount
+	}
+	h := fnv.New32a()
+	h.Write([]byte(dir))
+	return b.clients[h.Sum32()%uint32(len(b.clients))].mount
+}
+
+// parent is the directory of a clean dataset path ("" for the root's
+// children and for the root).
+func parent(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return ""
 }
 
 // cpath turns a clean dataset path into a path under the mount root.
@@ -409,7 +426,7 @@ func (b *cephfsBackend) Stat(ctx context.Context, p string) (Entry, error) {
 }
 
 func (b *cephfsBackend) stat(p string) (Entry, error) {
-	sx, err := statx(b.mount(), p)
+	sx, err := statx(b.mount(parent(p)), p)
 	if err != nil {
 		return Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
 	}
@@ -438,7 +455,7 @@ func (b *cephfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 }
 
 func (b *cephfsBackend) list(ctx context.Context, p string) ([]Entry, error) {
-	m := b.mount()
+	m := b.mount(p)
 	sx, err := statx(m, p)
 	if err != nil {
 		return nil, fmt.Errorf("cephfs: list %q: %w", p, err)
@@ -531,7 +548,7 @@ func getReadBuf(n int) *[]byte {
 }
 
 func (b *cephfsBackend) readAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	m := b.mount()
+	m := b.mount(parent(p))
 	// Open first (no separate path walk): O_NOFOLLOW refuses a symlink
 	// (ELOOP, ErrNotExist), and the fstatx of the open file tells a
 	// directory or another non-file apart.
