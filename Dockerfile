@@ -5,7 +5,7 @@
 # The same recipe as `make images` (mk/images.mk, docs/CLUSTER.md), which builds
 # this image without Docker and is what the end-to-end tests run: the root
 # filesystem from scripts/image-rootfs.sh (mmdebstrap: Debian bookworm's Essential
-# packages + fuse3 + ca-certificates, no apt, no docs), the binaries built with
+# packages + fuse3 + ca-certificates + libcephfs2, no apt, no docs), the binaries built with
 # the same flags into /usr/local/bin, the same command and working directory.
 #
 # NOT RUN WITH DOCKER: the machine this file was written on has no Docker daemon
@@ -21,12 +21,17 @@
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+# cachefs links Ceph 16's libcephfs (go-ceph, -tags ceph,pacific) for cephfs:// sources.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libcephfs-dev librados-dev \
+    && rm -rf /var/lib/apt/lists/*
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
 RUN go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ \
-        ./cmd/cachefs ./cmd/cachefs-job ./cmd/csi-driver ./cmd/job-controller
+        ./cmd/cachefs-job ./cmd/csi-driver ./cmd/job-controller \
+    && CGO_ENABLED=1 go build -trimpath -tags ceph,pacific -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/cachefs
 
 # The root filesystem, made by the script `make images` runs, from this stage's
 # own apt sources. mmdebstrap runs in root mode without mounts (chroot and

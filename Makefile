@@ -49,12 +49,16 @@ $(addprefix bin/,$(BINARIES)): bin/%:
 ## test: every test, with -race, against real servers (MinIO, kube-apiserver) and real FUSE mounts, and the
 ## end-to-end tests on the real single-node cluster with the project's images (needs root; builds the tools,
 ## the cluster tools and the images first, once per machine). What CI runs.
-test: tools cluster-tools images nfs-deps
-	EPOCHFS_E2E=1 $(GO) test -race -count=1 -timeout 45m ./...
+## The Ceph tests (CephFS, RGW) share one throw-away cluster (scripts/with-ceph.sh); the CephFS ones run
+## in a second, cgo run with -tags ceph,pacific (mk/ceph.mk).
+test: tools cluster-tools images nfs-deps ceph-deps
+	EPOCHFS_E2E=1 bash scripts/with-ceph.sh bash -c '$(GO) test -race -count=1 -timeout 45m ./... && \
+		CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags $(CEPH_TAGS) -run CephFS $(CEPH_TEST_PKGS)'
 
 ## test-fast: `make test` without the end-to-end tests (no cluster, no images); they run anyway under CI=true.
-test-fast: tools
-	$(GO) test -race -count=1 -timeout 30m ./...
+test-fast: tools nfs-deps ceph-deps
+	bash scripts/with-ceph.sh bash -c '$(GO) test -race -count=1 -timeout 30m ./... && \
+		CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags $(CEPH_TAGS) -run CephFS $(CEPH_TEST_PKGS)'
 
 ## test-short: unit tests only, no servers, no mounts.
 test-short:
@@ -72,9 +76,16 @@ tools: $(TOOLS_BIN)/minio $(TOOLS_BIN)/staticcheck $(TOOLS_BIN)/helm $(TOOLS_BIN
 vet:
 	$(GO) vet ./...
 
+## lint: go vet, gofmt and staticcheck of the default (cgo-free) build; also of the ceph-tagged files when
+## libcephfs-dev is installed (scripts/ceph-deps.sh), else it says it skipped them.
 lint: vet $(TOOLS_BIN)/staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(TOOLS_BIN)/staticcheck ./...
+	@if bash scripts/ceph-deps.sh --check 2>/dev/null; then \
+		echo "CGO_ENABLED=1 go vet + staticcheck -tags $(CEPH_TAGS) $(CEPH_LINT_PKGS)"; \
+		CGO_ENABLED=1 $(GO) vet -tags $(CEPH_TAGS) $(CEPH_LINT_PKGS) && \
+		CGO_ENABLED=1 $(TOOLS_BIN)/staticcheck -tags $(CEPH_TAGS) $(CEPH_LINT_PKGS); \
+	else echo "lint: ceph-tagged files not checked (libcephfs-dev missing: scripts/ceph-deps.sh)"; fi
 
 ## bench: Go benchmarks (results go in bench/RESULTS.md by hand, with the machine and command).
 bench:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,10 +77,89 @@ func TestNFSVolumeOnKubelet(t *testing.T) {
 
 	in.deletePod(ctx, t, ns, "reader")
 	in.deleteVolume(ctx, t, v)
-	if d := in.waitNoMounts(t, 2*time.Minute); d >= 0 {
-		fmt.Printf("nfs volume unstaged %.1fs after its pod and PV were deleted\n", d.Seconds())
-	}
+	d := in.waitNoMounts(t, 2*time.Minute)
+	fmt.Printf("nfs volume unstaged %.1fs after its pod and PV were deleted\n", d.Seconds())
 	if b, err := os.ReadFile(filepath.Join(in.c.Dir, "logs", "kubelet.log")); err == nil && strings.Contains(string(b), g.Addr+":2049: i/o timeout") {
 		t.Error("the kubelet log shows the node plugin timing out on the NFS server")
 	}
+}
+
+// TestMain stops the Ceph cluster a test of this binary started.
+func TestMain(m *testing.M) { os.Exit(testenv.CephMain(m)) }
+
+// TestCephFSVolumeOnKubelet: a static PV whose source is a cephfs:// path of
+// a real Ceph cluster mounts through the chart's node plugin, whose image
+// carries the libcephfs build of cachefs, with a CephFS client of its own
+// (userID/userKey in the node-stage Secret, the names ceph-csi uses): no
+// kernel CephFS client, no keyring on the node. The client may read only
+// /datasets; a second PV with a wrong key gets a mount error event and
+// leaves nothing behind. A pod reads the dataset twice, byte for byte,
+// the second pass from the NR cache.
+func TestCephFSVolumeOnKubelet(t *testing.T) {
+	requireE2E(t)
+	ceph := testenv.StartCeph(t)
+	dir := t.TempDir()
+	files, err := datagen.Write(dir, datagen.Spec{Files: 60, Classes: 3, MedianSize: 20_000, MinSize: 500, MaxSize: 200_000, Seed: 43})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := datagen.TotalSize(files)
+	ceph.CopyIn(t, dir, "/datasets/e2e")
+	// A client that may read /datasets only, as an admin would make one.
+	if out, err := exec.Command("ceph", "-c", ceph.Conf, "fs", "authorize", ceph.FS, "client.e2e-reader", "/datasets", "r").CombinedOutput(); err != nil {
+		t.Fatalf("ceph fs authorize: %v\n%s", err, out)
+	}
+	key, err := exec.Command("ceph", "-c", ceph.Conf, "auth", "print-key", "client.e2e-reader").Output()
+	if err != nil {
+		t.Fatalf("ceph auth print-key: %v", err)
+	}
+	in := installChart(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cs := in.c.Client.CoreV1()
+	const ns = "tenant-ceph"
+	if _, err := cs.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServiceAccount(ctx, t, in, ns)
+	for name, k := range map[string]string{"ceph-reader": strings.TrimSpace(string(key)), "ceph-wrong": "QVFBd3JvbmdrZXl3cm9uZ2tleXdyb25na2V5d3JvbmdrZXk9PQ=="} {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			StringData: map[string]string{"userID": "e2e-reader", "userKey": k}}
+		if _, err := cs.Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	source := "cephfs://" + ceph.Mon + "/datasets/e2e?fs=" + ceph.FS
+
+	bad := in.createPV(ctx, t, ns, "wrong-key", map[string]string{"source": source, "cacheSize": "64Mi"}, "ceph-wrong")
+	in.readerPod(ctx, t, bad, "refused", "read-dataset", "/data", "1")
+	ev := in.waitEvent(ctx, t, ns, "refused", "permission denied")
+	fmt.Printf("cephfs volume with a wrong key refused: %s\n", tail(ev, 300))
+	if strings.Contains(ev, string(key)) {
+		t.Error("the event quotes the key")
+	}
+	in.deletePod(ctx, t, ns, "refused")
+	in.deleteVolume(ctx, t, bad)
+
+	v := in.createPV(ctx, t, ns, "images", map[string]string{"source": source, "cacheSize": "64Mi"}, "ceph-reader")
+	start := time.Now()
+	in.readerPod(ctx, t, v, "reader", "sh", "-c", "read-dataset /data 2 && sleep 3600")
+	in.waitLogLine(ctx, t, ns, "reader", "done")
+	fmt.Printf("cephfs reader pod: 2 passes over %d files (%d bytes) in %.1fs from create\n", len(files), total, time.Since(start).Seconds())
+	checkPasses(t, passSums(t, in.podLog(ctx, t, ns, "reader")), files, 2)
+	body := in.scrapeNode(t)
+	hit, _ := sumSamples(body, "cachefs_cache_hit_bytes_total")
+	miss, _ := sumSamples(body, "cachefs_cache_miss_bytes_total")
+	if miss > float64(total) || hit < float64(total)/2 {
+		t.Errorf("hit %v miss %v bytes over two passes of %d bytes: want every byte missed at most once and pass 2 from the cache", hit, miss, total)
+	}
+	fmt.Printf("cephfs mount metrics: hit %v miss %v bytes\n", hit, miss)
+	if strings.Contains(body, strings.TrimSpace(string(key))) {
+		t.Error("the node's metrics carry the key")
+	}
+	in.deletePod(ctx, t, ns, "reader")
+	in.deleteVolume(ctx, t, v)
+	d := in.waitNoMounts(t, 2*time.Minute)
+	fmt.Printf("cephfs volume unstaged %.1fs after its pod and PV were deleted\n", d.Seconds())
 }

@@ -1,9 +1,10 @@
 # Container images, built without a Docker daemon or a registry (included by
 # the main Makefile; docs/CLUSTER.md "Images"). Into bin/images/:
 #
-#   epochfs.tar       epochfs/epochfs:$(IMAGE_TAG): cachefs, cachefs-job, csi-driver,
-#                     job-controller in /usr/local/bin on Debian bookworm (Essential
-#                     packages + fuse3 + ca-certificates, scripts/image-rootfs.sh)
+#   epochfs.tar       epochfs/epochfs:$(IMAGE_TAG): cachefs (with cephfs://), cachefs-job,
+#                     csi-driver, job-controller in /usr/local/bin on Debian bookworm
+#                     (Essential packages + fuse3 + ca-certificates + libcephfs2,
+#                     scripts/image-rootfs.sh)
 #   test-reader.tar   epochfs/test-reader:$(IMAGE_TAG): Debian's static busybox and
 #                     read-dataset (reads a dataset twice, prints sha256s)
 #
@@ -25,10 +26,13 @@ ROOTFS_TAR   := $(TOOLS_CACHE)/image-rootfs-$(ROOTFS_KEY)/rootfs.tar
 .PHONY: images image-deps
 
 ## images: the epochfs/epochfs and epochfs/test-reader images as importable Docker-archive tars in bin/images/ (needs root, mmdebstrap).
-images: $(ROOTFS_TAR) image-deps
+# cachefs is built with cgo and -tags ceph,pacific against this machine's Debian 12 libcephfs-dev (ceph-deps),
+# the same Ceph 16 as the image's libcephfs2, so the image serves cephfs:// sources; the others stay static.
+images: $(ROOTFS_TAR) image-deps ceph-deps
 	@mkdir -p $(IMAGES_DIR)/bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGES_DIR)/bin/ \
-		$(addprefix ./cmd/,$(BINARIES))
+		$(addprefix ./cmd/,$(filter-out cachefs,$(BINARIES)))
+	CGO_ENABLED=1 $(GO) build -trimpath -tags $(CEPH_TAGS) -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGES_DIR)/bin/ ./cmd/cachefs
 	$(GO) run ./internal/cmd/mkimage epochfs -rootfs $(ROOTFS_TAR) -bin-dir $(IMAGES_DIR)/bin \
 		-ref epochfs/epochfs:$(IMAGE_TAG) -out $(IMAGES_DIR)/epochfs.tar
 	$(GO) run ./internal/cmd/mkimage test-reader -busybox /bin/busybox \

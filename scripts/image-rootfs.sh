@@ -1,8 +1,10 @@
 #!/bin/bash
 # The base root filesystem of the epochfs/epochfs image, made from Debian
 # packages with mmdebstrap: Debian bookworm's Essential:yes packages plus
-# fuse3 (fusermount3, /etc/fuse.conf) and ca-certificates (HTTPS S3
-# endpoints), with their dependencies. No apt, no package lists or caches, no
+# fuse3 (fusermount3, /etc/fuse.conf), ca-certificates (HTTPS S3 endpoints)
+# and libcephfs2 (with librados2: the Ceph 16 client libraries the image's
+# cachefs, built with -tags ceph,pacific, links for cephfs:// sources), with
+# their dependencies. No apt, no package lists or caches, no
 # docs (copyright files stay), no man pages, no logs, no apt sources.
 #
 #   scripts/image-rootfs.sh OUT.tar [SOURCES]
@@ -19,7 +21,7 @@
 set -euo pipefail
 
 # PACKAGES: the image's packages beyond Essential:yes.
-PACKAGES=fuse3,ca-certificates
+PACKAGES=fuse3,ca-certificates,libcephfs2
 SUITE=bookworm
 
 out=${1:?usage: $0 OUT.tar [SOURCES]}

@@ -82,9 +82,27 @@ func TestMountBinaryNFSManifest(t *testing.T) {
 	runE2E(t, srv.URL, files, nil, "--manifest", man)
 }
 
+// TestMountBinaryRGW is TestMountBinaryS3 against Ceph RGW.
+func TestMountBinaryRGW(t *testing.T) {
+	testenv.RequireFUSE(t)
+	r := testenv.RequireRGW(t)
+	bucket := fmt.Sprintf("datasets-%d", os.Getpid())
+	r.MakeBucket(t, bucket)
+	files := spec.Plan()
+	r.PutFiles(t, bucket, "imagenet/train/", files)
+	r.Put(t, bucket, "imagenet/train2/decoy.jpg", []byte("not part of the dataset"))
+	src := "s3://" + bucket + "/imagenet/train?endpoint=" + r.Endpoint + "&region=us-east-1"
+	env := []string{"AWS_ACCESS_KEY_ID=" + r.AccessKey, "AWS_SECRET_ACCESS_KEY=" + r.SecretKey}
+	runE2E(t, src, files, env)
+}
+
 // runE2E mounts src with extra mount flags and checks three epochs.
 func runE2E(t *testing.T, src string, files []datagen.File, env []string, extra ...string) {
-	bin := testenv.GoBuild(t, "./cmd/cachefs")
+	runE2EBin(t, testenv.GoBuild(t, "./cmd/cachefs"), src, files, env, extra...)
+}
+
+// runE2EBin is runE2E with a given cachefs binary.
+func runE2EBin(t *testing.T, bin string, src string, files []datagen.File, env []string, extra ...string) {
 	total := datagen.TotalSize(files)
 	capacity := total / 2
 	mnt, cacheDir := t.TempDir(), t.TempDir()

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/epochfs/epochfs/pkg/backend"
 )
 
 // version is set at build time: -ldflags "-X main.version=v0.1.0".
@@ -18,10 +20,15 @@ func newVersionCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
 			fmt.Printf("cachefs %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			cephfs := "cephfs (libcephfs)"
+			if !backend.CephFSBuilt {
+				cephfs = "no cephfs: make build-ceph"
+			}
+			fmt.Printf("  sources: posix, s3, mirror, %s\n", cephfs)
 			if bi, ok := debug.ReadBuildInfo(); ok {
 				for _, d := range bi.Deps {
 					switch d.Path {
-					case "github.com/hanwen/go-fuse/v2", "github.com/minio/minio-go/v7":
+					case "github.com/hanwen/go-fuse/v2", "github.com/minio/minio-go/v7", "github.com/ceph/go-ceph":
 						fmt.Printf("  %s %s\n", d.Path, d.Version)
 					}
 				}

@@ -23,12 +23,26 @@ import (
 // the binary's path, named after the package's directory.
 func GoBuild(t testing.TB, pkg string) string {
 	t.Helper()
+	return GoBuildTags(t, pkg, "")
+}
+
+// GoBuildTags is GoBuild with build tags (comma-separated, as for -tags);
+// with tags, cgo is enabled (CGO_ENABLED=1), as the ceph tag needs.
+func GoBuildTags(t testing.TB, pkg, tags string) string {
+	t.Helper()
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), path.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	args := []string{"build", "-o", bin}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
+	if tags != "" {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)

@@ -19,22 +19,40 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 )
 
-// MinIO is a MinIO server started for one test. Exported fields are
-// read-only.
-type MinIO struct {
+// S3 is an S3 server the tests reach on 127.0.0.1 (MinIO, Ceph RGW), with
+// a client holding its credentials. Exported fields are read-only.
+type S3 struct {
 	// Endpoint is "http://127.0.0.1:PORT".
 	Endpoint string
 	// Host is "127.0.0.1:PORT".
 	Host string
-	// AccessKey and SecretKey are the random root credentials.
+	// AccessKey and SecretKey are the credentials of the tests' user (the
+	// random root credentials of a MinIO).
 	AccessKey string
 	SecretKey string
 
 	client *minio.Client
-	bin    string
-	data   string // server data dir, kept across Stop/Restart
-	ports  [2]int // API and console ports
-	out    *SyncBuffer
+}
+
+// newS3Client sets s.client from the other fields.
+func (s *S3) newS3Client() error {
+	client, err := minio.New(s.Host, &minio.Options{
+		Creds:  credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+		Region: "us-east-1",
+	})
+	s.client = client
+	return err
+}
+
+// MinIO is a MinIO server started for one test. Exported fields are
+// read-only.
+type MinIO struct {
+	S3
+
+	bin   string
+	data  string // server data dir, kept across Stop/Restart
+	ports [2]int // API and console ports
+	out   *SyncBuffer
 
 	mu   sync.Mutex
 	stop func() // kills the running server; nil when stopped
@@ -69,13 +87,12 @@ func startMinIO(t testing.TB, accessKey, secretKey string) *MinIO {
 	var lastErr error
 	for range 3 { // a free port can be taken between FreePort and bind
 		m := &MinIO{
-			bin:       bin,
-			data:      t.TempDir(),
-			ports:     [2]int{FreePort(t), FreePort(t)},
-			AccessKey: accessKey,
-			SecretKey: secretKey,
-			out:       &SyncBuffer{},
+			bin:   bin,
+			data:  t.TempDir(),
+			ports: [2]int{FreePort(t), FreePort(t)},
+			out:   &SyncBuffer{},
 		}
+		m.AccessKey, m.SecretKey = accessKey, secretKey
 		m.Host = "127.0.0.1:" + strconv.Itoa(m.ports[0])
 		m.Endpoint = "http://" + m.Host
 		if err := m.start(); err != nil {
@@ -88,14 +105,9 @@ func startMinIO(t testing.TB, accessKey, secretKey string) *MinIO {
 				t.Logf("minio output:\n%s", m.out.String())
 			}
 		})
-		client, err := minio.New(m.Host, &minio.Options{
-			Creds:  credentials.NewStaticV4(m.AccessKey, m.SecretKey, ""),
-			Region: "us-east-1",
-		})
-		if err != nil {
+		if err := m.newS3Client(); err != nil {
 			t.Fatalf("testenv: minio client: %v", err)
 		}
-		m.client = client
 		return m
 	}
 	t.Fatalf("testenv: start minio: %v", lastErr)
@@ -174,12 +186,12 @@ func (m *MinIO) Restart(t testing.TB) {
 	t.Fatalf("testenv: restart minio: %v", err)
 }
 
-// Client returns a minio-go client with the root credentials, for test
-// setup beyond MakeBucket and Put.
-func (m *MinIO) Client() *minio.Client { return m.client }
+// Client returns a minio-go client with the test user's credentials, for
+// test setup beyond MakeBucket and Put.
+func (m *S3) Client() *minio.Client { return m.client }
 
 // MakeBucket creates a bucket or fails the test.
-func (m *MinIO) MakeBucket(t testing.TB, name string) {
+func (m *S3) MakeBucket(t testing.TB, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -190,7 +202,7 @@ func (m *MinIO) MakeBucket(t testing.TB, name string) {
 
 // PutFiles writes generated dataset files as objects prefix+path (prefix
 // ends in "/" or is empty) or fails the test.
-func (m *MinIO) PutFiles(t testing.TB, bucket, prefix string, files []datagen.File) {
+func (m *S3) PutFiles(t testing.TB, bucket, prefix string, files []datagen.File) {
 	t.Helper()
 	for _, f := range files {
 		m.Put(t, bucket, prefix+f.Path, datagen.Content(f))
@@ -198,12 +210,14 @@ func (m *MinIO) PutFiles(t testing.TB, bucket, prefix string, files []datagen.Fi
 }
 
 // Put writes an object or fails the test.
-func (m *MinIO) Put(t testing.TB, bucket, key string, data []byte) {
+func (m *S3) Put(t testing.TB, bucket, key string, data []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Ceph RGW rejects the x-amz-content-sha256 that minio-go sends with an
+	// empty body; an empty object goes up unsigned (UNSIGNED-PAYLOAD).
 	if _, err := m.client.PutObject(ctx, bucket, key, bytes.NewReader(data), int64(len(data)),
-		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+		minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: len(data) == 0}); err != nil {
 		t.Fatalf("testenv: put %s/%q: %v", bucket, key, err)
 	}
 }

@@ -1,8 +1,8 @@
 // Package backend is the read-only view of a dataset's real home: a local or
 // kernel-mounted directory (posix), an S3 bucket prefix (s3), an NFSv3 export
-// read with a pure-Go client (nfs), or a mirror of several of those; CephFS
-// comes later (mount it with the kernel client and use the posix backend
-// meanwhile).
+// read with a pure-Go client (nfs), a CephFS directory through libcephfs
+// (cephfs, in builds with the ceph tag only), or a mirror of several of
+// those.
 //
 // Parse turns a source URL into a Source; Open turns a Source into a
 // Backend. Optional abilities are separate interfaces found by type
@@ -65,7 +65,7 @@ type Entry struct {
 	// (zero for S3 common prefixes).
 	ModTime time.Time
 	// Version identifies the content: the ETag (unquoted) for S3,
-	// "MTIMENANOS-SIZE-CTIMENANOS-INO" for posix and
+	// "MTIMENANOS-SIZE-CTIMENANOS-INO" for posix and cephfs,
 	// "MTIMENANOS-SIZE-CTIMENANOS-FILEID" for nfs (from the server's
 	// attributes), "REPLICA:SIZE:VERSION" for a mirror. Equal versions
 	// mean equal bytes. Empty for directories.

@@ -52,14 +52,14 @@ func sumStats(b backend.Backend) (s backend.ReplicaStat) {
 // stalled request is canceled, and the bytes are right.
 func TestMirrorHedgedRead(t *testing.T) {
 	m := testenv.StartMinIO(t)
-	a, b := newBucket(t, m), newBucket(t, m)
+	a, b := newBucket(t, &m.S3), newBucket(t, &m.S3)
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	for _, bk := range []string{a, b} {
 		m.Put(t, bk, "ds/f", data)
 	}
 	st := &stallOnce{}
-	mb := openMirror(t, "mirror:"+s3URL(m, a, "ds")+","+s3URL(m, b, "ds"), backend.Options{
-		Credentials: creds(m), Transport: st, Retry: backend.RetryPolicy{MaxAttempts: 1},
+	mb := openMirror(t, "mirror:"+s3URL(&m.S3, a, "ds")+","+s3URL(&m.S3, b, "ds"), backend.Options{
+		Credentials: creds(&m.S3), Transport: st, Retry: backend.RetryPolicy{MaxAttempts: 1},
 	})
 	ctx := context.Background()
 	e, err := mb.Stat(ctx, "f")
@@ -191,14 +191,14 @@ func (s *slowBucket) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestMirrorSlowReplicaComesBack(t *testing.T) {
 	t.Cleanup(backend.SetMirrorRemeasure(300 * time.Millisecond))
 	m := testenv.StartMinIO(t)
-	a, b := newBucket(t, m), newBucket(t, m)
+	a, b := newBucket(t, &m.S3), newBucket(t, &m.S3)
 	data := bytes.Repeat([]byte("x"), 8192)
 	for _, bk := range []string{a, b} {
 		m.Put(t, bk, "ds/f", data)
 	}
 	sb := &slowBucket{bucket: a, delay: 40 * time.Millisecond}
-	mb := openMirror(t, "mirror:"+s3URL(m, a, "ds")+","+s3URL(m, b, "ds"), backend.Options{
-		Credentials: creds(m), Transport: sb,
+	mb := openMirror(t, "mirror:"+s3URL(&m.S3, a, "ds")+","+s3URL(&m.S3, b, "ds"), backend.Options{
+		Credentials: creds(&m.S3), Transport: sb,
 	})
 	ctx := context.Background()
 	e, err := mb.Stat(ctx, "f")

@@ -57,7 +57,7 @@ func TestMirrorPosixConformance(t *testing.T) {
 }
 
 func TestMirrorS3PosixConformance(t *testing.T) {
-	m := testenv.StartMinIO(t)
+	m := &testenv.StartMinIO(t).S3
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		bucket := newBucket(t, m)
 		dir := t.TempDir()
@@ -103,7 +103,7 @@ func (s *switchTransport) set(broken bool) (calls int) {
 }
 
 func TestMirrorFailover(t *testing.T) {
-	m := testenv.StartMinIO(t)
+	m := &testenv.StartMinIO(t).S3
 	bucket := newBucket(t, m)
 	dir := t.TempDir()
 	same := bytes.Repeat([]byte("abc"), 1000)

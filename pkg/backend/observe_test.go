@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,7 +77,11 @@ func TestWithObserver(t *testing.T) {
 }
 
 func TestOpenUnsupported(t *testing.T) {
-	for _, raw := range []string{"cephfs://mon/x"} {
+	raws := []string{}
+	if !backend.CephFSBuilt {
+		raws = append(raws, "cephfs://mon/x")
+	}
+	for _, raw := range raws {
 		src, err := backend.Parse(raw)
 		if err != nil {
 			t.Fatal(err)
@@ -84,6 +89,11 @@ func TestOpenUnsupported(t *testing.T) {
 		_, err = backend.Open(context.Background(), src, backend.Options{})
 		if !errors.Is(err, backend.ErrUnsupported) {
 			t.Errorf("Open(%s) = %v, want ErrUnsupported", raw, err)
+		}
+		// The cgo-free build says which build has cephfs, and the kernel
+		// mount alternative.
+		if strings.HasPrefix(raw, "cephfs:") && (!strings.Contains(err.Error(), "make build-ceph") || !strings.Contains(err.Error(), "kernel client")) {
+			t.Errorf("Open(%s) = %v, want a message naming make build-ceph and the kernel client", raw, err)
 		}
 	}
 }

@@ -152,8 +152,9 @@ func (o Options) withDefaults() (Options, error) {
 // An nfs source MOUNTs its export path (through the server's portmapper
 // unless the URL names the ports) and reads it over NFSv3 with a pure-Go
 // client: no kernel NFS client and no mount on the node; it reads over
-// Source.Conns connections. cephfs sources are not built yet and return
-// ErrUnsupported. A
+// Source.Conns connections. cephfs opens through libcephfs in builds with
+// the ceph tag (make build-ceph) and returns ErrUnsupported in the default
+// cgo-free build. A
 // mirror opens each replica and returns a Backend that serves every call
 // from the fastest healthy replica and fails over on I/O errors; a replica
 // that disagrees on a file's size is never used for that file.
@@ -168,7 +169,7 @@ func Open(ctx context.Context, src Source, opts Options) (Backend, error) {
 	case KindS3:
 		return openS3(ctx, src, opts)
 	case KindCephFS:
-		return nil, fmt.Errorf("backend: open %s: %w: the cephfs backend is not built in this version; mount CephFS with the kernel client and use the mount path (e.g. /mnt/cephfs/dataset) as the source", src, ErrUnsupported)
+		return openCephFS(ctx, src, opts)
 	case KindNFS:
 		return openNFS(ctx, src, opts)
 	case KindMirror:

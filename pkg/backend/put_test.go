@@ -63,13 +63,25 @@ func TestPutPosix(t *testing.T) {
 	}
 }
 
-func TestPutS3(t *testing.T) {
-	m := testenv.StartMinIO(t)
+func TestPutS3(t *testing.T) { testPutS3(t, &testenv.StartMinIO(t).S3) }
+
+// TestPutRGW is TestPutS3 against Ceph RGW.
+func TestPutRGW(t *testing.T) { testPutS3(t, testenv.RequireRGW(t)) }
+
+func testPutS3(t *testing.T, m *testenv.S3) {
 	bucket := newBucket(t, m)
-	checkPut(t, openS3(t, m, bucket, "ds", backend.Options{}))
+	b := openS3(t, m, bucket, "ds", backend.Options{})
+	checkPut(t, b)
 	// The object lies under the prefix, next to the dataset.
 	if _, err := m.Client().StatObject(context.Background(), bucket, "ds/.epochfs/manifest", minio.StatObjectOptions{}); err != nil {
 		t.Errorf("ds/.epochfs/manifest: %v", err)
+	}
+	// An empty object (RGW refuses minio-go's signed empty payload).
+	if err := backend.Put(context.Background(), b, ".epochfs/empty", nil); err != nil {
+		t.Fatalf("Put of an empty object: %v", err)
+	}
+	if e, err := b.Stat(context.Background(), ".epochfs/empty"); err != nil || e.Size != 0 {
+		t.Errorf("Stat(.epochfs/empty) = %+v, %v", e, err)
 	}
 }
 

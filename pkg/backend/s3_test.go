@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -25,14 +26,15 @@ import (
 var bucketSeq atomic.Int64
 
 // newBucket creates a uniquely named bucket on m.
-func newBucket(t *testing.T, m *testenv.MinIO) string {
+func newBucket(t *testing.T, m *testenv.S3) string {
 	t.Helper()
-	name := fmt.Sprintf("epochfs-test-%d", bucketSeq.Add(1))
+	// The pid keeps names apart on a Ceph cluster reused across runs.
+	name := fmt.Sprintf("epochfs-test-%d-%d", os.Getpid(), bucketSeq.Add(1))
 	m.MakeBucket(t, name)
 	return name
 }
 
-func s3URL(m *testenv.MinIO, bucket, prefix string) string {
+func s3URL(m *testenv.S3, bucket, prefix string) string {
 	u := "s3://" + bucket
 	if prefix != "" {
 		u += "/" + prefix
@@ -40,12 +42,12 @@ func s3URL(m *testenv.MinIO, bucket, prefix string) string {
 	return u + "?endpoint=" + url.QueryEscape(m.Endpoint) + "&region=us-east-1"
 }
 
-func creds(m *testenv.MinIO) backend.Credentials {
+func creds(m *testenv.S3) backend.Credentials {
 	return backend.Credentials{AccessKey: m.AccessKey, SecretKey: m.SecretKey}
 }
 
 // openS3 opens s3://bucket/prefix on m; opts.Credentials default to m's.
-func openS3(t *testing.T, m *testenv.MinIO, bucket, prefix string, opts backend.Options) backend.Backend {
+func openS3(t *testing.T, m *testenv.S3, bucket, prefix string, opts backend.Options) backend.Backend {
 	t.Helper()
 	src, err := backend.Parse(s3URL(m, bucket, prefix))
 	if err != nil {
@@ -63,15 +65,19 @@ func openS3(t *testing.T, m *testenv.MinIO, bucket, prefix string, opts backend.
 }
 
 type s3Dataset struct {
-	m      *testenv.MinIO
+	m      *testenv.S3
 	bucket string
 	prefix string
 }
 
 var s3Datasets sync.Map // backend.Backend → s3Dataset
 
-func TestS3Conformance(t *testing.T) {
-	m := testenv.StartMinIO(t)
+func TestS3Conformance(t *testing.T) { testS3Conformance(t, &testenv.StartMinIO(t).S3) }
+
+// TestRGWConformance is TestS3Conformance against Ceph RGW, the second S3 dialect.
+func TestRGWConformance(t *testing.T) { testS3Conformance(t, testenv.RequireRGW(t)) }
+
+func testS3Conformance(t *testing.T, m *testenv.S3) {
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		bucket := newBucket(t, m)
 		for p, data := range files {
@@ -96,8 +102,12 @@ func TestS3Conformance(t *testing.T) {
 	backendtest.Run(t, mk, backendtest.WithModify(modify))
 }
 
-func TestS3PrefixBoundary(t *testing.T) {
-	m := testenv.StartMinIO(t)
+func TestS3PrefixBoundary(t *testing.T) { testS3PrefixBoundary(t, &testenv.StartMinIO(t).S3) }
+
+// TestRGWPrefixBoundary is TestS3PrefixBoundary against Ceph RGW, the second S3 dialect.
+func TestRGWPrefixBoundary(t *testing.T) { testS3PrefixBoundary(t, testenv.RequireRGW(t)) }
+
+func testS3PrefixBoundary(t *testing.T, m *testenv.S3) {
 	bucket := newBucket(t, m)
 	for _, k := range []string{"data/a", "data/sub/b", "data2/c", "data.txt", "database/x", "datab"} {
 		m.Put(t, bucket, k, []byte(k))
@@ -158,8 +168,12 @@ func names(es []backend.Entry) []string {
 	return out
 }
 
-func TestS3Pagination(t *testing.T) {
-	m := testenv.StartMinIO(t)
+func TestS3Pagination(t *testing.T) { testS3Pagination(t, &testenv.StartMinIO(t).S3) }
+
+// TestRGWPagination is TestS3Pagination against Ceph RGW, the second S3 dialect.
+func TestRGWPagination(t *testing.T) { testS3Pagination(t, testenv.RequireRGW(t)) }
+
+func testS3Pagination(t *testing.T, m *testenv.S3) {
 	bucket := newBucket(t, m)
 	const n = 1100
 	var want []string
@@ -205,8 +219,12 @@ func firstDiff(a, b []string) string {
 	return "the end"
 }
 
-func TestS3CredentialsFromEnv(t *testing.T) {
-	m := testenv.StartMinIO(t)
+func TestS3CredentialsFromEnv(t *testing.T) { testS3CredentialsFromEnv(t, &testenv.StartMinIO(t).S3) }
+
+// TestRGWCredentialsFromEnv is TestS3CredentialsFromEnv against Ceph RGW, the second S3 dialect.
+func TestRGWCredentialsFromEnv(t *testing.T) { testS3CredentialsFromEnv(t, testenv.RequireRGW(t)) }
+
+func testS3CredentialsFromEnv(t *testing.T, m *testenv.S3) {
 	bucket := newBucket(t, m)
 	m.Put(t, bucket, "f", []byte("from env"))
 	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
@@ -228,8 +246,12 @@ func TestS3CredentialsFromEnv(t *testing.T) {
 	}
 }
 
-func TestS3WrongCredentials(t *testing.T) {
-	m := testenv.StartMinIO(t)
+func TestS3WrongCredentials(t *testing.T) { testS3WrongCredentials(t, &testenv.StartMinIO(t).S3) }
+
+// TestRGWWrongCredentials is TestS3WrongCredentials against Ceph RGW, the second S3 dialect.
+func TestRGWWrongCredentials(t *testing.T) { testS3WrongCredentials(t, testenv.RequireRGW(t)) }
+
+func testS3WrongCredentials(t *testing.T, m *testenv.S3) {
 	bucket := newBucket(t, m)
 	for _, tc := range []struct {
 		name  string
@@ -259,8 +281,12 @@ func TestS3WrongCredentials(t *testing.T) {
 	}
 }
 
-func TestS3OpenMissingBucket(t *testing.T) {
-	m := testenv.StartMinIO(t)
+func TestS3OpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, &testenv.StartMinIO(t).S3) }
+
+// TestRGWOpenMissingBucket is TestS3OpenMissingBucket against Ceph RGW, the second S3 dialect.
+func TestRGWOpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, testenv.RequireRGW(t)) }
+
+func testS3OpenMissingBucket(t *testing.T, m *testenv.S3) {
 	src, err := backend.Parse(s3URL(m, "no-such-bucket", "x"))
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +421,7 @@ func fastRetry() backend.RetryPolicy {
 }
 
 func TestS3Retries(t *testing.T) {
-	m := testenv.StartMinIO(t)
+	m := &testenv.StartMinIO(t).S3
 	bucket := newBucket(t, m)
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	m.Put(t, bucket, "ds/f", data)
@@ -454,7 +480,7 @@ func TestS3Retries(t *testing.T) {
 var errAny = errors.New("any error")
 
 func TestS3RetriesListAndStat(t *testing.T) {
-	m := testenv.StartMinIO(t)
+	m := &testenv.StartMinIO(t).S3
 	bucket := newBucket(t, m)
 	m.Put(t, bucket, "ds/a", []byte("a"))
 	m.Put(t, bucket, "ds/d/b", []byte("b"))
@@ -482,7 +508,7 @@ func TestS3RetriesListAndStat(t *testing.T) {
 }
 
 func TestS3Cancellation(t *testing.T) {
-	m := testenv.StartMinIO(t)
+	m := &testenv.StartMinIO(t).S3
 	bucket := newBucket(t, m)
 	m.Put(t, bucket, "f", bytes.Repeat([]byte("x"), 1000))
 
@@ -547,7 +573,7 @@ func (b *badKeys) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func TestS3SkipsKeysThatEscape(t *testing.T) {
-	m := testenv.StartMinIO(t)
+	m := &testenv.StartMinIO(t).S3
 	bucket := newBucket(t, m)
 	m.Put(t, bucket, "ds/ok file ✓", []byte("ok"))
 	m.Put(t, bucket, "ds/", nil) // a directory marker: neither listed nor counted

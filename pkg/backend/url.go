@@ -19,7 +19,7 @@ type Kind string
 const (
 	KindPosix  Kind = "posix"  // a local or kernel-mounted directory
 	KindS3     Kind = "s3"     // a bucket prefix on any S3-compatible server
-	KindCephFS Kind = "cephfs" // CephFS through libcephfs (not built yet)
+	KindCephFS Kind = "cephfs" // CephFS through libcephfs (builds with the ceph tag)
 	KindNFS    Kind = "nfs"    // NFSv3 through a pure-Go client
 	KindMirror Kind = "mirror" // the same dataset in several places
 )

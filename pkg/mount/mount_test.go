@@ -3,6 +3,7 @@ package mount_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -84,8 +85,17 @@ func TestStartFailsCleanlyOnMissingSource(t *testing.T) {
 // unicode, with credentials from the environment only.
 func TestS3NamesThroughMount(t *testing.T) {
 	testenv.RequireFUSE(t)
-	mi := testenv.StartMinIO(t)
-	mi.MakeBucket(t, "names")
+	testS3NamesThroughMount(t, &testenv.StartMinIO(t).S3, "names")
+}
+
+// TestRGWNamesThroughMount is TestS3NamesThroughMount against Ceph RGW.
+func TestRGWNamesThroughMount(t *testing.T) {
+	testenv.RequireFUSE(t)
+	testS3NamesThroughMount(t, testenv.RequireRGW(t), fmt.Sprintf("names-%d", os.Getpid()))
+}
+
+func testS3NamesThroughMount(t *testing.T, mi *testenv.S3, bucket string) {
+	mi.MakeBucket(t, bucket)
 	objects := map[string]string{
 		"ds/with space.jpg":       "a",
 		"ds/ünïcødé/日本語.png":      "bb",
@@ -95,13 +105,13 @@ func TestS3NamesThroughMount(t *testing.T) {
 		"dsx":                     "no",
 	}
 	for k, v := range objects {
-		mi.Put(t, "names", k, []byte(v))
+		mi.Put(t, bucket, k, []byte(v))
 	}
 	t.Setenv("AWS_ACCESS_KEY_ID", mi.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", mi.SecretKey)
 	mnt := t.TempDir()
 	mounttest.Start(t, mount.Config{
-		Source:     "s3://names/ds?endpoint=" + mi.Endpoint,
+		Source:     "s3://" + bucket + "/ds?endpoint=" + mi.Endpoint,
 		Mountpoint: mnt, CacheDir: t.TempDir(), CacheSize: 1 << 20,
 	})
 	var got []string

@@ -1,0 +1,316 @@
+//go:build ceph
+
+// Command ceph benchmarks a cold epoch over Ceph (issue 14): files/s through
+// a cachefs mount (built with -tags ceph,pacific) with an empty cache vs the
+// same dataset read directly with the same concurrency — CephFS through
+// go-ceph (one libcephfs mount, open/read/close per file), and S3 from Ceph
+// RGW and from MinIO through a minio-go GET loop — in interleaved rounds,
+// with sha256 checks of every file and the page cache dropped (after a
+// sync) before every epoch. It uses the Ceph cluster of EPOCHFS_CEPH_DIR
+// (scripts/with-ceph.sh, make bench-ceph) and needs root (FUSE, drop_caches).
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ceph/go-ceph/cephfs"
+	"github.com/minio/minio-go/v7"
+	"golang.org/x/sys/unix"
+
+	"github.com/epochfs/epochfs/internal/benchproc"
+	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/pkg/backend"
+)
+
+func main() {
+	cachefs := flag.String("cachefs", "bin/cachefs", "cachefs built with -tags ceph,pacific (make build-ceph)")
+	minioBin := flag.String("minio", ".tools/bin/minio", "minio server binary")
+	files := flag.Int("files", 2000, "dataset files")
+	median := flag.Int64("median", 64_000, "median file size (bytes)")
+	workers := flag.Int("workers", 8, "parallel readers, for the mount and the direct reads alike")
+	rounds := flag.Int("rounds", 3, "interleaved rounds")
+	flag.Parse()
+	dir := os.Getenv("EPOCHFS_CEPH_DIR")
+	if dir == "" {
+		fatal(fmt.Errorf("EPOCHFS_CEPH_DIR is not set: run under scripts/with-ceph.sh (make bench-ceph)"))
+	}
+	env := readEnv(filepath.Join(dir, "env"))
+	keys := readEnv(filepath.Join(dir, "s3.env"))
+	os.Setenv("CEPH_CONF", env["CEPH_CONF"])
+	work, err := os.MkdirTemp("/var/tmp", "epochfs-bench-ceph-")
+	if err != nil {
+		fatal(err)
+	}
+	defer os.RemoveAll(work)
+	ctx := context.Background()
+
+	spec := datagen.Spec{Files: *files, Classes: 20, MedianSize: *median, MinSize: 4096, Seed: 14}
+	local := filepath.Join(work, "data")
+	if err := os.Mkdir(local, 0o755); err != nil {
+		fatal(err)
+	}
+	fl, err := datagen.Write(local, spec)
+	if err != nil {
+		fatal(err)
+	}
+	paths, want, total := datagen.Paths(fl), datagen.Sums(fl), datagen.TotalSize(fl)
+	fmt.Printf("dataset: %d files, %.1f MB, median %d B; %d readers; %d rounds\n", len(fl), float64(total)/1e6, *median, *workers, *rounds)
+
+	// CephFS: copy in with python3-cephfs (as testenv does).
+	cephPath := fmt.Sprintf("/bench/%d", os.Getpid())
+	t0 := time.Now()
+	out, err := exec.Command("/usr/bin/python3", "-c", copyIn, env["CEPH_CONF"], env["FS_NAME"], local, cephPath).CombinedOutput()
+	if err != nil {
+		fatal(fmt.Errorf("copy into cephfs: %v: %s", err, out))
+	}
+	fmt.Printf("copied into CephFS in %.1fs\n", time.Since(t0).Seconds())
+	cephURL := "cephfs://admin@" + env["CEPH_MON"] + cephPath + "?fs=" + env["FS_NAME"]
+
+	// RGW and MinIO.
+	rgwHost := strings.TrimPrefix(env["RGW_ENDPOINT"], "http://")
+	rgwClient, err := benchproc.NewClient(rgwHost, keys["RGW_ACCESS_KEY"], keys["RGW_SECRET_KEY"], *workers)
+	if err != nil {
+		fatal(err)
+	}
+	rgw := &benchproc.MinIO{Host: rgwHost, Access: keys["RGW_ACCESS_KEY"], Secret: keys["RGW_SECRET_KEY"], Client: rgwClient}
+	mi, err := benchproc.StartMinIO(*minioBin, filepath.Join(work, "minio"))
+	if err != nil {
+		fatal(err)
+	}
+	defer mi.Stop()
+	bucket := fmt.Sprintf("bench-%d", os.Getpid())
+	for _, s := range []*benchproc.MinIO{rgw, mi} {
+		t0 := time.Now()
+		if err := s.Upload(ctx, bucket, local, paths, 16, nil); err != nil {
+			fatal(err)
+		}
+		fmt.Printf("uploaded to %s in %.1fs\n", s.Host, time.Since(t0).Seconds())
+	}
+	getClient := map[*benchproc.MinIO]*minio.Client{}
+	for _, s := range []*benchproc.MinIO{rgw, mi} {
+		c, err := benchproc.NewClient(s.Host, s.Access, s.Secret, *workers)
+		if err != nil {
+			fatal(err)
+		}
+		getClient[s] = c
+	}
+
+	results := map[string][]float64{}
+	run := func(name string, o epoch.Options) {
+		unix.Sync()
+		if err := epoch.DropPageCache(); err != nil {
+			fatal(err)
+		}
+		o.Paths, o.Want, o.Workers = paths, want, *workers
+		res, err := epoch.Run(ctx, o)
+		if err != nil {
+			fatal(fmt.Errorf("%s: %w", name, err))
+		}
+		if len(res.Mismatches) > 0 || res.Files != len(paths) {
+			fatal(fmt.Errorf("%s: %d of %d files, %d mismatches", name, res.Files, len(paths), len(res.Mismatches)))
+		}
+		results[name] = append(results[name], res.FilesPerSec())
+		fmt.Printf("  %-28s %8.0f files/s  %6.1f MB/s\n", name, res.FilesPerSec(), float64(res.Bytes)/1e6/res.Elapsed.Seconds())
+	}
+	mountEpoch := func(name, src string, extraEnv []string, round int, seed uint64) {
+		mnt := filepath.Join(work, "mnt")
+		cache := filepath.Join(work, fmt.Sprintf("cache-%s-%d", strings.ReplaceAll(name, " ", "-"), round))
+		if err := os.MkdirAll(mnt, 0o755); err != nil {
+			fatal(err)
+		}
+		cmd := exec.Command(*cachefs, "mount", src, mnt, "--cache-dir", cache, "--cache-size", strconv.FormatInt(total+total/8, 10))
+		cmd.Env = append(os.Environ(), extraEnv...)
+		p, err := benchproc.Start("cachefs mount", cmd, mnt)
+		if err != nil {
+			fatal(err)
+		}
+		if err := p.WaitMounted(60 * time.Second); err != nil {
+			fatal(err)
+		}
+		run(name, epoch.Options{Root: mnt, Seed: seed})
+		p.Stop()
+		os.RemoveAll(cache)
+	}
+	cephDirect := func(name string, seed uint64) {
+		// A fresh libcephfs mount per epoch: a cold client.
+		m := cephMount(env["CEPH_CONF"], env["FS_NAME"], cephPath)
+		run(name, epoch.Options{Seed: seed, Open: func(_ context.Context, p string) (io.ReadCloser, error) {
+			return m.Open("/"+p, os.O_RDONLY, 0)
+		}})
+		_ = m.Unmount()
+		_ = m.Release()
+	}
+	cephBackend := func(seed uint64) {
+		// The cephfs backend itself (what the mount reads through): Stat,
+		// then one whole-file ReadAt with the version, as a cache fill does.
+		src, err := backend.Parse(cephURL)
+		if err != nil {
+			fatal(err)
+		}
+		b, err := backend.Open(ctx, src, backend.Options{})
+		if err != nil {
+			fatal(err)
+		}
+		defer b.Close()
+		run("cephfs backend ReadAt", epoch.Options{Seed: seed, Open: func(ctx context.Context, p string) (io.ReadCloser, error) {
+			e, err := b.Stat(ctx, p)
+			if err != nil {
+				return nil, err
+			}
+			buf := make([]byte, e.Size)
+			if err := backend.ReadFull(ctx, b, p, e.Version, buf, 0); err != nil {
+				return nil, err
+			}
+			return io.NopCloser(bytes.NewReader(buf)), nil
+		}})
+	}
+	s3Runs := func(s *benchproc.MinIO, what string, round int, seed uint64) []func() {
+		c := getClient[s]
+		return []func(){
+			func() {
+				run(what+" GET loop", epoch.Options{Seed: seed, Open: func(ctx context.Context, p string) (io.ReadCloser, error) {
+					return c.GetObject(ctx, bucket, p, minio.GetObjectOptions{})
+				}})
+			},
+			func() {
+				mountEpoch(what+" mount cold", "s3://"+bucket+"?endpoint=http://"+s.Host+"&region=us-east-1", s.Env(), round, seed)
+			},
+		}
+	}
+	// Warm the servers (OSD, RGW, MinIO) once, unrecorded, so that every
+	// recorded epoch is cold on the client side only.
+	cephDirect("warm-up cephfs", 0)
+	for _, f := range s3Runs(rgw, "warm-up rgw", 0, 0)[:1] {
+		f()
+	}
+	for _, f := range s3Runs(mi, "warm-up minio", 0, 0)[:1] {
+		f()
+	}
+	for round := 1; round <= *rounds; round++ {
+		seed := uint64(round)
+		fmt.Printf("round %d\n", round)
+		runs := []func(){
+			func() { cephDirect("cephfs go-ceph direct", seed) },
+			func() { cephBackend(seed) },
+			func() { mountEpoch("cephfs mount cold", cephURL, nil, round, seed) },
+		}
+		runs = append(runs, s3Runs(rgw, "rgw", round, seed)...)
+		runs = append(runs, s3Runs(mi, "minio", round, seed)...)
+		// Rotate the order each round so no kind always runs first.
+		for i := range runs {
+			runs[(i+round)%len(runs)]()
+		}
+	}
+	med := func(name string) float64 {
+		v := slices.Clone(results[name])
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	fmt.Printf("\nmachine: %d CPUs, %s; go %s\n", runtime.NumCPU(), kernel(), runtime.Version())
+	fmt.Printf("| cold epoch, %d readers, median of %d | files/s | ratio |\n|---|---|---|\n", *workers, *rounds)
+	for _, r := range [][3]string{
+		{"cephfs go-ceph direct", "", ""}, {"cephfs backend ReadAt", "cephfs go-ceph direct", "backend / direct"},
+		{"cephfs mount cold", "cephfs go-ceph direct", "mount / direct"},
+		{"rgw GET loop", "", ""}, {"rgw mount cold", "rgw GET loop", "mount / GET loop"},
+		{"minio GET loop", "", ""}, {"minio mount cold", "minio GET loop", "mount / GET loop"},
+	} {
+		ratio := ""
+		if r[1] != "" {
+			ratio = fmt.Sprintf("%.2f× (%s)", med(r[0])/med(r[1]), r[2])
+		}
+		fmt.Printf("| %s | %.0f (%s) | %s |\n", r[0], med(r[0]), join(results[r[0]]), ratio)
+	}
+	fmt.Printf("| rgw / minio, GET loop | | %.2f× |\n| rgw / minio, mount cold | | %.2f× |\n",
+		med("rgw GET loop")/med("minio GET loop"), med("rgw mount cold")/med("minio mount cold"))
+}
+
+func join(v []float64) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, strconv.FormatFloat(x, 'f', 0, 64))
+	}
+	return strings.Join(s, ", ")
+}
+
+func kernel() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return "?"
+	}
+	return "kernel " + unix.ByteSliceToString(u.Release[:])
+}
+
+func cephMount(conf, fs, root string) *cephfs.MountInfo {
+	m, err := cephfs.CreateMount()
+	if err == nil {
+		err = m.ReadConfigFile(conf)
+	}
+	if err == nil {
+		err = m.Init()
+	}
+	if err == nil {
+		err = m.SelectFilesystem(fs)
+	}
+	if err == nil {
+		err = m.MountWithRoot(root)
+	}
+	if err != nil {
+		fatal(fmt.Errorf("go-ceph mount: %w", err))
+	}
+	return m
+}
+
+func readEnv(p string) map[string]string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		fatal(err)
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench-ceph:", err)
+	os.Exit(1)
+}
+
+// copyIn is testenv's cephCopyIn: copy a local tree into CephFS with
+// python3-cephfs (Debian's /usr/bin/python3).
+const copyIn = `
+import os, sys, cephfs
+conf, fsname, src, dst = sys.argv[1:5]
+fs = cephfs.LibCephFS(conffile=conf)
+fs.mount(filesystem_name=fsname.encode())
+fs.mkdirs(dst.encode(), 0o755)
+for root, dirs, files in os.walk(src):
+    rel = os.path.relpath(root, src)
+    base = dst if rel == "." else dst + "/" + rel
+    for d in dirs:
+        fs.mkdir((base + "/" + d).encode(), 0o755)
+    for f in files:
+        fd = fs.open((base + "/" + f).encode(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with open(os.path.join(root, f), "rb") as r:
+            b = r.read()
+        fs.write(fd, b, 0)
+        fs.close(fd)
+fs.unmount()
+fs.shutdown()
+`

@@ -1,0 +1,308 @@
+package testenv
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Ceph is a single-node Ceph 16 cluster on 127.0.0.1 (mon, mgr, one OSD,
+// MDS, a CephFS, RGW) started by scripts/ceph-server.sh: once per test
+// binary (StartCeph), or started by make and reused through
+// EPOCHFS_CEPH_DIR. Exported fields are read-only.
+type Ceph struct {
+	// Dir holds the cluster's config, keyrings, data and logs.
+	Dir string
+	// Conf is Dir/ceph.conf, what CEPH_CONF must name for a client; its
+	// keyring is client.admin's.
+	Conf string
+	// Mon is "127.0.0.1:PORT", the monitor's v2 (msgr2) address, for cephfs:// URLs.
+	Mon string
+	// FS is the CephFS file system's name.
+	FS string
+	// RGW is the RADOS Gateway's S3 endpoint with the tests' S3 user.
+	RGW *S3
+
+	owned bool // started by this process: stopped by CephMain
+}
+
+var (
+	cephOnce   sync.Once
+	cephShared *Ceph
+	cephErr    error
+)
+
+// cephStartTimeout bounds scripts/ceph-server.sh start (HEALTH_OK in
+// 15–30 s on an idle machine).
+const cephStartTimeout = 5 * time.Minute
+
+// StartCeph returns the test binary's Ceph cluster, starting it on the
+// first call: in a new directory, on free 127.0.0.1 ports, with RGW. When
+// EPOCHFS_CEPH_DIR names the directory of a cluster already started by
+// scripts/ceph-server.sh (make ceph-up), that one is reused and left
+// running. A test binary that calls StartCeph must stop the cluster with
+// CephMain in its TestMain. When the Ceph packages are missing (or the
+// machine is not root) the test skips, or fails under CI=true.
+func StartCeph(t testing.TB) *Ceph {
+	t.Helper()
+	cephOnce.Do(func() { cephShared, cephErr = startCeph() })
+	if cephErr != nil {
+		if strings.Contains(cephErr.Error(), "not installed") {
+			RequireOrSkip(t, "ceph: "+cephErr.Error(), "run scripts/ceph-deps.sh (as root)")
+		}
+		t.Fatalf("testenv: %v", cephErr)
+	}
+	return cephShared
+}
+
+// CephMain runs the tests and then stops the Ceph cluster that StartCeph
+// started in this process, if any; use as
+// `func TestMain(m *testing.M) { os.Exit(testenv.CephMain(m)) }`.
+func CephMain(m *testing.M) int {
+	code := m.Run()
+	if c := cephShared; c != nil && c.owned {
+		c.stop()
+	}
+	return code
+}
+
+func startCeph() (*Ceph, error) {
+	if dir := os.Getenv("EPOCHFS_CEPH_DIR"); dir != "" {
+		c, err := loadCeph(dir)
+		if err != nil {
+			return nil, fmt.Errorf("EPOCHFS_CEPH_DIR=%s: %w", dir, err)
+		}
+		return c, nil
+	}
+	for _, cmd := range []string{"ceph-mon", "ceph-osd", "ceph-mds", "radosgw", "radosgw-admin", "ceph"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			return nil, fmt.Errorf("%s not installed", cmd)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the Ceph daemons are not installed for this user: scripts/ceph-server.sh needs root")
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	script := filepath.Join(root, "scripts", "ceph-server.sh")
+	var lastErr error
+	for range 3 { // a free port can be taken between freePort and bind
+		parent, err := os.MkdirTemp("", "epochfs-ceph-")
+		if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(parent, "c")
+		ports := [3]int{freePort(), freePort(), freePort()}
+		cmd := exec.Command("bash", script, "start")
+		cmd.Env = append(os.Environ(),
+			"CEPH_DIR="+dir, "WITH_RGW=1",
+			"MON_V2_PORT="+strconv.Itoa(ports[0]), "MON_V1_PORT="+strconv.Itoa(ports[1]),
+			"RGW_PORT="+strconv.Itoa(ports[2]), "TIMEOUT=120")
+		out := &SyncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err = <-done:
+		case <-time.After(cephStartTimeout):
+			_ = cmd.Process.Kill()
+			err = fmt.Errorf("not up within %v", cephStartTimeout)
+			<-done
+		}
+		if err != nil {
+			lastErr = fmt.Errorf("scripts/ceph-server.sh start: %v\n%s", err, out.String())
+			stopCephDir(script, dir)
+			os.RemoveAll(parent)
+			continue
+		}
+		c, err := loadCeph(dir)
+		if err != nil {
+			stopCephDir(script, dir)
+			return nil, err
+		}
+		c.owned = true
+		watchdog(script, dir)
+		return c, nil
+	}
+	return nil, lastErr
+}
+
+// watchdog starts a shell that stops the cluster when this process exits
+// without CephMain (a panic, a test timeout, a kill), so that no daemons
+// outlive the test binary.
+func watchdog(script, dir string) {
+	cmd := exec.Command("bash", "-c",
+		`while kill -0 "$1" 2>/dev/null; do sleep 2; done; [ -d "$2" ] && CEPH_DIR="$2" GRACE=0 bash "$3" stop >/dev/null 2>&1`,
+		"watchdog", strconv.Itoa(os.Getpid()), dir, script)
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err == nil {
+		go func() { _ = cmd.Wait() }()
+	}
+}
+
+func stopCephDir(script, dir string) {
+	cmd := exec.Command("bash", script, "stop")
+	cmd.Env = append(os.Environ(), "CEPH_DIR="+dir, "GRACE=0")
+	_ = cmd.Run()
+}
+
+func (c *Ceph) stop() {
+	root, err := repoRoot()
+	if err != nil {
+		return
+	}
+	stopCephDir(filepath.Join(root, "scripts", "ceph-server.sh"), c.Dir)
+	os.Remove(filepath.Dir(c.Dir))
+}
+
+// loadCeph reads the env and s3.env files scripts/ceph-server.sh wrote.
+func loadCeph(dir string) (*Ceph, error) {
+	env, err := readEnvFile(filepath.Join(dir, "env"))
+	if err != nil {
+		return nil, err
+	}
+	c := &Ceph{Dir: dir, Conf: env["CEPH_CONF"], Mon: env["CEPH_MON"], FS: env["FS_NAME"]}
+	if c.Conf == "" || c.Mon == "" || c.FS == "" {
+		return nil, fmt.Errorf("%s/env lacks CEPH_CONF, CEPH_MON or FS_NAME", dir)
+	}
+	if ep := env["RGW_ENDPOINT"]; ep != "" {
+		keys, err := readEnvFile(filepath.Join(dir, "s3.env"))
+		if err != nil {
+			return nil, err
+		}
+		s := &S3{Endpoint: ep, Host: strings.TrimPrefix(ep, "http://"),
+			AccessKey: keys["RGW_ACCESS_KEY"], SecretKey: keys["RGW_SECRET_KEY"]}
+		if err := s.newS3Client(); err != nil {
+			return nil, fmt.Errorf("rgw client: %w", err)
+		}
+		c.RGW = s
+	}
+	return c, nil
+}
+
+func readEnvFile(p string) (map[string]string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			out[k] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// RequireRGW is StartCeph(t).RGW: the Ceph RADOS Gateway as an S3 server.
+func RequireRGW(t testing.TB) *S3 {
+	t.Helper()
+	c := StartCeph(t)
+	if c.RGW == nil {
+		t.Fatalf("testenv: the Ceph cluster in %s runs no RGW (start it with WITH_RGW=1)", c.Dir)
+	}
+	return c.RGW
+}
+
+// SetEnv points the Ceph clients of this process (libcephfs, go-ceph,
+// cachefs children) at c with t.Setenv: CEPH_CONF, whose keyring is
+// client.admin's.
+func (c *Ceph) SetEnv(t testing.TB) {
+	t.Helper()
+	t.Setenv("CEPH_CONF", c.Conf)
+}
+
+// URL returns the cephfs:// source URL of the absolute CephFS path p.
+func (c *Ceph) URL(p string) string {
+	return "cephfs://admin@" + c.Mon + p + "?fs=" + c.FS
+}
+
+// cephCopyIn is run by /usr/bin/python3 (Debian's, which has the cephfs
+// bindings of python3-cephfs; no kernel mount): it copies the tree of
+// argv[3] into the CephFS path argv[4], creating directories and
+// replacing files, as client.admin of the config argv[1], fs argv[2].
+const cephCopyIn = `
+import os, sys, cephfs
+conf, fsname, src, dst = sys.argv[1:5]
+fs = cephfs.LibCephFS(conffile=conf)
+fs.mount(filesystem_name=fsname.encode())
+try:
+    fs.mkdirs(dst.encode(), 0o755)
+except cephfs.ObjectExists:
+    pass
+for root, dirs, files in os.walk(src):
+    rel = os.path.relpath(root, src)
+    base = dst if rel == "." else dst + "/" + rel
+    for d in dirs:
+        try:
+            fs.mkdir((base + "/" + d).encode(), 0o755)
+        except cephfs.ObjectExists:
+            pass
+    for f in files:
+        fd = fs.open((base + "/" + f).encode(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with open(os.path.join(root, f), "rb") as r:
+            off = 0
+            while True:
+                b = r.read(4 << 20)
+                if not b:
+                    break
+                fs.write(fd, b, off)
+                off += len(b)
+        fs.close(fd)
+fs.unmount()
+fs.shutdown()
+`
+
+// CopyIn copies the local directory tree src into the CephFS directory dst
+// (absolute; created with its parents), replacing files that exist, through
+// libcephfs (python3-cephfs), not a kernel mount.
+func (c *Ceph) CopyIn(t testing.TB, src, dst string) {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", "-c", cephCopyIn, c.Conf, c.FS, src, dst)
+	cmd.Env = append(os.Environ(), "CEPH_CONF="+c.Conf)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("testenv: copy %s into cephfs %s: %v\n%s", src, dst, err, out)
+	}
+}
+
+// WriteFiles writes files (path → content) under the CephFS directory dst
+// with CopyIn.
+func (c *Ceph) WriteFiles(t testing.TB, dst string, files map[string][]byte) {
+	t.Helper()
+	dir := t.TempDir()
+	for p, data := range files {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.CopyIn(t, dir, dst)
+}
+
+// freePort is FreePort without a test (StartCeph runs once per binary).
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
