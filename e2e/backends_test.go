@@ -113,6 +113,10 @@ func TestCephFSVolumeOnKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ceph auth print-key: %v", err)
 	}
+	wrong, err := exec.Command("ceph-authtool", "--gen-print-key").Output()
+	if err != nil {
+		t.Fatalf("ceph-authtool --gen-print-key: %v", err)
+	}
 	in := installChart(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -123,7 +127,7 @@ func TestCephFSVolumeOnKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitServiceAccount(ctx, t, in, ns)
-	for name, k := range map[string]string{"ceph-reader": strings.TrimSpace(string(key)), "ceph-wrong": "QVFBd3JvbmdrZXl3cm9uZ2tleXdyb25na2V5d3JvbmdrZXk9PQ=="} {
+	for name, k := range map[string]string{"ceph-reader": strings.TrimSpace(string(key)), "ceph-wrong": strings.TrimSpace(string(wrong))} {
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			StringData: map[string]string{"userID": "e2e-reader", "userKey": k}}
 		if _, err := cs.Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {

@@ -219,6 +219,11 @@ func cephMount(src Source, opts Options) (_ *cephClient, err error) {
 			// Over msgr1 (port 6789) a refused key also ends in a timeout.
 			return nil, fmt.Errorf("connect as client.%s: %w: no monitor answered within %ss (or, over the v1 protocol, one refused the key)", user, err, secs)
 		}
+		if opts.Credentials.CephKey != "" && isErrno(err, syscall.EINVAL) {
+			// librados refuses a key that decodes but is no Ceph key with
+			// EINVAL; the value is never quoted.
+			return nil, fmt.Errorf("connect as client.%s: %w: the key is not a valid Ceph key (want the output of `ceph auth get-key client.%s`)", user, ErrPermission, user)
+		}
 		return nil, fmt.Errorf("connect as client.%s: %w", user, err)
 	}
 	m, err := cephfs.CreateFromRados(conn)
@@ -604,6 +609,19 @@ func (b *cephfsBackend) readAt(ctx context.Context, p, version string, buf []byt
 
 // mapCephErr maps a go-ceph error (a negative errno) to the backend
 // sentinels, keeping the original in the chain.
+// isErrno reports whether err is a Ceph error with errno e.
+func isErrno(err error, e syscall.Errno) bool {
+	var ec interface{ ErrorCode() int }
+	if !errors.As(err, &ec) {
+		return false
+	}
+	code := ec.ErrorCode()
+	if code < 0 {
+		code = -code
+	}
+	return syscall.Errno(code) == e
+}
+
 func mapCephErr(err error) error {
 	var ec interface{ ErrorCode() int }
 	if !errors.As(err, &ec) {

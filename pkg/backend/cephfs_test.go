@@ -279,6 +279,15 @@ func TestCephFSCredentials(t *testing.T) {
 		t.Errorf("Open with a malformed key = %v after %v, want ErrPermission at once, without the key", err, time.Since(start))
 	}
 
+	// Base64 that is no Ceph key (librados: EINVAL) is a refused key too.
+	notCeph := "QVFBd3JvbmdrZXl3cm9uZ2tleXdyb25na2V5d3JvbmdrZXk9PQ=="
+	_, err = backend.Open(context.Background(), src, backend.Options{
+		Credentials: backend.Credentials{CephUser: "epochfs-ro", CephKey: notCeph}, RequestTimeout: 10 * time.Second,
+	})
+	if !errors.Is(err, backend.ErrPermission) || strings.Contains(err.Error(), notCeph) || !strings.Contains(err.Error(), "not a valid Ceph key") {
+		t.Errorf("Open with base64 that is no Ceph key = %v, want ErrPermission naming the problem, without the key", err)
+	}
+
 	// The environment's keyring (CEPH_KEYRING) with the URL's user.
 	t.Setenv("CEPH_KEYRING", c.Dir+"/keyring")
 	b2 := openCeph(t, c, dir, backend.Options{})
