@@ -168,3 +168,12 @@ func (m *Mount) recordShare(ps *peerState, man *manifest.Manifest) {
 	m.log.Info("cluster-scope cache", "peer_id", s.Self, "peers", ids, "peer_listen", ps.addr,
 		"owned_share", s.OwnedShare, "owned_files", s.OwnedFiles, "files", s.Files)
 }
+
+// owns is the cluster scope's ownership test for prefetch (nil in node
+// scope: every file).
+func (m *Mount) owns() func(string) bool {
+	if m.peer == nil {
+		return nil
+	}
+	return m.peer.cluster.Owns
+}
