@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -380,53 +381,59 @@ func TestClusterScope(t *testing.T) {
 	}
 }
 
-// TestClusterScopeBadPeer: a peer (in-process, with the right token) that
-// answers wrong bytes under a consistent checksum, or another version: a
-// real mount never serves them; each of its files comes from the backend.
+// TestClusterScopeBadPeer: peers (in-process, with the right token) that
+// answer wrong bytes under a consistent checksum (liar) or another version
+// (stale): a real mount never serves their bytes; their files come from the
+// backend, with no reader error.
 func TestClusterScopeBadPeer(t *testing.T) {
 	spec := datagen.Spec{Files: 120, Classes: 3, MedianSize: 10_000, MinSize: 500, MaxSize: 50_000, Seed: 16}
 	ce := newClusterEnv(t, spec)
-	var served sync.Map
-	bad := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+ce.token {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
+	asked := map[string]*atomic.Int64{"liar": {}, "stale": {}}
+	badPeer := func(id string) string {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer "+ce.token {
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			asked[id].Add(1)
+			q := r.URL.Query()
+			n, _ := strconv.Atoi(q.Get("len"))
+			body := make([]byte, n) // zeros: wrong bytes
+			version := q.Get("version")
+			if id == "stale" { // the right length, another version
+				version += "-other"
+			}
+			w.Header().Set(peer.HeaderVersion, version)
+			w.Header().Set(peer.HeaderChecksum, xxh3Sum(body)) // consistent with the wrong bytes
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+			_, _ = w.Write(body)
+		})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		q := r.URL.Query()
-		n, _ := strconv.Atoi(q.Get("len"))
-		body := make([]byte, n) // zeros: wrong bytes
-		version := q.Get("version")
-		if len(q.Get("path"))%2 == 0 {
-			version += "-other" // another version
-		}
-		sum := xxh3Sum(body)
-		w.Header().Set(peer.HeaderVersion, version)
-		w.Header().Set(peer.HeaderChecksum, sum)
-		w.Header().Set("Content-Length", strconv.Itoa(n))
-		_, _ = w.Write(body)
-		served.Store(q.Get("path"), true)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+		srv := &http.Server{Handler: h}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { srv.Close() })
+		return ln.Addr().String()
 	}
-	srv := &http.Server{Handler: bad}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
 	self := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	peers := "good=" + self + ",liar=" + badPeer("liar") + ",stale=" + badPeer("stale")
 	cm := startClusterMount(t, ce.bin, ce.src, ce.total, ce.env, "--manifest", ce.manifest,
-		"--cache-scope", "cluster", "--peers", "good="+self+",evil="+ln.Addr().String(), "--peer-listen", self, "--peer-id", "good",
+		"--cache-scope", "cluster", "--peers", peers, "--peer-listen", self, "--peer-id", "good",
 		"--peer-token-file", ce.tokenFile, "--peer-timeout", "2s")
 	cm.id = "good"
 	for e := range 2 {
 		runEpochs(t, ce, []*clusterMount{cm}, uint64(e)+10, nil)
+		time.Sleep(1100 * time.Millisecond) // past the first down interval: asked again
 	}
 	s, _ := testenv.Scrape(t, cm.url())
-	hits, errs := s[`cachefs_peer_hits_total{peer="evil"}`], s[`cachefs_peer_errors_total{peer="evil"}`]
-	n := 0
-	served.Range(func(any, any) bool { n++; return true })
-	t.Logf("evil peer: asked for %d files, %v errors, %v hits", n, errs, hits)
-	if n == 0 || errs == 0 || hits != 0 {
-		t.Errorf("evil peer: asked %d times, %v errors, %v hits; want asked, errors, no hits", n, errs, hits)
+	for id, n := range asked {
+		hits, errs := s[fmt.Sprintf("cachefs_peer_hits_total{peer=%q}", id)], s[fmt.Sprintf("cachefs_peer_errors_total{peer=%q}", id)]
+		fb := s[fmt.Sprintf("cachefs_peer_fallbacks_total{peer=%q}", id)]
+		t.Logf("%s: asked %d times, %v errors, %v hits, %v fallbacks", id, n.Load(), errs, hits, fb)
+		if n.Load() < 2 || errs != float64(n.Load()) || hits != 0 || fb == 0 {
+			t.Errorf("%s: asked %d times, %v errors, %v hits, %v fallbacks; want asked at least twice, every answer an error, no hits", id, n.Load(), errs, hits, fb)
+		}
 	}
 }
