@@ -98,7 +98,13 @@ type clusterMount struct {
 
 func startClusterMount(t *testing.T, bin, src string, capacity int64, env []string, args ...string) *clusterMount {
 	t.Helper()
-	cm := &clusterMount{mnt: t.TempDir(), cacheDir: t.TempDir(), exited: make(chan error, 1), logs: make(chan string, 1)}
+	return startClusterMountDir(t, t.TempDir(), bin, src, capacity, env, args...)
+}
+
+// startClusterMountDir is startClusterMount on an existing cache directory.
+func startClusterMountDir(t *testing.T, cacheDir, bin, src string, capacity int64, env []string, args ...string) *clusterMount {
+	t.Helper()
+	cm := &clusterMount{mnt: t.TempDir(), cacheDir: cacheDir, exited: make(chan error, 1), logs: make(chan string, 1)}
 	cm.metrics = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	all := append([]string{"mount", src, cm.mnt, "--cache-dir", cm.cacheDir, "--cache-size", strconv.FormatInt(capacity, 10),
 		"--metrics-addr", cm.metrics}, args...)
@@ -378,6 +384,39 @@ func TestClusterScope(t *testing.T) {
 	t.Logf("epoch 3 (c killed after 300 ms): backend GETs %d (%d of c's files), %d bytes; fallbacks for c %v", len(gets3), fromC, bytes3, fallbacks)
 	if fallbacks == 0 || fromC == 0 {
 		t.Errorf("c killed: %v fallbacks and %d backend GETs of its files, want both > 0", fallbacks, fromC)
+	}
+
+	// c returns, on its cache: ownership does not move (a static list), and
+	// once a and b ask it again (after their down interval) it serves its
+	// files from its recovered cache.
+	c := startClusterMountDir(t, mounts[2].cacheDir, ce.bin, ce.src, capacity, ce.env, "--manifest", ce.manifest,
+		"--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", ports["c"], "--peer-id", "c",
+		"--peer-token-file", ce.tokenFile)
+	c.id, c.peerAddr = "c", ports["c"]
+	mounts[2] = c
+	hitsC := func() (n float64) {
+		for _, cm := range mounts[:2] {
+			n += testenv.Metric(t, cm.url(), `cachefs_peer_hits_total{peer="c"}`)
+		}
+		return n
+	}
+	h0 := hitsC()
+	deadline := time.Now().Add(45 * time.Second) // the longest down interval is 30 s
+	epochs := 0
+	for hitsC() == h0 && time.Now().Before(deadline) {
+		runEpochs(t, ce, mounts, 400+uint64(epochs)*10, nil)
+		epochs++
+		time.Sleep(time.Second)
+	}
+	if hitsC() == h0 {
+		t.Fatal("c came back but a and b never read from it again")
+	}
+	ce.proxy.take()
+	runEpochs(t, ce, mounts, 500, nil)
+	_, bytes5 := ce.proxy.take()
+	t.Logf("c back: asked again after %d epoch(s); then an epoch of all three: backend bytes %d = %.2f%% of D", epochs, bytes5, 100*float64(bytes5)/float64(ce.total))
+	if limit := 3*notCached + ce.total/100; bytes5 > limit {
+		t.Errorf("c back: backend bytes %d, want ≤ %d as in epoch 2", bytes5, limit)
 	}
 }
 
