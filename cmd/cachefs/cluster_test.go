@@ -28,16 +28,18 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/peer"
 )
 
 // countingProxy forwards to MinIO and counts object GETs per path and
 // the bytes of their bodies.
 type countingProxy struct {
-	addr string
-	mu   sync.Mutex
-	gets map[string]int
-	byts int64
+	addr   string
+	mu     sync.Mutex
+	gets   map[string]int
+	ranges map[string]int // by path#Range header
+	byts   int64
 }
 
 func startCountingProxy(t *testing.T, target string) *countingProxy {
@@ -49,7 +51,7 @@ func startCountingProxy(t *testing.T, target string) *countingProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &countingProxy{addr: ln.Addr().String(), gets: map[string]int{}}
+	p := &countingProxy{addr: ln.Addr().String(), gets: map[string]int{}, ranges: map[string]int{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/datasets/train/") {
@@ -60,6 +62,7 @@ func startCountingProxy(t *testing.T, target string) *countingProxy {
 		rp.ServeHTTP(cw, r)
 		p.mu.Lock()
 		p.gets[r.URL.Path]++
+		p.ranges[r.URL.Path+"#"+r.Header.Get("Range")]++
 		p.byts += cw.n
 		p.mu.Unlock()
 	})}
@@ -81,11 +84,17 @@ func (w *countWriter) Write(b []byte) (int, error) {
 
 // take returns the counts since the last take and resets them.
 func (p *countingProxy) take() (map[string]int, int64) {
+	g, _, b := p.takeRanges()
+	return g, b
+}
+
+// takeRanges is take with the GETs per path and Range header too.
+func (p *countingProxy) takeRanges() (gets, ranges map[string]int, bytes int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	g, b := p.gets, p.byts
-	p.gets, p.byts = map[string]int{}, 0
-	return g, b
+	gets, ranges, bytes = p.gets, p.ranges, p.byts
+	p.gets, p.ranges, p.byts = map[string]int{}, map[string]int{}, 0
+	return gets, ranges, bytes
 }
 
 // clusterMount is one mount process of a test.
@@ -243,6 +252,13 @@ func runEpochs(t *testing.T, ce *clusterEnv, mounts []*clusterMount, seed uint64
 	}
 }
 
+// The split of TestClusterScope's mounts: files above 64 KiB are read in
+// 16 KiB blocks, so peers serve ranged reads too.
+const (
+	wholeMax  = 64 << 10
+	blockSize = 16 << 10
+)
+
 func TestClusterScope(t *testing.T) {
 	spec := datagen.Spec{Files: 450, Classes: 6, MedianSize: 20_000, MinSize: 1000, MaxSize: 120_000, Seed: 15}
 	ce := newClusterEnv(t, spec)
@@ -258,7 +274,7 @@ func TestClusterScope(t *testing.T) {
 	for _, id := range ids {
 		cm := startClusterMount(t, ce.bin, ce.src, capacity, ce.env, "--manifest", ce.manifest,
 			"--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", ports[id], "--peer-id", id,
-			"--peer-token-file", ce.tokenFile)
+			"--peer-token-file", ce.tokenFile, "--whole-file-max", strconv.Itoa(wholeMax), "--block-size", strconv.Itoa(blockSize))
 		cm.id, cm.peerAddr = id, ports[id]
 		mounts = append(mounts, cm)
 	}
@@ -301,7 +317,7 @@ func TestClusterScope(t *testing.T) {
 	// owner whose hash share is above D/3 cannot admit all its files: NR
 	// reads those through, once per reader, at the owner.)
 	runEpochs(t, ce, mounts, 100, nil)
-	gets, bytes1 := ce.proxy.take()
+	gets, ranges, bytes1 := ce.proxy.takeRanges()
 	var notCached int64 // bytes of owned files their owner did not admit
 	for _, cm := range mounts {
 		s, _ := testenv.Scrape(t, cm.url())
@@ -311,22 +327,38 @@ func TestClusterScope(t *testing.T) {
 			t.Errorf("%s caches %d bytes, more than it owns (%d): it admitted another peer's file", cm.id, used, owned[cm.id])
 		}
 	}
-	var again int64 // bytes of files fetched more than once
-	once := 0
+	var again int64 // bytes of cache entries (files, blocks) fetched more than once
+	once, blocked := 0, 0
 	for _, f := range ce.files {
-		switch n := gets[objectPath(f.Path)]; {
-		case n == 0:
+		spans := cache.FileKeys("d", f.Path, "v", f.Size, wholeMax, blockSize)
+		if len(spans) > 1 {
+			blocked++
+		}
+		if gets[objectPath(f.Path)] == 0 {
 			t.Errorf("epoch 1: %s never fetched from the backend", f.Path)
-		case n == 1:
+			continue
+		}
+		ok := true
+		for _, sp := range spans {
+			rng := fmt.Sprintf("bytes=%d-%d", sp.Offset, sp.Offset+sp.Length-1)
+			if n := ranges[objectPath(f.Path)+"#"+rng]; n != 1 {
+				ok = false
+				if n > 1 {
+					again += sp.Length
+				}
+			}
+		}
+		if ok && gets[objectPath(f.Path)] == len(spans) {
 			once++
-		default:
-			again += f.Size
 		}
 	}
-	t.Logf("epoch 1: %d of %d files fetched from the backend exactly once cluster-wide; %d bytes of files fetched more than once; not admitted by their owner (full): %d bytes; backend bytes %d (D = %d)",
-		once, len(ce.files), again, notCached, bytes1, ce.total)
+	t.Logf("epoch 1: %d of %d files (%d of them in blocks) had each cache entry fetched from the backend exactly once cluster-wide; %d bytes of entries fetched more than once; not admitted by their owner (full): %d bytes; backend bytes %d (D = %d)",
+		once, len(ce.files), blocked, again, notCached, bytes1, ce.total)
 	if again > notCached {
-		t.Errorf("epoch 1: %d bytes of files fetched more than once, more than the %d bytes no owner admitted", again, notCached)
+		t.Errorf("epoch 1: %d bytes of entries fetched more than once, more than the %d bytes no owner admitted", again, notCached)
+	}
+	if once < len(ce.files)*3/4 {
+		t.Errorf("epoch 1: only %d of %d files fetched exactly once per entry", once, len(ce.files))
 	}
 
 	// Epoch 2: the backend serves at most what no owner admitted, once
@@ -381,7 +413,7 @@ func TestClusterScope(t *testing.T) {
 	for _, cm := range mounts[:2] {
 		fallbacks += testenv.Metric(t, cm.url(), `cachefs_peer_fallbacks_total{peer="c"}`)
 	}
-	t.Logf("epoch 3 (c killed after 300 ms): backend GETs %d (%d of c's files), %d bytes; fallbacks for c %v", len(gets3), fromC, bytes3, fallbacks)
+	t.Logf("epoch 3 (c killed after 300 ms): %d files fetched from the backend, %d GETs of c's files, %d bytes; fallbacks for c %v", len(gets3), fromC, bytes3, fallbacks)
 	if fallbacks == 0 || fromC == 0 {
 		t.Errorf("c killed: %v fallbacks and %d backend GETs of its files, want both > 0", fallbacks, fromC)
 	}
@@ -391,7 +423,7 @@ func TestClusterScope(t *testing.T) {
 	// files from its recovered cache.
 	c := startClusterMountDir(t, mounts[2].cacheDir, ce.bin, ce.src, capacity, ce.env, "--manifest", ce.manifest,
 		"--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", ports["c"], "--peer-id", "c",
-		"--peer-token-file", ce.tokenFile)
+		"--peer-token-file", ce.tokenFile, "--whole-file-max", strconv.Itoa(wholeMax), "--block-size", strconv.Itoa(blockSize))
 	c.id, c.peerAddr = "c", ports["c"]
 	mounts[2] = c
 	hitsC := func() (n float64) {
