@@ -399,7 +399,7 @@ func TestClusterScope(t *testing.T) {
 	// Epoch 3: c is killed mid-epoch. The others' readers see no error and
 	// no wrong byte; c's files come from the backend.
 	runEpochs(t, ce, mounts[:2], 300, func() {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // about a third into the epoch
 		mounts[2].kill()
 	})
 	gets3, bytes3 := ce.proxy.take()
@@ -411,9 +411,10 @@ func TestClusterScope(t *testing.T) {
 	}
 	var fallbacks float64
 	for _, cm := range mounts[:2] {
-		fallbacks += testenv.Metric(t, cm.url(), `cachefs_peer_fallbacks_total{peer="c"}`)
+		s, _ := testenv.Scrape(t, cm.url())
+		fallbacks += s[`cachefs_peer_fallbacks_total{peer="c"}`]
 	}
-	t.Logf("epoch 3 (c killed after 300 ms): %d files fetched from the backend, %d GETs of c's files, %d bytes; fallbacks for c %v", len(gets3), fromC, bytes3, fallbacks)
+	t.Logf("epoch 3 (c killed after 100 ms): %d files fetched from the backend, %d GETs of c's files, %d bytes; fallbacks for c %v", len(gets3), fromC, bytes3, fallbacks)
 	if fallbacks == 0 || fromC == 0 {
 		t.Errorf("c killed: %v fallbacks and %d backend GETs of its files, want both > 0", fallbacks, fromC)
 	}
@@ -426,22 +427,21 @@ func TestClusterScope(t *testing.T) {
 		"--peer-token-file", ce.tokenFile, "--whole-file-max", strconv.Itoa(wholeMax), "--block-size", strconv.Itoa(blockSize))
 	c.id, c.peerAddr = "c", ports["c"]
 	mounts[2] = c
-	hitsC := func() (n float64) {
-		for _, cm := range mounts[:2] {
-			n += testenv.Metric(t, cm.url(), `cachefs_peer_hits_total{peer="c"}`)
-		}
-		return n
+	hitsC := func(cm *clusterMount) float64 {
+		s, _ := testenv.Scrape(t, cm.url())
+		return s[`cachefs_peer_hits_total{peer="c"}`]
 	}
-	h0 := hitsC()
-	deadline := time.Now().Add(45 * time.Second) // the longest down interval is 30 s
+	h0 := []float64{hitsC(mounts[0]), hitsC(mounts[1])}
+	resumed := func() bool { return hitsC(mounts[0]) > h0[0] && hitsC(mounts[1]) > h0[1] }
+	deadline := time.Now().Add(70 * time.Second) // the longest down interval is 30 s
 	epochs := 0
-	for hitsC() == h0 && time.Now().Before(deadline) {
+	for !resumed() && time.Now().Before(deadline) {
 		runEpochs(t, ce, mounts, 400+uint64(epochs)*10, nil)
 		epochs++
 		time.Sleep(time.Second)
 	}
-	if hitsC() == h0 {
-		t.Fatal("c came back but a and b never read from it again")
+	if !resumed() {
+		t.Fatal("c came back but a and b did not both read from it again")
 	}
 	ce.proxy.take()
 	runEpochs(t, ce, mounts, 500, nil)
@@ -449,6 +449,15 @@ func TestClusterScope(t *testing.T) {
 	t.Logf("c back: asked again after %d epoch(s); then an epoch of all three: backend bytes %d = %.2f%% of D", epochs, bytes5, 100*float64(bytes5)/float64(ce.total))
 	if limit := 3*notCached + ce.total/100; bytes5 > limit {
 		t.Errorf("c back: backend bytes %d, want ≤ %d as in epoch 2", bytes5, limit)
+	}
+
+	// The token never reaches a log.
+	a := mounts[0]
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	err = <-a.exited
+	a.exited <- err // for the cleanup
+	if l := <-a.logs; strings.Contains(l, ce.token) || !strings.Contains(l, "cluster-scope cache") {
+		t.Errorf("a's log shows the token, or lacks its cluster-scope line:\n%s", l)
 	}
 }
 
