@@ -28,6 +28,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/peer"
 )
@@ -376,7 +377,7 @@ func TestClusterScope(t *testing.T) {
 		for _, o := range ids {
 			peerHits += s[fmt.Sprintf("cachefs_peer_hits_total{peer=%q}", o)]
 		}
-		for _, name := range []string{"cachefs_peer_served_total", "cachefs_peer_served_bytes_total", "cachefs_peer_received_bytes_total", "cachefs_peer_owned_share", "cachefs_peer_refused_total"} {
+		for _, name := range []string{"cachefs_peer_served_total", "cachefs_peer_served_ownedBytestotal", "cachefs_peer_received_ownedBytestotal", "cachefs_peer_owned_share", "cachefs_peer_refused_total"} {
 			if !strings.Contains(body, "\n"+name) {
 				t.Errorf("%s: /metrics lacks %s", cm.id, name)
 			}
@@ -515,5 +516,41 @@ func TestClusterScopeBadPeer(t *testing.T) {
 		if n.Load() < 2 || errs != float64(n.Load()) || hits != 0 || fb == 0 {
 			t.Errorf("%s: asked %d times, %v errors, %v hits, %v fallbacks; want asked at least twice, every answer an error, no hits", id, n.Load(), errs, hits, fb)
 		}
+	}
+}
+
+// TestPrefetchClusterScope: `cachefs prefetch --cache-scope cluster` fills
+// only the files this node owns, and "complete" means all of them.
+func TestPrefetchClusterScope(t *testing.T) {
+	dir, files := testenv.WriteDataset(t, datagen.Spec{Files: 200, Classes: 4, MedianSize: 5000, MinSize: 100, MaxSize: 40_000, Seed: 17})
+	bin := testenv.GoBuild(t, "./cmd/cachefs")
+	src, err := backend.Parse(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(context.Background(), src, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataset := b.ID()
+	b.Close()
+	members := []peer.Peer{{ID: "a", Addr: "10.0.0.1:7070"}, {ID: "b", Addr: "10.0.0.2:7070"}, {ID: "c", Addr: "10.0.0.3:7070"}}
+	var ownedFiles, ownedBytes int64
+	for _, f := range files {
+		if o, _ := peer.Owner(members, peer.FileKey(dataset, f.Path)); o.ID == "b" {
+			ownedFiles++
+			ownedBytes += f.Size
+		}
+	}
+	cacheDir := t.TempDir()
+	s := runPrefetch(t, bin, nil, 0, dir, "--cache-dir", cacheDir, "--cache-size", strconv.FormatInt(datagen.TotalSize(files), 10),
+		"--manifest", "none", "--cache-scope", "cluster", "--peers", "a=10.0.0.1:7070,b=10.0.0.2:7070,c=10.0.0.3:7070", "--peer-id", "b")
+	if s.State != "complete" || s.Files != ownedFiles || s.Bytes != ownedBytes || s.UsedBytes != ownedBytes {
+		t.Errorf("prefetch summary %+v; want complete with b's %d files, %d bytes, and nothing else cached", s, ownedFiles, ownedBytes)
+	}
+	out, err := exec.Command(bin, "prefetch", dir, "--cache-dir", t.TempDir(), "--cache-size", "1MiB", "--cache-scope", "cluster",
+		"--peers", "a=10.0.0.1:7070", "--peer-id", "z").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "not one of") {
+		t.Errorf("a peer id not in --peers: %v\n%s", err, out)
 	}
 }
