@@ -76,6 +76,13 @@ func validatePeer(c *PeerConfig) error {
 	if err := peer.ValidID(c.ID); err != nil {
 		return fmt.Errorf("%w: --peer-id: %w", ErrInvalidConfig, err)
 	}
+	for _, p := range c.Peers {
+		if p.Addr == c.Listen && p.ID != c.ID {
+			// This mount would join as a peer of its own, under another
+			// id than the others know it by: ownership would disagree.
+			return fmt.Errorf("%w: --peers names this mount's address %s as peer %q, but its --peer-id is %q", ErrInvalidConfig, p.Addr, p.ID, c.ID)
+		}
+	}
 	return nil
 }
 
