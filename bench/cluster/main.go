@@ -174,17 +174,31 @@ func run(work, tools, cachefs string, nfiles, epochs, workers int, latency time.
 	}{{"1/3", 3}, {"1/6", 6}} {
 		for _, scope := range []string{"node", "cluster"} {
 			log.Printf("C = D×%s, %s scope", frac.name, scope)
-			r, err := runScope(work, cachefs, src, man, tokenFile, env, scope, frac.name, total/frac.div, total, paths, want, epochs, workers, cnt)
+			r, err := runScope(work, cachefs, src, man, tokenFile, env, scope, frac.name, total/frac.div, total, paths, want, epochs, workers, cnt, false)
 			if err != nil {
 				return "", err
 			}
 			rows = append(rows, r...)
 		}
 	}
+	// Peer reads vs local reads: every node reads every file each epoch;
+	// node scope with C = D reads everything locally from epoch 2 on,
+	// cluster scope with C = D/3 a third locally and two thirds from peers.
+	for _, c := range []struct {
+		scope, frac string
+		div         int64
+	}{{"node", "1/1", 1}, {"cluster", "1/3", 3}} {
+		log.Printf("every node reads every file: C = D×%s, %s scope", c.frac, c.scope)
+		r, err := runScope(work, cachefs, src, man, tokenFile, env, c.scope, c.frac, total/c.div, total, paths, want, min(epochs, 2), workers, cnt, true)
+		if err != nil {
+			return "", err
+		}
+		rows = append(rows, r...)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB; MinIO behind %v per request; %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off (--readahead-files 0) so that backend bytes are the caches' doing. Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
 		nodes, len(files), float64(total)/1e6, latency, workers)
-	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / bytes read) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %d | %.1f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
 			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
@@ -224,7 +238,7 @@ func scrape(addr string) (map[string]float64, error) {
 }
 
 func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, frac string, capacity, total int64,
-	paths []string, want map[string][32]byte, epochs, workers int, cnt *counter) ([]row, error) {
+	paths []string, want map[string][32]byte, epochs, workers int, cnt *counter, all bool) ([]row, error) {
 	type node struct {
 		id, metrics, peer string
 		proc              *benchproc.Proc
@@ -245,8 +259,9 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 		}
 	}()
 	for _, n := range ns {
-		mnt := filepath.Join(work, scope+frac[2:]+"-"+n.id+"-mnt")
-		cache := filepath.Join(work, scope+frac[2:]+"-"+n.id+"-cache")
+		mnt := filepath.Join(work, fmt.Sprintf("%s%s-%v-%s-mnt", scope, frac[2:], all, n.id))
+		cache := filepath.Join(work, fmt.Sprintf("%s%s-%v-%s-cache", scope, frac[2:], all, n.id))
+		_ = os.RemoveAll(cache)
 		for _, d := range []string{mnt, cache} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return nil, err
@@ -288,6 +303,9 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 		start := time.Now()
 		for i, n := range ns {
 			part := shuffled[i*len(shuffled)/nodes : (i+1)*len(shuffled)/nodes]
+			if all {
+				part = epoch.Shuffled(paths, uint64(e)*7919+uint64(i))
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -297,8 +315,14 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 		wg.Wait()
 		elapsed := time.Since(start)
 		_, backendBytes := cnt.take()
-		r := row{scope: scope, frac: frac, epoch: e, backendBytes: backendBytes,
-			clusterHit: 1 - float64(backendBytes)/float64(total), filesPerSec: float64(len(paths)) / elapsed.Seconds(), minNodeFilesPS: -1}
+		read := float64(total) // bytes read by all the nodes' readers this epoch
+		label, nread := scope, len(paths)
+		if all {
+			read, nread = nodes*read, nodes*len(paths)
+			label += ", every node reads every file"
+		}
+		r := row{scope: label, frac: frac, epoch: e, backendBytes: backendBytes,
+			clusterHit: 1 - float64(backendBytes)/read, filesPerSec: float64(nread) / elapsed.Seconds(), minNodeFilesPS: -1}
 		for i, n := range ns {
 			if errs[i] != nil {
 				return nil, fmt.Errorf("%s scope, node %s, epoch %d: %w", scope, n.id, e, errs[i])
