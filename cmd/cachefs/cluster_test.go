@@ -377,7 +377,7 @@ func TestClusterScope(t *testing.T) {
 		for _, o := range ids {
 			peerHits += s[fmt.Sprintf("cachefs_peer_hits_total{peer=%q}", o)]
 		}
-		for _, name := range []string{"cachefs_peer_served_total", "cachefs_peer_served_ownedBytestotal", "cachefs_peer_received_ownedBytestotal", "cachefs_peer_owned_share", "cachefs_peer_refused_total"} {
+		for _, name := range []string{"cachefs_peer_served_total", "cachefs_peer_served_bytes_total", "cachefs_peer_received_bytes_total", "cachefs_peer_owned_share", "cachefs_peer_refused_total"} {
 			if !strings.Contains(body, "\n"+name) {
 				t.Errorf("%s: /metrics lacks %s", cm.id, name)
 			}
