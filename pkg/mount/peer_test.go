@@ -1,9 +1,17 @@
 package mount_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/internal/mounttest"
+	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/peer"
 )
@@ -37,5 +45,43 @@ func TestPeerConfig(t *testing.T) {
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, mount.ErrInvalidConfig)) {
 			t.Errorf("%s: New = %v, want ok %v (or ErrInvalidConfig)", tc.name, err, tc.ok)
 		}
+	}
+}
+
+// TestClusterInProcess: two cluster-scope mounts in this process (so the
+// race detector sees the peer server, the client and the read path) read
+// every file of a posix dataset, byte for byte; each caches only its own
+// files, and the other's come through the peer.
+func TestClusterInProcess(t *testing.T) {
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 150, Classes: 3, MedianSize: 8000, MinSize: 100, MaxSize: 100_000, Seed: 18})
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("in-process-peer-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+	members := []peer.Peer{{ID: "x", Addr: addrs[0]}, {ID: "y", Addr: addrs[1]}}
+	var ms []*mount.Mount
+	mnts := []string{t.TempDir(), t.TempDir()}
+	for i, id := range []string{"x", "y"} {
+		ms = append(ms, mounttest.Start(t, mount.Config{Source: src, Mountpoint: mnts[i], CacheSize: 1 << 30, Manifest: mount.ManifestNone,
+			WholeFileMax: 32 << 10, BlockSize: 8 << 10,
+			Peer: mount.PeerConfig{Scope: mount.ScopeCluster, Peers: members, Listen: addrs[i], ID: id, TokenFile: tok}}))
+	}
+	want := datagen.Sums(files)
+	for round := range 2 {
+		for i := range ms {
+			res, err := epoch.Run(context.Background(), epoch.Options{Root: mnts[i], Paths: datagen.Paths(files), Workers: 6,
+				Seed: uint64(round*2 + i), Want: want})
+			if err != nil || len(res.Mismatches) > 0 {
+				t.Fatalf("mount %d, round %d: %v, %d wrong files", i, round, err, len(res.Mismatches))
+			}
+		}
+	}
+	var used int64
+	for _, m := range ms {
+		used += m.Stats().UsedBytes
+	}
+	if total := datagen.TotalSize(files); used != total {
+		t.Errorf("the two caches hold %d bytes together, want the dataset's %d, each file once", used, total)
 	}
 }
