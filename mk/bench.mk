@@ -6,13 +6,14 @@
 #   make bench-throughput    P2 (cached epoch vs native and rclone) and P3 (cold epoch from MinIO vs a GET loop)
 #   make bench-throughput-far  P3 again with BENCH_S3_LATENCY (20ms) added to every request: a far object store
 #   make bench-meta          metadata at 1M files: mount with a manifest vs without vs rclone mount (local and MinIO)
+#   make bench-cluster       the cluster-wide cache: 3 mounts, cluster scope vs node scope, C = D/3 and D/6
 #
 # BENCH_ARGS passes flags (e.g. BENCH_ARGS=-tiny, BENCH_ARGS='-rounds 5').
 
 BENCH_ARGS       ?=
 BENCH_S3_LATENCY ?= 20ms
 
-.PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-tools
+.PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-cluster bench-tools
 
 ## bench-hitratio: table (bench/hitratio.md) and plot (bench/hitratio.png) of byte hit ratio per epoch per policy.
 bench-hitratio:
@@ -37,6 +38,12 @@ bench-throughput-far: build bench-tools
 bench-meta: bench-tools
 	$(GO) run ./bench/meta -dir /var/tmp/epochfs-meta -files 1000000 -walkers 8 -rounds 2 -s3 \
 		-minio $(TOOLS_BIN)/minio -rclone $(TOOLS_BIN)/rclone $(BENCH_ARGS)
+
+## bench-cluster: the cluster-wide cache (issue 15): 3 mounts, C = D/3 and D/6, MinIO behind BENCH_S3_LATENCY,
+## cluster scope vs node scope per epoch (bench/cluster.md).
+bench-cluster: build
+	$(GO) build -o bin/bench-cluster ./bench/cluster
+	bin/bench-cluster -tools $(TOOLS_BIN) -cachefs bin/cachefs -s3-latency $(BENCH_S3_LATENCY) -md bench/cluster.md $(BENCH_ARGS)
 
 ## bench-tools: rclone (pinned, from the Go module proxy), MinIO, and fuse3 for rclone mount.
 bench-tools: $(TOOLS_BIN)/rclone $(TOOLS_BIN)/minio

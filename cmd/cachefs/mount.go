@@ -12,6 +12,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
+	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -23,6 +24,7 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		blockSize      string
 		readaheadFiles string
 		credsFD        int
+		peers          string
 	)
 	cmd := &cobra.Command{
 		Use:   mount.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
@@ -77,6 +79,13 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 				}
 				cfg.Backend.Credentials = creds
 			}
+			if peers != "" {
+				list, err := peer.ParsePeers(peers)
+				if err != nil {
+					return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mount.FlagPeers, err)))
+				}
+				cfg.Peer.Peers = list
+			}
 			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize, readaheadFiles))
 		},
 	}
@@ -95,6 +104,12 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.IntVar(&cfg.ListingCacheEntries, mount.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
 	f.DurationVar(&cfg.ReadTimeout, mount.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
 	f.IntVar(&credsFD, mount.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
+	f.StringVar(&cfg.Peer.Scope, mount.FlagCacheScope, mount.ScopeNode, "node: a node-local cache; cluster: the cache peers of the dataset (--peers) split its files, each cached by its owner only, and a miss of another peer's file asks that owner before the backend")
+	f.StringVar(&peers, mount.FlagPeers, "", "cluster scope: the cache peers, id=host:port,... (this mount included, or it is added as --peer-id=--peer-listen)")
+	f.StringVar(&cfg.Peer.Listen, mount.FlagPeerListen, "", "cluster scope: serve peers at HOST:PORT (a host is required: 0.0.0.0 only when written out)")
+	f.StringVar(&cfg.Peer.ID, mount.FlagPeerID, "", "cluster scope: this mount's peer id (default: the --peer-listen address)")
+	f.StringVar(&cfg.Peer.TokenFile, mount.FlagPeerTokenFile, "", "cluster scope: file holding the token shared by the peers (at least 16 bytes; peers without it are refused)")
+	f.DurationVar(&cfg.Peer.Timeout, mount.FlagPeerTimeout, peer.DefaultTimeout, "cluster scope: deadline of one request to a peer; then the read goes to the backend")
 	f.BoolVar(&cfg.Debug, mount.FlagFuseDebug, false, "log every FUSE request (very verbose)")
 	_ = cmd.MarkFlagRequired(mount.FlagCacheDir)
 	_ = cmd.MarkFlagRequired(mount.FlagCacheSize)

@@ -21,6 +21,8 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			Source: "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1", Mountpoint: "/mnt/with space",
 			CacheDir: "/var/cache/ds", CacheSize: 123456789, Policy: "lru", Manifest: "none", ReadaheadFiles: "16",
 			LogFormat: mount.LogFormatJSON, CredentialsFD: 3,
+			CacheScope: mount.ScopeCluster, Peers: "a=10.0.0.1:7070,b=10.0.0.2:7070", PeerListen: "10.0.0.1:7070", PeerID: "a",
+			PeerTokenFile: "/etc/epochfs/peer-token",
 		}},
 		{"values that look like flags", mount.CommandOptions{Source: "/data/--policy", Mountpoint: "/mnt/-x", CacheDir: "--weird", CacheSize: 1, Manifest: "-"}},
 	} {
@@ -65,7 +67,8 @@ func TestCommandOptionsParseBack(t *testing.T) {
 				Source: f.Arg(0), Mountpoint: f.Arg(1),
 				CacheDir: str(mount.FlagCacheDir), CacheSize: size, Policy: str(mount.FlagPolicy),
 				Manifest: str(mount.FlagManifest), ReadaheadFiles: readahead, LogFormat: str(mount.FlagLogFormat),
-				CredentialsFD: credsFD,
+				CredentialsFD: credsFD, CacheScope: str(mount.FlagCacheScope), Peers: str(mount.FlagPeers),
+				PeerListen: str(mount.FlagPeerListen), PeerID: str(mount.FlagPeerID), PeerTokenFile: str(mount.FlagPeerTokenFile),
 			}
 			want := tc.opts
 			if want.Policy == "" {
@@ -73,6 +76,9 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			}
 			if want.ReadaheadFiles == "" {
 				want.ReadaheadFiles = mount.ReadaheadFilesAuto
+			}
+			if want.CacheScope == "" {
+				want.CacheScope = mount.ScopeNode
 			}
 			if want.LogFormat == "" {
 				want.LogFormat = "text"

@@ -17,6 +17,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/prefetch"
 	"github.com/epochfs/epochfs/pkg/units"
 )
@@ -38,6 +39,8 @@ type prefetchConfig struct {
 	readTimeout  time.Duration
 	// splitSet: --whole-file-max or --block-size was given explicitly.
 	splitSet bool
+	// Cluster scope: fill only the files peerID owns among peers.
+	scope, peers, peerID string
 }
 
 func newPrefetchCmd(g *globalFlags) *cobra.Command {
@@ -85,6 +88,9 @@ full, 1 error or files that could not be read, 130 interrupted.`,
 	f.IntVar(&c.workers, "workers", prefetch.DefaultWorkers, "parallel reads from the source")
 	f.BoolVar(&c.json, "json", false, "print the final summary as JSON on stdout")
 	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a live line on a terminal, plain lines otherwise), lines, none")
+	f.StringVar(&c.scope, mount.FlagCacheScope, mount.ScopeNode, "cluster: fill only the files this node owns among --peers (as its cluster-scope mount admits them); a running mount on --cache-dir applies its own scope")
+	f.StringVar(&c.peers, mount.FlagPeers, "", "cluster scope: the cache peers, id=host:port,... (as given to the mounts)")
+	f.StringVar(&c.peerID, mount.FlagPeerID, "", "cluster scope: this node's peer id (as given to its mount)")
 	f.DurationVar(&c.readTimeout, "read-timeout", prefetch.DefaultReadTimeout, "deadline of one read (a file or a block), retries included")
 	_ = cmd.MarkFlagRequired("cache-dir")
 	return cmd
@@ -102,6 +108,23 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 		return fmt.Errorf("prefetch: --workers %d: want at least 1", c.workers)
 	case c.progress != "auto" && c.progress != "lines" && c.progress != "none":
 		return fmt.Errorf("prefetch: --progress %q: want auto, lines or none", c.progress)
+	}
+	var members []peer.Peer
+	switch c.scope {
+	case mount.ScopeNode, "":
+	case mount.ScopeCluster:
+		if members, err = peer.ParsePeers(c.peers); err != nil {
+			return fmt.Errorf("prefetch: --%s: %w", mount.FlagPeers, err)
+		}
+		found := false
+		for _, p := range members {
+			found = found || p.ID == c.peerID
+		}
+		if !found {
+			return fmt.Errorf("prefetch: --%s %q is not one of --%s", mount.FlagPeerID, c.peerID, mount.FlagPeers)
+		}
+	default:
+		return fmt.Errorf("prefetch: --%s %q: want %s or %s", mount.FlagCacheScope, c.scope, mount.ScopeNode, mount.ScopeCluster)
 	}
 	whole, err := units.ParseSize(c.wholeFileMax)
 	if err != nil {
@@ -178,7 +201,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 		case err != nil:
 			return err
 		default:
-			sum, err = prefetchLocal(ctx, log, c, src, store, whole, block, stderr)
+			sum, err = prefetchLocal(ctx, log, c, src, store, whole, block, members, stderr)
 			if cerr := store.Close(); err == nil {
 				err = cerr
 			}
@@ -192,7 +215,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 }
 
 // prefetchLocal runs the prefetch in this process against store.
-func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src backend.Source, store *cache.Store, whole, block int64, stderr io.Writer) (prefetch.Summary, error) {
+func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src backend.Source, store *cache.Store, whole, block int64, members []peer.Peer, stderr io.Writer) (prefetch.Summary, error) {
 	bopts := backend.Options{Logger: log}
 	b, err := backend.Open(ctx, src, bopts)
 	if err != nil {
@@ -208,8 +231,16 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 	case where != "":
 		log.Info("no manifest: walking the source", "looked_for", where)
 	}
+	var owns func(string) bool
+	if members != nil {
+		dataset := b.ID()
+		owns = func(path string) bool {
+			o, _ := peer.Owner(members, peer.FileKey(dataset, path))
+			return o.ID == c.peerID
+		}
+	}
 	p, err := prefetch.New(prefetch.Config{Backend: b, Store: store, Manifest: man, WholeFileMax: whole, BlockSize: block,
-		Workers: c.workers, ReadTimeout: c.readTimeout, Logger: log})
+		Workers: c.workers, ReadTimeout: c.readTimeout, Logger: log, Owns: owns})
 	if err != nil {
 		return prefetch.Summary{}, err
 	}

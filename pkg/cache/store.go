@@ -687,3 +687,58 @@ func (s *Store) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// GetNoAdmit is Get for bytes this cache must not keep (in cluster scope,
+// the files another peer owns): a hit when key is held (e.g. cached
+// before the mount joined a cluster), else load's bytes in Result.Data,
+// never admitted and never counted as a rejection. Hits and misses count
+// as for Get; concurrent GetNoAdmits of one key share one load (never one
+// of Get or Fill, which would admit).
+func (s *Store) GetNoAdmit(ctx context.Context, key Key, size int64, load Loader) (Result, error) {
+	if err := s.start("get", key, size, load); err != nil {
+		return Result{}, err
+	}
+	defer s.ops.Done()
+	id := key.id()
+	res, err := s.getNoAdmit(ctx, key, id, size, load)
+	if res.Hit {
+		s.hits.Add(1)
+		s.hitBytes.Add(size)
+	} else {
+		s.misses.Add(1)
+		s.missBytes.Add(size)
+	}
+	return res, err
+}
+
+func (s *Store) getNoAdmit(ctx context.Context, key Key, id string, size int64, load Loader) (Result, error) {
+	if f := s.openHit(id, size); f != nil {
+		return Result{File: f, Hit: true}, nil
+	}
+	if s.checkCached(key, id, size) { // a recovered entry, verified now
+		if f, err := os.Open(s.dataPath(id)); err == nil {
+			return Result{File: f, Hit: true}, nil
+		}
+	}
+	ch := s.flights.DoChan("noadmit:"+id, func() (any, error) {
+		if err := s.begin(); err != nil {
+			return nil, err
+		}
+		defer s.ops.Done()
+		buf := make([]byte, size)
+		if err := load(ctx, buf); err != nil {
+			s.loadErrors.Add(1)
+			return nil, fmt.Errorf("cache: load %s: %w", key, err)
+		}
+		return buf, nil
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return Result{}, r.Err
+		}
+		return Result{Data: r.Val.([]byte)}, nil
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("cache: get %s: %w", key, context.Cause(ctx))
+	}
+}

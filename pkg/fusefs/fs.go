@@ -106,7 +106,10 @@ type Options struct {
 	// manifest keeps from its listings (listing.go). About 150 bytes each
 	// with S3 names and ETags.
 	ListingCacheEntries int
-	Logger              *slog.Logger
+	// Peers, when set, is the cluster-wide cache (peers.go): files this
+	// mount does not own are read from their owner and never admitted.
+	Peers  Peers
+	Logger *slog.Logger
 }
 
 // FS is a mountable read-only dataset tree.

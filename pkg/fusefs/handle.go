@@ -58,7 +58,7 @@ func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 	if auto != nil {
 		fetch, start = new(atomic.Int64), time.Now()
 	}
-	res, err := n.fsys.store.Get(n.fsys.ctx, span.Key, span.Length, n.fsys.wholeLoader(n, span.Offset, fetch))
+	res, err := n.fsys.get(n, span, n.fsys.wholeLoader(n, span.Offset, fetch))
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", n.path, err)
 	}
@@ -261,7 +261,7 @@ func (h *blockHandle) get(idx int64, wait bool) *block {
 func (h *blockHandle) fetch(idx int64, b *block) {
 	fsys := h.node.fsys
 	span := h.spans[idx]
-	b.res, b.err = fsys.store.Get(fsys.ctx, span.Key, span.Length, fsys.loader(h.node.path, h.node.version, span.Offset))
+	b.res, b.err = fsys.get(h.node, span, fsys.loader(h.node.path, h.node.version, span.Offset))
 
 	h.mu.Lock()
 	defer h.mu.Unlock()

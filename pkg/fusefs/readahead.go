@@ -37,8 +37,8 @@ const readaheadMaxBytes = 128 << 20
 // background, within the bound.
 func (f *FS) readaheadFiles(files []file) {
 	for _, n := range files {
-		if n.size > f.opts.WholeFileMax {
-			continue
+		if n.size > f.opts.WholeFileMax || !f.owns(n.path) {
+			continue // (cluster scope: another peer's file is never admitted here)
 		}
 		span := f.spans(n)[0]
 		if f.store.Contains(span.Key) {

@@ -31,6 +31,13 @@ const (
 	// FlagCredentialsFD names an inherited file descriptor (a pipe) to read
 	// S3 credentials from (ReadCredentials) instead of the environment.
 	FlagCredentialsFD = "credentials-fd"
+	// Cluster scope (issue 15, pkg/peer).
+	FlagCacheScope    = "cache-scope"
+	FlagPeers         = "peers"
+	FlagPeerListen    = "peer-listen"
+	FlagPeerID        = "peer-id"
+	FlagPeerTokenFile = "peer-token-file"
+	FlagPeerTimeout   = "peer-timeout"
 	// FlagLogFormat is a global flag of cachefs (text or json).
 	FlagLogFormat = "log-format"
 )
@@ -79,6 +86,13 @@ type CommandOptions struct {
 	// read end of a pipe there (exec.Cmd.ExtraFiles[0] is fd 3). 0 leaves
 	// the flag out: credentials from the environment or the standard chain.
 	CredentialsFD int
+	// CacheScope: "" leaves the default (ScopeNode); ScopeCluster needs
+	// Peers, PeerListen and PeerTokenFile (PeerID "" takes PeerListen).
+	CacheScope    string
+	Peers         string // id=host:port,…
+	PeerListen    string
+	PeerID        string
+	PeerTokenFile string
 }
 
 // Args returns the arguments after the program name:
@@ -97,6 +111,11 @@ func (o CommandOptions) Args() []string {
 	add(FlagLogFormat, o.LogFormat)
 	add(FlagManifest, o.Manifest)
 	add(FlagReadaheadFiles, o.ReadaheadFiles)
+	add(FlagCacheScope, o.CacheScope)
+	add(FlagPeers, o.Peers)
+	add(FlagPeerListen, o.PeerListen)
+	add(FlagPeerID, o.PeerID)
+	add(FlagPeerTokenFile, o.PeerTokenFile)
 	if o.CredentialsFD > 0 {
 		add(FlagCredentialsFD, strconv.Itoa(o.CredentialsFD))
 	}

@@ -303,6 +303,7 @@ func (c *controlServer) prefetch(conn *net.UnixConn, req ControlRequest, send fu
 		Workers:      req.Workers,
 		ReadTimeout:  m.cfg.ReadTimeout,
 		Logger:       m.log,
+		Owns:         m.owns(),
 	})
 	if err != nil {
 		fail("control: %v", err)

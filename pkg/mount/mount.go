@@ -90,6 +90,9 @@ type Config struct {
 	// ListingCacheEntries bounds the directory entries kept from listings
 	// when mounting without a manifest.
 	ListingCacheEntries int
+	// Peer is the cache scope: node (the default) or the cluster-wide
+	// cache of issue 15 (peer.go, pkg/peer).
+	Peer PeerConfig
 	// Backend options (credentials, retries); zero takes the defaults.
 	Backend backend.Options
 	Debug   bool
@@ -118,6 +121,7 @@ type Mount struct {
 	registry    *prometheus.Registry // the mount's metrics, also served over the control socket
 	stopMetrics context.CancelFunc
 	control     *controlServer // nil when the control socket could not be served
+	peer        *peerState     // nil in node scope
 }
 
 // New validates cfg.
@@ -143,6 +147,9 @@ func New(cfg Config) (*Mount, error) {
 	}
 	if !st.IsDir() {
 		return nil, fmt.Errorf("%w: %s is not a directory", ErrMountpoint, cfg.Mountpoint)
+	}
+	if err := validatePeer(&cfg.Peer); err != nil {
+		return nil, err
 	}
 	return &Mount{cfg: cfg, src: src, log: cfg.Logger}, nil
 }
@@ -221,7 +228,17 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		cleanup = append(cleanup, stop)
 	}
 
+	var ps *peerState
+	var peers fusefs.Peers
+	if m.cfg.Peer.Scope == ScopeCluster {
+		if ps, err = m.startPeer(b.ID(), reg, man); err != nil {
+			return err
+		}
+		peers = ps.cluster
+	}
+
 	fsys, err := fusefs.New(fusefs.Options{
+		Peers:        peers,
 		Backend:      b,
 		Store:        store,
 		Manifest:     man,
@@ -238,6 +255,13 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		return err
 	}
 	cleanup = append(cleanup, fsys.Close)
+	if ps != nil {
+		if err := m.servePeer(ps, b.ID(), fsys); err != nil {
+			return err
+		}
+		cleanup = append(cleanup, ps.stop)
+		m.recordShare(ps, man)
+	}
 	metrics.RegisterReadahead(reg, func() metrics.Readahead {
 		st := fsys.ReadaheadState()
 		return metrics.Readahead{Auto: st.Auto, Window: st.Window, Latency: st.Latency, Files: fusefs.ReadCounters().FilesReadAhead}
@@ -254,7 +278,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		_ = server.Unmount()
 		return fmt.Errorf("%w: waiting for the mount: %w", ErrMountpoint, err)
 	}
-	m.backend, m.manifest, m.store, m.fsys, m.server = b, man, store, fsys, server
+	m.backend, m.manifest, m.store, m.fsys, m.server, m.peer = b, man, store, fsys, server, ps
 	if m.control, err = m.startControl(); err != nil {
 		m.log.Warn("no control socket: `cachefs prefetch` cannot reach this mount", "err", err)
 		err = nil
@@ -298,6 +322,15 @@ func (m *Mount) Manifest() *manifest.Manifest { return m.manifest }
 // MetricsAddr is the bound metrics address after Start ("" when disabled).
 func (m *Mount) MetricsAddr() string { return m.metricsAddr }
 
+// PeerAddr is the peer server's bound address after Start ("" in node
+// scope).
+func (m *Mount) PeerAddr() string {
+	if m.peer == nil {
+		return ""
+	}
+	return m.peer.addr
+}
+
 // Stats returns the cache counters (after Start).
 func (m *Mount) Stats() cache.Stats { return m.store.Stats() }
 
@@ -322,6 +355,9 @@ func (m *Mount) Unmount() error {
 func (m *Mount) close() error {
 	if m.control != nil {
 		m.control.close() // cancels and waits for prefetches using the store
+	}
+	if m.peer != nil {
+		m.peer.stop()
 	}
 	m.fsys.Close()
 	if m.stopMetrics != nil {

@@ -96,6 +96,11 @@ type Config struct {
 	ReadTimeout time.Duration
 	// Logger receives warnings (unreadable files). Default: discard.
 	Logger *slog.Logger
+	// Owns, when set, keeps only the files it returns true for: in a
+	// cluster-scope cache (pkg/peer) the files this node owns. The others
+	// are left out of the plan and of the Summary's dataset (Files, Bytes,
+	// "complete"), since this node never caches them.
+	Owns func(path string) bool
 }
 
 // Progress is a snapshot of a running prefetch. Byte and file counts of the
@@ -289,6 +294,7 @@ type plan struct {
 	admitted  []atomic.Bool  // per file: this run admitted an entry
 	complete  []bool         // per file: every entry held before this run
 	handled   atomic.Int64   // tasks done, cached or not
+	bytes     int64          // of the files (Config.Owns' share of the dataset)
 }
 
 // Run lists (unless a manifest was given), plans and fetches. It returns an
@@ -338,7 +344,7 @@ func (p *Prefetcher) Run(ctx context.Context) (Summary, error) {
 	interrupted := pl.handled.Load() < int64(len(pl.tasks))
 
 	// The truth, from the store.
-	sum.Files, sum.Bytes = int64(len(pl.files)), m.TotalBytes()
+	sum.Files, sum.Bytes = int64(len(pl.files)), pl.bytes
 	sum.AlreadyFiles, sum.AlreadyBytes = p.alreadyFiles.Load(), p.alreadyBytes.Load()
 	sum.FetchedBytes = p.fetchedBytes.Load()
 	sum.FailedFiles = p.failedFiles.Load()
@@ -428,12 +434,15 @@ func (p *Prefetcher) spans(m *manifest.Manifest, i int32) []cache.KeySpan {
 // order, takes every entry that is not held and still fits.
 func (p *Prefetcher) plan(m *manifest.Manifest) *plan {
 	pl := &plan{m: m}
-	m.Walk(func(i int, _ string) bool {
-		pl.files = append(pl.files, int32(i))
+	m.Walk(func(i int, path string) bool {
+		if p.cfg.Owns == nil || p.cfg.Owns(path) {
+			pl.files = append(pl.files, int32(i))
+			pl.bytes += m.Size(i)
+		}
 		return true
 	})
 	p.files.Store(int64(len(pl.files)))
-	p.bytes.Store(m.TotalBytes())
+	p.bytes.Store(pl.bytes)
 	pl.remaining = make([]atomic.Int32, len(pl.files))
 	pl.failed = make([]atomic.Bool, len(pl.files))
 	pl.admitted = make([]atomic.Bool, len(pl.files))

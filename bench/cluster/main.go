@@ -1,0 +1,351 @@
+// Command bench-cluster (make bench-cluster) measures the cluster-wide
+// cache of issue 15: N = 3 `cachefs mount` processes on this machine
+// (separate cache directories, loopback peer ports), each with C = D/3 and
+// then C = D/6, over MinIO behind the latency proxy, cluster scope and node
+// scope side by side. Each epoch a distributed-sampler-like reader gives
+// each node a different random third of the files. Per epoch: backend bytes
+// (counted by an HTTP proxy in front of the latency proxy), the cluster hit
+// ratio (1 − backend bytes / bytes read), each node's cache byte hit ratio
+// (from its /metrics), peer bytes and files/s.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/benchproc"
+	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/epoch"
+)
+
+const nodes = 3
+
+func main() {
+	tools := flag.String("tools", ".tools/bin", "directory holding minio")
+	cachefs := flag.String("cachefs", "bin/cachefs", "the cachefs binary")
+	dir := flag.String("dir", "", "work directory (default: a temporary directory, removed afterwards)")
+	files := flag.Int("files", 3000, "files in the dataset")
+	epochs := flag.Int("epochs", 3, "epochs per run")
+	workers := flag.Int("workers", 8, "parallel readers per node")
+	latency := flag.Duration("s3-latency", 20*time.Millisecond, "added to every request to MinIO")
+	md := flag.String("md", "", "write the markdown report to this file")
+	flag.Parse()
+	work, remove, err := benchproc.WorkDir(*dir, "epochfs-cluster-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer remove()
+	report, err := run(work, *tools, *cachefs, *files, *epochs, *workers, *latency)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(report)
+	if *md != "" {
+		if err := os.WriteFile(*md, []byte(report), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// counter is an HTTP proxy that counts object GETs and their body bytes.
+type counter struct {
+	mu          sync.Mutex
+	gets, bytes int64
+}
+
+func (c *counter) take() (gets, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gets, bytes, c.gets, c.bytes = c.gets, c.bytes, 0, 0
+	return
+}
+
+type countWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (w *countWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+func startCounter(target string) (*counter, string, error) {
+	u, err := url.Parse("http://" + target)
+	if err != nil {
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 1024}
+	c := &counter{}
+	go func() {
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet || r.URL.RawQuery != "" {
+				rp.ServeHTTP(w, r)
+				return
+			}
+			cw := &countWriter{ResponseWriter: w}
+			rp.ServeHTTP(cw, r)
+			c.mu.Lock()
+			c.gets++
+			c.bytes += cw.n
+			c.mu.Unlock()
+		}))
+	}()
+	return c, ln.Addr().String(), nil
+}
+
+type row struct {
+	scope          string
+	frac           string
+	epoch          int
+	backendBytes   int64
+	clusterHit     float64
+	nodeHit        [nodes]float64
+	peerBytes      float64
+	filesPerSec    float64
+	minNodeFilesPS float64
+}
+
+func run(work, tools, cachefs string, nfiles, epochs, workers int, latency time.Duration) (string, error) {
+	ctx := context.Background()
+	data := filepath.Join(work, "data")
+	spec := datagen.Spec{Files: nfiles, Classes: 30, MedianSize: 20_000, MinSize: 1000, MaxSize: 200_000, Seed: 15}
+	files, err := datagen.Write(data, spec)
+	if err != nil {
+		return "", err
+	}
+	total := datagen.TotalSize(files)
+	paths, want := datagen.Paths(files), datagen.Sums(files)
+	m, err := benchproc.StartMinIO(filepath.Join(tools, "minio"), filepath.Join(work, "minio"))
+	if err != nil {
+		return "", err
+	}
+	defer m.Stop()
+	if err := m.Upload(ctx, "bench", data, paths, 32, nil); err != nil {
+		return "", err
+	}
+	far, err := benchproc.StartLatencyProxy(m.Host, latency)
+	if err != nil {
+		return "", err
+	}
+	defer far.Close()
+	cnt, addr, err := startCounter(far.Addr)
+	if err != nil {
+		return "", err
+	}
+	src := "s3://bench?endpoint=http://" + addr + "&region=us-east-1"
+	env := append(os.Environ(), m.Env()...)
+	man := filepath.Join(work, "manifest")
+	idx := exec.Command(cachefs, "index", src, "-o", man)
+	idx.Env = env
+	if out, err := idx.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("cachefs index: %v\n%s", err, out)
+	}
+	tokenFile := filepath.Join(work, "token")
+	if err := os.WriteFile(tokenFile, []byte(benchproc.RandHex(16)), 0o600); err != nil {
+		return "", err
+	}
+	cnt.take()
+
+	var rows []row
+	for _, frac := range []struct {
+		name string
+		div  int64
+	}{{"1/3", 3}, {"1/6", 6}} {
+		for _, scope := range []string{"node", "cluster"} {
+			log.Printf("C = D×%s, %s scope", frac.name, scope)
+			r, err := runScope(work, cachefs, src, man, tokenFile, env, scope, frac.name, total/frac.div, total, paths, want, epochs, workers, cnt, false)
+			if err != nil {
+				return "", err
+			}
+			rows = append(rows, r...)
+		}
+	}
+	// Peer reads vs local reads: every node reads every file each epoch;
+	// node scope with C = D reads everything locally from epoch 2 on,
+	// cluster scope with C = D/3 a third locally and two thirds from peers.
+	for _, c := range []struct {
+		scope, frac string
+		div         int64
+	}{{"node", "1/1", 1}, {"cluster", "1/3", 3}} {
+		log.Printf("every node reads every file: C = D×%s, %s scope", c.frac, c.scope)
+		r, err := runScope(work, cachefs, src, man, tokenFile, env, c.scope, c.frac, total/c.div, total, paths, want, min(epochs, 2), workers, cnt, true)
+		if err != nil {
+			return "", err
+		}
+		rows = append(rows, r...)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB; MinIO behind %v per request; %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off (--readahead-files 0) so that backend bytes are the caches' doing. Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
+		nodes, len(files), float64(total)/1e6, latency, workers)
+	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / bytes read) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %d | %.1f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
+			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
+			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS)
+	}
+	return b.String(), nil
+}
+
+func scrape(addr string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			name := line[:i]
+			if strings.HasPrefix(name, "cachefs_peer_received_bytes_total{") {
+				out["peer_received"] += v
+			}
+			out[name] = v
+		}
+	}
+	return out, nil
+}
+
+func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, frac string, capacity, total int64,
+	paths []string, want map[string][32]byte, epochs, workers int, cnt *counter, all bool) ([]row, error) {
+	type node struct {
+		id, metrics, peer string
+		proc              *benchproc.Proc
+	}
+	var ns []*node
+	var list []string
+	for i := range nodes {
+		n := &node{id: fmt.Sprintf("n%d", i), metrics: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort()),
+			peer: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort())}
+		ns = append(ns, n)
+		list = append(list, n.id+"="+n.peer)
+	}
+	defer func() {
+		for _, n := range ns {
+			if n.proc != nil {
+				n.proc.Stop()
+			}
+		}
+	}()
+	for _, n := range ns {
+		mnt := filepath.Join(work, fmt.Sprintf("%s%s-%v-%s-mnt", scope, frac[2:], all, n.id))
+		cache := filepath.Join(work, fmt.Sprintf("%s%s-%v-%s-cache", scope, frac[2:], all, n.id))
+		_ = os.RemoveAll(cache)
+		for _, d := range []string{mnt, cache} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		args := []string{"mount", src, mnt, "--cache-dir", cache, "--cache-size", strconv.FormatInt(capacity, 10),
+			"--metrics-addr", n.metrics, "--manifest", man, "--readahead-files", "0"}
+		if scope == "cluster" {
+			args = append(args, "--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", n.peer,
+				"--peer-id", n.id, "--peer-token-file", tokenFile)
+		}
+		cmd := exec.Command(cachefs, args...)
+		cmd.Env = env
+		p, err := benchproc.Start(n.id, cmd, mnt)
+		if err != nil {
+			return nil, err
+		}
+		n.proc = p
+		if err := p.WaitMounted(60 * time.Second); err != nil {
+			return nil, err
+		}
+	}
+	var rows []row
+	for e := 1; e <= epochs; e++ {
+		_ = epoch.DropPageCache()
+		shuffled := epoch.Shuffled(paths, uint64(e)*7919)
+		before := make([]map[string]float64, nodes)
+		for i, n := range ns {
+			s, err := scrape(n.metrics)
+			if err != nil {
+				return nil, err
+			}
+			before[i] = s
+		}
+		cnt.take()
+		var wg sync.WaitGroup
+		res := make([]epoch.Result, nodes)
+		errs := make([]error, nodes)
+		start := time.Now()
+		for i, n := range ns {
+			part := shuffled[i*len(shuffled)/nodes : (i+1)*len(shuffled)/nodes]
+			if all {
+				part = epoch.Shuffled(paths, uint64(e)*7919+uint64(i))
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[i], errs[i] = epoch.Run(context.Background(), epoch.Options{Root: n.proc.Mnt, Paths: part, Workers: workers, Seed: uint64(e), Want: want})
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		_, backendBytes := cnt.take()
+		read := float64(total) // bytes read by all the nodes' readers this epoch
+		label, nread := scope, len(paths)
+		if all {
+			read, nread = nodes*read, nodes*len(paths)
+			label += ", every node reads every file"
+		}
+		r := row{scope: label, frac: frac, epoch: e, backendBytes: backendBytes,
+			clusterHit: 1 - float64(backendBytes)/read, filesPerSec: float64(nread) / elapsed.Seconds(), minNodeFilesPS: -1}
+		for i, n := range ns {
+			if errs[i] != nil {
+				return nil, fmt.Errorf("%s scope, node %s, epoch %d: %w", scope, n.id, e, errs[i])
+			}
+			if len(res[i].Mismatches) > 0 {
+				return nil, fmt.Errorf("%s scope, node %s, epoch %d: %d files with wrong bytes", scope, n.id, e, len(res[i].Mismatches))
+			}
+			s, err := scrape(n.metrics)
+			if err != nil {
+				return nil, err
+			}
+			d := func(k string) float64 { return s[k] - before[i][k] }
+			hit, miss := d("cachefs_cache_hit_bytes_total"), d("cachefs_cache_miss_bytes_total")
+			if hit+miss > 0 {
+				r.nodeHit[i] = hit / (hit + miss)
+			}
+			r.peerBytes += d("peer_received")
+			if fps := res[i].FilesPerSec(); r.minNodeFilesPS < 0 || fps < r.minNodeFilesPS {
+				r.minNodeFilesPS = fps
+			}
+		}
+		log.Printf("  epoch %d: backend %.1f%% of D, cluster hit ratio %.3f, %.0f files/s", e, 100*float64(backendBytes)/float64(total), r.clusterHit, r.filesPerSec)
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
