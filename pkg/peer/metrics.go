@@ -2,6 +2,13 @@ package peer
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// Labels of the peer metrics: a peer's id (never its address or a token),
+// and why the peer server refused a request.
+const (
+	LabelPeer   = "peer"
+	LabelReason = "reason"
+)
+
 // Metrics are the peer counters of one mount (names fixed in
 // docs/DESIGN.md). Label peer is a peer id, never an address or a token;
 // on the server side it is the id the (authenticated) requester gave, or
@@ -23,13 +30,13 @@ func NewMetrics() *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
 	}
 	return &Metrics{
-		Hits:          cv("cachefs_peer_hits_total", "Reads of files this mount does not own that their owner peer answered with checked bytes.", "peer"),
-		ReceivedBytes: cv("cachefs_peer_received_bytes_total", "Bytes received from a peer in checked answers.", "peer"),
-		Errors:        cv("cachefs_peer_errors_total", "Peer requests that failed or whose answer was rejected (down, timeout, refused, another version, wrong bytes).", "peer"),
-		Fallbacks:     cv("cachefs_peer_fallbacks_total", "Reads of files a peer owns that went to the backend instead (the peer failed, or was skipped while marked down).", "peer"),
-		Served:        cv("cachefs_peer_served_total", "Requests this mount's peer server answered with bytes, by requesting peer.", "peer"),
-		ServedBytes:   cv("cachefs_peer_served_bytes_total", "Bytes this mount's peer server sent, by requesting peer.", "peer"),
-		Refused:       cv("cachefs_peer_refused_total", "Requests this mount's peer server refused, by reason (unauthorized, dataset, bad_request, version, not_found, error).", "reason"),
+		Hits:          cv("cachefs_peer_hits_total", "Reads of files this mount does not own that their owner peer answered with checked bytes.", LabelPeer),
+		ReceivedBytes: cv("cachefs_peer_received_bytes_total", "Bytes received from a peer in checked answers.", LabelPeer),
+		Errors:        cv("cachefs_peer_errors_total", "Peer requests that failed or whose answer was rejected (down, timeout, refused, another version, wrong bytes).", LabelPeer),
+		Fallbacks:     cv("cachefs_peer_fallbacks_total", "Reads of files a peer owns that went to the backend instead (the peer failed, or was skipped while marked down).", LabelPeer),
+		Served:        cv("cachefs_peer_served_total", "Requests this mount's peer server answered with bytes, by requesting peer.", LabelPeer),
+		ServedBytes:   cv("cachefs_peer_served_bytes_total", "Bytes this mount's peer server sent, by requesting peer.", LabelPeer),
+		Refused:       cv("cachefs_peer_refused_total", "Requests this mount's peer server refused, by reason (unauthorized, dataset, bad_request, version, not_found, error).", LabelReason),
 		OwnedShare: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cachefs_peer_owned_share",
 			Help: "This mount's share of the dataset it owns in cluster scope: bytes with a manifest, else 1/peers."}),
 	}
