@@ -54,12 +54,24 @@ func TestDockerfileSameRecipe(t *testing.T) {
 	has("go build flags", `go build -trimpath -ldflags "`+ldflags+`"`)
 	has("static binaries", "CGO_ENABLED=0")
 
+	// Every binary is static but cachefs, which links libcephfs (cgo, the
+	// ceph build tags of mk/ceph.mk) so that the image serves cephfs://.
+	tags := regexp.MustCompile(`(?m)^CEPH_TAGS\s*:=\s*(.*)$`).FindStringSubmatch(read("mk/ceph.mk"))
+	if tags == nil {
+		t.Fatal("mk/ceph.mk: no CEPH_TAGS")
+	}
 	var pkgs, outs []string
 	for _, b := range binaries {
-		pkgs = append(pkgs, "./cmd/"+b)
 		outs = append(outs, "/out/"+b)
+		if b != "cachefs" {
+			pkgs = append(pkgs, "./cmd/"+b)
+		}
 	}
-	has("binaries built", strings.Join(pkgs, " "))
+	has("static binaries built", `go build -trimpath -ldflags "`+ldflags+`" -o /out/ `+strings.Join(pkgs, " "))
+	has("cachefs built with libcephfs", `CGO_ENABLED=1 go build -trimpath -tags `+strings.TrimSpace(tags[1])+` -ldflags "`+ldflags+`" -o /out/ ./cmd/cachefs`)
+	if !strings.Contains(imagesMk, "-tags $(CEPH_TAGS)") || !strings.Contains(imagesMk, "filter-out cachefs") {
+		t.Error("mk/images.mk no longer builds cachefs alone with $(CEPH_TAGS): change this test and the Dockerfile with it")
+	}
 	has("binaries copied", "COPY --from=build "+strings.Join(outs, " ")+" /usr/local/bin/")
 
 	cfg := epochfsConfig("${VERSION}")
