@@ -57,7 +57,7 @@ func TestWriteIsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fb, err := Write(b, s)
+	fb, err := WriteParallel(b, s, 4) // the parallel writer writes the same bytes
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +70,9 @@ func TestWriteIsDeterministic(t *testing.T) {
 		if errA != nil || errB != nil || !bytes.Equal(x, y) || int64(len(x)) != f.Size || sha256.Sum256(x) != Sum(f) {
 			t.Fatalf("%s: the two writes differ or do not match the plan (%v, %v)", f.Path, errA, errB)
 		}
+	}
+	if !reflect.DeepEqual(Sums(fa), SumsParallel(fa, 3)) {
+		t.Error("SumsParallel differs from Sums")
 	}
 	other := Spec{Files: 40, Classes: 4, TotalBytes: 2_000_000, Seed: 10}.Plan()
 	if reflect.DeepEqual(fa, other) {
