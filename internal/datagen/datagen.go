@@ -155,6 +155,23 @@ func (s Spec) Plan() []File {
 	return files
 }
 
+// Sizes returns the sizes of the dataset's files, in generation order (the
+// Size of every file of Plan), without building their paths: for listings
+// of millions of files that never reach a disk.
+func (s Spec) Sizes() []int64 {
+	s = s.withDefaults()
+	ds := s.draws()
+	median := s.MedianSize
+	if s.TotalBytes > 0 {
+		median = s.solveMedian(ds)
+	}
+	sizes := make([]int64, len(ds))
+	for i, d := range ds {
+		sizes[i] = s.size(median, d.z)
+	}
+	return sizes
+}
+
 // Reader returns a reader of a file's content: size bytes from a ChaCha8
 // stream keyed by seed (incompressible, like JPEG data).
 func Reader(seed uint64, size int64) io.Reader {

@@ -74,6 +74,11 @@ func TestWriteIsDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(Sums(fa), SumsParallel(fa, 3)) {
 		t.Error("SumsParallel differs from Sums")
 	}
+	for i, size := range s.Sizes() {
+		if size != fa[i].Size {
+			t.Fatalf("Sizes()[%d] = %d, Plan says %d", i, size, fa[i].Size)
+		}
+	}
 	other := Spec{Files: 40, Classes: 4, TotalBytes: 2_000_000, Seed: 10}.Plan()
 	if reflect.DeepEqual(fa, other) {
 		t.Error("another seed planned the same files")
