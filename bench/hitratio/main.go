@@ -27,6 +27,7 @@ func main() {
 	maxSize := flag.Int64("max-size", 0, "largest file, bytes (default 5000000; tiny 64000)")
 	medianSize := flag.Int64("median-size", 0, "log-normal median file size, bytes (default 110000; tiny 8000)")
 	workers := flag.Int("workers", 8, "parallel readers")
+	drop := flag.Bool("drop", true, "drop the page cache before each epoch (root; not in -tiny); the ratios do not depend on it, the files/s do")
 	md := flag.String("md", "", "write the markdown table to this file")
 	png := flag.String("png", "", "write the plot to this PNG file")
 	flag.Parse()
@@ -64,6 +65,7 @@ func main() {
 		cfg.Fractions = fs
 	}
 	cfg.Workers = *workers
+	cfg.Drop = cfg.Drop && *drop
 	cfg.Log = os.Stderr
 	workDir, removeDir, err := benchproc.WorkDir(*dir, "epochfs-hitratio-")
 	if err != nil {
