@@ -7,13 +7,14 @@
 #   make bench-throughput-far  P3 again with BENCH_S3_LATENCY (20ms) added to every request: a far object store
 #   make bench-meta          metadata at 1M files: mount with a manifest vs without vs rclone mount (local and MinIO)
 #   make bench-cluster       the cluster-wide cache: 3 mounts, cluster scope vs node scope, C = D/3 and D/6
+#   make bench-manifest-scale  a 10M-entry ImageNet-like manifest: build, size, load, heap per entry, mount ready
 #
 # BENCH_ARGS passes flags (e.g. BENCH_ARGS=-tiny, BENCH_ARGS='-rounds 5').
 
 BENCH_ARGS       ?=
 BENCH_S3_LATENCY ?= 20ms
 
-.PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-cluster bench-tools
+.PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-cluster bench-manifest-scale bench-tools
 
 ## bench-hitratio: table (bench/hitratio.md) and plot (bench/hitratio.png) of byte hit ratio per epoch per policy.
 bench-hitratio:
@@ -44,6 +45,13 @@ bench-meta: bench-tools
 bench-cluster: build
 	$(GO) build -o bin/bench-cluster ./bench/cluster
 	bin/bench-cluster -tools $(TOOLS_BIN) -cachefs bin/cachefs -s3-latency $(BENCH_S3_LATENCY) -md bench/cluster.md $(BENCH_ARGS)
+
+## bench-manifest-scale: a manifest of 10M synthetic ImageNet-like files (no files on disk: a fake in-memory listing
+## through manifest.Index, what `cachefs index` runs), with S3 ETag and posix versions: build time, size, load time,
+## heap per entry, and (as root) a real mount ready to stat a file. Goals: ready ≤ 3 s, ≤ 40 B/entry. ~4 GB of RAM.
+bench-manifest-scale:
+	$(GO) build -o bin/bench-manifest-scale ./bench/manifestscale
+	bin/bench-manifest-scale -files 10000000 $(BENCH_ARGS)
 
 ## bench-tools: rclone (pinned, from the Go module proxy), MinIO, and fuse3 for rclone mount.
 bench-tools: $(TOOLS_BIN)/rclone $(TOOLS_BIN)/minio

@@ -22,7 +22,12 @@ func main() {
 	epochs := flag.Int("epochs", 0, "epochs per (policy, cache size) (default 5; tiny 2)")
 	policies := flag.String("policies", "", "comma-separated policies (default "+strings.Join(cache.Policies(), ",")+")")
 	fractions := flag.String("fractions", "", "comma-separated cache sizes as fractions of the dataset (default 1/16,5/16,10/16,1,1.25)")
+	classes := flag.Int("classes", 0, "number of class directories (default 24; tiny 6)")
+	minSize := flag.Int64("min-size", 0, "smallest file, bytes (default 16000; tiny 1000)")
+	maxSize := flag.Int64("max-size", 0, "largest file, bytes (default 5000000; tiny 64000)")
+	medianSize := flag.Int64("median-size", 0, "log-normal median file size, bytes (default 110000; tiny 8000)")
 	workers := flag.Int("workers", 8, "parallel readers")
+	drop := flag.Bool("drop", true, "drop the page cache before each epoch (root; not in -tiny); the ratios do not depend on it, the files/s do")
 	md := flag.String("md", "", "write the markdown table to this file")
 	png := flag.String("png", "", "write the plot to this PNG file")
 	flag.Parse()
@@ -33,6 +38,18 @@ func main() {
 	}
 	if *files > 0 {
 		cfg.Spec.Files = *files
+	}
+	if *classes > 0 {
+		cfg.Spec.Classes = *classes
+	}
+	if *minSize > 0 {
+		cfg.Spec.MinSize = *minSize
+	}
+	if *maxSize > 0 {
+		cfg.Spec.MaxSize = *maxSize
+	}
+	if *medianSize > 0 {
+		cfg.Spec.MedianSize = *medianSize
 	}
 	if *epochs > 0 {
 		cfg.Epochs = *epochs
@@ -48,6 +65,7 @@ func main() {
 		cfg.Fractions = fs
 	}
 	cfg.Workers = *workers
+	cfg.Drop = cfg.Drop && *drop
 	cfg.Log = os.Stderr
 	workDir, removeDir, err := benchproc.WorkDir(*dir, "epochfs-hitratio-")
 	if err != nil {

@@ -57,7 +57,7 @@ func TestWriteIsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fb, err := Write(b, s)
+	fb, err := WriteParallel(b, s, 4) // the parallel writer writes the same bytes
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +69,14 @@ func TestWriteIsDeterministic(t *testing.T) {
 		y, errB := os.ReadFile(filepath.Join(b, f.Path))
 		if errA != nil || errB != nil || !bytes.Equal(x, y) || int64(len(x)) != f.Size || sha256.Sum256(x) != Sum(f) {
 			t.Fatalf("%s: the two writes differ or do not match the plan (%v, %v)", f.Path, errA, errB)
+		}
+	}
+	if !reflect.DeepEqual(Sums(fa), SumsParallel(fa, 3)) {
+		t.Error("SumsParallel differs from Sums")
+	}
+	for i, size := range s.Sizes() {
+		if size != fa[i].Size {
+			t.Fatalf("Sizes()[%d] = %d, Plan says %d", i, size, fa[i].Size)
 		}
 	}
 	other := Spec{Files: 40, Classes: 4, TotalBytes: 2_000_000, Seed: 10}.Plan()

@@ -18,17 +18,24 @@
 //
 // Entries (the root, every directory and every file) are numbered in
 // breadth-first order, each directory's children contiguous and sorted by
-// name. One []byte holds every base name; per entry there is a 4-byte name
-// end offset, an 8-byte size (a negative size encodes "directory number d"),
-// a 4-byte version end offset into a second []byte of encoded versions
-// (typically 12–23 bytes: an S3 ETag is kept as 16 binary bytes, a posix
-// "MTIMENANOS-SIZE-CTIMENANOS-INO" version as three varints, see below),
-// and 32 bytes of sha256 when the manifest has checksums. Per directory
-// there are two 4-byte indexes. So a file costs about 30–40 bytes beyond
-// its name bytes (+32 with checksums); Manifest.OverheadBytes reports the
-// exact figure (bench/RESULTS.md). Lookup of a name in a
-// directory is a binary search over its children; readdir is a contiguous
-// range; the inode of entry i can simply be i+1.
+// name. They are held as one record per entry in a single []byte, in blocks
+// of 16 entries: a record is the body's entry without its checksum — the
+// name front-coded (uvarint bytes shared with the previous entry, uvarint
+// suffix length, suffix), the tag, and for a file the version payload and
+// the uvarint size — except that the first entry of every block shares
+// nothing (its whole name is there). Beside the records: one 8-byte offset
+// per block, a bit per entry telling directories, two 4-byte indexes per
+// directory (its entry number and its children's first entry), and 32 bytes
+// of sha256 per entry when the manifest has checksums. Versions stay
+// encoded as on disk (an S3 ETag as 16 binary bytes, a posix
+// "MTIMENANOS-SIZE-CTIMENANOS-INO" version as three varints, see below).
+// So an ImageNet-like file (a 20-byte name sharing ~14 bytes with its
+// neighbour, an ETag, a 3-byte size) costs about 26 bytes in all, its name
+// included (+32 with checksums); Manifest.MemoryBytes reports the exact
+// figure (bench/RESULTS.md). Reaching entry i decodes at most 15 records
+// before it; Lookup of a name in a directory is a binary search over the
+// whole names of the blocks' first entries, then a scan of one block;
+// readdir is a contiguous range; the inode of entry i can simply be i+1.
 //
 // # On disk (format versions 1 and 2)
 //

@@ -44,16 +44,18 @@ func (w *bodyWriter) child(name []byte, ver []byte, size int64, sum []byte) {
 
 // body returns the uncompressed body of m.
 func (m *Manifest) body() []byte {
-	w := bodyWriter{b: make([]byte, 0, len(m.names)/2+len(m.vers)+len(m.sums)+8*len(m.size))}
+	w := bodyWriter{b: make([]byte, 0, len(m.rec)+len(m.sums)+len(m.dirEntry)*4)}
+	var dec decoder
 	for d := range m.dirEntry {
 		start, end := int(m.childStart[d]), int(m.childStart[d+1])
 		w.dir(end - start)
+		if start == end {
+			continue
+		}
+		m.seek(&dec, start)
 		for i := start; i < end; i++ {
-			if m.IsDir(i) {
-				w.child(m.nameBytes(i), nil, 0, nil)
-				continue
-			}
-			w.child(m.nameBytes(i), m.vers[m.verEnd[i-1]:m.verEnd[i]], m.size[i], m.Checksum(i))
+			ver, size := dec.next()
+			w.child(dec.name[:dec.nlen], ver, size, m.Checksum(i))
 		}
 	}
 	return w.b

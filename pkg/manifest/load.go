@@ -211,37 +211,46 @@ func (r *reader) bytes(n uint64) []byte {
 }
 
 // parseBody decodes the decompressed body into a Manifest, validating every
-// entry; see the package doc for the layout.
+// entry; see the package doc for the layout of both.
 func parseBody(body []byte, h header) (*Manifest, error) {
 	checksums := h.flags&flagChecksums != 0
 	nEntries := int(h.files + h.dirs) // bounded by parseEnvelope
+	sumBytes := 0
+	if checksums {
+		sumBytes = SumSize * int(h.files)
+	}
 	m := &Manifest{
 		info: Info{Source: h.source, Created: time.Unix(0, h.created), Checksums: checksums},
-		// Room for every entry the header announces (parseEnvelope checked
-		// that they fit in the body).
-		nameEnd:    make([]uint32, 1, nEntries),
-		size:       append(make([]int64, 0, nEntries), -1),
-		verEnd:     make([]uint32, 1, nEntries),
-		names:      make([]byte, 0, min(len(body), 64*nEntries)),
-		vers:       make([]byte, 0, min(len(body), 20*int(h.files))),
+		// The records take about the body's bytes (less the checksums),
+		// plus the whole names of the first entries of the blocks: room
+		// for 1 byte per entry of those (more grows the slice).
+		rec:        make([]byte, 0, min(len(body)-min(sumBytes, len(body))+nEntries+64, 8*len(body)+64)),
+		blockOff:   make([]uint64, 0, (nEntries+blockSize-1)/blockSize),
+		dirBits:    make([]uint64, (nEntries+63)/64),
 		childStart: make([]uint32, 0, h.dirs+1),
 		dirEntry:   make([]uint32, 1, h.dirs),
 	}
 	if checksums {
 		m.sums = make([]byte, SumSize, SumSize*nEntries)
 	}
+	// The root: entry 0, the first of block 0, a directory with no name.
+	m.blockOff = append(m.blockOff, 0)
+	m.rec = append(m.rec, 0, 0, tagDir)
+	m.dirBits[0] |= 1
+	n := 1 // entries so far
+	var prev [backend.MaxNameLen]byte
+	prevLen := 0 // the previous entry's name (the previous sibling's when k > 0)
 	pathLen := make([]uint32, 1, h.dirs)
 	var total uint64
 	r := reader{b: body}
 	for d := 0; d < len(m.dirEntry); d++ {
-		m.childStart = append(m.childStart, uint32(len(m.size)))
-		n := r.uvarint()
-		if r.err == nil && n > uint64(len(body)-r.pos)/minEntrySize {
-			return nil, corrupt("directory %d: %d children cannot fit in the body", d, n)
+		m.childStart = append(m.childStart, uint32(n))
+		nChildren := r.uvarint()
+		if r.err == nil && nChildren > uint64(len(body)-r.pos)/minEntrySize {
+			return nil, corrupt("directory %d: %d children cannot fit in the body", d, nChildren)
 		}
-		prevStart, prevLen := 0, 0
-		for k := uint64(0); k < n; k++ {
-			if len(m.size) >= nEntries {
+		for k := uint64(0); k < nChildren; k++ {
+			if n >= nEntries {
 				return nil, corrupt("more entries than the header's %d", nEntries)
 			}
 			shared := r.uvarint()
@@ -249,30 +258,48 @@ func parseBody(body []byte, h header) (*Manifest, error) {
 			if r.err != nil {
 				return nil, corrupt("directory %d entry %d: %v", d, k, r.err)
 			}
-			if shared > uint64(prevLen) || shared+uint64(len(suffix)) > backend.MaxNameLen {
+			sibLen := prevLen
+			if k == 0 {
+				sibLen = 0 // a directory's first name shares nothing
+			}
+			if shared > uint64(sibLen) || shared+uint64(len(suffix)) > backend.MaxNameLen {
 				return nil, corrupt("directory %d entry %d: bad name lengths", d, k)
 			}
-			start := len(m.names)
-			m.names = append(m.names, m.names[prevStart:prevStart+int(shared)]...)
-			m.names = append(m.names, suffix...)
-			name := m.names[start:]
+			// Compare the name with the previous entry's before writing it
+			// over it: c, their order; common, the bytes they share.
+			old := prev[:prevLen]
+			common := int(shared)
+			for common < prevLen && common-int(shared) < len(suffix) && old[common] == suffix[common-int(shared)] {
+				common++
+			}
+			less := common-int(shared) < len(suffix) && (common == prevLen || old[common] < suffix[common-int(shared)])
+			nameLen := int(shared) + copy(prev[shared:], suffix)
+			name := prev[:nameLen]
 			if !backend.ValidName(string(name)) {
 				return nil, corrupt("directory %d: invalid name %q", d, name)
 			}
-			if k > 0 && string(m.names[prevStart:prevStart+prevLen]) >= string(name) {
+			if k > 0 && !less {
 				return nil, corrupt("directory %d: names not sorted at %q", d, name)
 			}
-			if len(m.names) > maxBlob {
-				return nil, corrupt("names exceed %d bytes", maxBlob)
-			}
-			plen := pathLen[d] + uint32(len(name))
+			plen := pathLen[d] + uint32(nameLen)
 			if d != 0 {
 				plen++
 			}
 			if plen > MaxPathLen {
 				return nil, corrupt("directory %d: path of %d bytes at %q", d, plen, name)
 			}
-			prevStart, prevLen = start, len(name)
+			// The record's name: front-coded against the previous entry,
+			// whole for the first entry of a block.
+			memShared := common
+			if n%blockSize == 0 {
+				m.blockOff = append(m.blockOff, uint64(len(m.rec)))
+				memShared = 0
+			}
+			m.rec = binary.AppendUvarint(m.rec, uint64(memShared))
+			m.rec = binary.AppendUvarint(m.rec, uint64(nameLen-memShared))
+			m.rec = append(m.rec, name[memShared:]...)
+			prevLen = nameLen
+			m.nameBytes += int64(nameLen)
 			if r.pos >= len(body) {
 				return nil, corrupt("directory %d entry %q: truncated", d, name)
 			}
@@ -282,8 +309,9 @@ func parseBody(body []byte, h header) (*Manifest, error) {
 				if uint64(len(m.dirEntry)) >= h.dirs {
 					return nil, corrupt("more directories than the header's %d", h.dirs)
 				}
-				m.size = append(m.size, -int64(len(m.dirEntry))-1)
-				m.dirEntry = append(m.dirEntry, uint32(len(m.size)-1))
+				m.rec = append(m.rec, tagDir)
+				m.dirBits[n>>6] |= 1 << (n & 63)
+				m.dirEntry = append(m.dirEntry, uint32(n))
 				pathLen = append(pathLen, plen)
 				if checksums {
 					m.sums = append(m.sums, make([]byte, SumSize)...)
@@ -301,7 +329,7 @@ func parseBody(body []byte, h header) (*Manifest, error) {
 				case tag == tagPosix:
 					m.legacyPosix++
 				}
-				m.vers = append(m.vers, body[r.pos:r.pos+1+vlen]...)
+				m.rec = append(m.rec, body[r.pos:r.pos+1+vlen]...)
 				r.pos += 1 + vlen
 				size := r.uvarint()
 				if r.err != nil || size > math.MaxInt64 {
@@ -310,26 +338,22 @@ func parseBody(body []byte, h header) (*Manifest, error) {
 				if total += size; total > math.MaxInt64 {
 					return nil, corrupt("total size overflows")
 				}
+				m.rec = binary.AppendUvarint(m.rec, size)
 				if checksums {
 					m.sums = append(m.sums, r.bytes(SumSize)...)
 					if r.err != nil {
 						return nil, corrupt("file %q: truncated checksum", name)
 					}
 				}
-				m.size = append(m.size, int64(size))
 				m.files++
 			}
-			if len(m.vers) > maxBlob {
-				return nil, corrupt("versions exceed %d bytes", maxBlob)
-			}
-			m.nameEnd = append(m.nameEnd, uint32(len(m.names)))
-			m.verEnd = append(m.verEnd, uint32(len(m.vers)))
+			n++
 		}
 		if r.err != nil {
 			return nil, corrupt("directory %d: %v", d, r.err)
 		}
 	}
-	m.childStart = append(m.childStart, uint32(len(m.size)))
+	m.childStart = append(m.childStart, uint32(n))
 	switch {
 	case r.pos != len(body):
 		return nil, corrupt("%d trailing bytes after the last directory", len(body)-r.pos)
@@ -339,8 +363,7 @@ func parseBody(body []byte, h header) (*Manifest, error) {
 		return nil, corrupt("files total %d bytes, header says %d", total, h.bytes)
 	}
 	m.bytes = int64(total)
-	m.names = shrink(m.names)
-	m.vers = shrink(m.vers)
+	m.rec = shrink(m.rec)
 	return m, nil
 }
 

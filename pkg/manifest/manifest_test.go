@@ -519,3 +519,60 @@ func TestPosixVersionEncoding(t *testing.T) {
 		}
 	}
 }
+
+// TestBlocks covers the in-memory blocks (names front-coded in blocks of
+// blockSize entries): directories of sizes around the block size, starting
+// at every offset in a block, names that share long prefixes, and lookups
+// of every name and of names just before, between and after them.
+func TestBlocks(t *testing.T) {
+	var files []File
+	var dirs []string
+	long := strings.Repeat("p", 250)
+	for d, n := range []int{0, 1, 2, 15, 16, 17, 31, 32, 33, 100, 7} {
+		dir := fmt.Sprintf("d%02d", d)
+		if n == 0 {
+			dirs = append(dirs, dir)
+		}
+		for k := range n {
+			name := fmt.Sprintf("n%d_%d.JPEG", d, k*3)
+			if k%5 == 4 {
+				name = long + fmt.Sprintf("%03d", k) // 253 bytes sharing 250 with its neighbours
+			}
+			files = append(files, File{Path: dir + "/" + name, Size: int64(k * 1000), Version: fmt.Sprintf("%032x", k+d*1000)})
+		}
+		if n == 17 {
+			files = append(files, File{Path: dir + "/sub/x", Size: 1, Version: "v"})
+		}
+	}
+	for _, sums := range []bool{false, true} {
+		fs := slices.Clone(files)
+		if sums {
+			for i := range fs {
+				s := sha256.Sum256([]byte(fs[i].Path))
+				fs[i].Sum = s[:]
+			}
+		}
+		m := mustBuild(t, fs, BuildOptions{Info: Info{Checksums: sums}, Dirs: dirs})
+		m2, err := Load(mustEncode(t, m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mm := range []*Manifest{m, m2} {
+			checkSame(t, mm, fs, dirs)
+			for _, f := range fs {
+				dir, name := f.Path[:strings.LastIndex(f.Path, "/")], f.Path[strings.LastIndex(f.Path, "/")+1:]
+				for _, absent := range []string{name + "0", name[:len(name)-1], "!" + name, "~" + name, ""} {
+					if i, ok := mm.Find(dir + "/" + absent); ok && absent != "" {
+						t.Errorf("Find(%q) = %d, want absent", dir+"/"+absent, i)
+					}
+				}
+			}
+			if _, ok := mm.Find("d00/x"); ok {
+				t.Error("found a file in the empty directory")
+			}
+		}
+		if mm := m2.MemoryBytes(); mm <= 0 || m2.OverheadBytes() > mm || m2.NameBytes() <= 0 {
+			t.Errorf("MemoryBytes %d, OverheadBytes %d, NameBytes %d", mm, m2.OverheadBytes(), m2.NameBytes())
+		}
+	}
+}

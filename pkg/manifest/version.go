@@ -159,6 +159,38 @@ func readVersion(tag byte, b []byte) (int, error) {
 	return 0, errVersion
 }
 
+// versionLen returns the length of the payload of a file entry with the
+// given tag at the start of b, which readVersion validated.
+func versionLen(tag byte, b []byte) int {
+	switch tag {
+	case tagRaw:
+		n, k := binary.Uvarint(b)
+		return k + int(n)
+	case tagPosix:
+		return varintLen(b)
+	case tagPosixCI:
+		k := varintLen(b)
+		k += varintLen(b[k:])
+		return k + varintLen(b[k:])
+	case tagHex:
+		return 1 + int(b[0])
+	case tagHexN:
+		k := 1 + int(b[0])
+		return k + varintLen(b[k:])
+	}
+	return 0
+}
+
+// varintLen returns the length of the (u)varint at the start of b.
+func varintLen(b []byte) int {
+	for i, c := range b {
+		if c < 0x80 {
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
 // formatVersion turns a stored tag+payload back into the version string.
 // enc was validated by readVersion.
 func formatVersion(enc []byte, size int64) string {
