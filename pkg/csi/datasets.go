@@ -41,7 +41,7 @@ func (ds *datasetMount) identity() *datasetMount {
 	p := &ds.Params // field by field: Prefetch may change meanwhile
 	return &datasetMount{
 		Key: ds.Key, MountPoint: ds.MountPoint, CacheDir: ds.CacheDir,
-		Params: volumeParams{Source: p.Source, CacheSize: p.CacheSize, Manifest: p.Manifest, Policy: p.Policy, ReadaheadFiles: p.ReadaheadFiles},
+		Params: volumeParams{Source: p.Source, CacheSize: p.CacheSize, Manifest: p.Manifest, Policy: p.Policy, ReadaheadFiles: p.ReadaheadFiles, CacheScope: p.CacheScope},
 	}
 }
 
