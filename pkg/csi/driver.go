@@ -28,9 +28,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/epochfs/epochfs/pkg/csiprobe"
+	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/units"
-	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
