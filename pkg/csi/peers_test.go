@@ -7,14 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"net"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/peer"
 )
@@ -106,6 +110,11 @@ func (l *failLauncher) launch(args, _ []string, _ string) (int, error) {
 
 func newPeerNodeState(t *testing.T, l launcher, dir peerDirectory, withPeer bool) *nodeState {
 	t.Helper()
+	return newPeerNode(t, l, dir, withPeer, "node-a", 7400, 7401)
+}
+
+func newPeerNode(t *testing.T, l launcher, dir peerDirectory, withPeer bool, id string, lo, hi int) *nodeState {
+	t.Helper()
 	tmp := t.TempDir()
 	tok := filepath.Join(tmp, "token")
 	if err := os.WriteFile(tok, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
@@ -114,7 +123,7 @@ func newPeerNodeState(t *testing.T, l launcher, dir peerDirectory, withPeer bool
 	cfg := nodeConfig{dir: filepath.Join(tmp, "state", "node"), cacheRoot: filepath.Join(tmp, "cache"), launcher: l,
 		mountTimeout: 30 * time.Second, log: slog.New(slog.DiscardHandler)}
 	if withPeer {
-		cfg.peer = &peerConfig{host: "127.0.0.1", id: "node-a", tokenFile: tok, portLo: 7400, portHi: 7401, dir: dir}
+		cfg.peer = &peerConfig{host: "127.0.0.1", id: id, tokenFile: tok, portLo: lo, portHi: hi, dir: dir}
 	}
 	n, err := newNodeState(cfg)
 	if err != nil {
@@ -269,5 +278,99 @@ func TestCheckPeerConfig(t *testing.T) {
 	}
 	if c := (Config{NodeID: "n", PeerListen: "fd00::1", PeerTokenFile: "/t"}); checkPeerConfig(&c) != nil {
 		t.Error("an IPv6 host refused")
+	}
+}
+
+// freePort returns a port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestClusterScopeTwoNodes: two node states (node-a, node-b) sharing a
+// directory start real cluster-scope mounts of one dataset: each one's
+// peers file lists both, every file reads right through both mounts, the
+// second mount starts knowing the first (its owner share file names both);
+// the release of node-b's volume removes it from node-a's peers file.
+func TestClusterScopeTwoNodes(t *testing.T) {
+	testenv.RequireFUSE(t)
+	cachefs, _ := buildBinaries(t)
+	src := t.TempDir()
+	files := map[string]string{}
+	for i := range 20 {
+		name := filepath.Join(src, "f"+strconv.Itoa(i))
+		files[name] = strings.Repeat(strconv.Itoa(i), 1000+i)
+		if err := os.WriteFile(name, []byte(files[name]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := newMemDirectory()
+	pa, pb := freePort(t), freePort(t)
+	a := newPeerNode(t, localLauncher{binary: cachefs}, dir.as("node-a"), true, "node-a", pa, pa)
+	b := newPeerNode(t, localLauncher{binary: cachefs}, dir.as("node-b"), true, "node-b", pb, pb)
+	params, err := parseParams(map[string]string{"source": src, "cacheScope": "cluster"}, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dss []*datasetMount
+	for _, n := range []*nodeState{a, b} {
+		key := n.datasetKey(params, nil)
+		ds, err := n.acquire(key, params, nil, "vol-1")
+		if err != nil {
+			t.Fatalf("acquire: %v\n%s", err, n.logTail(key, 0))
+		}
+		dss = append(dss, ds)
+		n := n
+		t.Cleanup(func() { _ = n.release(key, "vol-1") })
+	}
+	want := "node-a=127.0.0.1:" + strconv.Itoa(pa) + "\nnode-b=127.0.0.1:" + strconv.Itoa(pb) + "\n"
+	for i, n := range []*nodeState{a, b} {
+		waitFile(t, n.peersPath(dss[i].Key), want)
+	}
+	if share, err := os.ReadFile(filepath.Join(dss[1].CacheDir, peer.ShareFile)); err != nil || !strings.Contains(string(share), `"node-a"`) || !strings.Contains(string(share), `"node-b"`) {
+		t.Errorf("node-b's share file %s, %v: want both peers", share, err)
+	}
+	for _, ds := range dss {
+		for name, content := range files {
+			got, err := os.ReadFile(filepath.Join(ds.MountPoint, filepath.Base(name)))
+			if err != nil || string(got) != content {
+				t.Fatalf("%s through %s: %d bytes, %v", name, ds.MountPoint, len(got), err)
+			}
+		}
+	}
+	if err := b.release(dss[1].Key, "vol-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, a.peersPath(dss[0].Key), "node-a=127.0.0.1:"+strconv.Itoa(pa)+"\n")
+	if _, err := os.Stat(b.peersPath(dss[1].Key)); !os.IsNotExist(err) {
+		t.Errorf("node-b's peers file after its release: %v", err)
+	}
+}
+
+// waitFile waits until path, comments left out, is want.
+func waitFile(t *testing.T, path, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		var lines []string
+		for _, l := range strings.SplitAfter(string(b), "\n") {
+			if l != "" && !strings.HasPrefix(l, "#") {
+				lines = append(lines, l)
+			}
+		}
+		got := strings.Join(lines, "")
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %q, want %q", path, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
