@@ -534,6 +534,9 @@ func (n *nodeState) healthLoop(ctx context.Context, every time.Duration) {
 		n.checkAll()
 		n.budget.expire(time.Now())
 		n.maintainMountLogs()
+		if n.cfg.peer != nil {
+			n.readvertise(ctx)
+		}
 		if n.cfg.labeler != nil {
 			if err := n.cfg.labeler.sync(ctx, n); err != nil {
 				n.cfg.log.Warn("node cache labels not updated", "err", err)

@@ -287,3 +287,31 @@ func (n *nodeState) clusterArgs(ds *datasetMount, o *mount.CommandOptions) {
 	o.PeerID = self.ID
 	o.PeerTokenFile = n.cfg.peer.tokenFile
 }
+
+// readvertise advertises again every cluster-scope dataset mount the
+// directory does not list at its address (a Node re-created by its kubelet
+// loses its annotations), at each health check. A dataset whose lock is
+// held is left to the next round.
+func (n *nodeState) readvertise(ctx context.Context) {
+	for _, key := range n.datasetKeys() {
+		unlock, ok := n.dsLocks.tryLock(key)
+		if !ok {
+			continue
+		}
+		if ds := n.dataset(key); ds != nil && ds.PeerGroup != "" {
+			self := n.self(ds)
+			listed := false
+			for _, p := range n.cfg.peer.dir.Peers(ds.PeerGroup) {
+				listed = listed || p == self
+			}
+			if !listed {
+				if err := n.cfg.peer.dir.Advertise(ctx, ds.PeerGroup, self); err != nil {
+					n.cfg.log.Warn("cannot advertise a cluster-scope dataset mount again", "key", key, "err", err)
+				} else {
+					n.cfg.log.Info("advertised a cluster-scope dataset mount again", "key", key, "group", ds.PeerGroup)
+				}
+			}
+		}
+		unlock()
+	}
+}

@@ -343,6 +343,14 @@ func TestClusterScopeTwoNodes(t *testing.T) {
 			}
 		}
 	}
+	// A lost annotation (a re-created Node) comes back at the next health
+	// check.
+	if err := dir.as("node-a").Withdraw(context.Background(), dss[0].PeerGroup); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, b.peersPath(dss[1].Key), "node-b=127.0.0.1:"+strconv.Itoa(pb)+"\n")
+	a.readvertise(context.Background())
+	waitFile(t, b.peersPath(dss[1].Key), want)
 	if err := b.release(dss[1].Key, "vol-1"); err != nil {
 		t.Fatal(err)
 	}
