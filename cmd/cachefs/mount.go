@@ -25,6 +25,7 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		readaheadFiles string
 		credsFD        int
 		peers          string
+		peersFile      string
 	)
 	cmd := &cobra.Command{
 		Use:   mount.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
@@ -86,6 +87,19 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 				}
 				cfg.Peer.Peers = list
 			}
+			if peersFile != "" {
+				if peers != "" {
+					return g.mountFailed(usageError(fmt.Errorf("--%s and --%s: give one", mount.FlagPeers, mount.FlagPeersFile)))
+				}
+				if cfg.Peer.Scope != mount.ScopeCluster {
+					return g.mountFailed(usageError(fmt.Errorf("--%s needs --%s %s", mount.FlagPeersFile, mount.FlagCacheScope, mount.ScopeCluster)))
+				}
+				fm, err := peer.OpenFile(cmd.Context(), peersFile, 0)
+				if err != nil {
+					return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mount.FlagPeersFile, err)))
+				}
+				cfg.Peer.Membership = fm
+			}
 			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize, readaheadFiles))
 		},
 	}
@@ -106,6 +120,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.IntVar(&credsFD, mount.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
 	f.StringVar(&cfg.Peer.Scope, mount.FlagCacheScope, mount.ScopeNode, "node: a node-local cache; cluster: the cache peers of the dataset (--peers) split its files, each cached by its owner only, and a miss of another peer's file asks that owner before the backend")
 	f.StringVar(&peers, mount.FlagPeers, "", "cluster scope: the cache peers, id=host:port,... (this mount included, or it is added as --peer-id=--peer-listen)")
+	f.StringVar(&peersFile, mount.FlagPeersFile, "", "cluster scope: instead of --peers, a file with the cache peers (id=host:port, one a line; this mount included) that another program rewrites and the mount reloads every second: the CSI node plugin keeps it from Kubernetes discovery")
 	f.StringVar(&cfg.Peer.Listen, mount.FlagPeerListen, "", "cluster scope: serve peers at HOST:PORT (a host is required: 0.0.0.0 only when written out)")
 	f.StringVar(&cfg.Peer.ID, mount.FlagPeerID, "", "cluster scope: this mount's peer id (default: the --peer-listen address)")
 	f.StringVar(&cfg.Peer.TokenFile, mount.FlagPeerTokenFile, "", "cluster scope: file holding the token shared by the peers (at least 16 bytes; peers without it are refused)")

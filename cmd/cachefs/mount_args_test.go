@@ -24,6 +24,9 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			CacheScope: mount.ScopeCluster, Peers: "a=10.0.0.1:7070,b=10.0.0.2:7070", PeerListen: "10.0.0.1:7070", PeerID: "a",
 			PeerTokenFile: "/etc/epochfs/peer-token",
 		}},
+		{"peers file", mount.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1,
+			CacheScope: mount.ScopeCluster, PeersFile: "/var/lib/epochfs/state/node/peers/ds-1.peers", PeerListen: "10.0.0.1:7400", PeerID: "node-a",
+			PeerTokenFile: "/etc/epochfs/peer-token/token"}},
 		{"values that look like flags", mount.CommandOptions{Source: "/data/--policy", Mountpoint: "/mnt/-x", CacheDir: "--weird", CacheSize: 1, Manifest: "-"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,7 +70,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 				Source: f.Arg(0), Mountpoint: f.Arg(1),
 				CacheDir: str(mount.FlagCacheDir), CacheSize: size, Policy: str(mount.FlagPolicy),
 				Manifest: str(mount.FlagManifest), ReadaheadFiles: readahead, LogFormat: str(mount.FlagLogFormat),
-				CredentialsFD: credsFD, CacheScope: str(mount.FlagCacheScope), Peers: str(mount.FlagPeers),
+				CredentialsFD: credsFD, CacheScope: str(mount.FlagCacheScope), Peers: str(mount.FlagPeers), PeersFile: str(mount.FlagPeersFile),
 				PeerListen: str(mount.FlagPeerListen), PeerID: str(mount.FlagPeerID), PeerTokenFile: str(mount.FlagPeerTokenFile),
 			}
 			want := tc.opts

@@ -31,6 +31,10 @@ type datasetMount struct {
 	// Credentials: the mount was started with credentials of its own
 	// (set by start): it must never be restarted without them.
 	Credentials bool `json:"credentials,omitempty"`
+	// PeerGroup and PeerPort: a cluster-scope mount's discovery group and
+	// peer port on this node (peers.go); "" and 0 in node scope.
+	PeerGroup string `json:"peerGroup,omitempty"`
+	PeerPort  int    `json:"peerPort,omitempty"`
 }
 
 // identity copies the fields of ds that never change once it is recorded
@@ -41,7 +45,7 @@ func (ds *datasetMount) identity() *datasetMount {
 	p := &ds.Params // field by field: Prefetch may change meanwhile
 	return &datasetMount{
 		Key: ds.Key, MountPoint: ds.MountPoint, CacheDir: ds.CacheDir,
-		Params: volumeParams{Source: p.Source, CacheSize: p.CacheSize, Manifest: p.Manifest, Policy: p.Policy, ReadaheadFiles: p.ReadaheadFiles},
+		Params: volumeParams{Source: p.Source, CacheSize: p.CacheSize, Manifest: p.Manifest, Policy: p.Policy, ReadaheadFiles: p.ReadaheadFiles, CacheScope: p.CacheScope},
 	}
 }
 
@@ -116,7 +120,15 @@ func (n *nodeState) start(ds *datasetMount) error {
 	} else if ds.Credentials {
 		return fmt.Errorf("csi: dataset mount %s of %s cannot start: %w; the next stage of one of its volumes, with its secret, brings them back", ds.Key, ds.Params.Source, errCredentialsLost)
 	}
-	args := mount.CommandOptions{
+	if ds.PeerGroup != "" {
+		if n.cfg.peer == nil {
+			return fmt.Errorf("csi: dataset mount %s of %s is cluster scope, and this node plugin has no --peer-listen now", ds.Key, ds.Params.Source)
+		}
+		if err := n.joinCluster(ds); err != nil {
+			return err
+		}
+	}
+	opts := mount.CommandOptions{
 		Source:         ds.Params.Source,
 		Mountpoint:     ds.MountPoint,
 		CacheDir:       ds.CacheDir,
@@ -125,7 +137,9 @@ func (n *nodeState) start(ds *datasetMount) error {
 		Manifest:       ds.Params.Manifest,
 		ReadaheadFiles: readaheadArg(ds.Params.ReadaheadFiles),
 		LogFormat:      mount.LogFormatJSON,
-	}.Args()
+	}
+	n.clusterArgs(ds, &opts)
+	args := opts.Args()
 	logStart := int64(0)
 	if st, err := os.Stat(n.logPath(ds.Key)); err == nil {
 		logStart = st.Size()

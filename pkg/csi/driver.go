@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/epochfs/epochfs/pkg/csiprobe"
+	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
@@ -117,6 +118,21 @@ type Config struct {
 	// dir's disk when it cannot mount a tmpfs there (not root). Off: the
 	// node plugin refuses to start then.
 	AllowDiskSecrets bool
+	// PeerListen is this node's address (a host, no port) for the peer
+	// traffic of cluster-scope dataset mounts (volume attribute cacheScope:
+	// cluster); empty: cluster-scope volumes are refused. Each such mount
+	// listens on its own port of PeerPortRange (default
+	// DefaultPeerPortRange). PeerTokenFile (required with PeerListen) holds
+	// the token the peers share, from a Kubernetes Secret; PeerID is this
+	// node's peer id (default: NodeID). Peers are discovered through the
+	// Kubernetes API (annotations on the Nodes, package kubepeer), with
+	// Kubeconfig or the in-cluster config; PeerDirectory, when set,
+	// replaces that discovery (tests).
+	PeerListen    string
+	PeerPortRange string
+	PeerTokenFile string
+	PeerID        string
+	PeerDirectory peerDirectory
 	// MountLogMaxSize caps each mount process's log (node/logs/<key>.log):
 	// the health check copies a larger one to <key>.log.1 and truncates
 	// it. Default 10MiB.
@@ -240,6 +256,9 @@ func New(cfg Config) (*Driver, error) {
 		if cfg.NodeID == "" {
 			return nil, errors.New("csi: --nodeid is required in node mode")
 		}
+		if err := checkPeerConfig(&d.cfg); err != nil {
+			return nil, err
+		}
 		if cfg.CacheRoot == "" || !filepath.IsAbs(cfg.CacheRoot) {
 			return nil, fmt.Errorf("csi: --cache-root %q must be an absolute path", cfg.CacheRoot)
 		}
@@ -295,6 +314,23 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 			return nodeConfig{}, err
 		}
 		cfg.labeler = &nodeLabeler{client: client, node: d.cfg.NodeID}
+	}
+	if d.cfg.PeerListen != "" {
+		lo, hi, _ := ParsePortRange(d.cfg.PeerPortRange) // checked by New
+		pc := &peerConfig{host: d.cfg.PeerListen, id: d.cfg.PeerID, tokenFile: d.cfg.PeerTokenFile,
+			portLo: lo, portHi: hi, dir: d.cfg.PeerDirectory}
+		if pc.dir == nil {
+			client, err := kubeClient(d.cfg.Kubeconfig)
+			if err != nil {
+				return nodeConfig{}, err
+			}
+			dir, err := kubepeer.Start(context.Background(), client, d.cfg.NodeID)
+			if err != nil {
+				return nodeConfig{}, fmt.Errorf("csi: cluster scope: %w", err)
+			}
+			pc.dir = dir
+		}
+		cfg.peer = pc
 	}
 	return cfg, nil
 }

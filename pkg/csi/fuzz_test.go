@@ -81,6 +81,22 @@ func TestDatasetKeyStable(t *testing.T) {
 	if k := datasetKey(p, ""); k != before {
 		t.Errorf("readaheadFiles auto: key %s, want %s (the default's)", k, before)
 	}
+	// cacheScope node (explicit) keeps the old key; cluster gets its own
+	// mount and cache.
+	src := map[string]string{"source": "s3://bucket/imagenet?region=us-east-1", "cacheSize": "1Gi", "cacheScope": "node"}
+	if p, err = parseParams(src, 0); err != nil {
+		t.Fatal(err)
+	}
+	if k := datasetKey(p, ""); k != before {
+		t.Errorf("cacheScope node: key %s, want %s (the default's)", k, before)
+	}
+	src["cacheScope"] = "cluster"
+	if p, err = parseParams(src, 0); err != nil {
+		t.Fatal(err)
+	}
+	if k := datasetKey(p, ""); k == before {
+		t.Error("cacheScope cluster: same dataset key as node scope")
+	}
 }
 
 // TestCredentialsID: credentials are part of the dataset key through a keyed

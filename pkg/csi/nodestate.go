@@ -28,6 +28,7 @@ type nodeConfig struct {
 	cacheRoot    string        // one cache directory per dataset mount under it
 	launcher     launcher      // starts `cachefs mount` processes
 	labeler      *nodeLabeler  // nil unless Config.NodeLabels
+	peer         *peerConfig   // nil: cluster-scope volumes are refused
 	mountTimeout time.Duration // bounds waiting for a new mount to become live
 	budget       CacheBudget   // of the dataset caches under cacheRoot
 	maxMounts    int           // cap on dataset mount processes; 0: none
@@ -67,6 +68,8 @@ type nodeState struct {
 
 	repairs atomic.Int64
 	budget  *budget // the cache root's budget and the mount cap
+	ports   peerPorts
+	peersMu sync.Mutex // serialises peers-file rewrites and withdrawals (peers.go)
 
 	volLocks keyedLocks
 	dsLocks  keyedLocks
@@ -161,7 +164,7 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	if n.budget.limit == (CacheBudget{}) {
 		n.budget.limit = DefaultCacheRootBudget
 	}
-	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt", "idle"} {
+	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt", "idle", "peers"} {
 		if err := os.MkdirAll(filepath.Join(cfg.dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("csi: state dir: %w", err)
 		}
@@ -177,6 +180,9 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	loadState(cfg, "datasets", func(ds *datasetMount) {
 		n.datasets[ds.Key] = ds
 		n.budget.adopt(ds.Key, ds.Params.CacheSize)
+		if ds.PeerGroup != "" && cfg.peer != nil {
+			_, _ = n.ports.take(ds.Key, ds.PeerPort, cfg.peer.portLo, cfg.peer.portHi)
+		}
 		if err := n.healthy(ds); err != nil {
 			cfg.log.Warn("dataset mount needs repair", "key", ds.Key, "source", ds.Params.Source, "err", err)
 		} else {
@@ -185,6 +191,10 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	})
 	loadState(cfg, "volumes", func(v *nodeVolume) { n.volumes[v.ID] = v })
 	n.removeOrphanSecrets()
+	if cfg.peer != nil {
+		cfg.peer.dir.OnChange(n.refreshPeers)
+		n.refreshPeers()
+	}
 	return n, nil
 }
 
@@ -308,6 +318,9 @@ func (n *nodeState) saveDataset(ds *datasetMount) error {
 // the dataset's lock held, which the start of a new mount may hold up to the
 // mount timeout; no other dataset waits on it.
 func (n *nodeState) acquire(key string, params volumeParams, secrets map[string]string, id string) (*datasetMount, error) {
+	if err := n.checkScope(params); err != nil {
+		return nil, err
+	}
 	ds := n.dataset(key)
 	if ds == nil {
 		// A new dataset mount: its secrets file is this volume's. The file
@@ -321,6 +334,14 @@ func (n *nodeState) acquire(key string, params volumeParams, secrets map[string]
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 		ds = &datasetMount{Key: key, Params: params, MountPoint: n.mountPath(key), CacheDir: filepath.Join(n.cfg.cacheRoot, key)}
+		if params.Cluster() {
+			if err := n.prepareCluster(ds, secrets); err != nil {
+				_ = removeFile(n.secretPath(key))
+				n.ports.free(key)
+				n.budget.release(key)
+				return nil, err
+			}
+		}
 		_, statErr := os.Stat(ds.CacheDir)
 		newCache := errors.Is(statErr, os.ErrNotExist)
 		if err := n.start(ds); err != nil {
@@ -332,12 +353,16 @@ func (n *nodeState) acquire(key string, params volumeParams, secrets map[string]
 			if newCache {
 				_ = os.RemoveAll(ds.CacheDir)
 			}
+			n.leaveCluster(ds)
 			n.budget.release(key)
 			return nil, mountError(err)
 		}
 		n.mu.Lock()
 		n.datasets[key] = ds
 		n.mu.Unlock()
+		if ds.PeerGroup != "" {
+			n.refreshPeers() // peers that joined while it started
+		}
 	} else if err := n.healthy(ds); err != nil {
 		// After a node reboot the tmpfs holding the secrets is empty: a
 		// volume that stages the dataset again brings them. Equal keys
@@ -441,6 +466,7 @@ func (n *nodeState) release(key, id string) error {
 	n.mu.Lock()
 	delete(n.datasets, key)
 	n.mu.Unlock()
+	n.leaveCluster(ds)
 	n.budget.release(key) // its cache stays, idle, for the next stage
 	n.removeLog(key)
 	_ = removeFile(n.secretPath(key))
@@ -508,6 +534,9 @@ func (n *nodeState) healthLoop(ctx context.Context, every time.Duration) {
 		n.checkAll()
 		n.budget.expire(time.Now())
 		n.maintainMountLogs()
+		if n.cfg.peer != nil {
+			n.readvertise(ctx)
+		}
 		if n.cfg.labeler != nil {
 			if err := n.cfg.labeler.sync(ctx, n); err != nil {
 				n.cfg.log.Warn("node cache labels not updated", "err", err)

@@ -56,6 +56,11 @@ func datasetKey(p volumeParams, creds string) string {
 		// auto became the default, "0" (off) is set too, and keyed apart.
 		fmt.Fprintf(h, "readaheadFiles:%d\n", *p.ReadaheadFiles)
 	}
+	if p.CacheScope != "" {
+		// Only for cluster scope (node scope is ""), so that node-scope
+		// keys are what they were before the parameter.
+		fmt.Fprintf(h, "cacheScope:%s\n", p.CacheScope)
+	}
 	if creds != "" {
 		fmt.Fprintf(h, "credentials:%s\n", creds)
 	}

@@ -34,6 +34,7 @@ const (
 	// Cluster scope (issue 15, pkg/peer).
 	FlagCacheScope    = "cache-scope"
 	FlagPeers         = "peers"
+	FlagPeersFile     = "peers-file"
 	FlagPeerListen    = "peer-listen"
 	FlagPeerID        = "peer-id"
 	FlagPeerTokenFile = "peer-token-file"
@@ -87,9 +88,10 @@ type CommandOptions struct {
 	// the flag out: credentials from the environment or the standard chain.
 	CredentialsFD int
 	// CacheScope: "" leaves the default (ScopeNode); ScopeCluster needs
-	// Peers, PeerListen and PeerTokenFile (PeerID "" takes PeerListen).
+	// Peers or PeersFile, PeerListen and PeerTokenFile (PeerID "" takes PeerListen).
 	CacheScope    string
 	Peers         string // id=host:port,…
+	PeersFile     string // a file of peers the mount reloads (peer.File)
 	PeerListen    string
 	PeerID        string
 	PeerTokenFile string
@@ -113,6 +115,7 @@ func (o CommandOptions) Args() []string {
 	add(FlagReadaheadFiles, o.ReadaheadFiles)
 	add(FlagCacheScope, o.CacheScope)
 	add(FlagPeers, o.Peers)
+	add(FlagPeersFile, o.PeersFile)
 	add(FlagPeerListen, o.PeerListen)
 	add(FlagPeerID, o.PeerID)
 	add(FlagPeerTokenFile, o.PeerTokenFile)

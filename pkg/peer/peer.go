@@ -5,11 +5,10 @@
 // owner for the bytes over HTTP (server.go, client.go) before it falls back
 // to the backend.
 //
-// Membership is the one seam for discovery: a Static list (`--peers`) now;
-// a Kubernetes watcher (an EndpointSlice of the node plugins' headless
-// Service, filtered to the nodes that hold the dataset) implements the same
-// interface later without touching the read path, which asks Owner of the
-// current Peers on every miss.
+// Membership is the one seam for discovery: a Static list (`--peers`), a
+// File another program rewrites (`--peers-file`: the CSI node plugin, from
+// the Kubernetes discovery of package kubepeer); the read path asks Owner of
+// the current Peers on every miss.
 //
 // The package knows pkg/backend (path rules) and Prometheus; the read path
 // (pkg/fusefs) sees it only through the small interfaces it declares.

@@ -49,6 +49,14 @@ const (
 	ReadaheadFiles = "readaheadFiles"
 	// ReadaheadFilesAuto is the ReadaheadFiles value of the default.
 	ReadaheadFilesAuto = "auto"
+	// CacheScope is the mount's --cache-scope: CacheScopeNode (the
+	// default, also when absent) or CacheScopeCluster (the dataset's cache
+	// peers, the nodes that mount it in cluster scope, split its files;
+	// pkg/peer). Part of the dataset key: node- and cluster-scope volumes
+	// of one dataset get separate mounts and caches.
+	CacheScope        = "cacheScope"
+	CacheScopeNode    = "node"
+	CacheScopeCluster = "cluster"
 
 	// KubernetesPrefix marks keys added by Kubernetes (external-provisioner
 	// --extra-create-metadata, podInfoOnMount); Parse ignores them.
@@ -60,7 +68,7 @@ const (
 const MaxReadaheadFiles = 256
 
 // Keys lists every attribute key Parse accepts, in documentation order.
-var Keys = []string{Source, CacheSize, Manifest, Policy, Prefetch, ReadaheadFiles}
+var Keys = []string{Source, CacheSize, Manifest, Policy, Prefetch, ReadaheadFiles, CacheScope}
 
 // ErrInvalid is wrapped by every Parse error. The message names the
 // attribute, and the value where it is not a secret (attributes never are).
@@ -79,7 +87,15 @@ type Params struct {
 	// ReadaheadFiles, when set, is passed to the mount (--readahead-files
 	// N; 0: off); nil leaves the mount's default, auto.
 	ReadaheadFiles *int `json:"readaheadFiles,omitempty"`
+	// CacheScope is CacheScopeNode or CacheScopeCluster; "" (a volume
+	// recorded before the parameter) means CacheScopeNode. Parse leaves
+	// node scope as "" so that the params, and the dataset keys, of
+	// node-scope volumes are what they were before the parameter.
+	CacheScope string `json:"cacheScope,omitempty"`
 }
+
+// Cluster reports whether the volume asks for the cluster-wide cache.
+func (p Params) Cluster() bool { return p.CacheScope == CacheScopeCluster }
 
 // invalid returns an error wrapping ErrInvalid whose text is the formatted
 // message alone (callers such as the CSI driver show it as is).
@@ -133,6 +149,15 @@ func Parse(in map[string]string, defaultCacheSize int64) (Params, error) {
 				return p, invalid("parameter %q: %q is neither %q nor a number of files from 0 to %d", ReadaheadFiles, v, ReadaheadFilesAuto, MaxReadaheadFiles)
 			}
 			p.ReadaheadFiles = &n
+		case CacheScope:
+			switch v {
+			case CacheScopeNode:
+				p.CacheScope = ""
+			case CacheScopeCluster:
+				p.CacheScope = CacheScopeCluster
+			default:
+				return p, invalid("parameter %q: %q is neither %q nor %q", CacheScope, v, CacheScopeNode, CacheScopeCluster)
+			}
 		case Policy:
 			if !slices.Contains(cache.Policies(), v) {
 				return p, invalid("parameter %q: unknown policy %q (want one of %s)", Policy, v, strings.Join(cache.Policies(), ", "))
@@ -170,6 +195,9 @@ func (p Params) Attributes() map[string]string {
 	}
 	if p.ReadaheadFiles != nil {
 		m[ReadaheadFiles] = strconv.Itoa(*p.ReadaheadFiles)
+	}
+	if p.CacheScope != "" {
+		m[CacheScope] = p.CacheScope
 	}
 	return m
 }

@@ -19,6 +19,9 @@ func TestParse(t *testing.T) {
 			want: Params{Source: "s3://bucket/p", CacheSize: 2 << 30, Manifest: "/m.efm", Policy: "lru", Prefetch: true, ReadaheadFiles: ptr(256)}},
 		{name: "readahead auto", in: map[string]string{Source: "/d", ReadaheadFiles: "auto"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr"}},
 		{name: "readahead off", in: map[string]string{Source: "/d", ReadaheadFiles: "0"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr", ReadaheadFiles: ptr(0)}},
+		{name: "scope node", in: map[string]string{Source: "/d", CacheScope: "node"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr"}},
+		{name: "scope cluster", in: map[string]string{Source: "/d", CacheScope: "cluster"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr", CacheScope: "cluster"}},
+		{name: "scope bad", in: map[string]string{Source: "/d", CacheScope: "Cluster"}, err: `parameter "cacheScope": "Cluster" is neither "node" nor "cluster"`},
 		{name: "no source", in: map[string]string{}, err: `parameter "source" is required (the dataset URL, e.g. s3://bucket/prefix or /mnt/nfs/dataset)`},
 		{name: "bad size", in: map[string]string{Source: "/d", CacheSize: "0"}, err: `parameter "cacheSize": invalid size "0": must be greater than zero`},
 		{name: "readahead over", in: map[string]string{Source: "/d", ReadaheadFiles: "257"}, err: `parameter "readaheadFiles": "257" is neither "auto" nor a number of files from 0 to 256`},
@@ -28,7 +31,7 @@ func TestParse(t *testing.T) {
 		{name: "relative manifest", in: map[string]string{Source: "/d", Manifest: "m.efm"}, err: `parameter "manifest": "m.efm" must be an absolute path or a URL`},
 		{name: "prefetch", in: map[string]string{Source: "/d", Prefetch: "yes"}, err: `parameter "prefetch": "yes" is not true or false`},
 		{name: "unknown", in: map[string]string{Source: "/d", "cachesize": "1G", "zz": ""},
-			err: `unknown parameters ["cachesize" "zz"] (known: source, cacheSize, manifest, policy, prefetch, readaheadFiles)`},
+			err: `unknown parameters ["cachesize" "zz"] (known: source, cacheSize, manifest, policy, prefetch, readaheadFiles, cacheScope)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,317 @@
+package csi
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/peer"
+	"github.com/epochfs/epochfs/pkg/volattr"
+)
+
+// Cluster scope (volume attribute cacheScope: cluster; issue 15).
+//
+// Each cluster-scope dataset mount on a node gets its own peer port, the
+// lowest free one of the node plugin's --peer-port-range, recorded with
+// the dataset (so a repaired or re-adopted mount keeps it), and listens on
+// --peer-listen (the node's address) at that port. The node plugin
+// advertises HOST:PORT under the dataset's peer group on its Node object
+// (package kubepeer) and writes the group's current peers, from the Nodes
+// it watches, into a peers file per dataset that the mount reloads
+// (`cachefs mount --peers-file`): the mount process needs no Kubernetes
+// credentials, and no extra process runs per dataset.
+//
+// The peer group is an HMAC, under the shared peer token, of the source,
+// the manifest and the volume's credentials: nodes join one group only for
+// the same data read with the same credentials, and without the token the
+// group names tell nothing of either.
+
+// peerDirectory is the discovery of peer groups (kubepeer.Directory; a
+// fake in tests).
+type peerDirectory interface {
+	Advertise(ctx context.Context, group string, p peer.Peer) error
+	Withdraw(ctx context.Context, group string) error
+	Peers(group string) []peer.Peer
+	OnChange(func())
+}
+
+// peerConfig is the node plugin's cluster-scope setup (nodeConfig.peer);
+// nil: cluster-scope volumes are refused.
+type peerConfig struct {
+	host           string // --peer-listen: the node's address for peer traffic
+	id             string // --peer-id (default: the node name)
+	tokenFile      string // --peer-token-file
+	portLo, portHi int    // --peer-port-range
+	dir            peerDirectory
+}
+
+// DefaultPeerPortRange is --peer-port-range's default.
+const DefaultPeerPortRange = "7400-7463"
+
+// ParsePortRange parses LO-HI (1 ≤ LO ≤ HI ≤ 65535).
+func ParsePortRange(s string) (lo, hi int, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || lo < 1 || hi > 65535 || lo > hi {
+		return 0, 0, fmt.Errorf("csi: --peer-port-range %q: want LO-HI, ports from 1 to 65535", s)
+	}
+	return lo, hi, nil
+}
+
+// checkPeerConfig validates the peer settings of Config (New).
+func checkPeerConfig(c *Config) error {
+	if c.PeerListen == "" {
+		return nil
+	}
+	if strings.Contains(c.PeerListen, ":") && net.ParseIP(c.PeerListen) == nil {
+		return fmt.Errorf("csi: --peer-listen %q: want the node's address (a host, no port: ports come from --peer-port-range)", c.PeerListen)
+	}
+	if c.PeerTokenFile == "" {
+		return fmt.Errorf("csi: --peer-listen needs --peer-token-file (the shared peer token, from a Kubernetes Secret)")
+	}
+	if c.PeerID == "" {
+		c.PeerID = c.NodeID
+	}
+	if err := peer.ValidID(c.PeerID); err != nil {
+		return fmt.Errorf("csi: --peer-id (default: --nodeid): %w", err)
+	}
+	if c.PeerPortRange == "" {
+		c.PeerPortRange = DefaultPeerPortRange
+	}
+	if _, _, err := ParsePortRange(c.PeerPortRange); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkScope refuses a cluster-scope volume on a node without peer
+// settings.
+func (n *nodeState) checkScope(p volumeParams) error {
+	if p.Cluster() && n.cfg.peer == nil {
+		return status.Errorf(codes.FailedPrecondition, "parameter %q: %q needs this node plugin's peer settings, and its --peer-listen is empty (the admin enables cluster scope: chart value node.clusterCache.enabled)",
+			volattr.CacheScope, volattr.CacheScopeCluster)
+	}
+	return nil
+}
+
+// peerGroup is the discovery group of a cluster-scope dataset (see above).
+func peerGroup(token []byte, p volumeParams, secrets map[string]string) string {
+	m := hmac.New(sha256.New, token)
+	for _, s := range []string{p.Source, p.Manifest} {
+		fmt.Fprintf(m, "%d:%s\n", len(s), s)
+	}
+	keys := make([]string, 0, len(secrets))
+	for k := range secrets {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(m, "%d:%s=%d:%s\n", len(k), k, len(secrets[k]), secrets[k])
+	}
+	return "g-" + hex.EncodeToString(m.Sum(nil))[:24]
+}
+
+// peerPorts hands out the ports of --peer-port-range to cluster-scope
+// dataset mounts.
+type peerPorts struct {
+	mu    sync.Mutex
+	taken map[int]string // port → dataset key
+}
+
+// take returns key's port: want when it is free or key's (a recorded
+// mount's), else the lowest free one.
+func (pp *peerPorts) take(key string, want, lo, hi int) (int, error) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.taken == nil {
+		pp.taken = map[int]string{}
+	}
+	if want >= lo && want <= hi {
+		if k, ok := pp.taken[want]; !ok || k == key {
+			pp.taken[want] = key
+			return want, nil
+		}
+	}
+	for p := lo; p <= hi; p++ {
+		if _, ok := pp.taken[p]; !ok {
+			pp.taken[p] = key
+			return p, nil
+		}
+	}
+	return 0, status.Errorf(codes.ResourceExhausted, "no free peer port in --peer-port-range %d-%d: one per cluster-scope dataset on this node", lo, hi)
+}
+
+func (pp *peerPorts) free(key string) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	for p, k := range pp.taken {
+		if k == key {
+			delete(pp.taken, p)
+		}
+	}
+}
+
+// peersPath is the peers file of a cluster-scope dataset mount.
+func (n *nodeState) peersPath(key string) string {
+	return filepath.Join(n.cfg.dir, "peers", key+".peers")
+}
+
+// self is this node's peer in ds's group.
+func (n *nodeState) self(ds *datasetMount) peer.Peer {
+	return peer.Peer{ID: n.cfg.peer.id, Addr: net.JoinHostPort(n.cfg.peer.host, strconv.Itoa(ds.PeerPort))}
+}
+
+// prepareCluster gives a new cluster-scope dataset mount its group and
+// port (before start). Called with its dataset lock held.
+func (n *nodeState) prepareCluster(ds *datasetMount, secrets map[string]string) error {
+	c := n.cfg.peer
+	tok, err := peer.ReadToken(c.tokenFile)
+	if err != nil {
+		return status.Errorf(codes.FailedPrecondition, "cluster scope: --peer-token-file: %v", err)
+	}
+	ds.PeerGroup = peerGroup(tok, ds.Params, secrets)
+	n.mu.Lock()
+	for _, o := range n.datasets {
+		if o.PeerGroup == ds.PeerGroup && o.Key != ds.Key {
+			n.mu.Unlock()
+			// One node is one peer of a group (its Node carries one
+			// address per group).
+			return status.Errorf(codes.FailedPrecondition, "cluster scope: this node already mounts the dataset %s in cluster scope with other parameters (cacheSize, policy or readaheadFiles): a node is one peer of a dataset; use the same parameters", ds.Params.Source)
+		}
+	}
+	n.mu.Unlock()
+	ds.PeerPort, err = n.ports.take(ds.Key, 0, c.portLo, c.portHi)
+	return err
+}
+
+// joinCluster advertises ds in its group and writes its peers file
+// (start, before the mount process runs).
+func (n *nodeState) joinCluster(ds *datasetMount) error {
+	if err := os.MkdirAll(filepath.Dir(n.peersPath(ds.Key)), 0o755); err != nil {
+		return fmt.Errorf("csi: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.cfg.peer.dir.Advertise(ctx, ds.PeerGroup, n.self(ds)); err != nil {
+		return fmt.Errorf("csi: cluster scope: %w", err)
+	}
+	return n.writePeers(ds.Key, ds.PeerGroup, n.self(ds))
+}
+
+// writePeers writes the peers file of dataset key: its group's peers as
+// discovered, with self in place of any stale entry of its id (its own
+// annotation may not have come back through the watch yet).
+func (n *nodeState) writePeers(key, group string, self peer.Peer) error {
+	list := []peer.Peer{self}
+	for _, p := range n.cfg.peer.dir.Peers(group) {
+		if p.ID != self.ID {
+			list = append(list, p)
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	if err := peer.WritePeersFile(n.peersPath(key), list); err != nil {
+		return fmt.Errorf("csi: peers file: %w", err)
+	}
+	return nil
+}
+
+// refreshPeers rewrites the peers file of every cluster-scope dataset
+// mount (the directory's OnChange).
+func (n *nodeState) refreshPeers() {
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	n.mu.Lock()
+	type rec struct {
+		key, group string
+		self       peer.Peer
+	}
+	var recs []rec
+	for _, ds := range n.datasets {
+		if ds.PeerGroup != "" {
+			recs = append(recs, rec{ds.Key, ds.PeerGroup, n.self(ds)})
+		}
+	}
+	n.mu.Unlock()
+	for _, r := range recs {
+		if err := n.writePeers(r.key, r.group, r.self); err != nil {
+			n.cfg.log.Warn("cannot rewrite a peers file", "key", r.key, "err", err)
+		}
+	}
+}
+
+// leaveCluster withdraws ds from its group and removes its peers file and
+// port (release).
+func (n *nodeState) leaveCluster(ds *datasetMount) {
+	if ds.PeerGroup == "" || n.cfg.peer == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Not under peersMu: a directory may call OnChange (refreshPeers)
+	// from within.
+	if err := n.cfg.peer.dir.Withdraw(ctx, ds.PeerGroup); err != nil {
+		n.cfg.log.Warn("cannot withdraw from a peer group", "key", ds.Key, "group", ds.PeerGroup, "err", err)
+	}
+	// ds is out of n.datasets: after a refresh in flight ends, none
+	// writes its file again.
+	n.peersMu.Lock()
+	_ = removeFile(n.peersPath(ds.Key))
+	n.peersMu.Unlock()
+	n.ports.free(ds.Key)
+}
+
+// clusterArgs fills the cluster-scope flags of ds's command line.
+func (n *nodeState) clusterArgs(ds *datasetMount, o *mount.CommandOptions) {
+	if ds.PeerGroup == "" {
+		return
+	}
+	self := n.self(ds)
+	o.CacheScope = mount.ScopeCluster
+	o.PeersFile = n.peersPath(ds.Key)
+	o.PeerListen = self.Addr
+	o.PeerID = self.ID
+	o.PeerTokenFile = n.cfg.peer.tokenFile
+}
+
+// readvertise advertises again every cluster-scope dataset mount the
+// directory does not list at its address (a Node re-created by its kubelet
+// loses its annotations), at each health check. A dataset whose lock is
+// held is left to the next round.
+func (n *nodeState) readvertise(ctx context.Context) {
+	for _, key := range n.datasetKeys() {
+		unlock, ok := n.dsLocks.tryLock(key)
+		if !ok {
+			continue
+		}
+		if ds := n.dataset(key); ds != nil && ds.PeerGroup != "" {
+			self := n.self(ds)
+			listed := false
+			for _, p := range n.cfg.peer.dir.Peers(ds.PeerGroup) {
+				listed = listed || p == self
+			}
+			if !listed {
+				if err := n.cfg.peer.dir.Advertise(ctx, ds.PeerGroup, self); err != nil {
+					n.cfg.log.Warn("cannot advertise a cluster-scope dataset mount again", "key", key, "err", err)
+				} else {
+					n.cfg.log.Info("advertised a cluster-scope dataset mount again", "key", key, "group", ds.PeerGroup)
+				}
+			}
+		}
+		unlock()
+	}
+}
