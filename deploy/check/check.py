@@ -67,6 +67,9 @@ VARIANTS = {
     "helm upstream sidecars": {"sidecars": {"builtin": False}, "controller": {"enabled": True}},
     "helm one mirror": {"global": {"imageRegistry": "mirror/all"}, "controller": {"enabled": True},
                         "sidecars": {"builtin": False}},
+    # Cluster scope: the node plugin's peer flags, HOST_IP, the token Secret in both containers, nodes RBAC.
+    "helm node.clusterCache.enabled=true": {"node": {"hostNetwork": True, "clusterCache": {
+        "enabled": True, "tokenSecretName": "epochfs-peer-token"}}},
     # The test values have the ServiceMonitor; this the PodMonitor, without the Service,
     # beside the other workloads' pods (which it must not select).
     "helm podMonitor": {"metrics": {"service": {"create": False},
@@ -342,8 +345,14 @@ def check_node_pods(where, objs, v):
         vols = {x["name"]: x.get("hostPath") for x in pod.get("volumes") or []}
         want_vols = {p: types[p] for m in mounts.values() for p in m}
         got_vols = {hp["path"]: hp.get("type") for hp in vols.values() if hp}
-        if got_vols != want_vols or len(vols) != len(want_vols):
+        if got_vols != want_vols or len([x for x in vols.values() if x]) != len(want_vols):
             fail(w, f"hostPath volumes {got_vols}, want exactly {want_vols}")
+        # Besides the hostPaths: only the peer token's Secret (mode 0400), and only with node.clusterCache.enabled.
+        cc = v["node"].get("clusterCache") or {}
+        want_other = {"peer-token": {"secretName": cc.get("tokenSecretName"), "defaultMode": 0o400}} if cc.get("enabled") else {}
+        other = {x["name"]: x.get("secret") for x in pod.get("volumes") or [] if not x.get("hostPath")}
+        if other != want_other:
+            fail(w, f"volumes other than hostPaths {other}, want exactly {want_other}")
         for cname, c in cs.items():
             got = {vols[m["name"]]["path"]: (m.get("mountPath"), m.get("mountPropagation"), m.get("readOnly"))
                    for m in c.get("volumeMounts") or [] if vols.get(m.get("name"))}
@@ -438,8 +447,14 @@ def check_rbac(where, objs):
                     or "*" in (r.get("apiGroups") or []):
                 fail(where, f"{fmt(key(o))} grants {r}: no Secrets access and no wildcards")
     node = one(where, objs, "ClusterRole", "epochfs-node")
-    if node and node.get("rules") != [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]:
-        fail(where, f"ClusterRole epochfs-node must grant exactly nodes get/patch, got {node.get('rules')}")
+    want = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    # Cluster scope (a node plugin with --peer-listen) also watches the Nodes for its peers' annotations.
+    peers = any(a.startswith("--peer-listen") for ds in find(objs, "DaemonSet")
+                for c in ds["spec"]["template"]["spec"].get("containers") or [] for a in c.get("args") or [])
+    if peers:
+        want = want + [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    if node and node.get("rules") != want:
+        fail(where, f"ClusterRole epochfs-node must grant exactly {want}, got {node.get('rules')}")
     for ctl in find(objs, "ClusterRole", "epochfs-controller"):
         granted = {res for r in ctl.get("rules") or [] for res in r.get("resources") or []}
         if granted - {"persistentvolumes", "persistentvolumeclaims", "storageclasses", "events"}:
