@@ -516,15 +516,9 @@ func (b *cephfsBackend) skip(dir, name, why string) {
 }
 
 func (b *cephfsBackend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	p, err := CleanPath(p)
+	p, err := checkRead(ctx, KindCephFS, p, off)
 	if err != nil {
 		return 0, err
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("cephfs: read %q: %w", p, err)
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("cephfs: read %q: negative offset %d", p, off)
 	}
 	// The call reads into a buffer of its own, copied out once it is done:
 	// an abandoned call (see call) must not write into buf later.

@@ -884,15 +884,9 @@ type errNFSChanged struct{ now string }
 func (e *errNFSChanged) Error() string { return "changed, now " + e.now }
 
 func (b *nfsBackend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	p, err := CleanPath(p)
+	p, err := checkRead(ctx, KindNFS, p, off)
 	if err != nil {
 		return 0, err
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("nfs: read %q: %w", p, err)
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("nfs: read %q: negative offset %d", p, off)
 	}
 	n := 0
 	err = b.do(ctx, "read", func(ctx context.Context, c *rpcConn, root []byte) error {

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -68,4 +69,21 @@ func joinPath(dir, name string) string {
 		return name
 	}
 	return dir + "/" + name
+}
+
+// checkRead validates what every ReadAt is given, in the order the backends
+// answer it: the path (returned cleaned; its error as CleanPath's), a
+// context not yet done, a non-negative offset. Errors name kind and path.
+func checkRead(ctx context.Context, kind Kind, p string, off int64) (string, error) {
+	p, err := CleanPath(p)
+	if err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("%s: read %q: %w", kind, p, err)
+	}
+	if off < 0 {
+		return "", fmt.Errorf("%s: read %q: negative offset %d", kind, p, off)
+	}
+	return p, nil
 }

@@ -201,15 +201,9 @@ func (b *posixBackend) skip(dir, name, why string) {
 }
 
 func (b *posixBackend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	p, err := CleanPath(p)
+	p, err := checkRead(ctx, KindPosix, p, off)
 	if err != nil {
 		return 0, err
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("posix: read %q: %w", p, err)
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("posix: read %q: negative offset %d", p, off)
 	}
 	f, err := b.root.Open(rel(p))
 	if err != nil {
