@@ -187,7 +187,16 @@ func runE2EBin(t *testing.T, bin string, src string, files []datagen.File, env [
 			t.Fatalf("cachefs mount exited with %v after SIGTERM\n%s", err, <-logs)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatal("cachefs mount did not exit within 20s of SIGTERM")
+		// SIGQUIT makes the Go runtime print every goroutine's stack:
+		// the log then says where shutdown hung.
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		t.Fatalf("cachefs mount did not exit within 20s of SIGTERM; its log and stacks:\n%s", <-logs)
 	}
 	if ok, err := testenv.Mounted(mnt); err != nil {
 		t.Fatal(err)
