@@ -1,6 +1,17 @@
 package mount
 
-import "github.com/epochfs/epochfs/pkg/backend"
+import (
+	"time"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+)
 
 // WrapBackend makes the mount of c read through wrap(its backend).
 func WrapBackend(c *Config, wrap func(backend.Backend) backend.Backend) { c.wrapBackend = wrap }
+
+// SetUnmountTimers shortens Unmount's waits for a test (restored at cleanup).
+func SetUnmountTimers(t interface{ Cleanup(func()) }, grace, stacks time.Duration) {
+	g, s := unmountGrace, unmountStacks
+	unmountGrace, unmountStacks = grace, stacks
+	t.Cleanup(func() { unmountGrace, unmountStacks = g, s })
+}

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -339,18 +340,51 @@ func (m *Mount) Wait() { m.server.Wait() }
 
 // Unmount unmounts (lazily if the mount is busy), waits for the server to
 // stop, and closes the cache and the backend.
+//
+// go-fuse's unmount waits for every FUSE request in flight, and a request
+// may wait for a backend fetch (bounded only by --read-timeout, minutes).
+// So when the unmount has not finished after unmountGrace, the backend
+// fetches are cancelled (their readers get EINTR: the mount is going away)
+// and, if it still hangs after unmountStacks more, every goroutine's stack
+// goes to stderr (the mount's log) so that the hang can be diagnosed.
 func (m *Mount) Unmount() error {
 	var errs []error
-	if err := m.server.Unmount(); err != nil {
-		// Busy (a reader still has files open): detach now; the kernel
-		// finishes the unmount when the last file closes.
-		if derr := syscall.Unmount(m.cfg.Mountpoint, syscall.MNT_DETACH); derr != nil {
-			errs = append(errs, fmt.Errorf("mount: unmount %s: %v; lazy unmount: %w", m.cfg.Mountpoint, err, derr))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := m.server.Unmount(); err != nil {
+			// Busy (a reader still has files open): detach now; the kernel
+			// finishes the unmount when the last file closes.
+			if derr := syscall.Unmount(m.cfg.Mountpoint, syscall.MNT_DETACH); derr != nil {
+				errs = append(errs, fmt.Errorf("mount: unmount %s: %v; lazy unmount: %w", m.cfg.Mountpoint, err, derr))
+			}
+		}
+		m.server.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(unmountGrace):
+		m.log.Warn("unmount is waiting for FUSE requests in flight; cancelling backend fetches",
+			"mountpoint", m.cfg.Mountpoint, "waited", unmountGrace)
+		m.fsys.Close()
+		select {
+		case <-done:
+		case <-time.After(unmountStacks):
+			m.log.Error("unmount still waiting; every goroutine's stack follows on stderr",
+				"mountpoint", m.cfg.Mountpoint, "waited", unmountGrace+unmountStacks)
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+			<-done
 		}
 	}
-	m.server.Wait()
 	return errors.Join(append(errs, m.close())...)
 }
+
+// How long Unmount waits before cancelling backend fetches, then before
+// dumping stacks (variables for tests).
+var (
+	unmountGrace  = 5 * time.Second
+	unmountStacks = 10 * time.Second
+)
 
 func (m *Mount) close() error {
 	if m.control != nil {

@@ -1,0 +1,90 @@
+package mount_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/mount"
+)
+
+// hangBackend's reads of path block until their context ends, after
+// saying so on entered (once).
+type hangBackend struct {
+	backend.Backend
+	path    string
+	entered chan struct{}
+	once    *sync.Once
+}
+
+func (h hangBackend) ReadAt(ctx context.Context, path, version string, p []byte, off int64) (int, error) {
+	if path != h.path {
+		return h.Backend.ReadAt(ctx, path, version, p, off)
+	}
+	h.once.Do(func() { close(h.entered) })
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestUnmountWithHungBackendRead: a reader is stuck in a read whose
+// backend fetch never returns (a wedged server; --read-timeout is an hour
+// here). Unmount must not wait for the fetch: after its grace period it
+// cancels the fetch, the reader gets an error, and the mount is gone.
+func TestUnmountWithHungBackendRead(t *testing.T) {
+	testenv.RequireFUSE(t)
+	mount.SetUnmountTimers(t, 300*time.Millisecond, 30*time.Second)
+	src, files := testenv.WriteDataset(t, ctlSpec)
+	h := hangBackend{path: files[0].Path, entered: make(chan struct{}), once: new(sync.Once)}
+	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 30,
+		ReadTimeout: time.Hour, ReadaheadFiles: 0}
+	mount.WrapBackend(&cfg, func(b backend.Backend) backend.Backend { h.Backend = b; return h })
+	m, err := mount.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unmount := func() error {
+		err := error(nil)
+		once.Do(func() { err = m.Unmount() })
+		return err
+	}
+	t.Cleanup(func() { _ = unmount() }) // after a failure below
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := os.ReadFile(filepath.Join(cfg.Mountpoint, filepath.FromSlash(files[0].Path)))
+		readErr <- err
+	}()
+	select {
+	case <-h.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the read never reached the backend")
+	}
+	unmounted := make(chan error, 1)
+	start := time.Now()
+	go func() { unmounted <- unmount() }()
+	select {
+	case err := <-unmounted:
+		t.Logf("unmounted in %v (%v)", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Unmount still waits for the hung backend fetch after 20s")
+	}
+	select {
+	case err := <-readErr:
+		if err == nil {
+			t.Error("the stuck read succeeded, want an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the stuck reader never returned")
+	}
+	if ok, err := testenv.Mounted(cfg.Mountpoint); err != nil || ok {
+		t.Errorf("still mounted after Unmount: %v %v", ok, err)
+	}
+}
