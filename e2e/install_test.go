@@ -45,6 +45,13 @@ type install struct {
 // in CSINode. Teardown (uninstall, unmount) is in t.Cleanup.
 func installChart(t *testing.T, extra ...string) *install {
 	t.Helper()
+	return installChartPrepared(t, nil, extra...)
+}
+
+// installChartPrepared is installChart with prepare run on the cluster
+// before `helm install` (e.g. to create a Secret the chart's pods mount).
+func installChartPrepared(t *testing.T, prepare func(c *testenv.Cluster), extra ...string) *install {
+	t.Helper()
 	requireE2E(t)
 	driverTar, driverRef := imageArchive(t, "epochfs")
 	readerTar, readerRef := imageArchive(t, "test-reader")
@@ -69,6 +76,9 @@ func installChart(t *testing.T, extra ...string) *install {
 		StateDir: in.stateDir, CacheRoot: in.cacheRoot, MetricsPort: in.metricsPort, RegistrarHealthPort: testenv.FreePort(t)}
 	start := time.Now()
 	t.Cleanup(func() { in.teardown(t) })
+	if prepare != nil {
+		prepare(c)
+	}
 	// The same values as `make cluster-up` (testenv.Cluster.ChartValues).
 	if _, err := c.InstallChart(helm, filepath.Join(root, "deploy", "helm", "epochfs"), setup, extra...); err != nil {
 		t.Fatal(err)
