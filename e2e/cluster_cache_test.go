@@ -140,6 +140,18 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	stopLease := standInNode(ctx, t, in, otherID, map[string]string{key: otherID + "=" + otherAddr})
 	peersFile := waitPeersFile(ctx, t, in, func(ps []peer.Peer) bool { return len(ps) == 2 })
 	fmt.Printf("cluster scope: the node plugin's peers file %s lists both peers\n", filepath.Base(peersFile))
+	// The mount polls its peers file (every second) and then records its
+	// new owner share: wait for that before reading.
+	for {
+		share, ok := sumSamples(in.scrapeNode(t), "cachefs_peer_owned_share")
+		if ok && share < 0.9 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the node's mount never took the second peer in (owned share %v, ok %v)", share, ok)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 
 	start := time.Now()
 	in.readerPod(ctx, t, v, "reader", "sh", "-c", "read-dataset /data 2 && sleep 3600")

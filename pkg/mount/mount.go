@@ -262,6 +262,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		}
 		cleanup = append(cleanup, ps.stop)
 		m.recordShare(ps, man)
+		go m.followShare(ps, man, 2*time.Second)
 	}
 	metrics.RegisterReadahead(reg, func() metrics.Readahead {
 		st := fsys.ReadaheadState()

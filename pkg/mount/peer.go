@@ -3,6 +3,7 @@ package mount
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +50,7 @@ type peerState struct {
 	token   []byte
 	addr    string // bound address
 	stop    context.CancelFunc
+	done    <-chan struct{} // closed by stop
 }
 
 // validatePeer checks the cluster scope's settings (New).
@@ -138,7 +140,7 @@ func (m *Mount) servePeer(ps *peerState, dataset string, r peer.Reader) error {
 		stop()
 		return fmt.Errorf("%w: --peer-listen: %w", ErrInvalidConfig, err)
 	}
-	ps.addr, ps.stop = addr, stop
+	ps.addr, ps.stop, ps.done = addr, stop, ctx.Done()
 	return nil
 }
 
@@ -174,6 +176,35 @@ func (m *Mount) recordShare(ps *peerState, man *manifest.Manifest) {
 	}
 	m.log.Info("cluster-scope cache", "peer_id", s.Self, "peers", ids, "peer_listen", ps.addr,
 		"owned_share", s.OwnedShare, "owned_files", s.OwnedFiles, "files", s.Files)
+}
+
+// followShare records the owner share again (recordShare) whenever the
+// membership changes (a peers file rewritten by the node plugin, a peer
+// joining or leaving), until the peer server stops. Membership has no
+// change notification (it is asked on every miss), so this polls its ids.
+func (m *Mount) followShare(ps *peerState, man *manifest.Manifest, every time.Duration) {
+	ids := func() string {
+		var b strings.Builder
+		for _, p := range ps.cluster.Members() {
+			b.WriteString(p.ID)
+			b.WriteByte(0)
+		}
+		return b.String()
+	}
+	last := ids()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ps.done:
+			return
+		case <-t.C:
+		}
+		if now := ids(); now != last {
+			last = now
+			m.recordShare(ps, man)
+		}
+	}
 }
 
 // owns is the cluster scope's ownership test for prefetch (nil in node
