@@ -18,6 +18,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/job/controller"
+	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
@@ -113,7 +114,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringArrayVar(&s.extra, "device", nil, "extra device resource per worker, RESOURCE=COUNT (repeatable), e.g. rdma/hca=1")
 	fl.StringArrayVar(&s.datasets, "dataset", nil, "dataset NAME=SOURCE:MOUNTPATH or NAME=claim:PVC:MOUNTPATH (repeatable); SOURCE as for cachefs mount")
 	fl.StringVar(&s.datasetSecret, "dataset-secret", "", "Secret of the job's namespace with the credentials of every --dataset with a SOURCE (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://, userID and userKey for cephfs://; nfs:// has none); the kubelet hands it to the CSI driver (default: the node's own identity, where allowed)")
-	fl.StringVar(&s.cacheSize, "cache-size", "", "node cache size of every --dataset with a SOURCE, e.g. 500Gi")
+	fl.StringVar(&s.cacheSize, "cache-size", "", "node cache size of every --dataset with a SOURCE, e.g. 500Gi, 500G or 500GiB (the size grammar of docs/DESIGN.md; not 500m)")
 	fl.BoolVar(&s.prefetch, "prefetch", false, "ask for the datasets to be prefetched into the node caches")
 	fl.StringVar(&s.readaheadFiles, "readahead-files", volattr.ReadaheadFilesAuto, "on a missed open, fetch this many next files of the directory into the node cache, for every --dataset with a SOURCE: 'auto' (the node follows the backend's latency: on for far object stores, off for local ones; the field is left unset) or 0-256 (0: off)")
 	fl.StringArrayVar(&s.envs, "env", nil, "environment variable K=V of every worker (repeatable)")
@@ -129,7 +130,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.Int32Var(&s.ttl, "ttl", 0, "delete the job this many seconds after it finished (default: keep it)")
 	fl.StringVar(&s.cleanPodPolicy, "clean-pod-policy", "", "pods deleted when the job finishes: All, Running (default) or None")
 	fl.StringVar(&s.tensorboard, "tensorboard-logdir", "", "where workers write TensorBoard event files (TENSORBOARD_LOG_DIR)")
-	fl.StringVar(&s.shmSize, "shm-size", "", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi (default 2Gi; 0: the container runtime's own, often 64Mi)")
+	fl.StringVar(&s.shmSize, "shm-size", "", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi or 8GiB (default 2Gi; 0: the container runtime's own, often 64Mi)")
 	fl.Int32Var(&s.nprocPerNode, "nproc-per-node", 0, "mode pytorch: processes torchrun starts per worker pod (PET_NPROC_PER_NODE; WORLD_SIZE = workers × this); default --gpus, else 1")
 	fl.BoolVar(&s.suspend, "suspend", false, "submit the job suspended: no pods run until `cachefs job resume NAME`")
 	fl.StringVar(&s.queueName, "queue-name", "", "Kueue LocalQueue (label kueue.x-k8s.io/queue-name on the Jobs); --queue is Volcano's")
@@ -228,6 +229,13 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 		}
 		tj.Spec.Tolerations = append(tj.Spec.Tolerations, tol)
 	}
+	if s.cacheSize != "" {
+		// The API server checks the grammar too (spec.datasets[].cacheSize);
+		// checked here first so that the message names the flag.
+		if _, err := units.ParseSize(s.cacheSize); err != nil {
+			return nil, fmt.Errorf("--cache-size: %w", err)
+		}
+	}
 	readahead, err := parseReadaheadFilesFlag(s.readaheadFiles)
 	if err != nil {
 		return nil, err
@@ -283,15 +291,33 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 		}
 	}
 	if s.shmSize != "" {
-		// Only the syntax here: the API server refuses a negative or
-		// fractional size with a message naming spec.shmSize.
-		q, err := resource.ParseQuantity(s.shmSize)
+		q, err := parseShmSizeFlag(s.shmSize)
 		if err != nil {
-			return nil, fmt.Errorf("--shm-size %q: not a size (e.g. 2Gi, 512Mi)", s.shmSize)
+			return nil, err
 		}
-		tj.Spec.ShmSize = &q
+		tj.Spec.ShmSize = q
 	}
 	return tj, nil
+}
+
+// parseShmSizeFlag parses --shm-size with the sizes' one grammar
+// (units.ParseSize: 2Gi, 2GiB, 2G, bytes; 500m and negatives refused), or
+// 0 (the container runtime's own /dev/shm). spec.shmSize is a
+// resource.Quantity: the size goes there in bytes, in Kubernetes' canonical
+// spelling (2GiB becomes 2Gi, 500M stays 500M).
+func parseShmSizeFlag(v string) (*resource.Quantity, error) {
+	if strings.TrimSpace(v) == "0" {
+		return resource.NewQuantity(0, resource.BinarySI), nil
+	}
+	n, err := units.ParseSize(v)
+	if err != nil {
+		return nil, fmt.Errorf("--shm-size: %w (or 0 for the container runtime's own /dev/shm)", err)
+	}
+	format := resource.DecimalSI // 500M stays 500M
+	if n%1024 == 0 {
+		format = resource.BinarySI // 2GiB becomes 2Gi
+	}
+	return resource.NewQuantity(n, format), nil
 }
 
 // templates reads --worker-template and --ps-template into the spec and,
