@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
 	"github.com/epochfs/epochfs/pkg/backend"
@@ -65,7 +67,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 			} else if dash == -1 && len(args) > 1 {
 				return fmt.Errorf("put the command after --: cachefs job submit %s [flags] -- %s", name, strings.Join(args[1:], " "))
 			}
-			if err := checkOutput(s.output, "yaml", "json"); err != nil {
+			if err := checkOutput(s.output, listOutputs...); err != nil {
 				return err
 			}
 			tj, err := s.trainingJob(name, command, cmd.Flags().Changed("backoff-limit"), cmd.Flags().Changed("ttl"))
@@ -81,10 +83,10 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 				tj.Spec.NprocPerNode = &s.nprocPerNode
 			}
 			if s.dryRun {
-				if f.namespace != "" {
-					tj.Namespace = f.namespace
+				if ns := *f.kube.Namespace; ns != "" {
+					tj.Namespace = ns
 				}
-				return printSpec(cmd.OutOrStdout(), tj, orDefault(s.output, "yaml"))
+				return printSpec(cmd.OutOrStdout(), f.now(), tj, orDefault(s.output, outYAML))
 			}
 			jc, err := f.clients()
 			if err != nil {
@@ -95,7 +97,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 				return apiError(err, "submit "+name)
 			}
 			if s.output != "" {
-				return printObject(cmd.OutOrStdout(), tj, s.output)
+				return printJobs(cmd.OutOrStdout(), f.now(), s.output, "", false, false, tj)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s submitted to namespace %s; follow it with: cachefs job get %s -n %s\n",
 				name, jc.namespace, name, jc.namespace)
@@ -141,7 +143,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringVar(&s.workerTemplate, "worker-template", "", "YAML file with a pod template (metadata and spec) merged into the workers' pods: spec.worker.template")
 	fl.StringVar(&s.psTemplate, "ps-template", "", "YAML file with a pod template merged into the parameter servers' pods: spec.ps.template")
 	fl.BoolVar(&s.dryRun, "dry-run", false, "print the TrainingJob instead of submitting it")
-	fl.StringVarP(&s.output, "output", "o", "", "print the submitted TrainingJob as yaml or json")
+	outputFlag(cmd, &s.output, "a sentence; with --dry-run yaml", listOutputs...)
 	return cmd
 }
 
@@ -402,10 +404,14 @@ func parseDatasetFlag(v string) (v1alpha1.Dataset, error) {
 	return ds, nil
 }
 
-// printSpec prints a TrainingJob that has not been submitted: without the
-// status and the empty creation timestamp.
-func printSpec(w io.Writer, tj *v1alpha1.TrainingJob, format string) error {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tj)
+// printSpec prints a TrainingJob that has not been submitted: json and
+// yaml without the status and the empty creation timestamp (ready for
+// kubectl apply -f), name and wide as for a submitted one.
+func printSpec(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, format string) error {
+	if format != outJSON && format != outYAML {
+		return printJobs(w, now, format, "", false, false, tj)
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(forOutput(tj))
 	if err != nil {
 		return err
 	}
@@ -413,7 +419,11 @@ func printSpec(w io.Writer, tj *v1alpha1.TrainingJob, format string) error {
 	if md, ok := m["metadata"].(map[string]any); ok {
 		delete(md, "creationTimestamp")
 	}
-	return printObject(w, &unstructured.Unstructured{Object: m}, format)
+	var p printers.ResourcePrinter = &printers.JSONPrinter{}
+	if format == outYAML {
+		p = &printers.YAMLPrinter{}
+	}
+	return p.PrintObj(&unstructured.Unstructured{Object: m}, w)
 }
 
 // parseReadaheadFilesFlag parses --readahead-files: volattr.ReadaheadFilesAuto
