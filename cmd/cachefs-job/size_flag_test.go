@@ -3,6 +3,9 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestSizeFlags: --cache-size and --shm-size take the one size grammar
@@ -38,5 +41,23 @@ func TestSizeFlags(t *testing.T) {
 		if err != nil || !strings.Contains(out, "cacheSize: "+in) {
 			t.Errorf("--cache-size %s: %v\n%s", in, err, out)
 		}
+	}
+}
+
+// TestAge: ages read as kubectl prints them (duration.HumanDuration), and
+// an object without a creation time (a dry run) is <unknown>.
+func TestAge(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{
+		0: "0s", 42 * time.Second: "42s", 150 * time.Second: "2m30s", 45 * time.Minute: "45m",
+		3*time.Hour + 12*time.Minute: "3h12m", 30 * time.Hour: "30h", 52 * time.Hour: "2d4h", 400 * 24 * time.Hour: "400d",
+		-500 * time.Millisecond: "0s", -5 * time.Second: "<invalid>",
+	} {
+		if got := age(now, metav1.NewTime(now.Add(-d))); got != want {
+			t.Errorf("age of %v: %q, want %q", d, got, want)
+		}
+	}
+	if got := age(now, metav1.Time{}); got != "<unknown>" {
+		t.Errorf("age of no time: %q", got)
 	}
 }
