@@ -128,7 +128,7 @@ func registerKubeCompletions(cmd *cobra.Command, f *jobFlags) {
 		return names, cobra.ShellCompDirectiveNoFileComp
 	})
 	_ = cmd.RegisterFlagCompletionFunc("context", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		raw, err := f.kube.ToRawKubeConfigLoader().RawConfig()
+		raw, err := f.loader().RawConfig()
 		if err != nil {
 			cobra.CompErrorln(fmt.Sprintf("kubeconfig: %v", err))
 			return nil, cobra.ShellCompDirectiveNoFileComp

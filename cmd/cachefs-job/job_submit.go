@@ -83,7 +83,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 				tj.Spec.NprocPerNode = &s.nprocPerNode
 			}
 			if s.dryRun {
-				if ns := *f.kube.Namespace; ns != "" {
+				if ns := f.overrides.Context.Namespace; ns != "" {
 					tj.Namespace = ns
 				}
 				return printSpec(cmd.OutOrStdout(), f.now(), tj, orDefault(s.output, outYAML))
