@@ -81,6 +81,7 @@ func (f *jobFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "path of the kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
 	names := clientcmd.RecommendedConfigOverrideFlags("")
 	names.ClusterOverrideFlags.APIServer.ShortName = "s" // as kubectl
+	names.AuthOverrideFlags.Token.Description += " (visible to other users of the machine in ps: prefer a kubeconfig)"
 	// Basic authentication is gone from Kubernetes (1.19); kubectl hides
 	// these flags too.
 	names.AuthOverrideFlags.Username.LongName = ""
