@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
@@ -79,53 +81,46 @@ func (f *jobFlags) completeJobNames(multi bool) cobra.CompletionFunc {
 		if !multi && len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		jc, err := f.clients()
-		if err != nil {
-			cobra.CompErrorln(err.Error())
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		ctx, cancel := context.WithTimeout(cmdContext(cmd), completionTimeout)
-		defer cancel()
-		var list v1alpha1.TrainingJobList
-		if err := jc.c.List(ctx, &list, client.InNamespace(jc.namespace)); err != nil {
-			cobra.CompErrorln(err.Error())
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var names []string
-		for _, tj := range list.Items {
-			if strings.HasPrefix(tj.Name, toComplete) && !slices.Contains(args, tj.Name) {
-				names = append(names, tj.Name)
-			}
-		}
-		sort.Strings(names)
-		return names, cobra.ShellCompDirectiveNoFileComp
+		return f.completeNames(cmd, v1alpha1.GroupVersion.WithKind("TrainingJobList"), true, toComplete, args)
 	}
+}
+
+// completeNames lists the objects of a kind (their metadata only; in the
+// command's namespace when namespaced) and returns the names that start
+// with toComplete, less those in skip, sorted.
+func (f *jobFlags) completeNames(cmd *cobra.Command, list schema.GroupVersionKind, namespaced bool, toComplete string, skip []string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	jc, err := f.clients()
+	if err != nil {
+		cobra.CompErrorln(err.Error())
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := context.WithTimeout(cmdContext(cmd), completionTimeout)
+	defer cancel()
+	objs := &metav1.PartialObjectMetadataList{}
+	objs.SetGroupVersionKind(list)
+	var opts []client.ListOption
+	if namespaced {
+		opts = append(opts, client.InNamespace(jc.namespace))
+	}
+	if err := jc.c.List(ctx, objs, opts...); err != nil {
+		cobra.CompErrorln(err.Error())
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var names []string
+	for _, o := range objs.Items {
+		if strings.HasPrefix(o.Name, toComplete) && !slices.Contains(skip, o.Name) {
+			names = append(names, o.Name)
+		}
+	}
+	sort.Strings(names)
+	return names, cobra.ShellCompDirectiveNoFileComp
 }
 
 // registerKubeCompletions completes -n/--namespace with the cluster's
 // namespaces and --context with the kubeconfig's contexts.
 func registerKubeCompletions(cmd *cobra.Command, f *jobFlags) {
 	_ = cmd.RegisterFlagCompletionFunc("namespace", func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		jc, err := f.clients()
-		if err != nil {
-			cobra.CompErrorln(err.Error())
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		ctx, cancel := context.WithTimeout(cmdContext(cmd), completionTimeout)
-		defer cancel()
-		var list corev1.NamespaceList
-		if err := jc.c.List(ctx, &list); err != nil {
-			cobra.CompErrorln(err.Error())
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var names []string
-		for _, ns := range list.Items {
-			if strings.HasPrefix(ns.Name, toComplete) {
-				names = append(names, ns.Name)
-			}
-		}
-		sort.Strings(names)
-		return names, cobra.ShellCompDirectiveNoFileComp
+		return f.completeNames(cmd, corev1.SchemeGroupVersion.WithKind("NamespaceList"), false, toComplete, nil)
 	})
 	_ = cmd.RegisterFlagCompletionFunc("context", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		raw, err := f.loader().RawConfig()
