@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -18,15 +17,8 @@ import (
 // and those rules accept exactly what units.ParseSize accepts. Creates are
 // dry runs: nothing is stored, no controller runs.
 func TestCacheSizeByAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kube-apiserver test skipped in -short mode")
-	}
-	kube := testenv.StartKube(t, crdPaths(t)...)
-	c, err := client.New(kube.Config, client.Options{Scheme: newScheme(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{kube: kube, c: c}
+	e := directEnv(t)
+	c := e.c
 	ns := e.namespace(t)
 	create := func(size string) error {
 		u := &unstructured.Unstructured{Object: map[string]any{
