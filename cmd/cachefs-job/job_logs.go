@@ -24,9 +24,10 @@ func newJobLogsCmd(f *jobFlags) *cobra.Command {
 		tail   int64
 	)
 	cmd := &cobra.Command{
-		Use:   "logs NAME",
-		Short: "Print (or follow) the logs of one worker of a training job",
-		Args:  cobra.ExactArgs(1),
+		Use:               "logs NAME",
+		Short:             "Print (or follow) the logs of one worker of a training job",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeJobNames(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			jc, tj, err := f.getJob(ctx, args[0])
@@ -90,11 +91,17 @@ func started(p *corev1.Pod) bool {
 }
 
 func newJobDeleteCmd(f *jobFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "delete NAME...",
-		Short: "Delete training jobs with their pods, Jobs, Service, PodGroup and volumes (datasets are never touched)",
-		Args:  cobra.MinimumNArgs(1),
+	var output string
+	cmd := &cobra.Command{
+		Use:               "delete NAME...",
+		Short:             "Delete training jobs with their pods, Jobs, Service, PodGroup and volumes (datasets are never touched)",
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: f.completeJobNames(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// kubectl delete's -o is name only: the object is gone.
+			if err := checkOutput(output, outName); err != nil {
+				return err
+			}
 			jc, err := f.clients()
 			if err != nil {
 				return err
@@ -106,11 +113,25 @@ func newJobDeleteCmd(f *jobFlags) *cobra.Command {
 					errs = append(errs, apiError(err, "delete "+name))
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s deleted\n", name)
+				if err := printJobs(cmd.OutOrStdout(), f.now(), outName, operation(output, "deleted"), false, false, tj); err != nil {
+					return err
+				}
 			}
 			return errors.Join(errs...)
 		},
 	}
+	outputFlag(cmd, &output, "KIND/NAME deleted", outName)
+	return cmd
+}
+
+// operation is what -o name prints after KIND/NAME: nothing when asked
+// for names (-o name, for scripts), else what was done (the default
+// output), as kubectl does.
+func operation(output, done string) string {
+	if output == outName {
+		return ""
+	}
+	return done
 }
 
 // newJobSuspendCmd is `cachefs job suspend` (on) and `cachefs job resume`
@@ -121,26 +142,45 @@ func newJobSuspendCmd(f *jobFlags, on bool) *cobra.Command {
 	if !on {
 		verb, short = "resume", "Resume suspended training jobs (once the cluster has room for them)"
 	}
-	return &cobra.Command{
-		Use:   verb + " NAME...",
-		Short: short,
-		Args:  cobra.MinimumNArgs(1),
+	var output string
+	cmd := &cobra.Command{
+		Use:               verb + " NAME...",
+		Short:             short,
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: f.completeJobNames(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, listOutputs...); err != nil {
+				return err
+			}
 			jc, err := f.clients()
 			if err != nil {
 				return err
 			}
 			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"suspend":%t}}`, on))
 			var errs []error
+			var patched []*v1alpha1.TrainingJob
 			for _, name := range args {
 				tj := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Namespace: jc.namespace, Name: name}}
 				if err := jc.c.Patch(cmd.Context(), tj, patch); err != nil {
 					errs = append(errs, apiError(err, verb+" "+name))
 					continue
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s %sd\n", name, verb)
+				patched = append(patched, tj)
+			}
+			format := output
+			if format == "" {
+				format = outName
+			}
+			if len(patched) > 0 {
+				// Several objects in json or yaml make a list, as in kubectl.
+				list := len(patched) > 1
+				if err := printJobs(cmd.OutOrStdout(), f.now(), format, operation(output, verb+"d"), list, false, patched...); err != nil {
+					return err
+				}
 			}
 			return errors.Join(errs...)
 		},
 	}
+	outputFlag(cmd, &output, "KIND/NAME "+verb+"d", listOutputs...)
+	return cmd
 }

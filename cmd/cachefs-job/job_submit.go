@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -13,11 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/job/controller"
+	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
@@ -64,7 +67,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 			} else if dash == -1 && len(args) > 1 {
 				return fmt.Errorf("put the command after --: cachefs job submit %s [flags] -- %s", name, strings.Join(args[1:], " "))
 			}
-			if err := checkOutput(s.output, "yaml", "json"); err != nil {
+			if err := checkOutput(s.output, listOutputs...); err != nil {
 				return err
 			}
 			tj, err := s.trainingJob(name, command, cmd.Flags().Changed("backoff-limit"), cmd.Flags().Changed("ttl"))
@@ -80,10 +83,10 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 				tj.Spec.NprocPerNode = &s.nprocPerNode
 			}
 			if s.dryRun {
-				if f.namespace != "" {
-					tj.Namespace = f.namespace
+				if ns := f.overrides.Context.Namespace; ns != "" {
+					tj.Namespace = ns
 				}
-				return printSpec(cmd.OutOrStdout(), tj, orDefault(s.output, "yaml"))
+				return printSpec(cmd.OutOrStdout(), f.now(), tj, orDefault(s.output, outYAML))
 			}
 			jc, err := f.clients()
 			if err != nil {
@@ -94,7 +97,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 				return apiError(err, "submit "+name)
 			}
 			if s.output != "" {
-				return printObject(cmd.OutOrStdout(), tj, s.output)
+				return printJobs(cmd.OutOrStdout(), f.now(), s.output, "", false, false, tj)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s submitted to namespace %s; follow it with: cachefs job get %s -n %s\n",
 				name, jc.namespace, name, jc.namespace)
@@ -113,7 +116,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringArrayVar(&s.extra, "device", nil, "extra device resource per worker, RESOURCE=COUNT (repeatable), e.g. rdma/hca=1")
 	fl.StringArrayVar(&s.datasets, "dataset", nil, "dataset NAME=SOURCE:MOUNTPATH or NAME=claim:PVC:MOUNTPATH (repeatable); SOURCE as for cachefs mount")
 	fl.StringVar(&s.datasetSecret, "dataset-secret", "", "Secret of the job's namespace with the credentials of every --dataset with a SOURCE (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://, userID and userKey for cephfs://; nfs:// has none); the kubelet hands it to the CSI driver (default: the node's own identity, where allowed)")
-	fl.StringVar(&s.cacheSize, "cache-size", "", "node cache size of every --dataset with a SOURCE, e.g. 500Gi")
+	fl.StringVar(&s.cacheSize, "cache-size", "", "node cache size of every --dataset with a SOURCE, e.g. 500Gi, 500G or 500GiB (the size grammar of docs/DESIGN.md; not 500m)")
 	fl.BoolVar(&s.prefetch, "prefetch", false, "ask for the datasets to be prefetched into the node caches")
 	fl.StringVar(&s.readaheadFiles, "readahead-files", volattr.ReadaheadFilesAuto, "on a missed open, fetch this many next files of the directory into the node cache, for every --dataset with a SOURCE: 'auto' (the node follows the backend's latency: on for far object stores, off for local ones; the field is left unset) or 0-256 (0: off)")
 	fl.StringArrayVar(&s.envs, "env", nil, "environment variable K=V of every worker (repeatable)")
@@ -129,7 +132,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.Int32Var(&s.ttl, "ttl", 0, "delete the job this many seconds after it finished (default: keep it)")
 	fl.StringVar(&s.cleanPodPolicy, "clean-pod-policy", "", "pods deleted when the job finishes: All, Running (default) or None")
 	fl.StringVar(&s.tensorboard, "tensorboard-logdir", "", "where workers write TensorBoard event files (TENSORBOARD_LOG_DIR)")
-	fl.StringVar(&s.shmSize, "shm-size", "", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi (default 2Gi; 0: the container runtime's own, often 64Mi)")
+	fl.StringVar(&s.shmSize, "shm-size", "", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi or 8GiB (default 2Gi; 0: the container runtime's own, often 64Mi)")
 	fl.Int32Var(&s.nprocPerNode, "nproc-per-node", 0, "mode pytorch: processes torchrun starts per worker pod (PET_NPROC_PER_NODE; WORLD_SIZE = workers × this); default --gpus, else 1")
 	fl.BoolVar(&s.suspend, "suspend", false, "submit the job suspended: no pods run until `cachefs job resume NAME`")
 	fl.StringVar(&s.queueName, "queue-name", "", "Kueue LocalQueue (label kueue.x-k8s.io/queue-name on the Jobs); --queue is Volcano's")
@@ -140,7 +143,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringVar(&s.workerTemplate, "worker-template", "", "YAML file with a pod template (metadata and spec) merged into the workers' pods: spec.worker.template")
 	fl.StringVar(&s.psTemplate, "ps-template", "", "YAML file with a pod template merged into the parameter servers' pods: spec.ps.template")
 	fl.BoolVar(&s.dryRun, "dry-run", false, "print the TrainingJob instead of submitting it")
-	fl.StringVarP(&s.output, "output", "o", "", "print the submitted TrainingJob as yaml or json")
+	outputFlag(cmd, &s.output, "a sentence; with --dry-run yaml", listOutputs...)
 	return cmd
 }
 
@@ -228,6 +231,13 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 		}
 		tj.Spec.Tolerations = append(tj.Spec.Tolerations, tol)
 	}
+	if s.cacheSize != "" {
+		// The API server checks the grammar too (spec.datasets[].cacheSize);
+		// checked here first so that the message names the flag.
+		if _, err := units.ParseSize(s.cacheSize); err != nil {
+			return nil, fmt.Errorf("--cache-size: %w", err)
+		}
+	}
 	readahead, err := parseReadaheadFilesFlag(s.readaheadFiles)
 	if err != nil {
 		return nil, err
@@ -283,15 +293,33 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 		}
 	}
 	if s.shmSize != "" {
-		// Only the syntax here: the API server refuses a negative or
-		// fractional size with a message naming spec.shmSize.
-		q, err := resource.ParseQuantity(s.shmSize)
+		q, err := parseShmSizeFlag(s.shmSize)
 		if err != nil {
-			return nil, fmt.Errorf("--shm-size %q: not a size (e.g. 2Gi, 512Mi)", s.shmSize)
+			return nil, err
 		}
-		tj.Spec.ShmSize = &q
+		tj.Spec.ShmSize = q
 	}
 	return tj, nil
+}
+
+// parseShmSizeFlag parses --shm-size with the sizes' one grammar
+// (units.ParseSize: 2Gi, 2GiB, 2G, bytes; 500m and negatives refused), or
+// 0 (the container runtime's own /dev/shm). spec.shmSize is a
+// resource.Quantity: the size goes there in bytes, in Kubernetes' canonical
+// spelling (2GiB becomes 2Gi, 500M stays 500M).
+func parseShmSizeFlag(v string) (*resource.Quantity, error) {
+	if strings.TrimSpace(v) == "0" {
+		return resource.NewQuantity(0, resource.BinarySI), nil
+	}
+	n, err := units.ParseSize(v)
+	if err != nil {
+		return nil, fmt.Errorf("--shm-size: %w (or 0 for the container runtime's own /dev/shm)", err)
+	}
+	format := resource.DecimalSI // 500M stays 500M
+	if n%1024 == 0 {
+		format = resource.BinarySI // 2GiB becomes 2Gi
+	}
+	return resource.NewQuantity(n, format), nil
 }
 
 // templates reads --worker-template and --ps-template into the spec and,
@@ -376,10 +404,14 @@ func parseDatasetFlag(v string) (v1alpha1.Dataset, error) {
 	return ds, nil
 }
 
-// printSpec prints a TrainingJob that has not been submitted: without the
-// status and the empty creation timestamp.
-func printSpec(w io.Writer, tj *v1alpha1.TrainingJob, format string) error {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tj)
+// printSpec prints a TrainingJob that has not been submitted: json and
+// yaml without the status and the empty creation timestamp (ready for
+// kubectl apply -f), name and wide as for a submitted one.
+func printSpec(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, format string) error {
+	if format != outJSON && format != outYAML {
+		return printJobs(w, now, format, "", false, false, tj)
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(forOutput(tj))
 	if err != nil {
 		return err
 	}
@@ -387,7 +419,11 @@ func printSpec(w io.Writer, tj *v1alpha1.TrainingJob, format string) error {
 	if md, ok := m["metadata"].(map[string]any); ok {
 		delete(md, "creationTimestamp")
 	}
-	return printObject(w, &unstructured.Unstructured{Object: m}, format)
+	var p printers.ResourcePrinter = &printers.JSONPrinter{}
+	if format == outYAML {
+		p = &printers.YAMLPrinter{}
+	}
+	return p.PrintObj(&unstructured.Unstructured{Object: m}, w)
 }
 
 // parseReadaheadFilesFlag parses --readahead-files: volattr.ReadaheadFilesAuto

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -15,8 +14,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/internal/testenv"
@@ -38,13 +39,20 @@ func runJob(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	return out.String(), errb.String(), err
 }
 
-var ageRE = regexp.MustCompile(`\b\d+[smhd]\b`)
+// testNow is the commands' clock in the tests: twenty years after the
+// test binary started, so that every object the tests create is "20y" old
+// (duration.HumanDuration prints whole years from 8 years on) and the
+// golden files do not depend on how long a test ran.
+var testNow = time.Now().AddDate(20, 0, 0)
+
+func init() { clock = func() time.Time { return testNow } }
 
 // golden compares got with testdata/job/NAME, or rewrites it under -update.
-// Ages are replaced by <age>, the test's namespace by <ns>.
+// The test's namespace is replaced by <ns>, and values the API server
+// picks (uid, resourceVersion, creationTimestamp) by <uid>, <rv>, <time>.
 func golden(t *testing.T, name, ns, got string) {
 	t.Helper()
-	got = ageRE.ReplaceAllString(got, "<age>")
+	got = stable(got)
 	if ns != "" {
 		got = strings.ReplaceAll(got, ns, "<ns>")
 	}
@@ -65,6 +73,23 @@ func golden(t *testing.T, name, ns, got string) {
 	if got != string(want) {
 		t.Errorf("%s differs (go test -run %s -update rewrites it)\n--- got\n%s\n--- want\n%s", path, t.Name(), got, want)
 	}
+}
+
+var serverPicked = []struct {
+	re   *regexp.Regexp
+	repl string
+}{
+	{regexp.MustCompile(`("?uid"?: "?)[0-9a-f-]{36}`), "${1}<uid>"},
+	{regexp.MustCompile(`("?resourceVersion"?: "?)[0-9]+`), "${1}<rv>"},
+	{regexp.MustCompile(`("?creationTimestamp"?: "?)[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z`), "${1}<time>"},
+}
+
+// stable replaces what the API server picks in -o json and yaml output.
+func stable(s string) string {
+	for _, r := range serverPicked {
+		s = r.re.ReplaceAllString(s, r.repl)
+	}
+	return s
 }
 
 func TestJobSubmitDryRun(t *testing.T) {
@@ -125,7 +150,9 @@ func TestJobCLI(t *testing.T) {
 		{"submit", "x", "-n", ns, "--image", "i", "--toleration", "=ml"},
 		{"submit", "x", "-n", ns, "--image", "i", "--shm-size=-1"},
 		{"submit", "x", "-n", ns, "--image", "i", "--shm-size", "0.5"},
-		{"submit", "x", "-n", ns, "--image", "i", "--shm-size", "2 GiB"},
+		{"submit", "x", "-n", ns, "--image", "i", "--shm-size", "500m"},
+		{"submit", "x", "-n", ns, "--image", "i", "--dataset", "d=/data/d:/d", "--cache-size", "500m"},
+		{"submit", "x", "-n", ns, "--image", "i", "--dataset", "d=/data/d:/d", "--cache-size", "-1"},
 		{"submit", "x", "-n", ns, "--image", "i", "--mode", "pytorch", "--nproc-per-node", "0"},
 		{"submit", "x", "-n", ns, "--image", "i", "--nproc-per-node", "2"},
 		{"submit", "x", "-n", ns, "--image", "i", "--label", "team"},
@@ -138,7 +165,10 @@ func TestJobCLI(t *testing.T) {
 		{"get", "nosuch", "-n", ns},
 		{"logs", "resnet", "-n", ns},
 		{"logs", "resnet", "-n", ns, "--worker", "5"},
-		{"list", "-n", ns, "-o", "wide"},
+		{"list", "-n", ns, "-o", "table"},
+		{"get", "resnet", "-n", ns, "-o", "jsonpath={.spec}"},
+		{"delete", "resnet", "-n", ns, "-o", "yaml"},
+		{"suspend", "resnet", "-n", ns, "-o", "Name"},
 		{"list", "--context", "nosuch"},
 	} {
 		_, _, err := job(args...)
@@ -222,8 +252,13 @@ func TestJobCLI(t *testing.T) {
 	for _, args := range [][]string{
 		{"list", "-n", ns},
 		{"list", "-A"},
+		{"list", "-n", ns, "-o", "wide"},
+		{"list", "-A", "-o", "wide"},
+		{"list", "-n", ns, "-o", "name"},
 		{"get", "resnet", "-n", ns},
 		{"get", "bert", "-n", ns},
+		{"get", "bert", "-n", ns, "-o", "wide"},
+		{"get", "bert", "-n", ns, "-o", "name"},
 		{"top"},
 	} {
 		out, stderr, err := job(args...)
@@ -234,18 +269,53 @@ func TestJobCLI(t *testing.T) {
 	}
 	golden(t, "views.txt", "", submitted+"\n"+b.String())
 
-	// -o yaml and json are the stored objects.
-	for _, format := range []string{"json", "yaml"} {
-		out, _, err := job("get", "resnet", "-n", ns, "-o", format)
-		if err != nil || !strings.Contains(out, "kind: TrainingJob") && !strings.Contains(out, `"kind": "TrainingJob"`) {
-			t.Errorf("get -o %s: %v\n%s", format, err, out)
+	// -o yaml and json: every form golden, and each round-trips: it
+	// decodes by its apiVersion and kind into the stored TrainingJob, and
+	// an update from it is accepted (as kubectl replace -f or apply -f).
+	var objs strings.Builder
+	for _, args := range [][]string{
+		{"get", "resnet", "-n", ns, "-o", "yaml"},
+		{"get", "resnet", "-n", ns, "-o", "json"},
+		{"list", "-n", ns, "-o", "yaml"},
+		{"list", "-n", ns, "-o", "json"},
+	} {
+		out, stderr, err := job(args...)
+		if err != nil {
+			t.Fatalf("cachefs job %v: %v", args, err)
+		}
+		objs.WriteString("$ cachefs job " + strings.Join(args, " ") + "\n" + out + stderr + "\n")
+		decoded, _, err := serializer.NewCodecFactory(jobScheme()).UniversalDeserializer().Decode([]byte(out), nil, nil)
+		if err != nil {
+			t.Fatalf("cachefs job %v: output does not decode: %v\n%s", args, err, out)
+		}
+		var got *v1alpha1.TrainingJob
+		switch d := decoded.(type) {
+		case *v1alpha1.TrainingJob:
+			got = d
+		case *v1alpha1.TrainingJobList:
+			if len(d.Items) != 2 || d.Items[1].Name != "resnet" || d.Items[1].Kind != "TrainingJob" || d.Items[1].APIVersion != v1alpha1.GroupVersion.String() {
+				t.Fatalf("cachefs job %v: items %+v", args, d.Items)
+			}
+			got = &d.Items[1]
+		default:
+			t.Fatalf("cachefs job %v: decoded a %T", args, decoded)
+		}
+		stored := &v1alpha1.TrainingJob{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "resnet"}, stored); err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(got.Spec, stored.Spec) || !equality.Semantic.DeepEqual(got.Status, stored.Status) || got.UID != stored.UID {
+			t.Errorf("cachefs job %v: decoded\n%+v\nstored\n%+v", args, got, stored)
+		}
+		if len(got.ManagedFields) != 0 {
+			t.Errorf("cachefs job %v: managedFields printed", args)
+		}
+		got.Labels = map[string]string{"round-trip": "yes"}
+		if err := c.Update(ctx, got); err != nil {
+			t.Errorf("cachefs job %v: update from the output refused: %v", args, err)
 		}
 	}
-	out, _, err = job("list", "-n", ns, "-o", "json")
-	var list v1alpha1.TrainingJobList
-	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Items) != 2 || list.Items[0].Kind != "TrainingJob" {
-		t.Errorf("list -o json: %v\n%s", err, out)
-	}
+	golden(t, "objects.txt", "", objs.String())
 
 	// KUBECONFIG and the kubeconfig's namespace work without flags.
 	t.Setenv("KUBECONFIG", kube.Kubeconfig)
@@ -279,6 +349,31 @@ func TestJobCLI(t *testing.T) {
 	if _, _, err := job("resume", "nosuch", "-n", ns); err == nil || !strings.Contains(err.Error(), `resume nosuch: trainingjobs.jobs.epochfs.io "nosuch" not found`) {
 		t.Errorf("resume of a missing job: %v", err)
 	}
+
+	// The -o forms of the commands that write.
+	var writes strings.Builder
+	for _, args := range [][]string{
+		{"submit", "as-name", "-n", ns, "--image", "busybox", "-o", "name"},
+		{"submit", "as-wide", "-n", ns, "--image", "busybox", "--dataset", "d=/data/d:/d", "-o", "wide"},
+		{"submit", "as-yaml", "-n", ns, "--image", "busybox", "-o", "yaml"},
+		{"submit", "as-json", "-n", ns, "--image", "busybox", "-o", "json"},
+		{"submit", "dry", "-n", ns, "--image", "busybox", "--dry-run", "-o", "json"},
+		{"submit", "dry", "-n", ns, "--image", "busybox", "--dry-run", "-o", "name"},
+		{"submit", "dry", "-n", ns, "--image", "busybox", "--dry-run", "-o", "wide"},
+		{"suspend", "as-name", "-n", ns, "-o", "name"},
+		{"suspend", "as-wide", "as-yaml", "-n", ns, "-o", "yaml"},
+		{"resume", "as-name", "-n", ns, "-o", "wide"},
+		{"resume", "as-wide", "-n", ns, "-o", "json"},
+		{"delete", "as-name", "as-wide", "-n", ns, "-o", "name"},
+		{"delete", "as-yaml", "as-json", "-n", ns},
+	} {
+		out, stderr, err := job(args...)
+		if err != nil {
+			t.Fatalf("cachefs job %v: %v", args, err)
+		}
+		writes.WriteString("$ cachefs job " + strings.Join(args, " ") + "\n" + out + stderr + "\n")
+	}
+	golden(t, "writes.txt", "", writes.String())
 
 	// Delete.
 	out, _, err = job("delete", "resnet", "bert", "-n", ns)

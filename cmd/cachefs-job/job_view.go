@@ -21,6 +21,9 @@ import (
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
+// listOutputs are the -o values of list and get.
+var listOutputs = []string{outJSON, outYAML, outName, outWide}
+
 func newJobListCmd(f *jobFlags) *cobra.Command {
 	var all bool
 	var output string
@@ -30,7 +33,7 @@ func newJobListCmd(f *jobFlags) *cobra.Command {
 		Short:   "List training jobs: NAME STATUS MODE WORKERS AGE",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "yaml", "json"); err != nil {
+			if err := checkOutput(output, listOutputs...); err != nil {
 				return err
 			}
 			jc, err := f.clients()
@@ -49,10 +52,11 @@ func newJobListCmd(f *jobFlags) *cobra.Command {
 				a, b := list.Items[i], list.Items[j]
 				return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.Name < b.Name
 			})
-			if output != "" {
-				return printObject(cmd.OutOrStdout(), &list, output)
+			jobs := make([]*v1alpha1.TrainingJob, len(list.Items))
+			for i := range list.Items {
+				jobs[i] = &list.Items[i]
 			}
-			if len(list.Items) == 0 {
+			if len(jobs) == 0 && (output == "" || output == outWide || output == outName) {
 				where := "namespace " + jc.namespace
 				if all {
 					where = "any namespace"
@@ -60,34 +64,23 @@ func newJobListCmd(f *jobFlags) *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "no training jobs in %s\n", where)
 				return nil
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			if all {
-				fmt.Fprint(tw, "NAMESPACE\t")
-			}
-			fmt.Fprintln(tw, "NAME\tSTATUS\tMODE\tWORKERS\tAGE")
-			for _, tj := range list.Items {
-				if all {
-					fmt.Fprintf(tw, "%s\t", tj.Namespace)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\n", tj.Name, orDefault(string(tj.Status.Phase), "Pending"),
-					orDefault(string(tj.Spec.Mode), "standalone"), tj.Status.Workers.Ready, tj.Spec.Workers, age(f.now(), tj.CreationTimestamp))
-			}
-			return tw.Flush()
+			return printJobs(cmd.OutOrStdout(), f.now(), output, "", true, all, jobs...)
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list the jobs of every namespace")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "yaml or json instead of a table")
+	outputFlag(cmd, &output, "a table", listOutputs...)
 	return cmd
 }
 
 func newJobGetCmd(f *jobFlags) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show a training job: status, replicas, pods and their nodes, recent events",
-		Args:  cobra.ExactArgs(1),
+		Use:               "get NAME",
+		Short:             "Show a training job: status, replicas, pods and their nodes, recent events",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.completeJobNames(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "yaml", "json"); err != nil {
+			if err := checkOutput(output, listOutputs...); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -96,7 +89,7 @@ func newJobGetCmd(f *jobFlags) *cobra.Command {
 				return err
 			}
 			if output != "" {
-				return printObject(cmd.OutOrStdout(), tj, output)
+				return printJobs(cmd.OutOrStdout(), f.now(), output, "", false, false, tj)
 			}
 			var pods corev1.PodList
 			if err := jc.c.List(ctx, &pods, client.InNamespace(tj.Namespace), client.MatchingLabels{v1alpha1.LabelJobName: tj.Name}); err != nil {
@@ -109,7 +102,7 @@ func newJobGetCmd(f *jobFlags) *cobra.Command {
 			return describeJob(cmd.OutOrStdout(), f.now(), tj, pods.Items, events)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "yaml or json instead of a description")
+	outputFlag(cmd, &output, "a description; wide: the row of list -o wide", listOutputs...)
 	return cmd
 }
 

@@ -25,7 +25,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	root := newRoot()
-	root.SetArgs(append([]string{"job"}, os.Args[1:]...))
+	root.SetArgs(completionArgs(os.Args[1:]))
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "cachefs:", err)
 		os.Exit(1)
@@ -40,6 +40,9 @@ func newRoot() *cobra.Command {
 		Short:         "EpochFS training jobs (the job commands of cachefs)",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// The completion command is `cachefs job completion` (the root is
+		// not reachable from the command line).
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
 	// cachefs's global flags, accepted as before the job commands had a
 	// binary of their own; they do not log.

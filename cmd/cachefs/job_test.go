@@ -72,4 +72,26 @@ func TestJobDispatch(t *testing.T) {
 			}
 		}
 	}
+
+	// Shell completion: `cachefs job …` completes as `cachefs-job …` does
+	// (cachefs asks cachefs-job). No cluster is needed for commands and -o.
+	for _, tc := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"su"}, "submit\tSubmit a training job\nsuspend\tSuspend training jobs: their pods are deleted and none run until resumed\n:4\n"},
+		{[]string{"list", "-o", ""}, "json\nyaml\nname\nwide\n:4\n"},
+	} {
+		direct, _, code := run(t, noPath, filepath.Join(both, "cachefs-job"), append([]string{"__complete"}, tc.words...)...)
+		if code != 0 || direct != tc.want {
+			t.Errorf("cachefs-job __complete %q: exit %d, %q, want %q", tc.words, code, direct, tc.want)
+		}
+		via, _, code := run(t, noPath, filepath.Join(both, "cachefs"), append([]string{"__complete", "job"}, tc.words...)...)
+		if code != 0 || via != tc.want {
+			t.Errorf("cachefs __complete job %q: exit %d, %q, want %q", tc.words, code, via, tc.want)
+		}
+	}
+	if script, _, code := run(t, noPath, filepath.Join(both, "cachefs-job"), "completion", "bash"); code != 0 || !strings.Contains(script, "__start_cachefs-job") {
+		t.Errorf("cachefs-job completion bash: exit %d\n%.300s", code, script)
+	}
 }

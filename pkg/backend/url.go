@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // Kind names the type of a dataset source.
@@ -88,7 +90,8 @@ type Source struct {
 // uid and gid the AUTH_UNIX identity (default 0); mountport the MOUNT port
 // when the server's portmapper (port 111) cannot be asked, e.g.
 // nfs://filer:2049/export?mountport=20048; conns the number of connections
-// (default 8); rsize the largest READ in bytes (default 1 MiB).
+// (default 8); rsize the largest READ, a size as units.ParseSize reads it
+// (1Mi, 1MiB or 1048576; default 1 MiB; written back in bytes).
 //
 // A malformed URL returns an error wrapping ErrInvalidURL whose message
 // names the wrong part, e.g. `source "s3:///x": bucket is empty`.
@@ -374,9 +377,15 @@ func parseNFS(u *url.URL) (Source, error) {
 	} else if ok {
 		src.Conns = int(n)
 	}
-	if n, ok, err := num("rsize", MinNFSReadSize, MaxNFSReadSize); err != nil {
-		return Source{}, err
-	} else if ok {
+	if v, ok := q["rsize"]; ok {
+		// A size like every other (units.ParseSize: 1Mi, 1MiB, 1048576).
+		n, err := units.ParseSize(v)
+		if err != nil {
+			return Source{}, invalid("rsize: %v", err)
+		}
+		if n < MinNFSReadSize || n > MaxNFSReadSize {
+			return Source{}, invalid("rsize %q: want a size from 4Ki to 16Mi (%d to %d bytes), e.g. 1Mi", v, MinNFSReadSize, MaxNFSReadSize)
+		}
 		src.ReadSize = int(n)
 	}
 	return src, nil

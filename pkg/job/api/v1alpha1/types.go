@@ -367,9 +367,18 @@ type Dataset struct {
 	// +kubebuilder:validation:MaxLength=1024
 	MountPath string `json:"mountPath"`
 	// CacheSize is the node cache capacity for this dataset (the CSI
-	// driver's `cacheSize`: 50Gi, 50GiB, 500GB, bytes); the driver's default
-	// when empty.
+	// driver's `cacheSize`), in EpochFS's one size grammar (pkg/units,
+	// docs/DESIGN.md "Sizes"): a Kubernetes quantity such as 50Gi, 500G or
+	// 1.5Ti, the GiB/GB spellings such as 50GiB or 500GB, or bytes. The
+	// milli suffix (500m) is refused. The driver's default when empty.
+	// The API server checks the grammar (the rules below mirror
+	// units.ParseSize); the controller also refuses a size over 8Ei or
+	// under one byte (InvalidSpec naming the dataset).
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[[:space:]]*[0-9.]+[[:space:]]*m[[:space:]]*$')",message="cacheSize: m is milli in Kubernetes quantities (500m is half a byte), not a byte unit: write 500M (megabytes) or 500Mi (mebibytes)"
+	// +kubebuilder:validation:XValidation:rule="!self.trim().startsWith('-')",message="cacheSize must be positive: a size such as 50Gi, 500G, 1.5Ti or 50GiB"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self.trim().startsWith('-') || self.matches('^[[:space:]]*[0-9.]+[[:space:]]*m[[:space:]]*$') || self.matches('^[[:space:]]*([0-9]+[.]?[0-9]*|[.][0-9]+)[[:space:]]*([KkGgTtPpEe]|M|[Bb]|[KkMmGgTtPpEe][Ii]|[KkMmGgTtPpEe][Ii]?[Bb])?[[:space:]]*$')",message="cacheSize must be a size such as 50Gi, 500G, 1.5Ti or 50GiB: a number and an optional unit (K, M, G, T, P, E: powers of 1000; Ki, Mi, Gi, Ti, Pi, Ei: powers of 1024; KB, KiB, MB, MiB, GB, GiB, ... spelled out; none: bytes)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[[:space:]]*(0+[.]?0*|[.]0+)[[:space:]]*[A-Za-z]*[[:space:]]*$')",message="cacheSize must be greater than zero: a size such as 50Gi, or leave it out for the CSI driver's default"
 	// +optional
 	CacheSize string `json:"cacheSize,omitempty"`
 	// Prefetch asks for the node cache to be warmed before training. It is
