@@ -47,20 +47,20 @@ var DefaultShmSize = resource.MustParse("2Gi")
 
 // plan is a validated, defaulted TrainingJob and everything derived from it.
 type plan struct {
-	tj         *v1alpha1.TrainingJob
-	mode       v1alpha1.Mode
-	port       int32
-	gang       bool
-	scheduler  v1alpha1.GangScheduler
-	minMember  int32
-	backoff    int32
+	tj        *v1alpha1.TrainingJob
+	mode      v1alpha1.Mode
+	port      int32
+	gang      bool
+	scheduler v1alpha1.GangScheduler
+	minMember int32
+	backoff   int32
 	// maxRestarts is spec.maxRestarts (default DefaultMaxRestarts).
 	maxRestarts int32
 	// success is spec.successPolicy with the mode's default.
 	success v1alpha1.SuccessPolicy
 	// attempt is the attempt of the gang the Jobs are rendered for
 	// (status.restarts).
-	attempt int32
+	attempt    int32
 	workerReqs corev1.ResourceList // requests of one worker
 	psReqs     corev1.ResourceList // requests of one parameter server
 	datasets   []datasetPlan
