@@ -43,6 +43,8 @@ fi`
 	// existed at once.
 	seen := map[string]map[string]bool{}
 	overlap := ""
+	start := time.Now()
+	var lastOld, firstNew time.Duration // since submit: the last look with a pod of attempt 0, the first with one of attempt 1
 	poll := func() {
 		pods, err := e.c.Client.CoreV1().Pods(jobNamespace).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelJobName + "=" + name})
 		if err != nil {
@@ -57,11 +59,19 @@ fi`
 			seen[a][p.Name] = true
 			now[a] = true
 		}
+		if now["0"] {
+			lastOld = time.Since(start)
+		}
+		if now["1"] && firstNew == 0 {
+			firstNew = time.Since(start)
+		}
 		if now["0"] && now["1"] && overlap == "" {
 			overlap = "pods of attempts 0 and 1 existed at once"
 		}
 	}
 	tj := e.waitPhaseFunc(ctx, t, name, v1alpha1.PhaseSucceeded, poll)
+	t.Logf("since submit: last pod of attempt 0 seen at %.1fs, first pod of attempt 1 at %.1fs, Succeeded at %.1fs",
+		lastOld.Seconds(), firstNew.Seconds(), time.Since(start).Seconds())
 	if overlap != "" {
 		t.Error(overlap)
 	}
@@ -109,6 +119,7 @@ fi`
 		}
 	}
 	out := e.mustJob(t, "get", name)
+	t.Logf("cachefs job get %s:\n%s", name, out)
 	for _, want := range []string{"Restarts:", "1 of maxRestarts 2", "Last failure:", "Error: attempt 0: worker 1", "Restarting", "Restarted"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("cachefs job get does not show %q:\n%s", want, out)

@@ -4,8 +4,8 @@
 // Volcano or scheduler-plugins, an MPI hostfile ConfigMap and a read-only
 // volume per dataset (a static PersistentVolume for the cachefs.epochfs.io
 // CSI driver and a ReadOnlyMany claim bound to it), all owned by the
-// TrainingJob; watches the Job and reports phase, conditions and counts; and
-// cleans up finished jobs.
+// TrainingJob; watches the Job and reports phase, conditions and counts;
+// restarts the whole gang when a pod fails; and cleans up finished jobs.
 //
 // Kubernetes Jobs run the pods and the gang scheduler places them; this
 // package only translates, watches and cleans up. It knows the CSI driver
@@ -15,7 +15,8 @@
 // (the rules the CSI node enforces; the controller applies them early so
 // that a forbidden source is refused before anything is created).
 // plan.go validates a TrainingJob into a plan; render.go and
-// render_job.go turn a plan into objects.
+// render_job.go turn a plan into objects; restart.go restarts the whole
+// gang when an attempt fails (spec.maxRestarts).
 package controller
 
 import (
