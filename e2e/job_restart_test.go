@@ -109,7 +109,7 @@ fi`
 			t.Errorf("lastFailure message %q does not contain %q", f.Message, want)
 		}
 	}
-	if want := "all 2 workers succeeded on attempt 1, after 1 restarts of the whole gang"; st.Message != want {
+	if want := "all 2 workers succeeded on attempt 1, after 1 restart of the whole gang"; st.Message != want {
 		t.Errorf("message %q, want %q", st.Message, want)
 	}
 	for i := range 2 {

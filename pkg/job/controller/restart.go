@@ -184,7 +184,7 @@ func (r *Reconciler) attemptFailed(ctx context.Context, tj *v1alpha1.TrainingJob
 	}
 	restarts := "with no restart left"
 	if p.maxRestarts > 0 {
-		restarts = fmt.Sprintf("after %d restarts of the whole gang", p.attempt)
+		restarts = "after " + restartCount(p.attempt) + " of the whole gang"
 	}
 	msg := fmt.Sprintf("%s; the job failed %s (maxRestarts %d): see `cachefs job logs %s` and `cachefs job get %s`",
 		f.Message, restarts, p.maxRestarts, tj.Name, tj.Name)
@@ -313,6 +313,14 @@ func clean(s string) string {
 		s = "…" + string(r[len(r)-maxFailureText:])
 	}
 	return s
+}
+
+// restartCount is "1 restart", "2 restarts".
+func restartCount(n int32) string {
+	if n == 1 {
+		return "1 restart"
+	}
+	return strconv.Itoa(int(n)) + " restarts"
 }
 
 func orDash(s string) string {

@@ -177,7 +177,7 @@ func TestGangRestart(t *testing.T) {
 	e.jobPod(t, worker1, "gang-1-b", 1, corev1.PodStatus{Phase: corev1.PodRunning})
 	done := e.failJob(t, ns, "gang", 1)
 	got = e.waitPhase(t, ns, "gang", v1alpha1.PhaseFailed, "OOMKilled")
-	want := "attempt 1: worker 0 (pod gang-0-b) failed: container trainer exited with code 137 (OOMKilled); the job failed after 1 restarts of the whole gang (maxRestarts 1): see `cachefs job logs gang`"
+	want := "attempt 1: worker 0 (pod gang-0-b) failed: container trainer exited with code 137 (OOMKilled); the job failed after 1 restart of the whole gang (maxRestarts 1): see `cachefs job logs gang`"
 	if !strings.HasPrefix(got.Status.Message, want) || got.Status.Restarts != 1 || !got.Status.CompletionTime.Equal(&done) {
 		t.Errorf("status: %q restarts %d completion %v, want %q", got.Status.Message, got.Status.Restarts, got.Status.CompletionTime, want)
 	}

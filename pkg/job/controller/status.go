@@ -80,7 +80,7 @@ func (r *Reconciler) updateStatus(tj *v1alpha1.TrainingJob, p *plan, worker, ps 
 			msg = "worker 0 succeeded (successPolicy Worker0)"
 		}
 		if p.attempt > 0 {
-			msg += fmt.Sprintf(" on attempt %d, after %d restarts of the whole gang", p.attempt, p.attempt)
+			msg += fmt.Sprintf(" on attempt %d, after %s of the whole gang", p.attempt, restartCount(p.attempt))
 		}
 		setCondition(tj, v1alpha1.ConditionRunning, false, "Finished", msg)
 		setCondition(tj, v1alpha1.ConditionSucceeded, true, "Succeeded", msg)
