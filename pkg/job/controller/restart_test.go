@@ -387,3 +387,51 @@ func TestSuccessPolicy(t *testing.T) {
 		t.Errorf("message %q, want %q", got.Status.Message, want)
 	}
 }
+
+// TestPodFailure: what a failed pod's status says, as the failure message
+// shows it. The pod's text is hostile: control characters go, and only the
+// end of a long log is kept.
+func TestPodFailure(t *testing.T) {
+	at := func(sec int) metav1.Time { return metav1.NewTime(time.Unix(1700000000+int64(sec), 0)) }
+	term := func(name string, exit int32, reason, msg string, sec int) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: exit, Reason: reason, Message: msg, FinishedAt: at(sec)}}}
+	}
+	long := strings.Repeat("x", 1000) + "THE END"
+	for _, tc := range []struct {
+		name       string
+		st         corev1.PodStatus
+		wantReason string
+		wantMsg    string
+	}{
+		{"evicted", corev1.PodStatus{Reason: "Evicted", Message: "The node was low on resource: memory."},
+			"Evicted", "attempt 2: worker 3 (pod p) failed: Evicted: The node was low on resource: memory."},
+		{"trainer before a sidecar", corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{
+			term("sidecar", 2, "Error", "sidecar died", 1), term("trainer", 137, "OOMKilled", "", 5)}},
+			"OOMKilled", "attempt 2: worker 3 (pod p) failed: container trainer exited with code 137 (OOMKilled)"},
+		{"init container", corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{term("fetch", 1, "", "no such bucket\n", 1)}},
+			"Error", "attempt 2: worker 3 (pod p) failed: container fetch exited with code 1 (Error); its log ends: no such bucket"},
+		{"control characters", corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{term("trainer", 1, "Error", "a\x1b[31mb\r\n\tc\x00d", 1)}},
+			"Error", "attempt 2: worker 3 (pod p) failed: container trainer exited with code 1 (Error); its log ends: a [31mb c d"},
+		{"long log", corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{term("trainer", 1, "Error", long, 1)}},
+			"Error", "attempt 2: worker 3 (pod p) failed: container trainer exited with code 1 (Error); its log ends: …" + long[len(long)-maxFailureText:]},
+		{"exit 0 only", corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{term("trainer", 0, "Completed", "", 1)}},
+			"PodFailed", "attempt 2: worker 3 (pod p) failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Status: tc.st}
+			pod.Status.Phase = corev1.PodFailed
+			f := &v1alpha1.AttemptFailure{Attempt: 2, Replica: "worker", Index: ptr.To[int32](3)}
+			reason, msg := podFailure(pod, f)
+			if reason != tc.wantReason || msg != tc.wantMsg {
+				t.Errorf("got %q, %q\nwant %q, %q", reason, msg, tc.wantReason, tc.wantMsg)
+			}
+		})
+	}
+	// The first failure is the cause: the container that ended first.
+	early := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{term("trainer", 1, "Error", "", 3)}}}
+	late := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{term("trainer", 143, "Error", "", 9), term("x", 1, "Error", "", 2)}}}
+	if a, b := failedAt(early), failedAt(late); !a.After(b) || !b.Equal(at(2).Time) {
+		t.Errorf("failedAt: %v, %v; want the earliest error of each pod", a, b)
+	}
+}
