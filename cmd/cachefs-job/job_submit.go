@@ -44,6 +44,8 @@ type submitFlags struct {
 	output                                  string
 	shmSize                                 string
 	nprocPerNode                            int32
+	maxRestarts                             int32
+	successPolicy                           string
 	suspend                                 bool
 	queueName, serviceAccount               string
 	pullSecrets, labels, annotations        []string
@@ -82,6 +84,12 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 				// naming spec.nprocPerNode.
 				tj.Spec.NprocPerNode = &s.nprocPerNode
 			}
+			if cmd.Flags().Changed("max-restarts") {
+				// A negative one goes to the API server too, which refuses
+				// it naming spec.maxRestarts.
+				tj.Spec.MaxRestarts = &s.maxRestarts
+			}
+			tj.Spec.SuccessPolicy = v1alpha1.SuccessPolicy(s.successPolicy)
 			if s.dryRun {
 				if ns := f.overrides.Context.Namespace; ns != "" {
 					tj.Namespace = ns
@@ -128,7 +136,9 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringVar(&s.priorityClass, "priority-class", "", "PriorityClass of the workers")
 	fl.StringArrayVar(&s.nodeSelector, "node-selector", nil, "node label LABEL=VALUE the workers need (repeatable)")
 	fl.StringArrayVar(&s.tolerations, "toleration", nil, "taint the workers tolerate, KEY[=VALUE][:EFFECT] (repeatable), e.g. dedicated=ml:NoSchedule; GPU workers tolerate nvidia.com/gpu:NoSchedule on their own")
-	fl.Int32Var(&s.backoffLimit, "backoff-limit", 3, "worker failures tolerated before the job fails")
+	fl.Int32Var(&s.backoffLimit, "backoff-limit", 0, "failed pods an attempt replaces alone before it fails and the whole gang restarts (for standalone workers only: a replaced pod cannot rejoin a rendezvous)")
+	fl.Int32Var(&s.maxRestarts, "max-restarts", 3, "times the whole gang (every pod, a new rendezvous) restarts after a failure before the job fails; 0: fail on the first")
+	fl.StringVar(&s.successPolicy, "success-policy", "", "when the job has succeeded: AllWorkers (default) or Worker0 (default and only choice for mode mpi)")
 	fl.Int32Var(&s.ttl, "ttl", 0, "delete the job this many seconds after it finished (default: keep it)")
 	fl.StringVar(&s.cleanPodPolicy, "clean-pod-policy", "", "pods deleted when the job finishes: All, Running (default) or None")
 	fl.StringVar(&s.tensorboard, "tensorboard-logdir", "", "where workers write TensorBoard event files (TENSORBOARD_LOG_DIR)")

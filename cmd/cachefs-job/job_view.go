@@ -16,6 +16,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
@@ -164,6 +165,12 @@ func describeJob(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, pods []co
 	}
 	if st.CompletionTime != nil {
 		fmt.Fprintf(tw, "Finished:\t%s\n", st.CompletionTime.UTC().Format(time.RFC3339))
+	}
+	if st.Restarts > 0 || tj.Spec.MaxRestarts != nil {
+		fmt.Fprintf(tw, "Restarts:\t%d of maxRestarts %d (restarts of the whole gang)\n", st.Restarts, ptr.Deref(tj.Spec.MaxRestarts, 0))
+	}
+	if f := st.LastFailure; f != nil {
+		fmt.Fprintf(tw, "Last failure:\t%s: %s\n", f.Reason, f.Message)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "REPLICAS\tWANTED\tACTIVE\tREADY\tSUCCEEDED\tFAILED")

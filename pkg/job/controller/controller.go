@@ -4,8 +4,8 @@
 // Volcano or scheduler-plugins, an MPI hostfile ConfigMap and a read-only
 // volume per dataset (a static PersistentVolume for the cachefs.epochfs.io
 // CSI driver and a ReadOnlyMany claim bound to it), all owned by the
-// TrainingJob; watches the Job and reports phase, conditions and counts; and
-// cleans up finished jobs.
+// TrainingJob; watches the Job and reports phase, conditions and counts;
+// restarts the whole gang when a pod fails; and cleans up finished jobs.
 //
 // Kubernetes Jobs run the pods and the gang scheduler places them; this
 // package only translates, watches and cleans up. It knows the CSI driver
@@ -15,7 +15,8 @@
 // (the rules the CSI node enforces; the controller applies them early so
 // that a forbidden source is refused before anything is created).
 // plan.go validates a TrainingJob into a plan; render.go and
-// render_job.go turn a plan into objects.
+// render_job.go turn a plan into objects; restart.go restarts the whole
+// gang when an attempt fails (spec.maxRestarts).
 package controller
 
 import (
@@ -186,20 +187,47 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 	}
 	setCondition(tj, v1alpha1.ConditionValid, true, "Valid", "the spec is valid")
 
-	worker := &batchv1.Job{}
-	err = r.cfg.Client.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: p.workerJobName()}, worker)
-	switch {
-	case apierrors.IsNotFound(err):
+	worker, err := r.getJob(ctx, tj, p.workerJobName())
+	if err != nil {
+		return result{}, err
+	}
+	if worker != nil && !metav1.IsControlledBy(worker, tj) {
+		msg := fmt.Sprintf("a Job named %s exists and is not owned by this TrainingJob: delete it or rename the TrainingJob", worker.Name)
+		setPhase(tj, v1alpha1.PhasePending, "NameConflict", msg)
+		return result{requeue: r.cfg.CapacityRetry}, nil
+	}
+	var ps *batchv1.Job
+	if tj.Spec.ParameterServers > 0 {
+		if ps, err = r.getJob(ctx, tj, p.psJobName()); err != nil {
+			return result{}, err
+		}
+	}
+	// The gang's attempt: status.restarts, or an existing Job's if newer.
+	// Anything of an older attempt goes before the new one starts.
+	adoptAttempt(tj, p, worker, ps)
+	if stale, err := r.clearOldAttempts(ctx, tj, p, worker, ps); err != nil || stale {
+		return result{requeue: restartPoll}, err
+	}
+	if worker != nil && (!worker.DeletionTimestamp.IsZero() || attemptOf(worker) < p.attempt) {
+		worker = nil // deleted by clearOldAttempts
+	}
+	if ps != nil && (!ps.DeletionTimestamp.IsZero() || attemptOf(ps) < p.attempt) {
+		ps = nil
+	}
+	restart := p.attempt > 0 || meta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.ConditionRestarting)
+	if worker == nil {
 		// Sources are checked before anything is created, not on every
-		// pass: a policy tightened later does not fail running jobs (the
-		// node refuses their new mounts).
-		if err := r.checkSources(p); err != nil {
-			msg := err.Error()
-			setCondition(tj, v1alpha1.ConditionValid, false, ReasonSourceNotAllowed, msg)
-			setPhase(tj, v1alpha1.PhaseFailed, ReasonSourceNotAllowed, msg+"; the job was not started: use a source the cluster's policy allows and submit again")
-			tj.Status.CompletionTime = ptrTime(r.cfg.Now())
-			r.event(tj, corev1.EventTypeWarning, ReasonSourceNotAllowed, msg)
-			return result{}, nil
+		// pass (nor when the gang restarts): a policy tightened later does
+		// not fail running jobs (the node refuses their new mounts).
+		if !restart {
+			if err := r.checkSources(p); err != nil {
+				msg := err.Error()
+				setCondition(tj, v1alpha1.ConditionValid, false, ReasonSourceNotAllowed, msg)
+				setPhase(tj, v1alpha1.PhaseFailed, ReasonSourceNotAllowed, msg+"; the job was not started: use a source the cluster's policy allows and submit again")
+				tj.Status.CompletionTime = ptrTime(r.cfg.Now())
+				r.event(tj, corev1.EventTypeWarning, ReasonSourceNotAllowed, msg)
+				return result{}, nil
+			}
 		}
 		// A suspended job runs nothing, so it needs no room yet: the
 		// check runs when it is resumed.
@@ -214,39 +242,47 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 			return result{}, err
 		}
 		markCreated(tj)
+		what := "created Job " + p.workerJobName()
+		if restart {
+			what = fmt.Sprintf("restarted the whole gang: created the Jobs of attempt %d", p.attempt)
+			setCondition(tj, v1alpha1.ConditionRestarting, false, "Restarted", what)
+		}
 		if tj.Spec.Suspend {
 			msg := suspendedMessage(tj)
 			setCondition(tj, v1alpha1.ConditionSuspended, true, "Suspended", msg)
 			setPhase(tj, v1alpha1.PhasePending, "Suspended", msg)
-			r.event(tj, corev1.EventTypeNormal, "Suspended", "created Job "+p.workerJobName()+" suspended")
+			r.event(tj, corev1.EventTypeNormal, "Suspended", what+" suspended")
 			return result{}, nil
 		}
 		setPhase(tj, v1alpha1.PhasePending, "Created", fmt.Sprintf("waiting for %d workers to be scheduled", tj.Spec.Workers))
-		r.event(tj, corev1.EventTypeNormal, "Created", "created Job "+p.workerJobName())
+		if restart {
+			r.event(tj, corev1.EventTypeNormal, "Restarted", what)
+		} else {
+			r.event(tj, corev1.EventTypeNormal, "Created", what)
+		}
 		return result{}, nil
-	case err != nil:
-		return result{}, err
-	}
-	if !metav1.IsControlledBy(worker, tj) {
-		msg := fmt.Sprintf("a Job named %s exists and is not owned by this TrainingJob: delete it or rename the TrainingJob", worker.Name)
-		setPhase(tj, v1alpha1.PhasePending, "NameConflict", msg)
-		return result{requeue: r.cfg.CapacityRetry}, nil
 	}
 	// The status write that followed the creation may have been lost (a
 	// conflict with a status written from an older copy): the Job exists,
 	// so the job was created and the capacity check is behind it.
 	markCreated(tj)
-	var ps *batchv1.Job
-	if tj.Spec.ParameterServers > 0 {
-		ps = &batchv1.Job{}
-		if err := r.cfg.Client.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: p.psJobName()}, ps); err != nil {
-			return result{}, client.IgnoreNotFound(err)
-		}
+	if meta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.ConditionRestarting) {
+		setCondition(tj, v1alpha1.ConditionRestarting, false, "Restarted", fmt.Sprintf("restarted the whole gang: created the Jobs of attempt %d", p.attempt))
+	}
+	if tj.Spec.ParameterServers > 0 && ps == nil {
+		return result{}, nil
 	}
 	if res, wait, err := r.syncSuspend(ctx, tj, p, ps, worker); err != nil || wait {
 		return res, err
 	}
 	r.updateStatus(tj, p, worker, ps)
+	if !finished(tj) {
+		if j := failedJob(worker, ps); j != nil {
+			if err := r.attemptFailed(ctx, tj, p, j, worker, ps); err != nil || !finished(tj) {
+				return result{requeue: restartPoll}, err
+			}
+		}
+	}
 	if finished(tj) {
 		r.event(tj, eventType(tj), tj.Status.Reason, tj.Status.Message)
 		return r.afterFinish(ctx, tj)
@@ -507,6 +543,10 @@ func (r *Reconciler) createOwned(ctx context.Context, tj *v1alpha1.TrainingJob, 
 		msg := fmt.Sprintf("a %s named %s exists and is not owned by this TrainingJob: delete it or rename the TrainingJob", gvk.Kind, o.GetName())
 		setPhase(tj, v1alpha1.PhasePending, "NameConflict", msg)
 		return errWait
+	}
+	if _, ok := o.(*batchv1.Job); ok && attemptOf(existing) != attemptOf(o) {
+		// Still the Job of another attempt (a cache behind the deletion).
+		return fmt.Errorf("create Job %s of attempt %d: the Job of attempt %d is still there", o.GetName(), attemptOf(o), attemptOf(existing))
 	}
 	o.SetUID(existing.GetUID())
 	return nil

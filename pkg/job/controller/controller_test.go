@@ -303,6 +303,7 @@ func TestTensorFlowParameterServers(t *testing.T) {
 			Resources:    v1alpha1.WorkerResources{CPU: ptr.To(resource.MustParse("2"))},
 			Gang:         &v1alpha1.Gang{Scheduler: v1alpha1.GangSchedulerPlugins, MinAvailable: ptr.To[int32](4)},
 			BackoffLimit: ptr.To[int32](1),
+			MaxRestarts:  ptr.To[int32](0),
 		},
 	}
 	if err := e.c.Create(ctx, tj); err != nil {
@@ -359,7 +360,7 @@ func TestTensorFlowParameterServers(t *testing.T) {
 		}
 	})
 	got = e.waitPhase(t, ns, "wide", v1alpha1.PhaseFailed, "BackoffLimitExceeded")
-	want := "2 worker pods failed, more than backoffLimit 1 allows, so the job stopped instead of restarting them: see `cachefs job logs wide`"
+	want := "attempt 0: 2 worker pods failed, more than backoffLimit 1 allows (BackoffLimitExceeded); the job failed with no restart left (maxRestarts 0): see `cachefs job logs wide`"
 	if !strings.Contains(got.Status.Message, want) || !got.Status.CompletionTime.Equal(&now) {
 		t.Errorf("status %q at %v, want %q", got.Status.Message, got.Status.CompletionTime, want)
 	}
@@ -763,6 +764,11 @@ func TestRejectedByAPIServer(t *testing.T) {
 		{"ps template without parameter servers", func(s map[string]any) { s["ps"] = map[string]any{"template": map[string]any{}} }, `ps is the template of the parameter servers`},
 		{"zero nprocPerNode", func(s map[string]any) { s["nprocPerNode"] = int64(0) }, `nprocPerNode must be at least 1`},
 		{"nprocPerNode without pytorch", func(s map[string]any) { s["mode"], s["nprocPerNode"] = "mpi", int64(2) }, `nprocPerNode is only for mode pytorch`},
+		{"negative maxRestarts", func(s map[string]any) { s["maxRestarts"] = int64(-1) }, `spec.maxRestarts: Invalid value: "integer": maxRestarts must be at least 0`},
+		{"too many maxRestarts", func(s map[string]any) { s["maxRestarts"] = int64(101) }, `maxRestarts must be at most 100`},
+		{"negative backoffLimit", func(s map[string]any) { s["backoffLimit"] = int64(-1) }, `spec.backoffLimit in body should be greater than or equal to 0`},
+		{"unknown successPolicy", func(s map[string]any) { s["successPolicy"] = "Any" }, `spec.successPolicy: Unsupported value: "Any": supported values: "AllWorkers", "Worker0"`},
+		{"AllWorkers in mode mpi", func(s map[string]any) { s["mode"], s["successPolicy"] = "mpi", "AllWorkers" }, `successPolicy AllWorkers cannot hold in mode mpi`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := valid()
@@ -818,6 +824,8 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		{"command", `{"command":["python"]}`},
 		{"gang", `{"gang":{"enabled":false}}`},
 		{"backoffLimit", `{"backoffLimit":5}`},
+		{"maxRestarts", `{"maxRestarts":5}`},
+		{"successPolicy", `{"successPolicy":"Worker0"}`},
 		{"nodeSelector", `{"nodeSelector":{"pool":"h100"}}`},
 		{"tolerations", `{"tolerations":[{"key":"k","operator":"Exists"}]}`},
 		{"priorityClassName", `{"priorityClassName":"high"}`},

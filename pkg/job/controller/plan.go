@@ -33,6 +33,13 @@ const (
 	defaultTFPort    = 2222
 )
 
+// DefaultMaxRestarts is how many times the gang is restarted when
+// spec.maxRestarts is unset (the CRD defaults it too): the tolerance of the
+// old default backoffLimit (3 failed pods), spent on restarts of the whole
+// gang, which a distributed job can survive, instead of on replacements of
+// single pods, which it cannot.
+const DefaultMaxRestarts = 3
+
 // DefaultShmSize is the size of /dev/shm when spec.shmSize is unset (Arena's
 // default too): enough for PyTorch DataLoader workers passing batches of
 // images; the container runtime's own is often 64Mi.
@@ -40,13 +47,20 @@ var DefaultShmSize = resource.MustParse("2Gi")
 
 // plan is a validated, defaulted TrainingJob and everything derived from it.
 type plan struct {
-	tj         *v1alpha1.TrainingJob
-	mode       v1alpha1.Mode
-	port       int32
-	gang       bool
-	scheduler  v1alpha1.GangScheduler
-	minMember  int32
-	backoff    int32
+	tj        *v1alpha1.TrainingJob
+	mode      v1alpha1.Mode
+	port      int32
+	gang      bool
+	scheduler v1alpha1.GangScheduler
+	minMember int32
+	backoff   int32
+	// maxRestarts is spec.maxRestarts (default DefaultMaxRestarts).
+	maxRestarts int32
+	// success is spec.successPolicy with the mode's default.
+	success v1alpha1.SuccessPolicy
+	// attempt is the attempt of the gang the Jobs are rendered for
+	// (status.restarts).
+	attempt    int32
 	workerReqs corev1.ResourceList // requests of one worker
 	psReqs     corev1.ResourceList // requests of one parameter server
 	datasets   []datasetPlan
@@ -83,7 +97,7 @@ func Check(tj *v1alpha1.TrainingJob) error {
 // and applies defaults. Errors are sentences a user can act on.
 func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 	s := &tj.Spec
-	p := &plan{tj: tj, mode: s.Mode, port: s.Port, backoff: 3}
+	p := &plan{tj: tj, mode: s.Mode, port: s.Port, maxRestarts: DefaultMaxRestarts, attempt: tj.Status.Restarts}
 	if p.mode == "" {
 		p.mode = v1alpha1.ModeStandalone
 	}
@@ -109,6 +123,26 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 	}
 	if s.BackoffLimit != nil {
 		p.backoff = *s.BackoffLimit
+	}
+	if s.MaxRestarts != nil {
+		if *s.MaxRestarts < 0 {
+			return nil, fmt.Errorf("maxRestarts is %d: set at least 0", *s.MaxRestarts)
+		}
+		p.maxRestarts = *s.MaxRestarts
+	}
+	switch p.success = s.SuccessPolicy; p.success {
+	case "":
+		p.success = v1alpha1.SuccessAllWorkers
+		if p.mode == v1alpha1.ModeMPI {
+			p.success = v1alpha1.SuccessWorker0
+		}
+	case v1alpha1.SuccessWorker0:
+	case v1alpha1.SuccessAllWorkers:
+		if p.mode == v1alpha1.ModeMPI {
+			return nil, fmt.Errorf("successPolicy AllWorkers cannot hold in mode mpi: ranks other than 0 serve mpirun and never exit; set Worker0")
+		}
+	default:
+		return nil, fmt.Errorf("successPolicy %q is unknown: use AllWorkers or Worker0", p.success)
 	}
 	p.nproc = max(s.Resources.GPUs, 1)
 	if s.NprocPerNode != nil {

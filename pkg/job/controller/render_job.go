@@ -91,6 +91,12 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		c.Args = s.Args
 	}
 	c.Env = slices.Concat(p.env(replica), c.Env, s.Env)
+	if c.TerminationMessagePolicy == "" {
+		// A failed trainer's last log lines become its termination
+		// message, which the controller keeps in status.lastFailure: the
+		// pod and its log go when the gang restarts.
+		c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	}
 	c.Ports = append([]corev1.ContainerPort{{Name: "rendezvous", ContainerPort: p.port, Protocol: corev1.ProtocolTCP}},
 		slices.DeleteFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == "rendezvous" || cp.ContainerPort == p.port })...)
 	// reqs hold the template's requests too (newPlan); a limit the template
@@ -159,6 +165,8 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 	}
 	maps.Copy(tmplMeta.Labels, s.PodLabels)
 	maps.Copy(tmplMeta.Labels, p.labels(replica))
+	attempt := strconv.Itoa(int(p.attempt))
+	tmplMeta.Labels[v1alpha1.LabelAttempt] = attempt
 	if len(s.PodAnnotations) > 0 {
 		if tmplMeta.Annotations == nil {
 			tmplMeta.Annotations = map[string]string{}
@@ -181,9 +189,11 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			}
 		}
 	}
+	// A failed pod beyond backoff fails the Job, and so the attempt: the
+	// controller then restarts the whole gang (maxRestarts).
 	backoff := p.backoff
 	if replica == v1alpha1.ReplicaPS {
-		backoff = 0 // a lost parameter server fails the job through its workers
+		backoff = 0 // the workers cannot go on without every parameter server
 	}
 	job := &batchv1.Job{
 		ObjectMeta: p.meta(name, replica),
@@ -195,6 +205,7 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 			Template:       corev1.PodTemplateSpec{ObjectMeta: tmplMeta, Spec: pod},
 		},
 	}
+	job.Labels[v1alpha1.LabelAttempt] = attempt
 	if s.QueueName != "" {
 		// Kueue's batch/Job integration: its webhook suspends the Job on
 		// creation and it resumes it once the queue admits it.
@@ -204,11 +215,11 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		job.Spec.Suspend = ptr.To(true)
 		job.Annotations = map[string]string{v1alpha1.AnnotationSuspended: "true"}
 	}
-	if p.mode == v1alpha1.ModeMPI && replica == v1alpha1.ReplicaWorker {
-		// mpirun runs on rank 0 and the other ranks only serve it (sshd):
-		// the job has succeeded when rank 0 has, and the Job controller then
-		// ends the others (successPolicy, beta and on by default since
-		// Kubernetes 1.31).
+	if p.success == v1alpha1.SuccessWorker0 && replica == v1alpha1.ReplicaWorker {
+		// The job has succeeded when worker 0 has, and the Job controller
+		// then ends the others (successPolicy, beta and on by default since
+		// Kubernetes 1.31). The default for mpi: mpirun runs on rank 0 and
+		// the other ranks only serve it (sshd).
 		job.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0")}}}
 	}
 	return job
@@ -257,6 +268,9 @@ func (p *plan) env(replica string) []corev1.EnvVar {
 		{Name: "EPOCHFS_JOB_NAME", Value: p.tj.Name},
 		{Name: "EPOCHFS_REPLICA_TYPE", Value: replica},
 		{Name: "EPOCHFS_WORKERS", Value: strconv.Itoa(int(s.Workers))},
+		// The gang's attempt (status.restarts): a script can tell a
+		// restart, e.g. to resume from its last checkpoint.
+		{Name: "EPOCHFS_ATTEMPT", Value: strconv.Itoa(int(p.attempt))},
 	}
 	// Python's output reaches the log as it is printed, not in 4 KiB
 	// blocks (spec.env can set it back).

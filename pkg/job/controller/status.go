@@ -56,8 +56,9 @@ func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondit
 	return nil
 }
 
-// updateStatus derives phase, counts and times from the Jobs. The workers'
-// Job decides success; a failed parameter-server Job fails the job.
+// updateStatus derives phase, counts and times from the Jobs of the
+// current attempt. The workers' Job decides success; a failed Job (workers
+// or parameter servers) is left to attemptFailed.
 func (r *Reconciler) updateStatus(tj *v1alpha1.TrainingJob, p *plan, worker, ps *batchv1.Job) {
 	st := &tj.Status
 	st.Workers = replicaStatus(worker)
@@ -65,50 +66,29 @@ func (r *Reconciler) updateStatus(tj *v1alpha1.TrainingJob, p *plan, worker, ps 
 		rs := replicaStatus(ps)
 		st.ParameterServers = &rs
 	}
-	if worker.Status.StartTime != nil {
+	// The first attempt's start: a restart does not move it.
+	if worker.Status.StartTime != nil && (st.StartTime == nil || p.attempt == 0) {
 		st.StartTime = worker.Status.StartTime.DeepCopy()
 	}
-	name := tj.Name
 	if c := jobCondition(worker, batchv1.JobComplete); c != nil {
 		st.CompletionTime = worker.Status.CompletionTime.DeepCopy()
 		if st.CompletionTime == nil {
 			st.CompletionTime = c.LastTransitionTime.DeepCopy()
 		}
 		msg := fmt.Sprintf("all %d workers succeeded", tj.Spec.Workers)
+		if p.success == v1alpha1.SuccessWorker0 {
+			msg = "worker 0 succeeded (successPolicy Worker0)"
+		}
+		if p.attempt > 0 {
+			msg += fmt.Sprintf(" on attempt %d, after %s of the whole gang", p.attempt, restartCount(p.attempt))
+		}
 		setCondition(tj, v1alpha1.ConditionRunning, false, "Finished", msg)
 		setCondition(tj, v1alpha1.ConditionSucceeded, true, "Succeeded", msg)
 		setPhase(tj, v1alpha1.PhaseSucceeded, "Succeeded", msg)
 		return
 	}
-	for _, j := range []*batchv1.Job{worker, ps} {
-		if j == nil {
-			continue
-		}
-		c := jobCondition(j, batchv1.JobFailed)
-		if c == nil {
-			continue
-		}
-		st.CompletionTime = c.LastTransitionTime.DeepCopy()
-		if st.CompletionTime.IsZero() {
-			st.CompletionTime = ptrTime(r.cfg.Now())
-		}
-		reason := c.Reason
-		if reason == "" {
-			reason = "Failed"
-		}
-		what := "workers"
-		if j == ps {
-			what = "parameter servers"
-		}
-		msg := fmt.Sprintf("the %s failed (%s: %s)", what, reason, c.Message)
-		if reason == "BackoffLimitExceeded" {
-			msg = fmt.Sprintf("%d %s pods failed, more than backoffLimit %d allows, so the job stopped instead of restarting them: see `cachefs job logs %s` and `cachefs job get %s`",
-				j.Status.Failed, what[:len(what)-1], ptr.Deref(j.Spec.BackoffLimit, 0), name, name)
-		}
-		setCondition(tj, v1alpha1.ConditionRunning, false, "Finished", msg)
-		setCondition(tj, v1alpha1.ConditionFailed, true, reason, msg)
-		setPhase(tj, v1alpha1.PhaseFailed, reason, msg)
-		return
+	if failedJob(worker, ps) != nil {
+		return // the attempt failed: attemptFailed restarts the gang or fails the job
 	}
 	if ptr.Deref(worker.Spec.Suspend, false) {
 		msg := suspendedMessage(tj)

@@ -10,6 +10,10 @@ const (
 	LabelJobName = "jobs.epochfs.io/name"
 	// LabelReplica is ReplicaWorker or ReplicaPS on pods and Jobs.
 	LabelReplica = "jobs.epochfs.io/replica"
+	// LabelAttempt is the attempt of the gang (status.restarts when it was
+	// created: "0", "1", …) on Jobs and pods. A Job or pod without it is of
+	// attempt 0.
+	LabelAttempt = "jobs.epochfs.io/attempt"
 	// LabelOwnerUID, LabelOwnerNamespace are on the PersistentVolumes,
 	// which are cluster-scoped and so cannot carry an owner reference to a
 	// namespaced TrainingJob.

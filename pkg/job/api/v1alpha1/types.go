@@ -40,6 +40,18 @@ const (
 	GangSchedulerPlugins GangScheduler = "scheduler-plugins"
 )
 
+// SuccessPolicy says which workers must succeed for the job to succeed.
+// +kubebuilder:validation:Enum=AllWorkers;Worker0
+type SuccessPolicy string
+
+// Success policies.
+const (
+	// SuccessAllWorkers: every worker pod succeeded.
+	SuccessAllWorkers SuccessPolicy = "AllWorkers"
+	// SuccessWorker0: worker 0 succeeded; the others are stopped.
+	SuccessWorker0 SuccessPolicy = "Worker0"
+)
+
 // CleanPodPolicy says which pods are deleted when a job finishes.
 // +kubebuilder:validation:Enum=All;Running;None
 type CleanPodPolicy string
@@ -62,6 +74,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.nprocPerNode) || self.mode == 'pytorch'",message="nprocPerNode is only for mode pytorch (torchrun's processes per pod): remove it or set mode: pytorch"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.minAvailable) || self.gang.minAvailable <= self.workers + (has(self.parameterServers) ? self.parameterServers : 0)",message="gang.minAvailable is larger than workers + parameterServers: lower it or add workers"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.queue) || size(self.gang.queue) == 0 || !has(self.gang.scheduler) || self.gang.scheduler == 'volcano'",message="gang.queue is a Volcano queue: remove it or set gang.scheduler: volcano"
+// +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || self.successPolicy != 'AllWorkers' || !has(self.mode) || self.mode != 'mpi'",message="successPolicy AllWorkers cannot hold in mode mpi: ranks other than 0 serve mpirun and never exit; remove successPolicy or set Worker0"
 //
 // Only cleanup and suspend can be edited once a job is submitted:
 // everything else is rendered into objects created once (a Job's pod
@@ -85,6 +98,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.imagePullSecrets) ? self.imagePullSecrets : []) == (has(oldSelf.imagePullSecrets) ? oldSelf.imagePullSecrets : [])",message="imagePullSecrets cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="(has(self.podLabels) ? self.podLabels : {}) == (has(oldSelf.podLabels) ? oldSelf.podLabels : {})",message="podLabels cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="(has(self.podAnnotations) ? self.podAnnotations : {}) == (has(oldSelf.podAnnotations) ? oldSelf.podAnnotations : {})",message="podAnnotations cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.backoffLimit) == has(oldSelf.backoffLimit)",message="backoffLimit cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="has(self.maxRestarts) == has(oldSelf.maxRestarts)",message="maxRestarts cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.successPolicy) ? self.successPolicy : \"\") == (has(oldSelf.successPolicy) ? oldSelf.successPolicy : \"\")",message="successPolicy cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.worker) == has(oldSelf.worker)",message="worker cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.ps) == has(oldSelf.ps)",message="ps cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.tensorboard) == has(oldSelf.tensorboard)",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
@@ -246,14 +262,42 @@ type TrainingJobSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="ps cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	PS *ReplicaSpec `json:"ps,omitempty"`
 
-	// BackoffLimit is how many worker failures the job tolerates before it
-	// fails (default 3); a broken worker is not restarted forever.
+	// BackoffLimit is how many failed pods one attempt's Jobs replace
+	// alone (each Job's backoffLimit) before the attempt fails and the
+	// whole gang restarts (maxRestarts). Default 0: any failed pod fails the
+	// attempt, because a replaced pod cannot rejoin the rendezvous of the
+	// others (pytorch, tensorflow, mpi). Set it only for standalone workers
+	// that do not talk to each other. Jobs submitted before maxRestarts
+	// existed carry the old default, 3.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
-	// +kubebuilder:default=3
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="backoffLimit cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
+
+	// MaxRestarts is how many times the whole gang is restarted after an
+	// attempt fails (a pod fails beyond backoffLimit, or the parameter
+	// servers' Job fails): the controller deletes every pod of the attempt
+	// (workers and parameter servers), waits until they are gone, and
+	// creates the next attempt's Jobs (label jobs.epochfs.io/attempt, env
+	// EPOCHFS_ATTEMPT), which rendezvous anew. Once maxRestarts restarts
+	// are spent, the next failure fails the TrainingJob with the failing
+	// pod's reason. Default 3; 0 fails the job on its first failure. As
+	// JobSet's failurePolicy.maxRestarts.
+	// +kubebuilder:validation:XValidation:rule="self >= 0",message="maxRestarts must be at least 0: the number of times the whole gang is restarted after a failure (0: fail the job on the first failure)"
+	// +kubebuilder:validation:XValidation:rule="self <= 100",message="maxRestarts must be at most 100"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="maxRestarts cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+	// +kubebuilder:default=3
+	// +optional
+	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
+
+	// SuccessPolicy says when the job has succeeded: AllWorkers (every
+	// worker pod succeeded; the default, except for mode mpi) or Worker0
+	// (worker 0 succeeded: the Job controller then stops the others; the
+	// default and the only choice for mode mpi, whose other ranks serve
+	// mpirun and never exit by themselves). Parameter servers never count.
+	// +optional
+	SuccessPolicy SuccessPolicy `json:"successPolicy,omitempty"`
 
 	// Cleanup of a finished job. The one part of the spec that can be
 	// edited after submission; the controller applies the current value
@@ -470,7 +514,38 @@ const (
 	// ConditionSuspended is True while the job's Jobs are suspended (by
 	// spec.suspend, or by a queue such as Kueue).
 	ConditionSuspended = "Suspended"
+	// ConditionRestarting is True from an attempt's failure until the next
+	// attempt's Jobs exist (the old pods are being deleted).
+	ConditionRestarting = "Restarting"
 )
+
+// AttemptFailure is why an attempt of the gang failed.
+type AttemptFailure struct {
+	// Attempt that failed (0 is the first).
+	Attempt int32 `json:"attempt"`
+	// Replica type of the failing pod: worker or ps; empty when no failed
+	// pod was found (the Job's own reason then).
+	// +optional
+	Replica string `json:"replica,omitempty"`
+	// Index of the failing pod (its completion index, the worker's rank).
+	// +optional
+	Index *int32 `json:"index,omitempty"`
+	// Pod is the name of the failing pod (deleted when the gang restarts).
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// Reason is the pod's (Evicted, DeadlineExceeded, …), else its
+	// container's (Error, OOMKilled, …), else the Job's
+	// (BackoffLimitExceeded, DeadlineExceeded, …).
+	Reason string `json:"reason"`
+	// Message says what failed: the container's exit code and the tail of
+	// its log (terminationMessagePolicy FallbackToLogsOnError), or the
+	// pod's or Job's message.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Time the attempt was seen to fail.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+}
 
 // ReplicaStatus counts the pods of one replica type.
 type ReplicaStatus struct {
@@ -480,7 +555,8 @@ type ReplicaStatus struct {
 	Ready int32 `json:"ready"`
 	// Succeeded pods.
 	Succeeded int32 `json:"succeeded"`
-	// Failed pods (each counts against backoffLimit).
+	// Failed pods of the current attempt (each counts against
+	// backoffLimit).
 	Failed int32 `json:"failed"`
 }
 
@@ -497,7 +573,7 @@ type TrainingJobStatus struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 	// Conditions (Valid, InsufficientResources, Created, Running,
-	// Succeeded, Failed).
+	// Suspended, Restarting, Succeeded, Failed).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -514,6 +590,14 @@ type TrainingJobStatus struct {
 	// CompletionTime is when the job succeeded or failed.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Restarts is how many times the whole gang has been restarted, which
+	// is also the number of the attempt now running (0 is the first).
+	// +optional
+	Restarts int32 `json:"restarts"`
+	// LastFailure is why the latest failed attempt failed; it stays after
+	// the gang restarted (whose pods, and logs, are then gone).
+	// +optional
+	LastFailure *AttemptFailure `json:"lastFailure,omitempty"`
 	// ObservedGeneration is the generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -536,6 +620,7 @@ type TrainingJobStatus struct {
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.spec.workers`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.workers.ready`
+// +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type TrainingJob struct {
