@@ -20,6 +20,7 @@ func newJobLogsCmd(f *jobFlags) *cobra.Command {
 	var (
 		worker int
 		ps     bool
+		chief  bool
 		follow bool
 		tail   int64
 	)
@@ -35,8 +36,16 @@ func newJobLogsCmd(f *jobFlags) *cobra.Command {
 				return err
 			}
 			replica, n := v1alpha1.ReplicaWorker, tj.Spec.Workers
-			if ps {
+			switch {
+			case ps && chief:
+				return fmt.Errorf("--ps and --chief: choose one")
+			case ps:
 				replica, n = v1alpha1.ReplicaPS, tj.Spec.ParameterServers
+			case chief:
+				replica, n = v1alpha1.ReplicaChief, 0
+				if tf := tj.Spec.TensorFlow; tf != nil && tf.Chief {
+					n = 1
+				}
 			}
 			if worker < 0 || int32(worker) >= n {
 				return fmt.Errorf("--worker %d: %s has %d %s replicas (0..%d)", worker, tj.Name, n, replica, n-1)
@@ -76,6 +85,7 @@ func newJobLogsCmd(f *jobFlags) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&worker, "worker", 0, "completion index of the worker (0 is the master in pytorch mode)")
 	cmd.Flags().BoolVar(&ps, "ps", false, "a parameter server's logs instead of a worker's (--worker is then its index)")
+	cmd.Flags().BoolVar(&chief, "chief", false, "the TensorFlow chief's logs (tensorflow.chief) instead of a worker's")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep streaming new lines")
 	cmd.Flags().Int64Var(&tail, "tail", -1, "only the last N lines")
 	return cmd

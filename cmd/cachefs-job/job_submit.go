@@ -32,6 +32,7 @@ type submitFlags struct {
 	nodeSelector, tolerations               []string
 	cacheSize, datasetSecret                string
 	prefetch                                bool
+	chief                                   bool
 	readaheadFiles                          string
 	gangScheduler, queue                    string
 	noGang                                  bool
@@ -118,6 +119,7 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.Int32Var(&s.workers, "workers", 1, "number of worker pods")
 	fl.StringVar(&s.mode, "mode", "standalone", "how workers find each other: standalone, pytorch, tensorflow or mpi")
 	fl.Int32Var(&s.ps, "ps", 0, "TensorFlow parameter servers (mode tensorflow)")
+	fl.BoolVar(&s.chief, "chief", false, "a TensorFlow chief replica besides the workers (mode tensorflow): spec.tensorflow.chief")
 	fl.Int32Var(&s.gpus, "gpus", 0, "GPUs (nvidia.com/gpu) per worker")
 	fl.StringVar(&s.cpu, "cpu", "", "CPU request per worker, e.g. 8 or 500m")
 	fl.StringVar(&s.memory, "memory", "", "memory per worker, e.g. 64Gi")
@@ -192,6 +194,9 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 	}
 	if len(command) > 0 {
 		tj.Spec.Command = command
+	}
+	if s.chief {
+		tj.Spec.TensorFlow = &v1alpha1.TensorFlowSpec{Chief: true}
 	}
 	for _, q := range []struct {
 		flag, v string

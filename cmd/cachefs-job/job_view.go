@@ -181,6 +181,13 @@ func describeJob(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, pods []co
 		}
 		fmt.Fprintf(tw, "ps\t%d\t%d\t%d\t%d\t%d\n", tj.Spec.ParameterServers, ps.Active, ps.Ready, ps.Succeeded, ps.Failed)
 	}
+	if tf := tj.Spec.TensorFlow; st.Chief != nil || (tf != nil && tf.Chief) {
+		c := st.Chief
+		if c == nil {
+			c = &v1alpha1.ReplicaStatus{}
+		}
+		fmt.Fprintf(tw, "chief\t%d\t%d\t%d\t%d\t%d\n", 1, c.Active, c.Ready, c.Succeeded, c.Failed)
+	}
 	if len(tj.Spec.Datasets) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "DATASET\tSOURCE\tMOUNT")

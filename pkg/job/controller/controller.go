@@ -202,10 +202,16 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 			return result{}, err
 		}
 	}
+	var chief *batchv1.Job
+	if p.chief {
+		if chief, err = r.getJob(ctx, tj, p.chiefJobName()); err != nil {
+			return result{}, err
+		}
+	}
 	// The gang's attempt: status.restarts, or an existing Job's if newer.
 	// Anything of an older attempt goes before the new one starts.
-	adoptAttempt(tj, p, worker, ps)
-	if stale, err := r.clearOldAttempts(ctx, tj, p, worker, ps); err != nil || stale {
+	adoptAttempt(tj, p, worker, ps, chief)
+	if stale, err := r.clearOldAttempts(ctx, tj, p, worker, ps, chief); err != nil || stale {
 		return result{requeue: restartPoll}, err
 	}
 	if worker != nil && (!worker.DeletionTimestamp.IsZero() || attemptOf(worker) < p.attempt) {
@@ -213,6 +219,9 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 	}
 	if ps != nil && (!ps.DeletionTimestamp.IsZero() || attemptOf(ps) < p.attempt) {
 		ps = nil
+	}
+	if chief != nil && (!chief.DeletionTimestamp.IsZero() || attemptOf(chief) < p.attempt) {
+		chief = nil
 	}
 	restart := p.attempt > 0 || meta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.ConditionRestarting)
 	if worker == nil {
@@ -269,16 +278,16 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 	if meta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.ConditionRestarting) {
 		setCondition(tj, v1alpha1.ConditionRestarting, false, "Restarted", fmt.Sprintf("restarted the whole gang: created the Jobs of attempt %d", p.attempt))
 	}
-	if tj.Spec.ParameterServers > 0 && ps == nil {
+	if (tj.Spec.ParameterServers > 0 && ps == nil) || (p.chief && chief == nil) {
 		return result{}, nil
 	}
-	if res, wait, err := r.syncSuspend(ctx, tj, p, ps, worker); err != nil || wait {
+	if res, wait, err := r.syncSuspend(ctx, tj, p, ps, chief, worker); err != nil || wait {
 		return res, err
 	}
-	r.updateStatus(tj, p, worker, ps)
+	r.updateStatus(tj, p, worker, ps, chief)
 	if !finished(tj) {
-		if j := failedJob(worker, ps); j != nil {
-			if err := r.attemptFailed(ctx, tj, p, j, worker, ps); err != nil || !finished(tj) {
+		if j := failedJob(worker, ps, chief); j != nil {
+			if err := r.attemptFailed(ctx, tj, p, j, worker, ps, chief); err != nil || !finished(tj) {
 				return result{requeue: restartPoll}, err
 			}
 		}
@@ -392,7 +401,7 @@ func (r *Reconciler) checkCapacity(ctx context.Context, tj *v1alpha1.TrainingJob
 	}
 	gang := p.gangPods()
 	what := fmt.Sprintf("%d pods", len(gang))
-	if tj.Spec.ParameterServers == 0 {
+	if tj.Spec.ParameterServers == 0 && !p.chief {
 		what = fmt.Sprintf("%d workers", len(gang))
 	}
 	if len(gang) == 1 {
@@ -456,7 +465,9 @@ func (r *Reconciler) reservations(ctx context.Context, self *v1alpha1.TrainingJo
 		if err != nil {
 			continue
 		}
-		want := p.capacityPods(r.cfg.Schedulers, placed[key{tj.Namespace, tj.Name, v1alpha1.ReplicaPS}], placed[key{tj.Namespace, tj.Name, v1alpha1.ReplicaWorker}])
+		// The chief is shaped as a worker and counted with them.
+		want := p.capacityPods(r.cfg.Schedulers, placed[key{tj.Namespace, tj.Name, v1alpha1.ReplicaPS}],
+			placed[key{tj.Namespace, tj.Name, v1alpha1.ReplicaWorker}]+placed[key{tj.Namespace, tj.Name, v1alpha1.ReplicaChief}])
 		if len(want) > 0 {
 			out = append(out, reservation{job: tj.Namespace + "/" + tj.Name, pods: want})
 		}
@@ -496,6 +507,9 @@ func (r *Reconciler) create(ctx context.Context, tj *v1alpha1.TrainingJob, p *pl
 	}
 	if tj.Spec.ParameterServers > 0 {
 		objs = append(objs, p.job(v1alpha1.ReplicaPS, r.cfg.Schedulers))
+	}
+	if p.chief {
+		objs = append(objs, p.job(v1alpha1.ReplicaChief, r.cfg.Schedulers))
 	}
 	objs = append(objs, p.job(v1alpha1.ReplicaWorker, r.cfg.Schedulers))
 	for _, o := range objs {

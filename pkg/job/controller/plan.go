@@ -68,6 +68,9 @@ type plan struct {
 	shm *resource.Quantity
 	// nproc is torchrun's processes per worker pod (mode pytorch).
 	nproc int32
+	// chief: a TensorFlow chief replica (tensorflow.chief), one pod of
+	// the Job chiefJobName shaped as a worker, which decides success.
+	chief bool
 }
 
 // datasetPlan is one dataset of a plan: a source dataset (id, pvName and
@@ -154,6 +157,15 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 		}
 		p.nproc = *s.NprocPerNode
 	}
+	if tf := s.TensorFlow; tf != nil {
+		if p.mode != v1alpha1.ModeTensorFlow {
+			return nil, fmt.Errorf("tensorflow is only for mode tensorflow")
+		}
+		if tf.Chief && s.SuccessPolicy != "" {
+			return nil, fmt.Errorf("successPolicy is for the workers: with tensorflow.chief the job succeeds when the chief does; remove successPolicy")
+		}
+		p.chief = tf.Chief
+	}
 	if err := checkPodMeta(s); err != nil {
 		return nil, err
 	}
@@ -168,7 +180,7 @@ func newPlan(tj *v1alpha1.TrainingJob) (*plan, error) {
 		}
 		p.shm = ptr.To(q.DeepCopy())
 	}
-	total := s.Workers + s.ParameterServers
+	total := s.Workers + s.ParameterServers + p.chiefPods()
 	p.gang = total > 1
 	p.scheduler = v1alpha1.GangVolcano
 	p.minMember = total
@@ -433,17 +445,27 @@ func pvName(tj *v1alpha1.TrainingJob, dataset string) string {
 func (p *plan) serviceName() string   { return p.tj.Name }
 func (p *plan) workerJobName() string { return p.tj.Name }
 func (p *plan) psJobName() string     { return p.tj.Name + "-ps" }
+func (p *plan) chiefJobName() string  { return p.tj.Name + "-chief" }
 func (p *plan) podGroupName() string  { return p.tj.Name }
 func (p *plan) hostfileName() string  { return p.tj.Name + "-mpi" }
+
+// chiefPods is 1 with a TensorFlow chief, else 0.
+func (p *plan) chiefPods() int32 {
+	if p.chief {
+		return 1
+	}
+	return 0
+}
 
 func (p *plan) host(job string, i int32) string {
 	return job + "-" + strconv.Itoa(int(i)) + "." + p.serviceName()
 }
 
 // gangPods is the list of pod requests that must fit together: parameter
-// servers first, then workers, minMember in all (every pod without gang).
+// servers first, then workers (and the chief, shaped as one), minMember in
+// all (every pod without gang).
 func (p *plan) gangPods() []corev1.ResourceList {
-	n := p.tj.Spec.Workers + p.tj.Spec.ParameterServers
+	n := p.tj.Spec.Workers + p.tj.Spec.ParameterServers + p.chiefPods()
 	if p.gang {
 		n = p.minMember
 	}

@@ -69,8 +69,12 @@ type Schedulers struct {
 func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 	s := &p.tj.Spec
 	name, n, reqs := p.workerJobName(), s.Workers, p.workerReqs
-	if replica == v1alpha1.ReplicaPS {
+	switch replica {
+	case v1alpha1.ReplicaPS:
 		name, n, reqs = p.psJobName(), s.ParameterServers, p.psReqs
+	case v1alpha1.ReplicaChief:
+		// One pod shaped as a worker (its template and requests).
+		name, n = p.chiefJobName(), 1
 	}
 	tmpl := p.template(replica)
 	// The trainer container: the template's (when it has one) filled with
@@ -297,9 +301,13 @@ func (p *plan) env(replica string) []corev1.EnvVar {
 		)
 	case v1alpha1.ModeTensorFlow:
 		// As tf-operator wrote it: lower-case replica types, every pod's
-		// host:port per type, this pod's task, environment "cloud". There
-		// is no chief replica: TensorFlow then makes worker 0 the chief.
+		// host:port per type, this pod's task, environment "cloud". The
+		// chief (tensorflow.chief) is a replica of its own, task index 0;
+		// without one TensorFlow makes worker 0 the chief.
 		cluster := map[string][]string{}
+		if p.chief {
+			cluster[v1alpha1.ReplicaChief] = []string{p.host(p.chiefJobName(), 0) + ":" + port}
+		}
 		for i := range s.Workers {
 			cluster[v1alpha1.ReplicaWorker] = append(cluster[v1alpha1.ReplicaWorker], p.host(p.workerJobName(), i)+":"+port)
 		}

@@ -119,6 +119,9 @@ func (r *Reconciler) clearOldAttempts(ctx context.Context, tj *v1alpha1.Training
 		return true, fmt.Errorf("list pods: %w", err)
 	}
 	names := []string{p.workerJobName(), p.psJobName()}
+	if p.chief {
+		names = append(names, p.chiefJobName())
+	}
 	left := 0
 	for i := range pods.Items {
 		pod := &pods.Items[i]
@@ -233,16 +236,19 @@ func (r *Reconciler) attemptFailure(ctx context.Context, tj *v1alpha1.TrainingJo
 		f.Reason, f.Message = podFailure(first, f)
 		return f, nil
 	}
-	what, one := "workers", "worker"
-	if failed.Labels[v1alpha1.LabelReplica] == v1alpha1.ReplicaPS {
-		what, one = "parameter servers", "parameter-server"
+	what, one := "workers'", "worker"
+	switch failed.Labels[v1alpha1.LabelReplica] {
+	case v1alpha1.ReplicaPS:
+		what, one = "parameter servers'", "parameter-server"
+	case v1alpha1.ReplicaChief:
+		what, one = "chief's", "chief"
 	}
 	c := jobCondition(failed, batchv1.JobFailed)
 	f.Reason = c.Reason
 	if f.Reason == "" {
 		f.Reason = "Failed"
 	}
-	f.Message = fmt.Sprintf("attempt %d: the %s' Job failed (%s: %s)", p.attempt, what, f.Reason, clean(c.Message))
+	f.Message = fmt.Sprintf("attempt %d: the %s Job failed (%s: %s)", p.attempt, what, f.Reason, clean(c.Message))
 	if c.Reason == batchv1.JobReasonBackoffLimitExceeded {
 		f.Message = fmt.Sprintf("attempt %d: %d %s pods failed, more than backoffLimit %d allows (%s)",
 			p.attempt, failed.Status.Failed, one, ptr.Deref(failed.Spec.BackoffLimit, 0), f.Reason)

@@ -57,26 +57,36 @@ func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondit
 }
 
 // updateStatus derives phase, counts and times from the Jobs of the
-// current attempt. The workers' Job decides success; a failed Job (workers
-// or parameter servers) is left to attemptFailed.
-func (r *Reconciler) updateStatus(tj *v1alpha1.TrainingJob, p *plan, worker, ps *batchv1.Job) {
+// current attempt. The workers' Job decides success, or the chief's when
+// there is one (tf-operator's rule); a failed Job (workers, parameter
+// servers, chief) is left to attemptFailed.
+func (r *Reconciler) updateStatus(tj *v1alpha1.TrainingJob, p *plan, worker, ps, chief *batchv1.Job) {
 	st := &tj.Status
 	st.Workers = replicaStatus(worker)
 	if ps != nil {
 		rs := replicaStatus(ps)
 		st.ParameterServers = &rs
 	}
+	decider := worker
+	if chief != nil {
+		rs := replicaStatus(chief)
+		st.Chief = &rs
+		decider = chief
+	}
 	// The first attempt's start: a restart does not move it.
 	if worker.Status.StartTime != nil && (st.StartTime == nil || p.attempt == 0) {
 		st.StartTime = worker.Status.StartTime.DeepCopy()
 	}
-	if c := jobCondition(worker, batchv1.JobComplete); c != nil {
-		st.CompletionTime = worker.Status.CompletionTime.DeepCopy()
+	if c := jobCondition(decider, batchv1.JobComplete); c != nil {
+		st.CompletionTime = decider.Status.CompletionTime.DeepCopy()
 		if st.CompletionTime == nil {
 			st.CompletionTime = c.LastTransitionTime.DeepCopy()
 		}
 		msg := fmt.Sprintf("all %d workers succeeded", tj.Spec.Workers)
-		if p.success == v1alpha1.SuccessWorker0 {
+		switch {
+		case chief != nil:
+			msg = "the chief succeeded (tensorflow.chief)"
+		case p.success == v1alpha1.SuccessWorker0:
 			msg = "worker 0 succeeded (successPolicy Worker0)"
 		}
 		if p.attempt > 0 {
@@ -87,7 +97,7 @@ func (r *Reconciler) updateStatus(tj *v1alpha1.TrainingJob, p *plan, worker, ps 
 		setPhase(tj, v1alpha1.PhaseSucceeded, "Succeeded", msg)
 		return
 	}
-	if failedJob(worker, ps) != nil {
+	if failedJob(worker, ps, chief) != nil {
 		return // the attempt failed: attemptFailed restarts the gang or fails the job
 	}
 	if ptr.Deref(worker.Spec.Suspend, false) {
@@ -109,6 +119,9 @@ func (r *Reconciler) updateStatus(tj *v1alpha1.TrainingJob, p *plan, worker, ps 
 	ready := st.Workers.Ready
 	if st.ParameterServers != nil {
 		ready += st.ParameterServers.Ready
+	}
+	if st.Chief != nil {
+		ready += st.Chief.Ready
 	}
 	switch {
 	case ready >= need || (tj.Status.Phase == v1alpha1.PhaseRunning && st.Workers.Active > 0):
@@ -145,7 +158,8 @@ func (r *Reconciler) afterFinish(ctx context.Context, tj *v1alpha1.TrainingJob) 
 }
 
 // cleanPods deletes pods per the cleanPodPolicy and suspends an unfinished
-// parameter-server Job (deleting its pods alone would have them recreated).
+// parameter-server Job, and with a TensorFlow chief an unfinished workers'
+// Job (deleting their pods alone would have them recreated).
 func (r *Reconciler) cleanPods(ctx context.Context, tj *v1alpha1.TrainingJob) error {
 	policy := tj.Spec.Cleanup.CleanPodPolicy
 	if policy == "" {
@@ -154,14 +168,21 @@ func (r *Reconciler) cleanPods(ctx context.Context, tj *v1alpha1.TrainingJob) er
 	if policy == v1alpha1.CleanPodNone {
 		return nil
 	}
+	var servers []string // Jobs whose pods serve others and may never exit
 	if tj.Spec.ParameterServers > 0 {
-		ps := &batchv1.Job{}
-		err := r.cfg.Client.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: tj.Name + "-ps"}, ps)
-		if err == nil && metav1.IsControlledBy(ps, tj) && !ptr.Deref(ps.Spec.Suspend, false) &&
-			jobCondition(ps, batchv1.JobComplete) == nil && jobCondition(ps, batchv1.JobFailed) == nil {
-			ps.Spec.Suspend = ptr.To(true)
-			if err := r.cfg.Client.Update(ctx, ps); err != nil {
-				return fmt.Errorf("suspend Job %s: %w", ps.Name, err)
+		servers = append(servers, tj.Name+"-ps")
+	}
+	if tf := tj.Spec.TensorFlow; tf != nil && tf.Chief {
+		servers = append(servers, tj.Name) // the chief decided; the workers may serve it forever
+	}
+	for _, name := range servers {
+		j := &batchv1.Job{}
+		err := r.cfg.Client.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: name}, j)
+		if err == nil && metav1.IsControlledBy(j, tj) && !ptr.Deref(j.Spec.Suspend, false) &&
+			jobCondition(j, batchv1.JobComplete) == nil && jobCondition(j, batchv1.JobFailed) == nil {
+			j.Spec.Suspend = ptr.To(true)
+			if err := r.cfg.Client.Update(ctx, j); err != nil {
+				return fmt.Errorf("suspend Job %s: %w", j.Name, err)
 			}
 		} else if client.IgnoreNotFound(err) != nil {
 			return err

@@ -8,7 +8,7 @@ import corev1 "k8s.io/api/core/v1"
 const (
 	// LabelJobName is on every object and pod of a TrainingJob.
 	LabelJobName = "jobs.epochfs.io/name"
-	// LabelReplica is ReplicaWorker or ReplicaPS on pods and Jobs.
+	// LabelReplica is ReplicaWorker, ReplicaPS or ReplicaChief on pods and Jobs.
 	LabelReplica = "jobs.epochfs.io/replica"
 	// LabelAttempt is the attempt of the gang (status.restarts when it was
 	// created: "0", "1", …) on Jobs and pods. A Job or pod without it is of
@@ -35,9 +35,11 @@ const (
 	// FinalizerVolumes removes a TrainingJob's PersistentVolumes.
 	FinalizerVolumes = "jobs.epochfs.io/volumes"
 
-	// ReplicaWorker and ReplicaPS are the values of LabelReplica.
+	// ReplicaWorker, ReplicaPS and ReplicaChief are the values of
+	// LabelReplica.
 	ReplicaWorker = "worker"
 	ReplicaPS     = "ps"
+	ReplicaChief  = "chief"
 
 	// ContainerName is the name of the training container.
 	ContainerName = "trainer"

@@ -75,6 +75,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.minAvailable) || self.gang.minAvailable <= self.workers + (has(self.parameterServers) ? self.parameterServers : 0)",message="gang.minAvailable is larger than workers + parameterServers: lower it or add workers"
 // +kubebuilder:validation:XValidation:rule="!has(self.gang) || !has(self.gang.queue) || size(self.gang.queue) == 0 || !has(self.gang.scheduler) || self.gang.scheduler == 'volcano'",message="gang.queue is a Volcano queue: remove it or set gang.scheduler: volcano"
 // +kubebuilder:validation:XValidation:rule="!has(self.successPolicy) || self.successPolicy != 'AllWorkers' || !has(self.mode) || self.mode != 'mpi'",message="successPolicy AllWorkers cannot hold in mode mpi: ranks other than 0 serve mpirun and never exit; remove successPolicy or set Worker0"
+// +kubebuilder:validation:XValidation:rule="!has(self.tensorflow) || self.mode == 'tensorflow'",message="tensorflow is only for mode tensorflow: remove it or set mode: tensorflow"
+// +kubebuilder:validation:XValidation:rule="!has(self.tensorflow) || !has(self.tensorflow.chief) || !self.tensorflow.chief || !has(self.successPolicy)",message="successPolicy is for the workers: with tensorflow.chief the job succeeds when the chief does (as tf-operator); remove successPolicy"
 //
 // Only cleanup and suspend can be edited once a job is submitted:
 // everything else is rendered into objects created once (a Job's pod
@@ -103,6 +105,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="(has(self.successPolicy) ? self.successPolicy : \"\") == (has(oldSelf.successPolicy) ? oldSelf.successPolicy : \"\")",message="successPolicy cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.worker) == has(oldSelf.worker)",message="worker cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.ps) == has(oldSelf.ps)",message="ps cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
+// +kubebuilder:validation:XValidation:rule="(has(self.tensorflow) && has(self.tensorflow.chief) ? self.tensorflow.chief : false) == (has(oldSelf.tensorflow) && has(oldSelf.tensorflow.chief) ? oldSelf.tensorflow.chief : false)",message="tensorflow cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.tensorboard) == has(oldSelf.tensorboard)",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 // +kubebuilder:validation:XValidation:rule="has(self.resources) == has(oldSelf.resources) || (has(self.resources) ? (!has(self.resources.cpu) && !has(self.resources.memory) && (!has(self.resources.gpus) || self.resources.gpus == 0) && (!has(self.resources.extra) || size(self.resources.extra) == 0)) : (!has(oldSelf.resources.cpu) && !has(oldSelf.resources.memory) && (!has(oldSelf.resources.gpus) || oldSelf.resources.gpus == 0) && (!has(oldSelf.resources.extra) || size(oldSelf.resources.extra) == 0)))",message="resources cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 type TrainingJobSpec struct {
@@ -317,11 +320,30 @@ type TrainingJobSpec struct {
 	// +optional
 	ShmSize *resource.Quantity `json:"shmSize,omitempty"`
 
+	// TensorFlow holds the settings of mode tensorflow.
+	// +optional
+	TensorFlow *TensorFlowSpec `json:"tensorflow,omitempty"`
+
 	// Tensorboard, when set, tells where the workers write event files;
 	// exported to them as TENSORBOARD_LOG_DIR.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="tensorboard cannot be changed after submission: delete the TrainingJob and submit it again (only cleanup and suspend can be edited)"
 	Tensorboard *Tensorboard `json:"tensorboard,omitempty"`
+}
+
+// TensorFlowSpec holds the settings of mode tensorflow.
+type TensorFlowSpec struct {
+	// Chief adds a chief replica, as tf-operator's Chief: one more pod, of
+	// the Job NAME-chief (host NAME-chief-0.NAME), shaped as a worker (its
+	// template, resources and datasets), listed in TF_CONFIG as
+	// cluster.chief with task {type: chief, index: 0}. The job then
+	// succeeds when the chief succeeds (successPolicy is refused), and the
+	// workers and parameter servers still running are stopped as the
+	// cleanPodPolicy says. Without it there is no chief: TensorFlow's
+	// MultiWorkerMirroredStrategy takes worker 0 as its chief.
+	// ParameterServerStrategy needs it (the chief is its coordinator).
+	// +optional
+	Chief bool `json:"chief,omitempty"`
 }
 
 // ReplicaSpec customises the pods of one replica type.
@@ -584,6 +606,9 @@ type TrainingJobStatus struct {
 	// ParameterServers counts the TensorFlow parameter-server pods.
 	// +optional
 	ParameterServers *ReplicaStatus `json:"parameterServers,omitempty"`
+	// Chief counts the TensorFlow chief's pods (tensorflow.chief).
+	// +optional
+	Chief *ReplicaStatus `json:"chief,omitempty"`
 	// StartTime is when the workers' Job started.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
