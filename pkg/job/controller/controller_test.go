@@ -769,6 +769,10 @@ func TestRejectedByAPIServer(t *testing.T) {
 		{"negative backoffLimit", func(s map[string]any) { s["backoffLimit"] = int64(-1) }, `spec.backoffLimit in body should be greater than or equal to 0`},
 		{"unknown successPolicy", func(s map[string]any) { s["successPolicy"] = "Any" }, `spec.successPolicy: Unsupported value: "Any": supported values: "AllWorkers", "Worker0"`},
 		{"AllWorkers in mode mpi", func(s map[string]any) { s["mode"], s["successPolicy"] = "mpi", "AllWorkers" }, `successPolicy AllWorkers cannot hold in mode mpi`},
+		{"chief without tensorflow", func(s map[string]any) { s["tensorflow"] = map[string]any{"chief": true} }, `tensorflow is only for mode tensorflow: remove it or set mode: tensorflow`},
+		{"chief with successPolicy", func(s map[string]any) {
+			s["mode"], s["tensorflow"], s["successPolicy"] = "tensorflow", map[string]any{"chief": true}, "Worker0"
+		}, `successPolicy is for the workers: with tensorflow.chief the job succeeds when the chief does`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := valid()
@@ -830,6 +834,7 @@ func checkEdits(t *testing.T, e *env, ns, name string) {
 		{"tolerations", `{"tolerations":[{"key":"k","operator":"Exists"}]}`},
 		{"priorityClassName", `{"priorityClassName":"high"}`},
 		{"tensorboard", `{"tensorboard":{"logDir":"/logs"}}`},
+		{"tensorflow", `{"tensorflow":{"chief":true}}`},
 		{"port", `{"port":1234}`},
 		{"shmSize", `{"shmSize":"8Gi"}`},
 		{"nprocPerNode", `{"nprocPerNode":4}`},

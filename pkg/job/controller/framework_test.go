@@ -335,7 +335,48 @@ type tfConfig struct {
 // address under its own task, and that each task is taken by one pod.
 func TestTensorFlowEnv(t *testing.T) {
 	for _, ps := range []int32{0, 2} {
-		checkTFConfig(t, testJob("wide", v1alpha1.TrainingJobSpec{Workers: 3, Mode: v1alpha1.ModeTensorFlow, ParameterServers: ps}), 3, ps)
+		for _, chief := range []bool{false, true} {
+			spec := v1alpha1.TrainingJobSpec{Workers: 3, Mode: v1alpha1.ModeTensorFlow, ParameterServers: ps}
+			if chief {
+				spec.TensorFlow = &v1alpha1.TensorFlowSpec{Chief: true}
+			}
+			t.Run(fmt.Sprintf("ps=%d,chief=%v", ps, chief), func(t *testing.T) {
+				checkTFConfig(t, testJob("wide", spec), 3, ps)
+			})
+		}
+	}
+}
+
+// TestTensorFlowChief: with tensorflow.chief the chief is one pod of its
+// own Job, shaped as a worker (template, requests), counted in the gang,
+// and no successPolicy is set on the workers' Job (the chief decides).
+func TestTensorFlowChief(t *testing.T) {
+	tj := testJob("est", v1alpha1.TrainingJobSpec{Workers: 2, Mode: v1alpha1.ModeTensorFlow, ParameterServers: 1,
+		TensorFlow: &v1alpha1.TensorFlowSpec{Chief: true}, Resources: v1alpha1.WorkerResources{GPUs: 2},
+		Worker: &v1alpha1.ReplicaSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"role": "trainer"}}}}})
+	p, err := newPlan(tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chief := p.job(v1alpha1.ReplicaChief, Schedulers{Volcano: "volcano"})
+	if chief.Name != "est-chief" || *chief.Spec.Completions != 1 || *chief.Spec.Parallelism != 1 || chief.Spec.SuccessPolicy != nil {
+		t.Errorf("chief Job %s: completions %d, parallelism %d, successPolicy %v", chief.Name, *chief.Spec.Completions, *chief.Spec.Parallelism, chief.Spec.SuccessPolicy)
+	}
+	if chief.Labels[v1alpha1.LabelReplica] != v1alpha1.ReplicaChief || chief.Spec.Template.Labels[v1alpha1.LabelReplica] != v1alpha1.ReplicaChief ||
+		chief.Spec.Template.Labels["role"] != "trainer" {
+		t.Errorf("chief labels %v, pod labels %v", chief.Labels, chief.Spec.Template.Labels)
+	}
+	if g := trainer(t, chief.Spec.Template).Resources.Limits[v1alpha1.ResourceGPU]; g.Value() != 2 {
+		t.Errorf("chief GPUs %v, want a worker's 2", g)
+	}
+	if w := p.job(v1alpha1.ReplicaWorker, Schedulers{}); w.Spec.SuccessPolicy != nil || *w.Spec.Completions != 2 {
+		t.Errorf("workers' Job: successPolicy %v, completions %d", w.Spec.SuccessPolicy, *w.Spec.Completions)
+	}
+	if p.minMember != 4 || len(p.gangPods()) != 4 {
+		t.Errorf("gang: minMember %d, pods %d; want 4 (2 workers, 1 ps, the chief)", p.minMember, len(p.gangPods()))
+	}
+	if _, err := newPlan(testJob("x", v1alpha1.TrainingJobSpec{Workers: 2, Mode: v1alpha1.ModePyTorch, TensorFlow: &v1alpha1.TensorFlowSpec{Chief: true}})); err == nil {
+		t.Error("tensorflow.chief in mode pytorch: accepted")
 	}
 }
 
@@ -350,10 +391,10 @@ func checkTFConfig(t *testing.T, tj *v1alpha1.TrainingJob, workers, ps int32) {
 		}
 		var cluster map[string][]string
 		tasks := map[string]bool{}
-		for _, replica := range []string{v1alpha1.ReplicaWorker, v1alpha1.ReplicaPS} {
+		for _, replica := range []string{v1alpha1.ReplicaWorker, v1alpha1.ReplicaPS, v1alpha1.ReplicaChief} {
 			job := p.job(replica, Schedulers{})
 			n := int(*job.Spec.Completions)
-			if replica == v1alpha1.ReplicaPS && ps == 0 {
+			if (replica == v1alpha1.ReplicaPS && ps == 0) || (replica == v1alpha1.ReplicaChief && !p.chief) {
 				continue
 			}
 			for i := range n {
@@ -389,12 +430,26 @@ func checkTFConfig(t *testing.T, tj *v1alpha1.TrainingJob, workers, ps int32) {
 				}
 			}
 		}
-		// No chief: TensorFlow's MultiWorkerMirroredStrategy then takes
-		// worker 0 as chief; ps only when there are parameter servers.
-		if _, ok := cluster["chief"]; ok || len(cluster["worker"]) != int(workers) || len(cluster["ps"]) != int(ps) {
-			t.Errorf("cluster %v: want %d workers, %d ps, no chief", cluster, workers, ps)
+		// Without tensorflow.chief no chief (TensorFlow's
+		// MultiWorkerMirroredStrategy then takes worker 0 as chief), with it
+		// exactly one; ps only when there are parameter servers; no other
+		// task types.
+		chiefs := 0
+		if p.chief {
+			chiefs = 1
+			if !tasks["chief/0"] {
+				t.Errorf("no pod is task chief/0: %v", tasks)
+			}
 		}
-		if len(tasks) != int(workers+ps) {
+		if len(cluster["chief"]) != chiefs || len(cluster["worker"]) != int(workers) || len(cluster["ps"]) != int(ps) {
+			t.Errorf("cluster %v: want %d workers, %d ps, %d chief", cluster, workers, ps, chiefs)
+		}
+		for typ := range cluster {
+			if typ != "chief" && typ != "worker" && typ != "ps" {
+				t.Errorf("cluster has task type %q", typ)
+			}
+		}
+		if len(tasks) != int(workers+ps)+chiefs {
 			t.Errorf("tasks %v", tasks)
 		}
 	}
