@@ -455,6 +455,18 @@ func checkTFConfig(t *testing.T, tj *v1alpha1.TrainingJob, workers, ps int32) {
 	}
 }
 
+// mcaParams reads the MCA parameters of one framework from the environment
+// as Open MPI's and PRRTE's MCA base do: variables PREFIX + FRAMEWORK_NAME.
+func mcaParams(env map[string]string, prefix, framework string) map[string]string {
+	out := map[string]string{}
+	for k, v := range env {
+		if name, ok := strings.CutPrefix(k, prefix+framework+"_"); ok {
+			out[name] = v
+		}
+	}
+	return out
+}
+
 // TestMPIEnv reads the hostfile as Open MPI does (one host per line,
 // slots=N) and checks it names every worker's address with its GPUs as
 // slots, and that the OMPI_* variables point at it.
@@ -500,6 +512,16 @@ func TestMPIEnv(t *testing.T) {
 		if env["OMPI_MCA_orte_set_default_slots"] != "4" || env["OMPI_MCA_orte_keep_fqdn_hostnames"] != "true" ||
 			env["RANK"] != strconv.Itoa(i) || env["WORLD_SIZE"] != "3" || env["PYTHONUNBUFFERED"] != "1" {
 			t.Errorf("worker %d env %v", i, env)
+		}
+		// Open MPI 5 (PRRTE): each launch setting Open MPI 4 reads as
+		// orte_NAME (OMPI_MCA_orte_NAME), PRRTE reads as prte_NAME from
+		// PRTE_MCA_prte_NAME, with the same value; nothing else is set.
+		prte := mcaParams(env, "PRTE_MCA_", "prte")
+		if orte := mcaParams(env, "OMPI_MCA_", "orte"); len(orte) != 3 || !reflect.DeepEqual(prte, orte) {
+			t.Errorf("worker %d: PRRTE's parameters %v, Open MPI 4's %v", i, prte, orte)
+		}
+		if prte["default_hostfile"] != mountDir+"/hostfile" || prte["set_default_slots"] != "4" || prte["keep_fqdn_hostnames"] != "true" {
+			t.Errorf("worker %d: PRRTE's parameters %v", i, prte)
 		}
 	}
 }

@@ -320,10 +320,17 @@ func (p *plan) env(replica string) []corev1.EnvVar {
 	case v1alpha1.ModeMPI:
 		// As the MPI operator sets them for Open MPI 4: the hostfile, the
 		// slots of a host it does not list, and host names kept whole.
+		// Open MPI 5 launches through PRRTE, which reads the same three
+		// settings as its own prte_* parameters (PRTE_MCA_ in the
+		// environment) and none of the orte_* ones.
+		hostfile, slots := mpiHostfileDir+"/hostfile", strconv.Itoa(int(p.slots()))
 		env = append(env,
-			corev1.EnvVar{Name: "OMPI_MCA_orte_default_hostfile", Value: mpiHostfileDir + "/hostfile"},
+			corev1.EnvVar{Name: "OMPI_MCA_orte_default_hostfile", Value: hostfile},
 			corev1.EnvVar{Name: "OMPI_MCA_orte_keep_fqdn_hostnames", Value: "true"},
-			corev1.EnvVar{Name: "OMPI_MCA_orte_set_default_slots", Value: strconv.Itoa(int(p.slots()))},
+			corev1.EnvVar{Name: "OMPI_MCA_orte_set_default_slots", Value: slots},
+			corev1.EnvVar{Name: "PRTE_MCA_prte_default_hostfile", Value: hostfile},
+			corev1.EnvVar{Name: "PRTE_MCA_prte_keep_fqdn_hostnames", Value: "true"},
+			corev1.EnvVar{Name: "PRTE_MCA_prte_set_default_slots", Value: slots},
 			corev1.EnvVar{Name: "WORLD_SIZE", Value: strconv.Itoa(int(s.Workers))},
 			corev1.EnvVar{Name: "RANK", Value: idx},
 		)
