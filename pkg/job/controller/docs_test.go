@@ -2,10 +2,7 @@ package controller
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,33 +12,15 @@ import (
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
-// docExample returns the TrainingJob example of docs/JOB.md named name.
+// docExample returns the TrainingJob example of docs/JOB.md named name,
+// decoded strictly (an unknown field fails).
 func docExample(t *testing.T, name string) *v1alpha1.TrainingJob {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
+	tj := &v1alpha1.TrainingJob{}
+	if err := yaml.UnmarshalStrict(testenv.DocExample(t, "docs/JOB.md", "TrainingJob", name), tj); err != nil {
+		t.Fatalf("docs/JOB.md example %s: %v", name, err)
 	}
-	doc, err := os.ReadFile(filepath.Join(root, "docs", "JOB.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const start = "```yaml\napiVersion: jobs.epochfs.io/v1alpha1\nkind: TrainingJob\n"
-	rest := string(doc)
-	for {
-		var ok bool
-		if _, rest, ok = strings.Cut(rest, start); !ok {
-			t.Fatalf("docs/JOB.md has no TrainingJob example named %s", name)
-		}
-		body, _, _ := strings.Cut(rest, "```")
-		tj := &v1alpha1.TrainingJob{}
-		if err := yaml.UnmarshalStrict([]byte(start[len("```yaml\n"):]+body), tj); err != nil {
-			t.Fatalf("docs/JOB.md example: %v", err)
-		}
-		if tj.Name == name {
-			return tj
-		}
-	}
+	return tj
 }
 
 // TestDocExample: the full example of docs/JOB.md passes a server-side dry
