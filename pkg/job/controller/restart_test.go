@@ -435,3 +435,57 @@ func TestPodFailure(t *testing.T) {
 		t.Errorf("failedAt: %v, %v; want the earliest error of each pod", a, b)
 	}
 }
+
+// TestTensorFlowChiefLifecycle: a TensorFlow job with a chief (2 workers, 1
+// parameter server) against the API server. The controller creates the
+// chief's Job beside the others; a failed chief restarts the whole gang
+// (all three Jobs of attempt 1); the chief's success, with the workers and
+// parameter servers still running (servers under ParameterServerStrategy),
+// is the job's success, and their Jobs are then suspended (cleanPodPolicy
+// Running), which stops their pods.
+func TestTensorFlowChiefLifecycle(t *testing.T) {
+	e := startEnv(t)
+	ns := e.namespace(t)
+	e.node(t, "cpu-a", res("cpu", "16", "memory", "64Gi"), nil)
+	tj := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "est", Namespace: ns},
+		Spec: v1alpha1.TrainingJobSpec{Image: "x", Workers: 2, ParameterServers: 1, Mode: v1alpha1.ModeTensorFlow,
+			TensorFlow: &v1alpha1.TensorFlowSpec{Chief: true}, Gang: &v1alpha1.Gang{Enabled: ptr.To(false)}},
+	}
+	if err := e.c.Create(context.Background(), tj); err != nil {
+		t.Fatal(err)
+	}
+	w0, ps0, c0 := e.waitAttempt(t, ns, "est", 0, nil), e.waitAttempt(t, ns, "est-ps", 0, nil), e.waitAttempt(t, ns, "est-chief", 0, nil)
+	if *c0.Spec.Completions != 1 || c0.Spec.Template.Labels[v1alpha1.LabelReplica] != v1alpha1.ReplicaChief {
+		t.Errorf("chief Job: completions %d, pod labels %v", *c0.Spec.Completions, c0.Spec.Template.Labels)
+	}
+	e.failJob(t, ns, "est-chief", 1)
+	e.waitAttempt(t, ns, "est", 1, w0)
+	e.waitAttempt(t, ns, "est-ps", 1, ps0)
+	e.waitAttempt(t, ns, "est-chief", 1, c0)
+	got := e.waitPhase(t, ns, "est", v1alpha1.PhasePending, "")
+	want := "attempt 0: 1 chief pods failed, more than backoffLimit 0 allows (BackoffLimitExceeded)"
+	if f := got.Status.LastFailure; got.Status.Restarts != 1 || f == nil || f.Message != want {
+		t.Errorf("restarts %d lastFailure %+v, want message %q", got.Status.Restarts, f, want)
+	}
+
+	e.setJobStatus(t, ns, "est", func(st *batchv1.JobStatus) { st.Active, st.Ready = 2, ptr.To[int32](2) })
+	e.setJobStatus(t, ns, "est-ps", func(st *batchv1.JobStatus) { st.Active, st.Ready = 1, ptr.To[int32](1) })
+	e.completeJob(t, ns, "est-chief", 1)
+	got = e.waitPhase(t, ns, "est", v1alpha1.PhaseSucceeded, "Succeeded")
+	if !strings.HasPrefix(got.Status.Message, "the chief succeeded") || got.Status.Chief == nil || got.Status.Chief.Succeeded != 1 {
+		t.Errorf("message %q, chief %+v", got.Status.Message, got.Status.Chief)
+	}
+	for _, name := range []string{"est", "est-ps"} {
+		eventually(t, name+" suspended", func() error {
+			j := &batchv1.Job{}
+			if err := e.get(t, ns, name, j); err != nil {
+				return err
+			}
+			if !ptr.Deref(j.Spec.Suspend, false) {
+				return fmt.Errorf("not suspended")
+			}
+			return nil
+		})
+	}
+}
