@@ -23,6 +23,7 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		wholeFileMax   string
 		blockSize      string
 		readaheadFiles string
+		writeBehind    string
 		credsFD        int
 		peers          string
 		peersFile      string
@@ -100,7 +101,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 				}
 				cfg.Peer.Membership = fm
 			}
-			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize, readaheadFiles))
+			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize, readaheadFiles, writeBehind))
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return g.mountFailed(usageError(err)) })
@@ -115,6 +116,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.StringVar(&blockSize, mount.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
 	f.IntVar(&cfg.Readahead, mount.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
 	f.StringVar(&readaheadFiles, mount.FlagReadaheadFiles, mount.ReadaheadFilesAuto, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background: 'auto' follows the backend's measured latency (on for a far store, off for a local one), a number pins it (0: off); raises a cold epoch's backend concurrency above the loader's workers")
+	f.StringVar(&writeBehind, mount.FlagWriteBehind, units.FormatSize(mount.DefaultWriteBehind), "a missed file is served from memory while its cache file is written in the background, holding at most this many bytes so (past it, the open waits for the write); 0: every open waits for its cache file")
 	f.IntVar(&cfg.ListingCacheEntries, mount.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
 	f.DurationVar(&cfg.ReadTimeout, mount.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
 	f.IntVar(&credsFD, mount.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
@@ -146,7 +148,7 @@ and error (one JSON object with --log-format json), and it exits with:`)
 	return b.String()
 }()
 
-func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize, readaheadFiles string) error {
+func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize, readaheadFiles, writeBehind string) error {
 	log, err := g.logger()
 	if err != nil {
 		return usageError(err)
@@ -162,6 +164,9 @@ func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []stri
 		return usageError(fmt.Errorf("--%s: %w", mount.FlagBlockSize, err))
 	}
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(readaheadFiles); err != nil {
+		return usageError(err)
+	}
+	if cfg.WriteBehind, err = mount.ParseWriteBehind(writeBehind); err != nil {
 		return usageError(err)
 	}
 	m, err := mount.New(cfg)
