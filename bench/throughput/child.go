@@ -41,7 +41,7 @@ func childMain(args []string) {
 	fl.StringVar(&cfg.Manifest, "manifest", mount.ManifestNone, "")
 	fl.BoolVar(&cfg.Debug, "fuse-debug", false, "")
 	readaheadFiles := fl.String("readahead-files", mount.ReadaheadFilesAuto, "") // cachefs mount's default
-	writeBehind := fl.String("write-behind", "", "")                             // "": cachefs mount's default; 0: off
+	writeBehind := fl.String("write-behind", "", "")                             // "": cachefs mount's default (off)
 	_ = fl.Parse(args)
 	var err error
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(*readaheadFiles); err != nil {

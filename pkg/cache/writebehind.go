@@ -96,6 +96,22 @@ func (l *lease) release() {
 // garbage collector. It does not close File.
 func (r Result) Release() { r.lease.release() }
 
+// Hold takes another hold on the bytes of a WriteBehind Result, released
+// with the returned Result's Release, e.g. when a reply that references
+// Data has been sent. ok is false for other Results (nothing to hold), or
+// when r's own hold was released already.
+func (r Result) Hold() (Result, bool) {
+	if r.lease == nil || r.lease.released.Load() {
+		return Result{}, false
+	}
+	l := r.lease.p.acquire()
+	if l == nil {
+		return Result{}, false
+	}
+	r.lease = l
+	return r, true
+}
+
 // pendingHit returns a hold on id's bytes when id is an admitted entry of
 // the given size whose file is still being written, touching the policy
 // like a hit; nil otherwise.

@@ -304,3 +304,33 @@ func readAll(f *os.File) ([]byte, error) {
 	_, err = f.ReadAt(b, 0)
 	return b, err
 }
+
+// TestWriteBehindHold: a Hold keeps the bytes of a written-behind Result
+// after the Result's own Release and after the write (no reuse of the
+// buffer until the hold is released); other Results have nothing to hold.
+func TestWriteBehindHold(t *testing.T) {
+	s := testStore(t, Options{Capacity: 1 << 20, WriteBehind: 1 << 20})
+	k := key("f")
+	var ld countingLoader
+	r := mustGet(t, s, k, 5000, ld.load(k))
+	held, ok := r.Hold()
+	if !ok || !r.WriteBehind {
+		t.Fatalf("Hold of a written-behind Result: %v (WriteBehind %v)", ok, r.WriteBehind)
+	}
+	r.Release()
+	if _, ok := r.Hold(); ok {
+		t.Fatal("Hold after Release succeeded")
+	}
+	waitAdmissions(t, s, 1)
+	for i := range 8 { // these take pooled buffers of the same class
+		other := key("other" + string(rune('a'+i)))
+		readResult(t, mustGet(t, s, other, 5000, ld.load(other)))
+	}
+	checkBytes(t, k, held.Data, 5000)
+	held.Release()
+	hit := mustGet(t, s, k, 5000, failLoader(t))
+	if _, ok := hit.Hold(); ok {
+		t.Fatal("Hold of a file Result succeeded")
+	}
+	readResult(t, hit)
+}

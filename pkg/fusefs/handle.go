@@ -128,8 +128,27 @@ func (h *memFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRe
 	b := sliceAt(h.data, off, len(dest))
 	counters.memReads.Add(1)
 	counters.readBytes.Add(uint64(len(b)))
+	if h.res.WriteBehind {
+		// The reply is written after Read returns, and the kernel may
+		// release the handle meanwhile: hold the buffer until it is sent.
+		if held, ok := h.res.Hold(); ok {
+			return &heldReply{data: b, res: held}, 0
+		}
+		return nil, syscall.EBADF // released: the kernel reads no more of it
+	}
 	return fuse.ReadResultData(b), 0
 }
+
+// heldReply is a READ reply of bytes of a cache entry being written behind,
+// holding them (cache.Result.Hold) until go-fuse has sent it.
+type heldReply struct {
+	data []byte
+	res  cache.Result
+}
+
+func (r *heldReply) Bytes([]byte) ([]byte, fuse.Status) { return r.data, fuse.OK }
+func (r *heldReply) Size() int                          { return len(r.data) }
+func (r *heldReply) Done()                              { r.res.Release() }
 
 func sliceAt(b []byte, off int64, n int) []byte {
 	if off >= int64(len(b)) {

@@ -53,10 +53,10 @@ const (
 const ReadaheadFilesAuto = "auto"
 
 // ParseWriteBehind parses a --write-behind value: a size (units.ParseSize),
-// or 0 for off (WriteBehindOff).
+// or 0 for off.
 func ParseWriteBehind(v string) (int64, error) {
 	if strings.TrimSpace(v) == "0" {
-		return WriteBehindOff, nil
+		return 0, nil
 	}
 	n, err := units.ParseSize(v)
 	if err != nil {

@@ -57,14 +57,6 @@ var (
 	ErrCacheDir = errors.New("mount: unusable cache directory")
 )
 
-// DefaultWriteBehind is Config.WriteBehind's default: the most bytes of
-// missed entries a mount holds in memory while their cache files are
-// written in the background.
-const DefaultWriteBehind = 128 << 20
-
-// WriteBehindOff, as Config.WriteBehind, turns write-behind off.
-const WriteBehindOff = -1
-
 // Config of one mount. Validated by New.
 type Config struct {
 	Source     string // dataset URL (see backend.Parse); required
@@ -98,11 +90,10 @@ type Config struct {
 	// ListingCacheEntries bounds the directory entries kept from listings
 	// when mounting without a manifest.
 	ListingCacheEntries int
-	// WriteBehind bounds the bytes of missed entries held in memory while
-	// their cache files are written in the background, the readers served
-	// from those bytes meanwhile (cache.Options.WriteBehind): 0 takes
-	// DefaultWriteBehind, WriteBehindOff (< 0) writes every entry before
-	// its open returns.
+	// WriteBehind, when > 0, bounds the bytes of missed entries held in
+	// memory while their cache files are written in the background, the
+	// readers served from those bytes meanwhile (cache.Options.WriteBehind);
+	// 0 (the default): every missed open waits for its cache file.
 	WriteBehind int64
 	// Peer is the cache scope: node (the default) or the cluster-wide
 	// cache of issue 15 (peer.go, pkg/peer).
@@ -217,15 +208,8 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		}
 	}
 
-	writeBehind := m.cfg.WriteBehind
-	switch {
-	case writeBehind == 0:
-		writeBehind = DefaultWriteBehind
-	case writeBehind < 0:
-		writeBehind = 0
-	}
 	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy,
-		KeyScheme: m.src.VersionScheme(), WriteBehind: writeBehind, Logger: m.log})
+		KeyScheme: m.src.VersionScheme(), WriteBehind: m.cfg.WriteBehind, Logger: m.log})
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) || errors.Is(err, cache.ErrInvalidOptions) {
 			return err
