@@ -42,7 +42,10 @@ func main() {
 	median := flag.Int64("median", 64_000, "median file size (bytes)")
 	workers := flag.Int("workers", 8, "parallel readers, for the mount and the direct reads alike")
 	rounds := flag.Int("rounds", 3, "interleaved rounds")
+	mflags := flag.String("mount-flags", "", "extra flags for every `cachefs mount` (space-separated)")
+	bflags := flag.String("mount-flags-b", "", "also read every mounted backend through a second mount with these extra flags instead (rows \"… mount cold B\", e.g. \"--write-behind 0\": a change compared in the same run)")
 	flag.Parse()
+	mountFlags, mountFlagsB := strings.Fields(*mflags), strings.Fields(*bflags)
 	dir := os.Getenv("EPOCHFS_CEPH_DIR")
 	if dir == "" {
 		fatal(fmt.Errorf("EPOCHFS_CEPH_DIR is not set: run under scripts/with-ceph.sh (make bench-ceph)"))
@@ -125,13 +128,13 @@ func main() {
 		results[name] = append(results[name], res.FilesPerSec())
 		fmt.Printf("  %-28s %8.0f files/s  %6.1f MB/s\n", name, res.FilesPerSec(), float64(res.Bytes)/1e6/res.Elapsed.Seconds())
 	}
-	mountEpoch := func(name, src string, extraEnv []string, round int, seed uint64) {
+	mountEpoch := func(name, src string, extraEnv []string, round int, seed uint64, flags []string) {
 		mnt := filepath.Join(work, "mnt")
 		cache := filepath.Join(work, fmt.Sprintf("cache-%s-%d", strings.ReplaceAll(name, " ", "-"), round))
 		if err := os.MkdirAll(mnt, 0o755); err != nil {
 			fatal(err)
 		}
-		cmd := exec.Command(*cachefs, "mount", src, mnt, "--cache-dir", cache, "--cache-size", strconv.FormatInt(total+total/8, 10))
+		cmd := exec.Command(*cachefs, append([]string{"mount", src, mnt, "--cache-dir", cache, "--cache-size", strconv.FormatInt(total+total/8, 10)}, flags...)...)
 		cmd.Env = append(os.Environ(), extraEnv...)
 		p, err := benchproc.Start("cachefs mount", cmd, mnt)
 		if err != nil {
@@ -179,16 +182,19 @@ func main() {
 	}
 	s3Runs := func(s *benchproc.MinIO, what string, round int, seed uint64) []func() {
 		c := getClient[s]
-		return []func(){
+		src := "s3://" + bucket + "?endpoint=http://" + s.Host + "&region=us-east-1"
+		fs := []func(){
 			func() {
 				run(what+" GET loop", epoch.Options{Seed: seed, Open: func(ctx context.Context, p string) (io.ReadCloser, error) {
 					return c.GetObject(ctx, bucket, p, minio.GetObjectOptions{})
 				}})
 			},
-			func() {
-				mountEpoch(what+" mount cold", "s3://"+bucket+"?endpoint=http://"+s.Host+"&region=us-east-1", s.Env(), round, seed)
-			},
+			func() { mountEpoch(what+" mount cold", src, s.Env(), round, seed, mountFlags) },
 		}
+		if mountFlagsB != nil {
+			fs = append(fs, func() { mountEpoch(what+" mount cold B", src, s.Env(), round, seed, mountFlagsB) })
+		}
+		return fs
 	}
 	// Warm the servers (OSD, RGW, MinIO) once, unrecorded, so that every
 	// recorded epoch is cold on the client side only.
@@ -205,7 +211,10 @@ func main() {
 		runs := []func(){
 			func() { cephDirect("cephfs go-ceph direct", seed) },
 			func() { cephBackend(seed) },
-			func() { mountEpoch("cephfs mount cold", cephURL, nil, round, seed) },
+			func() { mountEpoch("cephfs mount cold", cephURL, nil, round, seed, mountFlags) },
+		}
+		if mountFlagsB != nil {
+			runs = append(runs, func() { mountEpoch("cephfs mount cold B", cephURL, nil, round, seed, mountFlagsB) })
 		}
 		runs = append(runs, s3Runs(rgw, "rgw", round, seed)...)
 		runs = append(runs, s3Runs(mi, "minio", round, seed)...)
@@ -219,14 +228,23 @@ func main() {
 		slices.Sort(v)
 		return v[len(v)/2]
 	}
-	fmt.Printf("\nmachine: %d CPUs, %s; go %s\n", runtime.NumCPU(), kernel(), runtime.Version())
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("\nmachine: %d CPUs, %s; go %s; load average at the end %s; mount flags %q, B: %q\n", runtime.NumCPU(), kernel(), runtime.Version(),
+		strings.Join(strings.Fields(string(load))[:3], " "), strings.Join(mountFlags, " "), strings.Join(mountFlagsB, " "))
 	fmt.Printf("| cold epoch, %d readers, median of %d | files/s | ratio |\n|---|---|---|\n", *workers, *rounds)
-	for _, r := range [][3]string{
+	rows := [][3]string{
 		{"cephfs go-ceph direct", "", ""}, {"cephfs backend ReadAt", "cephfs go-ceph direct", "backend / direct"},
 		{"cephfs mount cold", "cephfs go-ceph direct", "mount / direct"},
+		{"cephfs mount cold B", "cephfs go-ceph direct", "mount B / direct"},
 		{"rgw GET loop", "", ""}, {"rgw mount cold", "rgw GET loop", "mount / GET loop"},
+		{"rgw mount cold B", "rgw GET loop", "mount B / GET loop"},
 		{"minio GET loop", "", ""}, {"minio mount cold", "minio GET loop", "mount / GET loop"},
-	} {
+		{"minio mount cold B", "minio GET loop", "mount B / GET loop"},
+	}
+	for _, r := range rows {
+		if len(results[r[0]]) == 0 {
+			continue
+		}
 		ratio := ""
 		if r[1] != "" {
 			ratio = fmt.Sprintf("%.2f× (%s)", med(r[0])/med(r[1]), r[2])

@@ -49,9 +49,11 @@ func main() {
 	dirFlag := flag.String("dir", "", "work directory (default: a temporary one under /var/tmp, removed afterwards)")
 	mflags := flag.String("mount-flags", "", "extra flags for `cachefs mount` (space-separated), e.g. \"--readahead-files 8\"")
 	posix := flag.Bool("posix", true, "also read a cold epoch through a mount of the local directory (posix), for scale")
+	bflags := flag.String("mount-flags-b", "", "also read a cold epoch through a second mount of nfs:// with these extra flags instead of -mount-flags, interleaved with the others (e.g. \"--write-behind 0\", to compare a change in the same run)")
 	flag.Parse()
 	withPosix = *posix
 	mountFlags = strings.Fields(*mflags)
+	mountFlagsB = strings.Fields(*bflags)
 	if err := run(*files, *workers, *rounds, *conns, *cachefs, *script, *dirFlag); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-nfs:", err)
 		os.Exit(1)
@@ -59,8 +61,9 @@ func main() {
 }
 
 var (
-	withPosix  bool
-	mountFlags []string
+	withPosix   bool
+	mountFlags  []string
+	mountFlagsB []string // nil: no second mount column
 )
 
 func run(nfiles, workers, rounds, conns int, cachefs, script, dirFlag string) error {
@@ -101,13 +104,17 @@ func run(nfiles, workers, rounds, conns int, cachefs, script, dirFlag string) er
 	}
 	fmt.Fprintf(os.Stderr, "serving %s (%s)\n", src, vals["NAME"])
 
-	type row struct{ mount, direct, posix float64 }
+	type row struct{ mount, direct, posix, mountB float64 }
 	var rows []row
 	for r := 1; r <= rounds; r++ {
 		var rw row
 		order := []string{"mount", "direct"}
-		if r%2 == 0 {
-			order = []string{"direct", "mount"}
+		if mountFlagsB != nil {
+			order = append(order, "mountB")
+		}
+		// Rotate the order every round, so no reader always goes first.
+		for range r - 1 {
+			order = append(order[1:], order[0])
 		}
 		if withPosix {
 			order = append(order, "posix")
@@ -115,13 +122,17 @@ func run(nfiles, workers, rounds, conns int, cachefs, script, dirFlag string) er
 		for _, what := range order {
 			var fps float64
 			var err error
-			if what == "posix" {
-				fps, err = mountEpoch(ctx, cachefs, data, filepath.Join(dir, fmt.Sprintf("cache-posix-%d", r)), filepath.Join(dir, "mnt"), total, paths, want, workers, uint64(100+r))
+			switch what {
+			case "posix":
+				fps, err = mountEpoch(ctx, cachefs, data, filepath.Join(dir, fmt.Sprintf("cache-posix-%d", r)), filepath.Join(dir, "mnt"), total, paths, want, workers, uint64(100+r), mountFlags)
 				rw.posix = fps
-			} else if what == "mount" {
-				fps, err = mountEpoch(ctx, cachefs, src, filepath.Join(dir, fmt.Sprintf("cache-%d", r)), filepath.Join(dir, "mnt"), total, paths, want, workers, uint64(100+r))
+			case "mount":
+				fps, err = mountEpoch(ctx, cachefs, src, filepath.Join(dir, fmt.Sprintf("cache-%d", r)), filepath.Join(dir, "mnt"), total, paths, want, workers, uint64(100+r), mountFlags)
 				rw.mount = fps
-			} else {
+			case "mountB":
+				fps, err = mountEpoch(ctx, cachefs, src, filepath.Join(dir, fmt.Sprintf("cache-b-%d", r)), filepath.Join(dir, "mnt"), total, paths, want, workers, uint64(100+r), mountFlagsB)
+				rw.mountB = fps
+			default:
 				fps, err = directEpoch(ctx, src, paths, want, workers, uint64(100+r))
 				rw.direct = fps
 			}
@@ -136,15 +147,29 @@ func run(nfiles, workers, rounds, conns int, cachefs, script, dirFlag string) er
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("NFS-Ganesha 4.3 (VFS FSAL, in a network namespace over a veth pair) serving %d files (%s), %d readers, nfs conns %s, mount flags %q; %d CPUs, %s, %s, load average at the end %s\n\n",
 		nfiles, mib(total), workers, orDefault(conns), strings.Join(mountFlags, " "), runtime.NumCPU(), host, time.Now().UTC().Format("2006-01-02 15:04"), strings.Join(strings.Fields(string(load))[:3], " "))
-	fmt.Println("| round | mount of nfs://, cold (files/s) | nfs backend direct (files/s) | mount / direct | mount of the local dir (posix), cold (files/s) |")
-	fmt.Println("|---|---|---|---|---|")
-	var ms, ds, ps []float64
-	for i, rw := range rows {
-		fmt.Printf("| %d | %.0f | %.0f | %.2f | %s |\n", i+1, rw.mount, rw.direct, rw.mount/rw.direct, orDash(rw.posix))
-		ms, ds, ps = append(ms, rw.mount), append(ds, rw.direct), append(ps, rw.posix)
+	bName := fmt.Sprintf("mount with %q, cold (files/s)", strings.Join(mountFlagsB, " "))
+	if mountFlagsB == nil {
+		fmt.Println("| round | mount of nfs://, cold (files/s) | nfs backend direct (files/s) | mount / direct | mount of the local dir (posix), cold (files/s) |")
+		fmt.Println("|---|---|---|---|---|")
+	} else {
+		fmt.Printf("| round | mount of nfs://, cold (files/s) | nfs backend direct (files/s) | mount / direct | %s | B / direct | mount of the local dir (posix), cold (files/s) |\n", bName)
+		fmt.Println("|---|---|---|---|---|---|---|")
 	}
-	m, d := median(ms), median(ds)
-	fmt.Printf("| median | %.0f | %.0f | **%.2f** | %s |\n", m, d, m/d, orDash(median(ps)))
+	var ms, ds, ps, bs []float64
+	for i, rw := range rows {
+		if mountFlagsB == nil {
+			fmt.Printf("| %d | %.0f | %.0f | %.2f | %s |\n", i+1, rw.mount, rw.direct, rw.mount/rw.direct, orDash(rw.posix))
+		} else {
+			fmt.Printf("| %d | %.0f | %.0f | %.2f | %.0f | %.2f | %s |\n", i+1, rw.mount, rw.direct, rw.mount/rw.direct, rw.mountB, rw.mountB/rw.direct, orDash(rw.posix))
+		}
+		ms, ds, ps, bs = append(ms, rw.mount), append(ds, rw.direct), append(ps, rw.posix), append(bs, rw.mountB)
+	}
+	m, d, b := median(ms), median(ds), median(bs)
+	if mountFlagsB == nil {
+		fmt.Printf("| median | %.0f | %.0f | **%.2f** | %s |\n", m, d, m/d, orDash(median(ps)))
+	} else {
+		fmt.Printf("| median | %.0f | %.0f | **%.2f** | %.0f | **%.2f** | %s |\n", m, d, m/d, b, b/d, orDash(median(ps)))
+	}
 	return nil
 }
 
@@ -186,7 +211,7 @@ func dropCaches() error {
 
 // mountEpoch mounts src with an empty cache as large as the dataset, walks
 // it (not timed), drops the page cache and reads one epoch.
-func mountEpoch(ctx context.Context, cachefs, src, cacheDir, mnt string, total int64, paths []string, want map[string][32]byte, workers int, seed uint64) (float64, error) {
+func mountEpoch(ctx context.Context, cachefs, src, cacheDir, mnt string, total int64, paths []string, want map[string][32]byte, workers int, seed uint64, mountFlags []string) (float64, error) {
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		return 0, err
 	}

@@ -129,6 +129,11 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		if err := cold(mountCol, "cold", readAhead(mountCol)); err != nil {
 			return err
 		}
+		// A1: with write-behind (--write-behind 128MiB): a miss's open
+		// returns the bytes from memory while its cache file is written.
+		if err := cold(mountWB, "wb", nil, "-write-behind", "128MiB"); err != nil {
+			return err
+		}
 		// A0: readahead off (--readahead-files 0), the default before auto.
 		if err := cold(mountOff, "off", nil, "-readahead-files", "0"); err != nil {
 			return err

@@ -117,6 +117,7 @@ const (
 	mountCol   = "mount cold"
 	mountRA    = "mount cold, readahead"
 	mountOff   = "mount cold, readahead off"
+	mountWB    = "mount cold, write-behind"
 	mountMan   = "mount cold, manifest"
 	getLoop    = "GET loop"
 	prefetch   = "prefetch"

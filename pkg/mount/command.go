@@ -3,8 +3,10 @@ package mount
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // Command is the cachefs subcommand that runs a mount in the foreground:
@@ -27,6 +29,7 @@ const (
 	FlagReadaheadFiles      = "readahead-files"
 	FlagListingCacheEntries = "listing-cache-entries"
 	FlagReadTimeout         = "read-timeout"
+	FlagWriteBehind         = "write-behind"
 	FlagFuseDebug           = "fuse-debug"
 	// FlagCredentialsFD names an inherited file descriptor (a pipe) to read
 	// S3 credentials from (ReadCredentials) instead of the environment.
@@ -48,6 +51,19 @@ const (
 // latency (fusefs.ReadaheadFilesAuto); a number pins the window, 0 turns it
 // off.
 const ReadaheadFilesAuto = "auto"
+
+// ParseWriteBehind parses a --write-behind value: a size (units.ParseSize),
+// or 0 for off.
+func ParseWriteBehind(v string) (int64, error) {
+	if strings.TrimSpace(v) == "0" {
+		return 0, nil
+	}
+	n, err := units.ParseSize(v)
+	if err != nil {
+		return 0, fmt.Errorf("--%s: %w (0 turns it off)", FlagWriteBehind, err)
+	}
+	return n, nil
+}
 
 // ParseReadaheadFiles parses a --readahead-files value: ReadaheadFilesAuto
 // (fusefs.ReadaheadFilesAuto) or a number of files, 0 or more.
