@@ -102,6 +102,7 @@ func TestTrainingJobDocTensorFlow(t *testing.T) {
 		if pc.c.Cluster == nil || pc.hostname == "" {
 			t.Fatalf("%s printed no TF_CONFIG or hostname:\n%s", what, out)
 		}
+		t.Logf("%s (%s): TF_CONFIG task %s/%d", what, pc.hostname, pc.c.Task.Type, ptrDeref(pc.c.Task.Index))
 		got = append(got, pc)
 	}
 	read("chief", "--chief")
@@ -191,6 +192,13 @@ func TestTrainingJobDocTensorFlow(t *testing.T) {
 	if len(cluster["chief"]) != 1 || len(cluster["worker"]) != workers || len(cluster["ps"]) != ps || n != len(got) {
 		t.Errorf("cluster %v: want 1 chief, %d workers, %d ps, one per pod", cluster, workers, ps)
 	}
+}
+
+func ptrDeref(p *int) int {
+	if p == nil {
+		return -1
+	}
+	return *p
 }
 
 func ptrQuantity(s string) *resource.Quantity {

@@ -191,6 +191,16 @@ func TestTemplatePolicyByAPIServer(t *testing.T) {
 			})
 			s["ps"] = tmpl(map[string]any{"containers": []any{map[string]any{"name": "sidecar"}}})
 		}},
+		// docs/JOB.md's tf-wide: a ps template of metadata only.
+		{"ps labels only", func(s map[string]any) {
+			s["ps"] = map[string]any{"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"role": "ps"}}}}
+		}},
+		// The same from a typed client (corev1.PodSpec has no omitempty on
+		// containers: cachefs job submit --ps-template sends null).
+		{"containers null, as typed clients send it", func(s map[string]any) {
+			s["ps"] = map[string]any{"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"role": "ps"}}, "spec": map[string]any{"containers": nil}}}
+			s["worker"] = map[string]any{"template": map[string]any{"spec": map[string]any{"containers": nil, "initContainers": nil, "volumes": nil}}}
+		}},
 		{"another claim writable", func(s map[string]any) {
 			s["worker"] = tmpl(map[string]any{"volumes": []any{map[string]any{"name": "out", "persistentVolumeClaim": map[string]any{"claimName": "outputs"}}},
 				"containers": trainer(map[string]any{"name": "out", "mountPath": "/out"})})
