@@ -77,6 +77,18 @@ func TestTrainingJobDocTensorFlow(t *testing.T) {
 		t.Errorf("status.chief %+v, want 1 succeeded", c)
 	}
 
+	// `cachefs job get` lists the chief among the replicas.
+	out := e.mustJob(t, "get", name)
+	var chiefRow []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 6 && f[0] == "chief" {
+			chiefRow = f
+		}
+	}
+	if !slices.Equal(chiefRow, []string{"chief", "1", "0", "0", "1", "0"}) {
+		t.Errorf("cachefs job get: chief row %v, want WANTED 1 SUCCEEDED 1:\n%s", chiefRow, out)
+	}
+
 	// Every pod's TF_CONFIG, from `cachefs job logs` (--chief, --ps).
 	type podConfig struct {
 		what, hostname string
