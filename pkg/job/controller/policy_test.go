@@ -112,7 +112,9 @@ func TestTemplatePolicyByAPIServer(t *testing.T) {
 			"spec":     spec,
 		}}
 	}
-	tmpl := func(spec map[string]any) map[string]any { return map[string]any{"template": map[string]any{"spec": spec}} }
+	tmpl := func(spec map[string]any) map[string]any {
+		return map[string]any{"template": map[string]any{"spec": spec}}
+	}
 	trainer := func(mounts ...any) []any {
 		return []any{map[string]any{"name": "trainer", "volumeMounts": mounts}}
 	}
