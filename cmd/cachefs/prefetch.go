@@ -233,11 +233,18 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 	}
 	var owns func(string) bool
 	if members != nil {
-		dataset := b.ID()
-		owns = func(path string) bool {
-			o, _ := peer.Owner(members, peer.FileKey(dataset, path))
-			return o.ID == c.peerID
+		// The mounts' ownership: byte-balanced over the manifest when the
+		// peers advertise capacities (peer.Assign), else plain rendezvous.
+		var cat peer.Catalog
+		if man != nil {
+			cat = man
 		}
+		cl, err := peer.NewCluster(peer.ClientOptions{Self: c.peerID, Dataset: b.ID(), Members: peer.Static(members),
+			Token: []byte("prefetch: ownership only, never sends"), Catalog: cat})
+		if err != nil {
+			return prefetch.Summary{}, err
+		}
+		owns = cl.Owns
 	}
 	p, err := prefetch.New(prefetch.Config{Backend: b, Store: store, Manifest: man, WholeFileMax: whole, BlockSize: block,
 		Workers: c.workers, ReadTimeout: c.readTimeout, Logger: log, Owns: owns})

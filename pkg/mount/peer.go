@@ -119,8 +119,18 @@ func (m *Mount) startPeer(dataset string, reg *prometheus.Registry, man *manifes
 			return nil
 		}
 	}
+	var cat peer.Catalog
+	if man != nil {
+		cat = man // byte-balanced ownership when the peers advertise capacities
+	}
+	for _, p := range members.Peers() {
+		if p.ID == c.ID && p.Capacity > m.cfg.CacheSize {
+			m.log.Warn("the peer list gives this mount a larger capacity than its cache: it will own files it cannot keep",
+				"peer_id", p.ID, "capacity", p.Capacity, "cache_size", m.cfg.CacheSize)
+		}
+	}
 	cl, err := peer.NewCluster(peer.ClientOptions{Self: c.ID, Dataset: dataset, Members: members, Token: tok,
-		Timeout: c.Timeout, Metrics: pm, Checksum: sums})
+		Timeout: c.Timeout, Metrics: pm, Checksum: sums, Catalog: cat})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
