@@ -58,6 +58,7 @@ type ClientOptions struct {
 type Cluster struct {
 	o    ClientOptions
 	http *http.Client
+	auth string // the Authorization header (holds the token: never logged)
 
 	mu   sync.Mutex
 	down map[string]downState // by peer id
@@ -87,13 +88,10 @@ func NewCluster(o ClientOptions) (*Cluster, error) {
 	}
 	tr := o.Transport
 	if tr == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.Proxy = nil // peers are on the node network: never through an HTTP proxy
-		t.MaxIdleConnsPerHost = 64
-		t.IdleConnTimeout = 90 * time.Second
-		tr = t
+		// Never through an HTTP proxy: peers are on the node network.
+		tr = newTransport(64)
 	}
-	return &Cluster{o: o, http: &http.Client{Transport: tr}, down: map[string]downState{}}, nil
+	return &Cluster{o: o, http: &http.Client{Transport: tr}, auth: "Bearer " + string(o.Token), down: map[string]downState{}}, nil
 }
 
 // Owner returns the owner of path among the current members: false when
@@ -201,20 +199,28 @@ func (r *rejection) Unwrap() error { return ErrRejected }
 func (c *Cluster) read(ctx context.Context, owner Peer, path, version string, size, off int64, p []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
-	q := url.Values{}
-	q.Set("dataset", c.o.Dataset)
-	q.Set("path", path)
-	q.Set("version", version)
-	q.Set("size", strconv.FormatInt(size, 10))
-	q.Set("off", strconv.FormatInt(off, 10))
-	q.Set("len", strconv.Itoa(len(p)))
-	u := "http://" + owner.Addr + ReadPath + "?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	// The query by hand, in url.Values.Encode's order (sorted keys), without
+	// its map.
+	u := make([]byte, 0, 128+len(owner.Addr)+len(c.o.Dataset)+len(path)+len(version))
+	u = append(u, "http://"...)
+	u = append(u, owner.Addr...)
+	u = append(u, ReadPath+"?dataset="...)
+	u = append(u, url.QueryEscape(c.o.Dataset)...)
+	u = append(u, "&len="...)
+	u = strconv.AppendInt(u, int64(len(p)), 10)
+	u = append(u, "&off="...)
+	u = strconv.AppendInt(u, off, 10)
+	u = append(u, "&path="...)
+	u = append(u, url.QueryEscape(path)...)
+	u = append(u, "&size="...)
+	u = strconv.AppendInt(u, size, 10)
+	u = append(u, "&version="...)
+	u = append(u, url.QueryEscape(version)...)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, string(u), nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+string(c.o.Token))
-	req.Header.Set(HeaderPeer, c.o.Self)
+	req.Header = http.Header{"Authorization": {c.auth}, HeaderPeer: {c.o.Self}}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// The URL is in the error, never the token (a header).
