@@ -41,10 +41,11 @@ bench-meta: bench-tools
 		-minio $(TOOLS_BIN)/minio -rclone $(TOOLS_BIN)/rclone $(BENCH_ARGS)
 
 ## bench-cluster: the cluster-wide cache (issue 15): 3 mounts, C = D/3 and D/6, MinIO behind BENCH_S3_LATENCY,
-## cluster scope vs node scope per epoch (bench/cluster.md).
+## cluster scope vs node scope per epoch (bench/cluster.md, plot bench/cluster.svg); BENCH_ARGS=-compare-cachefs OLD-BINARY adds
+## the older binary's peer reads side by side.
 bench-cluster: build
 	$(GO) build -o bin/bench-cluster ./bench/cluster
-	bin/bench-cluster -tools $(TOOLS_BIN) -cachefs bin/cachefs -s3-latency $(BENCH_S3_LATENCY) -md bench/cluster.md $(BENCH_ARGS)
+	bin/bench-cluster -tools $(TOOLS_BIN) -cachefs bin/cachefs -s3-latency $(BENCH_S3_LATENCY) -md bench/cluster.md -svg bench/cluster.svg $(BENCH_ARGS)
 
 ## bench-manifest-scale: a manifest of 10M synthetic ImageNet-like files (no files on disk: a fake in-memory listing
 ## through manifest.Index, what `cachefs index` runs), with S3 ETag and posix versions: build time, size, load time,

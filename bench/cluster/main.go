@@ -43,15 +43,22 @@ func main() {
 	workers := flag.Int("workers", 8, "parallel readers per node")
 	latency := flag.Duration("s3-latency", 20*time.Millisecond, "added to every request to MinIO")
 	md := flag.String("md", "", "write the markdown report to this file")
+	svg := flag.String("svg", "", "write the plot of backend bytes and cluster hit ratio per epoch to this SVG file")
+	compare := flag.String("compare-cachefs", "", "another cachefs binary (an older commit) whose peer reads are measured side by side with -cachefs's (its --peers carry no capacities)")
 	flag.Parse()
 	work, remove, err := benchproc.WorkDir(*dir, "epochfs-cluster-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer remove()
-	report, err := run(work, *tools, *cachefs, *files, *epochs, *workers, *latency)
+	report, rows, err := run(work, *tools, *cachefs, *compare, *files, *epochs, *workers, *latency)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *svg != "" {
+		if err := writeSVG(*svg, rows); err != nil {
+			log.Fatal(err)
+		}
 	}
 	fmt.Print(report)
 	if *md != "" {
@@ -124,34 +131,43 @@ type row struct {
 	peerBytes      float64
 	filesPerSec    float64
 	minNodeFilesPS float64
+	total          int64 // D in bytes
 }
 
-func run(work, tools, cachefs string, nfiles, epochs, workers int, latency time.Duration) (string, error) {
+// variant is one configuration of the mounts.
+type variant struct {
+	scope   string // node or cluster
+	plain   bool   // cluster scope without advertised capacities: plain rendezvous ownership
+	cachefs string // the binary
+	label   string // in the table
+}
+
+func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, latency time.Duration) (string, []row, error) {
 	ctx := context.Background()
 	data := filepath.Join(work, "data")
 	spec := datagen.Spec{Files: nfiles, Classes: 30, MedianSize: 20_000, MinSize: 1000, MaxSize: 200_000, Seed: 15}
 	files, err := datagen.Write(data, spec)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	total := datagen.TotalSize(files)
 	paths, want := datagen.Paths(files), datagen.Sums(files)
 	m, err := benchproc.StartMinIO(filepath.Join(tools, "minio"), filepath.Join(work, "minio"))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer m.Stop()
 	if err := m.Upload(ctx, "bench", data, paths, 32, nil); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	far, err := benchproc.StartLatencyProxy(m.Host, latency)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer far.Close()
 	cnt, addr, err := startCounter(far.Addr)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	src := "s3://bench?endpoint=http://" + addr + "&region=us-east-1"
 	env := append(os.Environ(), m.Env()...)
@@ -159,11 +175,11 @@ func run(work, tools, cachefs string, nfiles, epochs, workers int, latency time.
 	idx := exec.Command(cachefs, "index", src, "-o", man)
 	idx.Env = env
 	if out, err := idx.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("cachefs index: %v\n%s", err, out)
+		return "", nil, fmt.Errorf("cachefs index: %v\n%s", err, out)
 	}
 	tokenFile := filepath.Join(work, "token")
 	if err := os.WriteFile(tokenFile, []byte(benchproc.RandHex(16)), 0o600); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	cnt.take()
 
@@ -172,11 +188,16 @@ func run(work, tools, cachefs string, nfiles, epochs, workers int, latency time.
 		name string
 		div  int64
 	}{{"1/3", 3}, {"1/6", 6}} {
-		for _, scope := range []string{"node", "cluster"} {
-			log.Printf("C = D×%s, %s scope", frac.name, scope)
-			r, err := runScope(work, cachefs, src, man, tokenFile, env, scope, frac.name, total/frac.div, total, paths, want, epochs, workers, cnt, false)
+		vs := []variant{{scope: "node", label: "node"}, {scope: "cluster", label: "cluster"}}
+		if frac.div == 3 {
+			vs = append(vs, variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (no capacities)"})
+		}
+		for _, v := range vs {
+			v.cachefs = cachefs
+			log.Printf("C = D×%s, %s", frac.name, v.label)
+			r, err := runScope(work, v, src, man, tokenFile, env, frac.name, total/frac.div, total, paths, want, epochs, workers, cnt, false)
 			if err != nil {
-				return "", err
+				return "", nil, err
 			}
 			rows = append(rows, r...)
 		}
@@ -184,14 +205,25 @@ func run(work, tools, cachefs string, nfiles, epochs, workers int, latency time.
 	// Peer reads vs local reads: every node reads every file each epoch;
 	// node scope with C = D reads everything locally from epoch 2 on,
 	// cluster scope with C = D/3 a third locally and two thirds from peers.
-	for _, c := range []struct {
-		scope, frac string
-		div         int64
-	}{{"node", "1/1", 1}, {"cluster", "1/3", 3}} {
-		log.Printf("every node reads every file: C = D×%s, %s scope", c.frac, c.scope)
-		r, err := runScope(work, cachefs, src, man, tokenFile, env, c.scope, c.frac, total/c.div, total, paths, want, min(epochs, 2), workers, cnt, true)
+	// With -compare-cachefs, the older binary's cluster scope runs right
+	// after this one's, for a side-by-side figure of peer reads.
+	all := []struct {
+		v    variant
+		frac string
+		div  int64
+	}{{variant{scope: "node", label: "node", cachefs: cachefs}, "1/1", 1}, {variant{scope: "cluster", label: "cluster", cachefs: cachefs}, "1/3", 3}}
+	if compare != "" {
+		all = append(all, struct {
+			v    variant
+			frac string
+			div  int64
+		}{variant{scope: "cluster", plain: true, label: "cluster (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
+	}
+	for _, c := range all {
+		log.Printf("every node reads every file: C = D×%s, %s", c.frac, c.v.label)
+		r, err := runScope(work, c.v, src, man, tokenFile, env, c.frac, total/c.div, total, paths, want, min(epochs, 2), workers, cnt, true)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		rows = append(rows, r...)
 	}
@@ -204,7 +236,7 @@ func run(work, tools, cachefs string, nfiles, epochs, workers int, latency time.
 			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
 			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS)
 	}
-	return b.String(), nil
+	return b.String(), rows, nil
 }
 
 func scrape(addr string) (map[string]float64, error) {
@@ -237,8 +269,9 @@ func scrape(addr string) (map[string]float64, error) {
 	return out, nil
 }
 
-func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, frac string, capacity, total int64,
+func runScope(work string, v variant, src, man, tokenFile string, env []string, frac string, capacity, total int64,
 	paths []string, want map[string][32]byte, epochs, workers int, cnt *counter, all bool) ([]row, error) {
+	scope := v.scope
 	type node struct {
 		id, metrics, peer string
 		proc              *benchproc.Proc
@@ -249,7 +282,11 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 		n := &node{id: fmt.Sprintf("n%d", i), metrics: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort()),
 			peer: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort())}
 		ns = append(ns, n)
-		list = append(list, n.id+"="+n.peer)
+		item := n.id + "=" + n.peer
+		if !v.plain {
+			item += ";capacity=" + strconv.FormatInt(capacity, 10) // its --cache-size: byte-balanced ownership
+		}
+		list = append(list, item)
 	}
 	defer func() {
 		for _, n := range ns {
@@ -259,8 +296,8 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 		}
 	}()
 	for _, n := range ns {
-		mnt := filepath.Join(work, fmt.Sprintf("%s%s-%v-%s-mnt", scope, frac[2:], all, n.id))
-		cache := filepath.Join(work, fmt.Sprintf("%s%s-%v-%s-cache", scope, frac[2:], all, n.id))
+		mnt := filepath.Join(work, fmt.Sprintf("%s%s-%v-%v-%s-mnt", scope, frac[2:], v.plain, all, n.id))
+		cache := filepath.Join(work, fmt.Sprintf("%s%s-%v-%v-%s-cache", scope, frac[2:], v.plain, all, n.id))
 		_ = os.RemoveAll(cache)
 		for _, d := range []string{mnt, cache} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
@@ -273,7 +310,7 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 			args = append(args, "--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", n.peer,
 				"--peer-id", n.id, "--peer-token-file", tokenFile)
 		}
-		cmd := exec.Command(cachefs, args...)
+		cmd := exec.Command(v.cachefs, args...)
 		cmd.Env = env
 		p, err := benchproc.Start(n.id, cmd, mnt)
 		if err != nil {
@@ -316,12 +353,12 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 		elapsed := time.Since(start)
 		_, backendBytes := cnt.take()
 		read := float64(total) // bytes read by all the nodes' readers this epoch
-		label, nread := scope, len(paths)
+		label, nread := v.label, len(paths)
 		if all {
 			read, nread = nodes*read, nodes*len(paths)
 			label += ", every node reads every file"
 		}
-		r := row{scope: label, frac: frac, epoch: e, backendBytes: backendBytes,
+		r := row{scope: label, frac: frac, epoch: e, backendBytes: backendBytes, total: total,
 			clusterHit: 1 - float64(backendBytes)/read, filesPerSec: float64(nread) / elapsed.Seconds(), minNodeFilesPS: -1}
 		for i, n := range ns {
 			if errs[i] != nil {
