@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"math"
 	"slices"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Byte-balanced, capacity-aware ownership: rendezvous hashing with bounded
@@ -106,11 +108,14 @@ func Assign(peers []Peer, dataset string, cat Catalog, slack float64) *Assignmen
 		size int64
 		kh   uint64
 	}
-	var items []item
+	items := make([]item, 0, cat.Len())
+	key := []byte(FileKey(dataset, ""))
+	prefix := len(key)
 	cat.Walk(func(i int, path string) bool {
 		sz := cat.Size(i)
 		a.total += sz
-		items = append(items, item{i: int32(i), size: sz, kh: keyHash(FileKey(dataset, path))})
+		key = append(key[:prefix], path...) // FileKey(dataset, path), without an allocation
+		items = append(items, item{i: int32(i), size: sz, kh: xxh3.Hash(key)})
 		return true
 	})
 	if n == 0 {

@@ -195,3 +195,15 @@ func TestClusterOwnership(t *testing.T) {
 type membershipFunc func() []Peer
 
 func (f membershipFunc) Peers() []Peer { return f() }
+
+// BenchmarkAssign: computing the ownership of a 1M-file manifest among 3
+// peers with capacities (once per member list).
+func BenchmarkAssign(b *testing.B) {
+	cat := newCatalog(1_000_000, 1)
+	ps := withCapacity(members(3), cat.total()/3)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		Assign(ps, "s3://host/bucket", cat, 0)
+	}
+}
