@@ -45,13 +45,15 @@ func main() {
 	md := flag.String("md", "", "write the markdown report to this file")
 	svg := flag.String("svg", "", "write the plot of backend bytes and cluster hit ratio per epoch to this SVG file")
 	compare := flag.String("compare-cachefs", "", "another cachefs binary (an older commit) whose peer reads are measured side by side with -cachefs's (its --peers carry no capacities)")
+	rounds := flag.Int("peer-rounds", 1, "rounds of the every-node-reads-every-file runs (peer reads vs local reads), interleaved")
+	onlyPeer := flag.Bool("only-peer-reads", false, "run only the every-node-reads-every-file runs")
 	flag.Parse()
 	work, remove, err := benchproc.WorkDir(*dir, "epochfs-cluster-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer remove()
-	report, rows, err := run(work, *tools, *cachefs, *compare, *files, *epochs, *workers, *latency)
+	report, rows, err := run(work, *tools, *cachefs, *compare, *files, *epochs, *workers, *latency, *rounds, *onlyPeer)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -142,7 +144,7 @@ type variant struct {
 	label   string // in the table
 }
 
-func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, latency time.Duration) (string, []row, error) {
+func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, latency time.Duration, rounds int, onlyPeer bool) (string, []row, error) {
 	ctx := context.Background()
 	data := filepath.Join(work, "data")
 	spec := datagen.Spec{Files: nfiles, Classes: 30, MedianSize: 20_000, MinSize: 1000, MaxSize: 200_000, Seed: 15}
@@ -188,6 +190,9 @@ func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, late
 		name string
 		div  int64
 	}{{"1/3", 3}, {"1/6", 6}} {
+		if onlyPeer {
+			break
+		}
 		vs := []variant{{scope: "node", label: "node"}, {scope: "cluster", label: "cluster"}}
 		if frac.div == 3 {
 			vs = append(vs, variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (no capacities)"})
@@ -219,7 +224,11 @@ func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, late
 			div  int64
 		}{variant{scope: "cluster", plain: true, label: "cluster (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
 	}
-	for _, c := range all {
+	for round := range rounds * len(all) {
+		c := all[round%len(all)]
+		if rounds > 1 {
+			c.v.label += fmt.Sprintf(" (round %d)", round/len(all)+1)
+		}
 		log.Printf("every node reads every file: C = D×%s, %s", c.frac, c.v.label)
 		r, err := runScope(work, c.v, src, man, tokenFile, env, c.frac, total/c.div, total, paths, want, min(epochs, 2), workers, cnt, true)
 		if err != nil {
@@ -232,7 +241,7 @@ func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, late
 		nodes, len(files), float64(total)/1e6, latency, workers)
 	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / bytes read) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %.1f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
+		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
 			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
 			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"os"
 	"strings"
 
@@ -10,10 +11,11 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// writeSVG plots, per epoch, the backend bytes (% of D) and the cluster hit
+// writeSVG (a PNG when path ends in .png) plots, per epoch, the backend bytes (% of D) and the cluster hit
 // ratio of each sampler run (C/D, scope): two panels side by side. The
 // "every node reads every file" runs are left out (another workload).
 func writeSVG(path string, rows []row) error {
@@ -46,15 +48,17 @@ func writeSVG(path string, rows []row) error {
 	backend.Y.Min, backend.Y.Max = 0, 105
 	hit.Title.Text = "Cluster hit ratio per epoch"
 	hit.Y.Label.Text = "1 − backend bytes / bytes read"
-	hit.Y.Min, hit.Y.Max = 0, 1.02
+	// Room above 1 for the legend; ticks only over [0, 1].
+	hit.Y.Min, hit.Y.Max = 0, 1.5
+	hit.Y.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"}, {Value: 0.5, Label: "0.5"}, {Value: 0.75, Label: "0.75"}, {Value: 1, Label: "1"}})
 	for _, p := range []*plot.Plot{backend, hit} {
 		p.X.Label.Text = "epoch"
 		p.X.Min, p.X.Max = 0.8, float64(maxEpoch)+0.2
 		p.X.Tick.Marker = epochTicks(maxEpoch)
 		p.Add(plotter.NewGrid())
 	}
-	hit.Legend.Top, hit.Legend.Left = false, false
-	hit.Legend.YOffs = vg.Points(40)
+	hit.Legend.Top, hit.Legend.Left = true, true
+	hit.Legend.XOffs = vg.Points(10)
 	for i, name := range order {
 		s := by[name]
 		c := seriesColor(name)
@@ -77,7 +81,14 @@ func writeSVG(path string, rows []row) error {
 			}
 		}
 	}
-	img := vgsvg.New(vg.Points(1000), vg.Points(420))
+	w, h := vg.Points(1000), vg.Points(420)
+	var img interface {
+		vg.CanvasSizer
+		io.WriterTo
+	} = vgsvg.New(w, h)
+	if strings.HasSuffix(path, ".png") {
+		img = vgimg.PngCanvas{Canvas: vgimg.New(w, h)}
+	}
 	dc := draw.New(img)
 	t := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
 	cs := plot.Align([][]*plot.Plot{{backend, hit}}, t, dc)
