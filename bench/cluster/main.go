@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/epochfs/epochfs/internal/benchproc"
@@ -134,6 +135,52 @@ type row struct {
 	filesPerSec    float64
 	minNodeFilesPS float64
 	total          int64 // D in bytes
+	// CPU time per file read, µs: of the three mount processes (user +
+	// system, /proc/PID/stat) and of this process (the readers: their
+	// syscalls into FUSE and the sha256 of every file). On a machine
+	// shared with other work this is steadier than files/s.
+	mountCPU, readerCPU float64
+}
+
+// procCPU is the user + system CPU time of process pid.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command's closing parenthesis: state is field 3;
+	// utime and stime are fields 14 and 15, in clock ticks (100 Hz).
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// selfCPU is this process's user + system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// mountsCPU sums procCPU over the mounts.
+func mountsCPU(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		c, err := procCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
 }
 
 // variant is one configuration of the mounts.
@@ -222,7 +269,12 @@ func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, late
 			v    variant
 			frac string
 			div  int64
-		}{variant{scope: "cluster", plain: true, label: "cluster (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
+		}{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous", cachefs: cachefs}, "1/3", 3})
+		all = append(all, struct {
+			v    variant
+			frac string
+			div  int64
+		}{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
 	}
 	for round := range rounds * len(all) {
 		c := all[round%len(all)]
@@ -239,11 +291,12 @@ func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, late
 	var b strings.Builder
 	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB; MinIO behind %v per request; %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off (--readahead-files 0) so that backend bytes are the caches' doing. Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
 		nodes, len(files), float64(total)/1e6, latency, workers)
-	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / bytes read) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("CPU per file: user + system time of the three mount processes (/proc/PID/stat, 10 ms ticks) and of the bench process (the readers: their FUSE syscalls and a sha256 of every file; MinIO and the proxies not included), over the epoch, divided by the files read.\n\n")
+	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / bytes read) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s | mounts' CPU µs/file | readers' CPU µs/file |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
+		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
 			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
-			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS)
+			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS, r.mountCPU, r.readerCPU)
 	}
 	return b.String(), rows, nil
 }
@@ -342,6 +395,15 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 			}
 			before[i] = s
 		}
+		var pids []int
+		for _, n := range ns {
+			pids = append(pids, n.proc.Cmd.Process.Pid)
+		}
+		cpu0, err := mountsCPU(pids)
+		if err != nil {
+			return nil, err
+		}
+		self0 := selfCPU()
 		cnt.take()
 		var wg sync.WaitGroup
 		res := make([]epoch.Result, nodes)
@@ -360,6 +422,11 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
+		cpu1, err := mountsCPU(pids)
+		if err != nil {
+			return nil, err
+		}
+		self1 := selfCPU()
 		_, backendBytes := cnt.take()
 		read := float64(total) // bytes read by all the nodes' readers this epoch
 		label, nread := v.label, len(paths)
@@ -368,7 +435,8 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 			label += ", every node reads every file"
 		}
 		r := row{scope: label, frac: frac, epoch: e, backendBytes: backendBytes, total: total,
-			clusterHit: 1 - float64(backendBytes)/read, filesPerSec: float64(nread) / elapsed.Seconds(), minNodeFilesPS: -1}
+			clusterHit: 1 - float64(backendBytes)/read, filesPerSec: float64(nread) / elapsed.Seconds(), minNodeFilesPS: -1,
+			mountCPU: float64((cpu1 - cpu0).Microseconds()) / float64(nread), readerCPU: float64((self1 - self0).Microseconds()) / float64(nread)}
 		for i, n := range ns {
 			if errs[i] != nil {
 				return nil, fmt.Errorf("%s scope, node %s, epoch %d: %w", scope, n.id, e, errs[i])
