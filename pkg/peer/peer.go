@@ -1,9 +1,10 @@
 // Package peer is the cluster-wide cache of issue 15 (`cachefs mount
 // --cache-scope cluster`): the cache peers of one dataset split its files
 // among themselves, each file owned by exactly one peer (rendezvous
-// hashing, below), and a mount that misses a file it does not own asks the
-// owner for the bytes over HTTP (server.go, client.go) before it falls back
-// to the backend.
+// hashing, below; with a manifest and advertised capacities, rendezvous
+// with bounded loads, assign.go), and a mount that misses a file it does
+// not own asks the owner for the bytes over HTTP (server.go; client.go and
+// its transport.go) before it falls back to the backend.
 //
 // Membership is the one seam for discovery: a Static list (`--peers`), a
 // File another program rewrites (`--peers-file`: the CSI node plugin, from
