@@ -48,13 +48,33 @@ func main() {
 	compare := flag.String("compare-cachefs", "", "another cachefs binary (an older commit) whose peer reads are measured side by side with -cachefs's (its --peers carry no capacities)")
 	rounds := flag.Int("peer-rounds", 1, "rounds of the every-node-reads-every-file runs (peer reads vs local reads), interleaved")
 	onlyPeer := flag.Bool("only-peer-reads", false, "run only the every-node-reads-every-file runs")
+	// The scale run (issue 15 item 6): a local directory instead of MinIO,
+	// many tiny files.
+	posix := flag.Bool("posix", false, "the dataset in a local directory (posix source) instead of MinIO; backend bytes are the mounts' cache miss bytes less the bytes peers sent")
+	classes := flag.Int("classes", 30, "class directories")
+	minSize := flag.Int64("min-size", 1000, "smallest file, bytes")
+	maxSize := flag.Int64("max-size", 200_000, "largest file, bytes")
+	medianSize := flag.Int64("median-size", 20_000, "log-normal median file size, bytes")
+	fractions := flag.String("fractions", "3,6", "per-node cache sizes as divisors of D (3: C = D/3)")
+	variants := flag.String("variants", "node,cluster,plain", "sampler runs: node, cluster (capacities advertised), plain (cluster scope without capacities; only at C = D/3)")
+	peerReads := flag.Bool("peer-reads", true, "also the every-node-reads-every-file runs")
 	flag.Parse()
+	spec := datagen.Spec{Files: *files, Classes: *classes, MedianSize: *medianSize, MinSize: *minSize, MaxSize: *maxSize, Seed: 15}
+	var divs []int64
+	for _, f := range strings.Split(*fractions, ",") {
+		d, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || d < 1 {
+			log.Fatalf("-fractions %q: want divisors such as 3,6", *fractions)
+		}
+		divs = append(divs, d)
+	}
+	opt := options{spec: spec, divs: divs, variants: strings.Split(*variants, ","), peerReads: *peerReads || *onlyPeer, onlyPeer: *onlyPeer, posix: *posix}
 	work, remove, err := benchproc.WorkDir(*dir, "epochfs-cluster-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer remove()
-	report, rows, err := run(work, *tools, *cachefs, *compare, *files, *epochs, *workers, *latency, *rounds, *onlyPeer)
+	report, rows, err := run(work, *tools, *cachefs, *compare, opt, *epochs, *workers, *latency, *rounds)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -191,10 +211,24 @@ type variant struct {
 	label   string // in the table
 }
 
-func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, latency time.Duration, rounds int, onlyPeer bool) (string, []row, error) {
+// options select what run measures.
+type options struct {
+	spec      datagen.Spec
+	divs      []int64  // C = D/div per node
+	variants  []string // node, cluster, plain
+	peerReads bool     // the every-node-reads-every-file runs
+	onlyPeer  bool
+	posix     bool // a local directory as the source, no MinIO
+}
+
+func run(work, tools, cachefs, compare string, opt options, epochs, workers int, latency time.Duration, rounds int) (string, []row, error) {
+	if opt.posix {
+		return runPosix(work, cachefs, opt, epochs, workers)
+	}
+	onlyPeer := opt.onlyPeer
 	ctx := context.Background()
 	data := filepath.Join(work, "data")
-	spec := datagen.Spec{Files: nfiles, Classes: 30, MedianSize: 20_000, MinSize: 1000, MaxSize: 200_000, Seed: 15}
+	spec := opt.spec
 	files, err := datagen.Write(data, spec)
 	if err != nil {
 		return "", nil, err
@@ -233,26 +267,12 @@ func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, late
 	cnt.take()
 
 	var rows []row
-	for _, frac := range []struct {
-		name string
-		div  int64
-	}{{"1/3", 3}, {"1/6", 6}} {
-		if onlyPeer {
-			break
+	if !onlyPeer {
+		r, err := samplerRuns(work, cachefs, src, man, tokenFile, env, opt, total, paths, want, epochs, workers, cnt)
+		if err != nil {
+			return "", nil, err
 		}
-		vs := []variant{{scope: "node", label: "node"}, {scope: "cluster", label: "cluster"}}
-		if frac.div == 3 {
-			vs = append(vs, variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (no capacities)"})
-		}
-		for _, v := range vs {
-			v.cachefs = cachefs
-			log.Printf("C = D×%s, %s", frac.name, v.label)
-			r, err := runScope(work, v, src, man, tokenFile, env, frac.name, total/frac.div, total, paths, want, epochs, workers, cnt, false)
-			if err != nil {
-				return "", nil, err
-			}
-			rows = append(rows, r...)
-		}
+		rows = r
 	}
 	// Peer reads vs local reads: every node reads every file each epoch;
 	// node scope with C = D reads everything locally from epoch 2 on,
@@ -276,6 +296,9 @@ func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, late
 			div  int64
 		}{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
 	}
+	if !opt.peerReads {
+		all = nil
+	}
 	for round := range rounds * len(all) {
 		c := all[round%len(all)]
 		if rounds > 1 {
@@ -293,6 +316,79 @@ func run(work, tools, cachefs, compare string, nfiles, epochs, workers int, late
 		nodes, len(files), float64(total)/1e6, latency, workers)
 	b.WriteString("CPU per file: user + system time of the three mount processes (/proc/PID/stat, 10 ms ticks) and of the bench process (the readers: their FUSE syscalls and a sha256 of every file; MinIO and the proxies not included), over the epoch, divided by the files read.\n\n")
 	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / bytes read) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s | mounts' CPU µs/file | readers' CPU µs/file |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
+			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
+			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS, r.mountCPU, r.readerCPU)
+	}
+	return b.String(), rows, nil
+}
+
+// samplerRuns runs each variant at each C = D/div with the
+// distributed-sampler reader.
+func samplerRuns(work, cachefs, src, man, tokenFile string, env []string, opt options, total int64, paths []string,
+	want map[string][32]byte, epochs, workers int, cnt *counter) ([]row, error) {
+	var rows []row
+	for _, div := range opt.divs {
+		name := fmt.Sprintf("1/%d", div)
+		for _, vn := range opt.variants {
+			var v variant
+			switch vn {
+			case "node":
+				v = variant{scope: "node", label: "node"}
+			case "cluster":
+				v = variant{scope: "cluster", label: "cluster"}
+			case "plain":
+				if div != 3 && len(opt.divs) > 1 {
+					continue // the default runs: plain rendezvous beside C = D/3 only
+				}
+				v = variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (no capacities)"}
+			default:
+				return nil, fmt.Errorf("-variants: unknown %q (node, cluster, plain)", vn)
+			}
+			v.cachefs = cachefs
+			log.Printf("C = D×%s, %s", name, v.label)
+			r, err := runScope(work, v, src, man, tokenFile, env, name, total/div, total, paths, want, epochs, workers, cnt, false)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
+		}
+	}
+	return rows, nil
+}
+
+// runPosix is the scale run: the dataset in a local directory (many tiny
+// files, written in parallel), no MinIO; backend bytes from the mounts'
+// counters.
+func runPosix(work, cachefs string, opt options, epochs, workers int) (string, []row, error) {
+	data := filepath.Join(work, "data")
+	start := time.Now()
+	files, err := datagen.WriteParallel(data, opt.spec, 8)
+	if err != nil {
+		return "", nil, err
+	}
+	log.Printf("wrote %d files in %v", len(files), time.Since(start).Round(time.Second))
+	total := datagen.TotalSize(files)
+	paths, want := datagen.Paths(files), datagen.Sums(files)
+	man := filepath.Join(work, "manifest")
+	start = time.Now()
+	if out, err := exec.Command(cachefs, "index", data, "-o", man).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("cachefs index: %v\n%s", err, out)
+	}
+	log.Printf("indexed in %v", time.Since(start).Round(time.Second))
+	tokenFile := filepath.Join(work, "token")
+	if err := os.WriteFile(tokenFile, []byte(benchproc.RandHex(16)), 0o600); err != nil {
+		return "", nil, err
+	}
+	rows, err := samplerRuns(work, cachefs, data, man, tokenFile, os.Environ(), opt, total, paths, want, epochs, workers, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB, in a local directory (posix source, ext4); %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off. Backend bytes: the mounts' cache miss bytes less the bytes peers sent them (a peer server's own misses count at the owner). Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
+		nodes, len(files), float64(total)/1e6, workers)
+	b.WriteString("| C/D per node | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / D) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s | mounts' CPU µs/file | readers' CPU µs/file |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
 			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
@@ -404,7 +500,9 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 			return nil, err
 		}
 		self0 := selfCPU()
-		cnt.take()
+		if cnt != nil {
+			cnt.take()
+		}
 		var wg sync.WaitGroup
 		res := make([]epoch.Result, nodes)
 		errs := make([]error, nodes)
@@ -427,7 +525,10 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 			return nil, err
 		}
 		self1 := selfCPU()
-		_, backendBytes := cnt.take()
+		var backendBytes int64
+		if cnt != nil {
+			_, backendBytes = cnt.take()
+		}
 		read := float64(total) // bytes read by all the nodes' readers this epoch
 		label, nread := v.label, len(paths)
 		if all {
@@ -454,11 +555,17 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 				r.nodeHit[i] = hit / (hit + miss)
 			}
 			r.peerBytes += d("peer_received")
+			if cnt == nil {
+				r.backendBytes += int64(miss - d("peer_received"))
+			}
 			if fps := res[i].FilesPerSec(); r.minNodeFilesPS < 0 || fps < r.minNodeFilesPS {
 				r.minNodeFilesPS = fps
 			}
 		}
-		log.Printf("  epoch %d: backend %.1f%% of D, cluster hit ratio %.3f, %.0f files/s", e, 100*float64(backendBytes)/float64(total), r.clusterHit, r.filesPerSec)
+		if cnt == nil {
+			r.clusterHit = 1 - float64(r.backendBytes)/read
+		}
+		log.Printf("  epoch %d: backend %.1f%% of D, cluster hit ratio %.3f, %.0f files/s", e, 100*float64(r.backendBytes)/float64(total), r.clusterHit, r.filesPerSec)
 		rows = append(rows, r)
 	}
 	return rows, nil
