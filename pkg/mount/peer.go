@@ -165,7 +165,10 @@ func (m *Mount) recordShare(ps *peerState, man *manifest.Manifest) {
 	if len(ids) > 0 {
 		s.OwnedShare = 1 / float64(len(ids))
 	}
-	if man != nil {
+	if files, owned, bytes, ok := ps.cluster.AssignedShare(); ok {
+		// Byte-balanced ownership: computed once over the manifest already.
+		s.Files, s.OwnedFiles, s.OwnedShare = files, owned, bytes
+	} else if man != nil {
 		var paths []string
 		var sizes []int64
 		man.Walk(func(i int, path string) bool {

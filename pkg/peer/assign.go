@@ -67,6 +67,7 @@ type Assignment struct {
 	bound []int64 // by peer index
 	total int64   // bytes of all the files
 	unown int64   // bytes of the files without an owner
+	files int     // files of the catalog
 }
 
 // Bounded reports whether peers call for an Assignment: some peer
@@ -118,6 +119,7 @@ func Assign(peers []Peer, dataset string, cat Catalog, slack float64) *Assignmen
 		items = append(items, item{i: int32(i), size: sz, kh: xxh3.Hash(key)})
 		return true
 	})
+	a.files = len(items)
 	if n == 0 {
 		a.unown = a.total
 		return a
@@ -199,6 +201,24 @@ func (a *Assignment) OwnerOf(i int) (Peer, bool) {
 
 // Load returns the bytes peer k (an index into Peers) owns and its bound.
 func (a *Assignment) Load(k int) (owned, bound int64) { return a.load[k], a.bound[k] }
+
+// ShareOf returns the files of the catalog, how many of them peer id owns,
+// and its share of the bytes (0 when id is not a member).
+func (a *Assignment) ShareOf(id string) (files, owned int, bytes float64) {
+	k := slices.IndexFunc(a.peers, func(p Peer) bool { return p.ID == id })
+	if k < 0 {
+		return a.files, 0, 0
+	}
+	for _, o := range a.owner {
+		if o == int16(k) {
+			owned++
+		}
+	}
+	if a.total > 0 {
+		bytes = float64(a.load[k]) / float64(a.total)
+	}
+	return a.files, owned, bytes
+}
 
 // Unowned returns the bytes of the files no peer has room for, and the
 // bytes of all the files.

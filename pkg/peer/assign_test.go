@@ -207,3 +207,26 @@ func BenchmarkAssign(b *testing.B) {
 		Assign(ps, "s3://host/bucket", cat, 0)
 	}
 }
+
+// TestAssignedShare: the share a Cluster reports from its Assignment is
+// the one Share computes file by file.
+func TestAssignedShare(t *testing.T) {
+	cat := newCatalog(3000, 5)
+	ps := withCapacity(members(3), cat.total()/3)
+	c, err := NewCluster(ClientOptions{Self: "node-1", Dataset: "ds", Members: Static(ps), Token: token, Catalog: cat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, owned, bytes, ok := c.AssignedShare()
+	if !ok {
+		t.Fatal("no assignment with capacities and a catalog")
+	}
+	fs, bs := c.Share(len(cat.paths), func(i int) string { return cat.paths[i] }, func(i int) int64 { return cat.sizes[i] })
+	if files != 3000 || math.Abs(float64(owned)/3000-fs) > 1e-9 || math.Abs(bytes-bs) > 1e-9 {
+		t.Errorf("AssignedShare = %d files, %d owned, %.4f of the bytes; Share = %.4f of the files, %.4f of the bytes", files, owned, bytes, fs, bs)
+	}
+	plain, _ := NewCluster(ClientOptions{Self: "node-1", Dataset: "ds", Members: Static(members(3)), Token: token, Catalog: cat})
+	if _, _, _, ok := plain.AssignedShare(); ok {
+		t.Error("an assignment without capacities")
+	}
+}

@@ -301,6 +301,18 @@ func (c *Cluster) Share(n int, path func(i int) string, size func(i int) int64) 
 	return files, bytes
 }
 
+// AssignedShare returns this mount's share by the current Assignment (the
+// files of the catalog, the files it owns, its share of the bytes); ok is
+// false under plain rendezvous (then use Share).
+func (c *Cluster) AssignedShare() (files, owned int, bytes float64, ok bool) {
+	a := c.assignment(c.o.Members.Peers())
+	if a == nil {
+		return 0, 0, 0, false
+	}
+	files, owned, bytes = a.ShareOf(c.o.Self)
+	return files, owned, bytes, true
+}
+
 // Peers returns the current members (a Membership itself, for the
 // server's requester names).
 func (c *Cluster) Peers() []Peer { return c.o.Members.Peers() }
