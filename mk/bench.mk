@@ -7,6 +7,7 @@
 #   make bench-throughput-far  P3 again with BENCH_S3_LATENCY (20ms) added to every request: a far object store
 #   make bench-meta          metadata at 1M files: mount with a manifest vs without vs rclone mount (local and MinIO)
 #   make bench-cluster       the cluster-wide cache: 3 mounts, cluster scope vs node scope, C = D/3 and D/6
+#   make bench-cluster-1m    the same at 1M tiny files over a local directory, NR, C = D/4 and D/2 per node (~35 min)
 #   make bench-manifest-scale  a 10M-entry ImageNet-like manifest: build, size, load, heap per entry, mount ready
 #
 # BENCH_ARGS passes flags (e.g. BENCH_ARGS=-tiny, BENCH_ARGS='-rounds 5').
@@ -14,7 +15,7 @@
 BENCH_ARGS       ?=
 BENCH_S3_LATENCY ?= 20ms
 
-.PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-cluster bench-manifest-scale bench-tools
+.PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-cluster bench-cluster-1m bench-manifest-scale bench-tools
 
 ## bench-hitratio: table (bench/hitratio.md) and plot (bench/hitratio.png) of byte hit ratio per epoch per policy.
 bench-hitratio:
@@ -41,10 +42,18 @@ bench-meta: bench-tools
 		-minio $(TOOLS_BIN)/minio -rclone $(TOOLS_BIN)/rclone $(BENCH_ARGS)
 
 ## bench-cluster: the cluster-wide cache (issue 15): 3 mounts, C = D/3 and D/6, MinIO behind BENCH_S3_LATENCY,
-## cluster scope vs node scope per epoch (bench/cluster.md).
+## cluster scope vs node scope per epoch (bench/cluster.md, plot bench/cluster.svg); BENCH_ARGS=-compare-cachefs OLD-BINARY adds
+## the older binary's peer reads side by side.
 bench-cluster: build
 	$(GO) build -o bin/bench-cluster ./bench/cluster
-	bin/bench-cluster -tools $(TOOLS_BIN) -cachefs bin/cachefs -s3-latency $(BENCH_S3_LATENCY) -md bench/cluster.md $(BENCH_ARGS)
+	bin/bench-cluster -tools $(TOOLS_BIN) -cachefs bin/cachefs -s3-latency $(BENCH_S3_LATENCY) -md bench/cluster.md -svg bench/cluster.svg $(BENCH_ARGS)
+
+## bench-cluster-1m: the cluster-wide cache at 1M files of 1–4 KB (issue 15 item 6): 3 mounts over a local directory
+## (posix source, in a temporary directory), NR, C = D/4 and D/2 per node, node vs cluster scope (bench/cluster-1m.md).
+bench-cluster-1m: build
+	$(GO) build -o bin/bench-cluster ./bench/cluster
+	bin/bench-cluster -cachefs bin/cachefs -posix -files 1000000 -classes 1000 -min-size 1024 -max-size 4096 -median-size 2048 \
+		-fractions 4,2 -variants node,cluster -epochs 2 -peer-reads=false -md bench/cluster-1m.md $(BENCH_ARGS)
 
 ## bench-manifest-scale: a manifest of 10M synthetic ImageNet-like files (no files on disk: a fake in-memory listing
 ## through manifest.Index, what `cachefs index` runs), with S3 ETag and posix versions: build time, size, load time,

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/epochfs/epochfs/internal/benchproc"
@@ -43,15 +44,44 @@ func main() {
 	workers := flag.Int("workers", 8, "parallel readers per node")
 	latency := flag.Duration("s3-latency", 20*time.Millisecond, "added to every request to MinIO")
 	md := flag.String("md", "", "write the markdown report to this file")
+	svg := flag.String("svg", "", "write the plot of backend bytes and cluster hit ratio per epoch to this SVG file")
+	compare := flag.String("compare-cachefs", "", "another cachefs binary (an older commit) whose peer reads are measured side by side with -cachefs's (its --peers carry no capacities)")
+	rounds := flag.Int("peer-rounds", 1, "rounds of the every-node-reads-every-file runs (peer reads vs local reads), interleaved")
+	onlyPeer := flag.Bool("only-peer-reads", false, "run only the every-node-reads-every-file runs")
+	// The scale run (issue 15 item 6): a local directory instead of MinIO,
+	// many tiny files.
+	posix := flag.Bool("posix", false, "the dataset in a local directory (posix source) instead of MinIO; backend bytes are the mounts' cache miss bytes less the bytes peers sent")
+	classes := flag.Int("classes", 30, "class directories")
+	minSize := flag.Int64("min-size", 1000, "smallest file, bytes")
+	maxSize := flag.Int64("max-size", 200_000, "largest file, bytes")
+	medianSize := flag.Int64("median-size", 20_000, "log-normal median file size, bytes")
+	fractions := flag.String("fractions", "3,6", "per-node cache sizes as divisors of D (3: C = D/3)")
+	variants := flag.String("variants", "node,cluster,plain", "sampler runs: node, cluster (capacities advertised), plain (cluster scope without capacities; only at C = D/3)")
+	peerReads := flag.Bool("peer-reads", true, "also the every-node-reads-every-file runs")
 	flag.Parse()
+	spec := datagen.Spec{Files: *files, Classes: *classes, MedianSize: *medianSize, MinSize: *minSize, MaxSize: *maxSize, Seed: 15}
+	var divs []int64
+	for _, f := range strings.Split(*fractions, ",") {
+		d, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || d < 1 {
+			log.Fatalf("-fractions %q: want divisors such as 3,6", *fractions)
+		}
+		divs = append(divs, d)
+	}
+	opt := options{spec: spec, divs: divs, variants: strings.Split(*variants, ","), peerReads: *peerReads || *onlyPeer, onlyPeer: *onlyPeer, posix: *posix}
 	work, remove, err := benchproc.WorkDir(*dir, "epochfs-cluster-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer remove()
-	report, err := run(work, *tools, *cachefs, *files, *epochs, *workers, *latency)
+	report, rows, err := run(work, *tools, *cachefs, *compare, opt, *epochs, *workers, *latency, *rounds)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *svg != "" {
+		if err := writeSVG(*svg, rows); err != nil {
+			log.Fatal(err)
+		}
 	}
 	fmt.Print(report)
 	if *md != "" {
@@ -124,34 +154,103 @@ type row struct {
 	peerBytes      float64
 	filesPerSec    float64
 	minNodeFilesPS float64
+	total          int64 // D in bytes
+	// CPU time per file read, µs: of the three mount processes (user +
+	// system, /proc/PID/stat) and of this process (the readers: their
+	// syscalls into FUSE and the sha256 of every file). On a machine
+	// shared with other work this is steadier than files/s.
+	mountCPU, readerCPU float64
 }
 
-func run(work, tools, cachefs string, nfiles, epochs, workers int, latency time.Duration) (string, error) {
+// procCPU is the user + system CPU time of process pid.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command's closing parenthesis: state is field 3;
+	// utime and stime are fields 14 and 15, in clock ticks (100 Hz).
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// selfCPU is this process's user + system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// mountsCPU sums procCPU over the mounts.
+func mountsCPU(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		c, err := procCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
+}
+
+// variant is one configuration of the mounts.
+type variant struct {
+	scope   string // node or cluster
+	plain   bool   // cluster scope without advertised capacities: plain rendezvous ownership
+	cachefs string // the binary
+	label   string // in the table
+}
+
+// options select what run measures.
+type options struct {
+	spec      datagen.Spec
+	divs      []int64  // C = D/div per node
+	variants  []string // node, cluster, plain
+	peerReads bool     // the every-node-reads-every-file runs
+	onlyPeer  bool
+	posix     bool // a local directory as the source, no MinIO
+}
+
+func run(work, tools, cachefs, compare string, opt options, epochs, workers int, latency time.Duration, rounds int) (string, []row, error) {
+	if opt.posix {
+		return runPosix(work, cachefs, opt, epochs, workers)
+	}
+	onlyPeer := opt.onlyPeer
 	ctx := context.Background()
 	data := filepath.Join(work, "data")
-	spec := datagen.Spec{Files: nfiles, Classes: 30, MedianSize: 20_000, MinSize: 1000, MaxSize: 200_000, Seed: 15}
+	spec := opt.spec
 	files, err := datagen.Write(data, spec)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	total := datagen.TotalSize(files)
 	paths, want := datagen.Paths(files), datagen.Sums(files)
 	m, err := benchproc.StartMinIO(filepath.Join(tools, "minio"), filepath.Join(work, "minio"))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer m.Stop()
 	if err := m.Upload(ctx, "bench", data, paths, 32, nil); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	far, err := benchproc.StartLatencyProxy(m.Host, latency)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer far.Close()
 	cnt, addr, err := startCounter(far.Addr)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	src := "s3://bench?endpoint=http://" + addr + "&region=us-east-1"
 	env := append(os.Environ(), m.Env()...)
@@ -159,52 +258,143 @@ func run(work, tools, cachefs string, nfiles, epochs, workers int, latency time.
 	idx := exec.Command(cachefs, "index", src, "-o", man)
 	idx.Env = env
 	if out, err := idx.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("cachefs index: %v\n%s", err, out)
+		return "", nil, fmt.Errorf("cachefs index: %v\n%s", err, out)
 	}
 	tokenFile := filepath.Join(work, "token")
 	if err := os.WriteFile(tokenFile, []byte(benchproc.RandHex(16)), 0o600); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	cnt.take()
 
 	var rows []row
-	for _, frac := range []struct {
-		name string
-		div  int64
-	}{{"1/3", 3}, {"1/6", 6}} {
-		for _, scope := range []string{"node", "cluster"} {
-			log.Printf("C = D×%s, %s scope", frac.name, scope)
-			r, err := runScope(work, cachefs, src, man, tokenFile, env, scope, frac.name, total/frac.div, total, paths, want, epochs, workers, cnt, false)
-			if err != nil {
-				return "", err
-			}
-			rows = append(rows, r...)
+	if !onlyPeer {
+		r, err := samplerRuns(work, cachefs, src, man, tokenFile, env, opt, total, paths, want, epochs, workers, cnt)
+		if err != nil {
+			return "", nil, err
 		}
+		rows = r
 	}
 	// Peer reads vs local reads: every node reads every file each epoch;
 	// node scope with C = D reads everything locally from epoch 2 on,
 	// cluster scope with C = D/3 a third locally and two thirds from peers.
-	for _, c := range []struct {
-		scope, frac string
-		div         int64
-	}{{"node", "1/1", 1}, {"cluster", "1/3", 3}} {
-		log.Printf("every node reads every file: C = D×%s, %s scope", c.frac, c.scope)
-		r, err := runScope(work, cachefs, src, man, tokenFile, env, c.scope, c.frac, total/c.div, total, paths, want, min(epochs, 2), workers, cnt, true)
+	// With -compare-cachefs, the older binary's cluster scope runs right
+	// after this one's, for a side-by-side figure of peer reads.
+	all := []struct {
+		v    variant
+		frac string
+		div  int64
+	}{{variant{scope: "node", label: "node", cachefs: cachefs}, "1/1", 1}, {variant{scope: "cluster", label: "cluster", cachefs: cachefs}, "1/3", 3}}
+	if compare != "" {
+		all = append(all, struct {
+			v    variant
+			frac string
+			div  int64
+		}{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous", cachefs: cachefs}, "1/3", 3})
+		all = append(all, struct {
+			v    variant
+			frac string
+			div  int64
+		}{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
+	}
+	if !opt.peerReads {
+		all = nil
+	}
+	for round := range rounds * len(all) {
+		c := all[round%len(all)]
+		if rounds > 1 {
+			c.v.label += fmt.Sprintf(" (round %d)", round/len(all)+1)
+		}
+		log.Printf("every node reads every file: C = D×%s, %s", c.frac, c.v.label)
+		r, err := runScope(work, c.v, src, man, tokenFile, env, c.frac, total/c.div, total, paths, want, min(epochs, 2), workers, cnt, true)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		rows = append(rows, r...)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB; MinIO behind %v per request; %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off (--readahead-files 0) so that backend bytes are the caches' doing. Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
 		nodes, len(files), float64(total)/1e6, latency, workers)
-	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / bytes read) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("CPU per file: user + system time of the three mount processes (/proc/PID/stat, 10 ms ticks) and of the bench process (the readers: their FUSE syscalls and a sha256 of every file; MinIO and the proxies not included), over the epoch, divided by the files read.\n\n")
+	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / bytes read) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s | mounts' CPU µs/file | readers' CPU µs/file |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %.1f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
+		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
 			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
-			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS)
+			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS, r.mountCPU, r.readerCPU)
 	}
-	return b.String(), nil
+	return b.String(), rows, nil
+}
+
+// samplerRuns runs each variant at each C = D/div with the
+// distributed-sampler reader.
+func samplerRuns(work, cachefs, src, man, tokenFile string, env []string, opt options, total int64, paths []string,
+	want map[string][32]byte, epochs, workers int, cnt *counter) ([]row, error) {
+	var rows []row
+	for _, div := range opt.divs {
+		name := fmt.Sprintf("1/%d", div)
+		for _, vn := range opt.variants {
+			var v variant
+			switch vn {
+			case "node":
+				v = variant{scope: "node", label: "node"}
+			case "cluster":
+				v = variant{scope: "cluster", label: "cluster"}
+			case "plain":
+				if div != 3 && len(opt.divs) > 1 {
+					continue // the default runs: plain rendezvous beside C = D/3 only
+				}
+				v = variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (no capacities)"}
+			default:
+				return nil, fmt.Errorf("-variants: unknown %q (node, cluster, plain)", vn)
+			}
+			v.cachefs = cachefs
+			log.Printf("C = D×%s, %s", name, v.label)
+			r, err := runScope(work, v, src, man, tokenFile, env, name, total/div, total, paths, want, epochs, workers, cnt, false)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
+		}
+	}
+	return rows, nil
+}
+
+// runPosix is the scale run: the dataset in a local directory (many tiny
+// files, written in parallel), no MinIO; backend bytes from the mounts'
+// counters.
+func runPosix(work, cachefs string, opt options, epochs, workers int) (string, []row, error) {
+	data := filepath.Join(work, "data")
+	start := time.Now()
+	files, err := datagen.WriteParallel(data, opt.spec, 8)
+	if err != nil {
+		return "", nil, err
+	}
+	log.Printf("wrote %d files in %v", len(files), time.Since(start).Round(time.Second))
+	total := datagen.TotalSize(files)
+	paths, want := datagen.Paths(files), datagen.Sums(files)
+	man := filepath.Join(work, "manifest")
+	start = time.Now()
+	if out, err := exec.Command(cachefs, "index", data, "-o", man).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("cachefs index: %v\n%s", err, out)
+	}
+	log.Printf("indexed in %v", time.Since(start).Round(time.Second))
+	tokenFile := filepath.Join(work, "token")
+	if err := os.WriteFile(tokenFile, []byte(benchproc.RandHex(16)), 0o600); err != nil {
+		return "", nil, err
+	}
+	rows, err := samplerRuns(work, cachefs, data, man, tokenFile, os.Environ(), opt, total, paths, want, epochs, workers, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB, in a local directory (posix source, ext4); %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off. Backend bytes: the mounts' cache miss bytes less the bytes peers sent them (a peer server's own misses count at the owner). Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
+		nodes, len(files), float64(total)/1e6, workers)
+	b.WriteString("| C/D per node | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / D) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s | mounts' CPU µs/file | readers' CPU µs/file |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
+			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
+			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS, r.mountCPU, r.readerCPU)
+	}
+	return b.String(), rows, nil
 }
 
 func scrape(addr string) (map[string]float64, error) {
@@ -237,8 +427,9 @@ func scrape(addr string) (map[string]float64, error) {
 	return out, nil
 }
 
-func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, frac string, capacity, total int64,
+func runScope(work string, v variant, src, man, tokenFile string, env []string, frac string, capacity, total int64,
 	paths []string, want map[string][32]byte, epochs, workers int, cnt *counter, all bool) ([]row, error) {
+	scope := v.scope
 	type node struct {
 		id, metrics, peer string
 		proc              *benchproc.Proc
@@ -249,7 +440,11 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 		n := &node{id: fmt.Sprintf("n%d", i), metrics: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort()),
 			peer: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort())}
 		ns = append(ns, n)
-		list = append(list, n.id+"="+n.peer)
+		item := n.id + "=" + n.peer
+		if !v.plain {
+			item += ";capacity=" + strconv.FormatInt(capacity, 10) // its --cache-size: byte-balanced ownership
+		}
+		list = append(list, item)
 	}
 	defer func() {
 		for _, n := range ns {
@@ -259,8 +454,8 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 		}
 	}()
 	for _, n := range ns {
-		mnt := filepath.Join(work, fmt.Sprintf("%s%s-%v-%s-mnt", scope, frac[2:], all, n.id))
-		cache := filepath.Join(work, fmt.Sprintf("%s%s-%v-%s-cache", scope, frac[2:], all, n.id))
+		mnt := filepath.Join(work, fmt.Sprintf("%s%s-%v-%v-%s-mnt", scope, frac[2:], v.plain, all, n.id))
+		cache := filepath.Join(work, fmt.Sprintf("%s%s-%v-%v-%s-cache", scope, frac[2:], v.plain, all, n.id))
 		_ = os.RemoveAll(cache)
 		for _, d := range []string{mnt, cache} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
@@ -273,7 +468,7 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 			args = append(args, "--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", n.peer,
 				"--peer-id", n.id, "--peer-token-file", tokenFile)
 		}
-		cmd := exec.Command(cachefs, args...)
+		cmd := exec.Command(v.cachefs, args...)
 		cmd.Env = env
 		p, err := benchproc.Start(n.id, cmd, mnt)
 		if err != nil {
@@ -296,7 +491,18 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 			}
 			before[i] = s
 		}
-		cnt.take()
+		var pids []int
+		for _, n := range ns {
+			pids = append(pids, n.proc.Cmd.Process.Pid)
+		}
+		cpu0, err := mountsCPU(pids)
+		if err != nil {
+			return nil, err
+		}
+		self0 := selfCPU()
+		if cnt != nil {
+			cnt.take()
+		}
 		var wg sync.WaitGroup
 		res := make([]epoch.Result, nodes)
 		errs := make([]error, nodes)
@@ -314,15 +520,24 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
-		_, backendBytes := cnt.take()
+		cpu1, err := mountsCPU(pids)
+		if err != nil {
+			return nil, err
+		}
+		self1 := selfCPU()
+		var backendBytes int64
+		if cnt != nil {
+			_, backendBytes = cnt.take()
+		}
 		read := float64(total) // bytes read by all the nodes' readers this epoch
-		label, nread := scope, len(paths)
+		label, nread := v.label, len(paths)
 		if all {
 			read, nread = nodes*read, nodes*len(paths)
 			label += ", every node reads every file"
 		}
-		r := row{scope: label, frac: frac, epoch: e, backendBytes: backendBytes,
-			clusterHit: 1 - float64(backendBytes)/read, filesPerSec: float64(nread) / elapsed.Seconds(), minNodeFilesPS: -1}
+		r := row{scope: label, frac: frac, epoch: e, backendBytes: backendBytes, total: total,
+			clusterHit: 1 - float64(backendBytes)/read, filesPerSec: float64(nread) / elapsed.Seconds(), minNodeFilesPS: -1,
+			mountCPU: float64((cpu1 - cpu0).Microseconds()) / float64(nread), readerCPU: float64((self1 - self0).Microseconds()) / float64(nread)}
 		for i, n := range ns {
 			if errs[i] != nil {
 				return nil, fmt.Errorf("%s scope, node %s, epoch %d: %w", scope, n.id, e, errs[i])
@@ -340,11 +555,17 @@ func runScope(work, cachefs, src, man, tokenFile string, env []string, scope, fr
 				r.nodeHit[i] = hit / (hit + miss)
 			}
 			r.peerBytes += d("peer_received")
+			if cnt == nil {
+				r.backendBytes += int64(miss - d("peer_received"))
+			}
 			if fps := res[i].FilesPerSec(); r.minNodeFilesPS < 0 || fps < r.minNodeFilesPS {
 				r.minNodeFilesPS = fps
 			}
 		}
-		log.Printf("  epoch %d: backend %.1f%% of D, cluster hit ratio %.3f, %.0f files/s", e, 100*float64(backendBytes)/float64(total), r.clusterHit, r.filesPerSec)
+		if cnt == nil {
+			r.clusterHit = 1 - float64(r.backendBytes)/read
+		}
+		log.Printf("  epoch %d: backend %.1f%% of D, cluster hit ratio %.3f, %.0f files/s", e, 100*float64(r.backendBytes)/float64(total), r.clusterHit, r.filesPerSec)
 		rows = append(rows, r)
 	}
 	return rows, nil

@@ -89,7 +89,7 @@ full, 1 error or files that could not be read, 130 interrupted.`,
 	f.BoolVar(&c.json, "json", false, "print the final summary as JSON on stdout")
 	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a live line on a terminal, plain lines otherwise), lines, none")
 	f.StringVar(&c.scope, mount.FlagCacheScope, mount.ScopeNode, "cluster: fill only the files this node owns among --peers (as its cluster-scope mount admits them); a running mount on --cache-dir applies its own scope")
-	f.StringVar(&c.peers, mount.FlagPeers, "", "cluster scope: the cache peers, id=host:port,... (as given to the mounts)")
+	f.StringVar(&c.peers, mount.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (as given to the mounts)")
 	f.StringVar(&c.peerID, mount.FlagPeerID, "", "cluster scope: this node's peer id (as given to its mount)")
 	f.DurationVar(&c.readTimeout, "read-timeout", prefetch.DefaultReadTimeout, "deadline of one read (a file or a block), retries included")
 	_ = cmd.MarkFlagRequired("cache-dir")
@@ -233,11 +233,18 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 	}
 	var owns func(string) bool
 	if members != nil {
-		dataset := b.ID()
-		owns = func(path string) bool {
-			o, _ := peer.Owner(members, peer.FileKey(dataset, path))
-			return o.ID == c.peerID
+		// The mounts' ownership: byte-balanced over the manifest when the
+		// peers advertise capacities (peer.Assign), else plain rendezvous.
+		var cat peer.Catalog
+		if man != nil {
+			cat = man
 		}
+		cl, err := peer.NewCluster(peer.ClientOptions{Self: c.peerID, Dataset: b.ID(), Members: peer.Static(members),
+			Token: []byte("prefetch: ownership only, never sends"), Catalog: cat})
+		if err != nil {
+			return prefetch.Summary{}, err
+		}
+		owns = cl.Owns
 	}
 	p, err := prefetch.New(prefetch.Config{Backend: b, Store: store, Manifest: man, WholeFileMax: whole, BlockSize: block,
 		Workers: c.workers, ReadTimeout: c.readTimeout, Logger: log, Owns: owns})

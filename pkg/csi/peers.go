@@ -173,7 +173,11 @@ func (n *nodeState) peersPath(key string) string {
 
 // self is this node's peer in ds's group.
 func (n *nodeState) self(ds *datasetMount) peer.Peer {
-	return peer.Peer{ID: n.cfg.peer.id, Addr: net.JoinHostPort(n.cfg.peer.host, strconv.Itoa(ds.PeerPort))}
+	// The capacity it advertises is the dataset's cacheSize: with a
+	// manifest, the peers' ownership is byte-balanced and capacity-aware
+	// (peer.Assign).
+	return peer.Peer{ID: n.cfg.peer.id, Addr: net.JoinHostPort(n.cfg.peer.host, strconv.Itoa(ds.PeerPort)),
+		Capacity: ds.Params.CacheSize}
 }
 
 // prepareCluster gives a new cluster-scope dataset mount its group and

@@ -163,7 +163,8 @@ func TestClusterScopeArgs(t *testing.T) {
 			t.Errorf("args %q lack %q", args, want)
 		}
 	}
-	if got := string(l.peers); !strings.Contains(got, "\nnode-a=127.0.0.1:7400\n") {
+	// The node advertises the volume's cacheSize as its capacity.
+	if got := string(l.peers); !strings.Contains(got, "\nnode-a=127.0.0.1:7400;capacity=1048576\n") {
 		t.Errorf("peers file at launch %q: want this node", got)
 	}
 	if g := dir.groups; len(g) != 1 {
@@ -328,7 +329,8 @@ func TestClusterScopeTwoNodes(t *testing.T) {
 		n := n
 		t.Cleanup(func() { _ = n.release(key, "vol-1") })
 	}
-	want := "node-a=127.0.0.1:" + strconv.Itoa(pa) + "\nnode-b=127.0.0.1:" + strconv.Itoa(pb) + "\n"
+	const capa = ";capacity=67108864" // the volume's cacheSize, advertised
+	want := "node-a=127.0.0.1:" + strconv.Itoa(pa) + capa + "\nnode-b=127.0.0.1:" + strconv.Itoa(pb) + capa + "\n"
 	for i, n := range []*nodeState{a, b} {
 		waitFile(t, n.peersPath(dss[i].Key), want)
 	}
@@ -348,13 +350,13 @@ func TestClusterScopeTwoNodes(t *testing.T) {
 	if err := dir.as("node-a").Withdraw(context.Background(), dss[0].PeerGroup); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, b.peersPath(dss[1].Key), "node-b=127.0.0.1:"+strconv.Itoa(pb)+"\n")
+	waitFile(t, b.peersPath(dss[1].Key), "node-b=127.0.0.1:"+strconv.Itoa(pb)+capa+"\n")
 	a.readvertise(context.Background())
 	waitFile(t, b.peersPath(dss[1].Key), want)
 	if err := b.release(dss[1].Key, "vol-1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, a.peersPath(dss[0].Key), "node-a=127.0.0.1:"+strconv.Itoa(pa)+"\n")
+	waitFile(t, a.peersPath(dss[0].Key), "node-a=127.0.0.1:"+strconv.Itoa(pa)+capa+"\n")
 	if _, err := os.Stat(b.peersPath(dss[1].Key)); !os.IsNotExist(err) {
 		t.Errorf("node-b's peers file after its release: %v", err)
 	}

@@ -121,8 +121,18 @@ func (m *Mount) startPeer(dataset string, reg *prometheus.Registry, man *manifes
 			return nil
 		}
 	}
+	var cat peer.Catalog
+	if man != nil {
+		cat = man // byte-balanced ownership when the peers advertise capacities
+	}
+	for _, p := range members.Peers() {
+		if p.ID == c.ID && p.Capacity > m.cfg.CacheSize {
+			m.log.Warn("the peer list gives this mount a larger capacity than its cache: it will own files it cannot keep",
+				"peer_id", p.ID, "capacity", p.Capacity, "cache_size", m.cfg.CacheSize)
+		}
+	}
 	cl, err := peer.NewCluster(peer.ClientOptions{Self: c.ID, Dataset: dataset, Members: members, Token: tok,
-		Timeout: c.Timeout, Metrics: pm, Checksum: sums})
+		Timeout: c.Timeout, Metrics: pm, Checksum: sums, Catalog: cat})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -157,7 +167,10 @@ func (m *Mount) recordShare(ps *peerState, man *manifest.Manifest) {
 	if len(ids) > 0 {
 		s.OwnedShare = 1 / float64(len(ids))
 	}
-	if man != nil {
+	if files, owned, bytes, ok := ps.cluster.AssignedShare(); ok {
+		// Byte-balanced ownership: computed once over the manifest already.
+		s.Files, s.OwnedFiles, s.OwnedShare = files, owned, bytes
+	} else if man != nil {
 		var paths []string
 		var sizes []int64
 		man.Walk(func(i int, path string) bool {

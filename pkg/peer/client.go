@@ -10,8 +10,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -42,6 +44,12 @@ type ClientOptions struct {
 	// Transport, when set, replaces the default keep-alive transport
 	// (tests).
 	Transport http.RoundTripper
+	// Catalog, when set, is the dataset's manifest: with members that
+	// advertise capacities, ownership is Assign's byte-balanced one
+	// (recomputed when the members change), else plain rendezvous.
+	Catalog Catalog
+	// Slack is ε of Assign's load bound; 0 takes DefaultSlack.
+	Slack float64
 }
 
 // Cluster is this mount's view of the cluster-wide cache: which files it
@@ -50,9 +58,13 @@ type ClientOptions struct {
 type Cluster struct {
 	o    ClientOptions
 	http *http.Client
+	auth string // the Authorization header (holds the token: never logged)
 
 	mu   sync.Mutex
 	down map[string]downState // by peer id
+
+	assignMu sync.Mutex                 // serializes Assign runs
+	assigned atomic.Pointer[Assignment] // for the last member list seen (Catalog and capacities only)
 }
 
 type downState struct {
@@ -76,31 +88,67 @@ func NewCluster(o ClientOptions) (*Cluster, error) {
 	}
 	tr := o.Transport
 	if tr == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.Proxy = nil // peers are on the node network: never through an HTTP proxy
-		t.MaxIdleConnsPerHost = 64
-		t.IdleConnTimeout = 90 * time.Second
-		tr = t
+		// Never through an HTTP proxy: peers are on the node network.
+		tr = newTransport(64)
 	}
-	return &Cluster{o: o, http: &http.Client{Transport: tr}, down: map[string]downState{}}, nil
+	return &Cluster{o: o, http: &http.Client{Transport: tr}, auth: "Bearer " + string(o.Token), down: map[string]downState{}}, nil
 }
 
-// Owner returns the owner of path among the current members.
+// Owner returns the owner of path among the current members: false when
+// there are none, or when path has no owner (Assign: no peer has room).
 func (c *Cluster) Owner(path string) (Peer, bool) {
-	return Owner(c.o.Members.Peers(), FileKey(c.o.Dataset, path))
+	p, _, ok := c.owner(path)
+	return p, ok
+}
+
+// owner returns path's owner; members is false when there are no members.
+func (c *Cluster) owner(path string) (p Peer, members, ok bool) {
+	peers := c.o.Members.Peers()
+	if len(peers) == 0 {
+		return Peer{}, false, false
+	}
+	if a := c.assignment(peers); a != nil {
+		if i, found := c.o.Catalog.Find(path); found {
+			p, ok := a.OwnerOf(i)
+			return p, true, ok
+		}
+	}
+	p, ok = Owner(peers, FileKey(c.o.Dataset, path))
+	return p, true, ok
+}
+
+// assignment returns the Assignment for peers (computed on the first call
+// with a new list), or nil for plain rendezvous.
+func (c *Cluster) assignment(peers []Peer) *Assignment {
+	if c.o.Catalog == nil || !Bounded(peers) {
+		return nil
+	}
+	if a := c.assigned.Load(); a != nil && slices.Equal(a.Peers(), peers) {
+		return a
+	}
+	c.assignMu.Lock()
+	defer c.assignMu.Unlock()
+	if a := c.assigned.Load(); a != nil && slices.Equal(a.Peers(), peers) {
+		return a
+	}
+	a := Assign(peers, c.o.Dataset, c.o.Catalog, c.o.Slack)
+	c.assigned.Store(a)
+	return a
 }
 
 // Owns reports whether this mount owns path: it admits the files it owns
-// into its cache and no others. With no members it owns everything.
+// into its cache and no others. With no members it owns everything; a
+// file without an owner (beyond the cluster's capacity) it does not own.
 func (c *Cluster) Owns(path string) bool {
-	p, ok := c.Owner(path)
-	return !ok || p.ID == c.o.Self
+	p, members, ok := c.owner(path)
+	return !members || ok && p.ID == c.o.Self
 }
 
 // Errors of Read, besides transport errors.
 var (
 	ErrDown     = errors.New("peer: owner marked down")
 	ErrSelf     = errors.New("peer: this mount owns the file")
+	ErrNoOwner  = errors.New("peer: no peer has room for the file")
 	ErrRejected = errors.New("peer: answer rejected")
 )
 
@@ -110,8 +158,11 @@ var (
 // version the owner read, the length, the owner's xxh3-128 of the body and,
 // for a whole file, the manifest's sha256 when Checksum gives one.
 func (c *Cluster) Read(ctx context.Context, path, version string, size, off int64, p []byte) error {
-	owner, ok := c.Owner(path)
-	if !ok || owner.ID == c.o.Self {
+	owner, members, ok := c.owner(path)
+	switch {
+	case members && !ok:
+		return ErrNoOwner
+	case !ok || owner.ID == c.o.Self:
 		return ErrSelf
 	}
 	m := c.o.Metrics
@@ -148,20 +199,28 @@ func (r *rejection) Unwrap() error { return ErrRejected }
 func (c *Cluster) read(ctx context.Context, owner Peer, path, version string, size, off int64, p []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
-	q := url.Values{}
-	q.Set("dataset", c.o.Dataset)
-	q.Set("path", path)
-	q.Set("version", version)
-	q.Set("size", strconv.FormatInt(size, 10))
-	q.Set("off", strconv.FormatInt(off, 10))
-	q.Set("len", strconv.Itoa(len(p)))
-	u := "http://" + owner.Addr + ReadPath + "?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	// The query by hand, in url.Values.Encode's order (sorted keys), without
+	// its map.
+	u := make([]byte, 0, 128+len(owner.Addr)+len(c.o.Dataset)+len(path)+len(version))
+	u = append(u, "http://"...)
+	u = append(u, owner.Addr...)
+	u = append(u, ReadPath+"?dataset="...)
+	u = append(u, url.QueryEscape(c.o.Dataset)...)
+	u = append(u, "&len="...)
+	u = strconv.AppendInt(u, int64(len(p)), 10)
+	u = append(u, "&off="...)
+	u = strconv.AppendInt(u, off, 10)
+	u = append(u, "&path="...)
+	u = append(u, url.QueryEscape(path)...)
+	u = append(u, "&size="...)
+	u = strconv.AppendInt(u, size, 10)
+	u = append(u, "&version="...)
+	u = append(u, url.QueryEscape(version)...)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, string(u), nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+string(c.o.Token))
-	req.Header.Set(HeaderPeer, c.o.Self)
+	req.Header = http.Header{"Authorization": {c.auth}, HeaderPeer: {c.o.Self}}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// The URL is in the error, never the token (a header).
@@ -222,12 +281,11 @@ func (c *Cluster) markUp(id string) {
 // Share returns the share of files this mount owns among paths, by count
 // and by bytes (size(i) gives the bytes of path i).
 func (c *Cluster) Share(n int, path func(i int) string, size func(i int) int64) (files, bytes float64) {
-	peers := c.o.Members.Peers()
 	var owned, ownedBytes, total int64
 	for i := range n {
 		sz := size(i)
 		total += sz
-		if p, ok := Owner(peers, FileKey(c.o.Dataset, path(i))); !ok || p.ID == c.o.Self {
+		if c.Owns(path(i)) {
 			owned++
 			ownedBytes += sz
 		}
@@ -241,6 +299,18 @@ func (c *Cluster) Share(n int, path func(i int) string, size func(i int) int64) 
 		bytes = float64(ownedBytes) / float64(total)
 	}
 	return files, bytes
+}
+
+// AssignedShare returns this mount's share by the current Assignment (the
+// files of the catalog, the files it owns, its share of the bytes); ok is
+// false under plain rendezvous (then use Share).
+func (c *Cluster) AssignedShare() (files, owned int, bytes float64, ok bool) {
+	a := c.assignment(c.o.Members.Peers())
+	if a == nil {
+		return 0, 0, 0, false
+	}
+	files, owned, bytes = a.ShareOf(c.o.Self)
+	return files, owned, bytes, true
 }
 
 // Peers returns the current members (a Membership itself, for the

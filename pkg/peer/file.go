@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -95,9 +96,19 @@ func FormatPeers(peers []Peer) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(p.ID + "=" + p.Addr)
+		b.WriteString(FormatPeer(p))
 	}
 	return b.String()
+}
+
+// FormatPeer is one peer in the --peers syntax: id=host:port, with
+// ;capacity=BYTES when it advertises one.
+func FormatPeer(p Peer) string {
+	s := p.ID + "=" + p.Addr
+	if p.Capacity > 0 {
+		s += ";capacity=" + strconv.FormatInt(p.Capacity, 10)
+	}
+	return s
 }
 
 // WritePeersFile replaces path with peers (one per line) atomically: a
@@ -106,7 +117,7 @@ func WritePeersFile(path string, peers []Peer) error {
 	var b strings.Builder
 	b.WriteString("# cachefs peers: written by the EpochFS node plugin; cachefs mount --peers-file reloads it\n")
 	for _, p := range peers {
-		b.WriteString(p.ID + "=" + p.Addr + "\n")
+		b.WriteString(FormatPeer(p) + "\n")
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".peers-*")
 	if err != nil {

@@ -1,9 +1,10 @@
 // Package peer is the cluster-wide cache of issue 15 (`cachefs mount
 // --cache-scope cluster`): the cache peers of one dataset split its files
 // among themselves, each file owned by exactly one peer (rendezvous
-// hashing, below), and a mount that misses a file it does not own asks the
-// owner for the bytes over HTTP (server.go, client.go) before it falls back
-// to the backend.
+// hashing, below; with a manifest and advertised capacities, rendezvous
+// with bounded loads, assign.go), and a mount that misses a file it does
+// not own asks the owner for the bytes over HTTP (server.go; client.go and
+// its transport.go) before it falls back to the backend.
 //
 // Membership is the one seam for discovery: a Static list (`--peers`), a
 // File another program rewrites (`--peers-file`: the CSI node plugin, from
@@ -22,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/zeebo/xxh3"
@@ -31,6 +33,11 @@ import (
 type Peer struct {
 	ID   string // stable name: the hashing input; a metric label (no secrets)
 	Addr string // host:port of its peer server
+	// Capacity is the bytes its cache holds for the dataset, as it
+	// advertises (`;capacity=BYTES` in a peer list); 0: not advertised
+	// (unbounded). With a manifest, advertised capacities make ownership
+	// byte-balanced and capacity-aware (Assign).
+	Capacity int64
 }
 
 // Membership yields the current peer set of the dataset, this mount
@@ -50,9 +57,9 @@ func (s Static) Peers() []Peer { return s }
 // ErrInvalid marks a bad peer list, id or address.
 var ErrInvalid = errors.New("peer: invalid")
 
-// ParsePeers parses `id=host:port,id=host:port,…` (ids unique, each
-// [A-Za-z0-9._-], 1–63 bytes; addresses host:port with a host) into a list
-// sorted by id.
+// ParsePeers parses `id=host:port,id=host:port;capacity=BYTES,…` (ids
+// unique, each [A-Za-z0-9._-], 1–63 bytes; addresses host:port with a
+// host; an optional capacity in bytes, > 0) into a list sorted by id.
 func ParsePeers(s string) ([]Peer, error) {
 	var out []Peer
 	seen := map[string]bool{}
@@ -61,12 +68,22 @@ func ParsePeers(s string) ([]Peer, error) {
 		if item == "" {
 			continue
 		}
+		item, opts, hasOpts := strings.Cut(item, ";")
 		id, addr, ok := strings.Cut(item, "=")
 		if !ok {
 			return nil, fmt.Errorf("%w: peer %q is not ID=HOST:PORT", ErrInvalid, item)
 		}
 		if err := ValidID(id); err != nil {
 			return nil, err
+		}
+		var capacity int64
+		if hasOpts {
+			v, ok := strings.CutPrefix(opts, "capacity=")
+			c, err := strconv.ParseInt(v, 10, 64)
+			if !ok || err != nil || c <= 0 {
+				return nil, fmt.Errorf("%w: peer %s: %q is not capacity=BYTES (a positive integer)", ErrInvalid, id, opts)
+			}
+			capacity = c
 		}
 		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
 			return nil, fmt.Errorf("%w: peer %s: address %q is not HOST:PORT", ErrInvalid, id, addr)
@@ -75,7 +92,7 @@ func ParsePeers(s string) ([]Peer, error) {
 			return nil, fmt.Errorf("%w: peer id %s given twice", ErrInvalid, id)
 		}
 		seen[id] = true
-		out = append(out, Peer{ID: id, Addr: addr})
+		out = append(out, Peer{ID: id, Addr: addr, Capacity: capacity})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: empty peer list", ErrInvalid)
@@ -115,19 +132,26 @@ func ValidID(id string) error {
 // large file has the one owner).
 func FileKey(dataset, path string) string { return dataset + "\x00" + path }
 
-// weight is peer id's rendezvous weight for key.
-func weight(id, key string) uint64 {
-	return xxh3.HashStringSeed(key, xxh3.HashString(id))
+// keyHash and idHash hash a FileKey and a peer id; rweight is the peer's
+// rendezvous weight for the key, a mix of the two (one hash of the key per
+// lookup, however many peers).
+func keyHash(key string) uint64 { return xxh3.HashString(key) }
+func idHash(id string) uint64   { return xxh3.HashString(id) }
+func rweight(idh, kh uint64) uint64 {
+	return mix64(kh ^ idh)
 }
 
-// Owner returns the peer that owns key among peers (false when there are
-// none). Ties (astronomically rare) go to the smaller id.
+// Owner returns the peer that owns key among peers by plain rendezvous
+// hashing, without bounds (false when there are none). Ties
+// (astronomically rare) go to the smaller id. See Assign for the
+// byte-balanced ownership a Cluster uses with a manifest and capacities.
 func Owner(peers []Peer, key string) (Peer, bool) {
 	var best Peer
 	var bestW uint64
 	found := false
+	kh := keyHash(key)
 	for _, p := range peers {
-		w := weight(p.ID, key)
+		w := rweight(idHash(p.ID), kh)
 		if !found || w > bestW || (w == bestW && p.ID < best.ID) {
 			best, bestW, found = p, w, true
 		}

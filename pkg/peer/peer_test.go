@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -81,7 +82,15 @@ func TestParsePeers(t *testing.T) {
 	if err != nil || len(ps) != 2 || ps[0].ID != "a" || ps[1].Addr != "127.0.0.1:2" {
 		t.Fatalf("ParsePeers = %v, %v", ps, err)
 	}
-	for _, bad := range []string{"", "a", "a=:1", "a=host", "a=h:1,a=h:2", "a b=h:1", "=h:1"} {
+	ps, err = ParsePeers("b=127.0.0.1:2;capacity=1000,a=host:1")
+	if err != nil || ps[1].Capacity != 1000 || ps[0].Capacity != 0 {
+		t.Fatalf("ParsePeers with a capacity = %v, %v", ps, err)
+	}
+	if back, err := ParsePeers(FormatPeers(ps)); err != nil || !slices.Equal(back, ps) {
+		t.Fatalf("ParsePeers(FormatPeers(%v)) = %v, %v", ps, back, err)
+	}
+	for _, bad := range []string{"", "a", "a=:1", "a=host", "a=h:1,a=h:2", "a b=h:1", "=h:1",
+		"a=h:1;capacity=0", "a=h:1;capacity=-5", "a=h:1;capacity=1k", "a=h:1;cap=5", "a=h:1;"} {
 		if _, err := ParsePeers(bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ParsePeers(%q) = %v, want ErrInvalid", bad, err)
 		}

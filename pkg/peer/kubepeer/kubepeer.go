@@ -98,10 +98,11 @@ func (d *Directory) Advertise(ctx context.Context, group string, p peer.Peer) er
 	if err := ValidGroup(group); err != nil {
 		return err
 	}
-	if _, err := peer.ParsePeers(p.ID + "=" + p.Addr); err != nil {
+	v := peer.FormatPeer(p)
+	if _, err := peer.ParsePeers(v); err != nil {
 		return err
 	}
-	return d.patch(ctx, map[string]any{Key(group): p.ID + "=" + p.Addr})
+	return d.patch(ctx, map[string]any{Key(group): v})
 }
 
 // Withdraw removes this node's annotation of group.

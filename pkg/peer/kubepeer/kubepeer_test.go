@@ -43,7 +43,7 @@ func TestDirectory(t *testing.T) {
 	a.OnChange(func() { changes <- struct{}{} })
 
 	pa := peer.Peer{ID: "node-a", Addr: "10.0.0.1:7400"}
-	pb := peer.Peer{ID: "node-b", Addr: "10.0.0.2:7401"}
+	pb := peer.Peer{ID: "node-b", Addr: "10.0.0.2:7401", Capacity: 10 << 30} // a capacity travels with the address
 	if err := a.Advertise(ctx, "g-1", pa); err != nil {
 		t.Fatal(err)
 	}
