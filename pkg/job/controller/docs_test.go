@@ -29,6 +29,7 @@ func docExample(t *testing.T, name string) *v1alpha1.TrainingJob {
 func TestDocExample(t *testing.T) {
 	tj := docExample(t, "resnet")
 	tf := docExample(t, "tf-wide")
+	ddp := docExample(t, "torch-ddp")
 	checkTFConfig(t, tf, 4, 2)
 	p, err := newPlan(tj)
 	if err != nil {
@@ -54,7 +55,7 @@ func TestDocExample(t *testing.T) {
 
 	e := startEnv(t)
 	tj.Namespace = e.namespace(t)
-	for _, ex := range []*v1alpha1.TrainingJob{tj, tf} {
+	for _, ex := range []*v1alpha1.TrainingJob{tj, tf, ddp} {
 		ex.Namespace = tj.Namespace
 		if err := e.c.Create(context.Background(), ex, client.DryRunAll); err != nil {
 			t.Fatalf("the API server refuses the example %s: %v", ex.Name, err)
