@@ -145,9 +145,18 @@ EOF
   # lock, socket and warm-start files; ganesha's dbus attempts find nothing).
   # No Bind_addr: with only lo and the veth up, ganesha binds every address
   # of the namespace, which is what we want.
+  # The new mount namespace starts with a copy of every mount of the host,
+  # FUSE mounts of other tests included, and (the host's / being private
+  # here) no unmount on the host reaches the copies: a copy would keep that
+  # FUSE connection alive after its own process unmounted it, and the
+  # mount's serve loops (and so `cachefs mount`'s exit) would wait for it
+  # for as long as ganesha runs. So the namespace first drops every FUSE
+  # mount it copied (lazily: a busy one goes too).
   ip netns exec "$name" unshare --mount --propagation private bash -c '
     set -e
     dir=$1
+    findmnt -rn -o TARGET,FSTYPE | awk '"'"'$2 ~ /^fuse/ && $2 != "fusectl" {print $1}'"'"' | sort -r |
+      while read -r m; do umount -l "$(printf "%b" "$m")" 2>/dev/null || true; done
     mount -t tmpfs tmpfs /run
     mkdir -p /run/rpcbind
     chown _rpc /run/rpcbind 2>/dev/null || true

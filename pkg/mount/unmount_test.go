@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,5 +87,54 @@ func TestUnmountWithHungBackendRead(t *testing.T) {
 	}
 	if ok, err := testenv.Mounted(cfg.Mountpoint); err != nil || ok {
 		t.Errorf("still mounted after Unmount: %v %v", ok, err)
+	}
+}
+
+// TestUnmountWhileGaneshaRuns: NFS-Ganesha's test server runs in a mount
+// namespace of its own, made while this mount exists. That namespace must
+// not keep a copy of the FUSE mount: a copy keeps the FUSE connection
+// alive after the unmount here, and the mount's serve loops (so Unmount,
+// so `cachefs mount`'s exit after SIGTERM) then wait for as long as the
+// server runs. (Seen in CI: "cachefs mount did not exit within 20s of
+// SIGTERM" whenever another package's Ganesha started during a mount.)
+func TestUnmountWhileGaneshaRuns(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src, _ := testenv.WriteDataset(t, ctlSpec)
+	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 30}
+	m, err := mount.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unmount := func() error {
+		err := error(nil)
+		once.Do(func() { err = m.Unmount() })
+		return err
+	}
+	t.Cleanup(func() { _ = unmount() })
+	g := testenv.StartGanesha(t, t.TempDir())
+	pid, err := os.ReadFile(filepath.Join(g.State, "ganesha.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(info), " "+cfg.Mountpoint+" ") {
+		t.Errorf("ganesha's mount namespace holds a copy of the FUSE mount %s", cfg.Mountpoint)
+	}
+	done := make(chan error, 1)
+	go func() { done <- unmount() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Unmount still waits 20s later: another mount namespace keeps the FUSE connection alive")
 	}
 }
