@@ -22,7 +22,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
@@ -994,17 +993,9 @@ func pvDeleted(e *env, t *testing.T, name string) error {
 // stays "waiting for resources" although its pods exist. The reconciler is
 // called directly, so the lost write happens at a known point.
 func TestLostStatusWriteRepaired(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kube-apiserver test skipped in -short mode")
-	}
-	kube := testenv.StartKube(t, crdPaths(t)...)
-	scheme := newScheme(t)
-	c, err := client.New(kube.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{kube: kube, c: c}
-	r, err := New(Config{Client: c, APIReader: c, Scheme: scheme, CapacityRetry: time.Second})
+	e := directEnv(t)
+	c := e.c
+	r, err := New(Config{Client: c, APIReader: c, Scheme: c.Scheme(), CapacityRetry: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

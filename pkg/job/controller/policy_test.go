@@ -1,10 +1,7 @@
 package controller
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,24 +9,13 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/internal/testenv"
 )
 
-func fromUnstructured(u *unstructured.Unstructured, into any) error {
-	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
-}
-
-// installTemplatePolicy creates deploy/policies/trainingjob-templates.yaml
-// (the ValidatingAdmissionPolicy and its binding) on kube.
+// installTemplatePolicy applies deploy/policies/trainingjob-templates.yaml
+// (the ValidatingAdmissionPolicy and its binding) to kube.
 func installTemplatePolicy(t *testing.T, kube *testenv.Kube) {
 	t.Helper()
 	root, err := testenv.RepoRoot()
@@ -40,41 +26,7 @@ func installTemplatePolicy(t *testing.T, kube *testenv.Kube) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := kubernetes.NewForConfig(kube.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	r := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	for {
-		var raw map[string]any
-		if err := r.Decode(&raw); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{Object: raw}
-		switch u.GetKind() {
-		case "ValidatingAdmissionPolicy":
-			var p admissionv1.ValidatingAdmissionPolicy
-			if err := fromUnstructured(u, &p); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &p, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		case "ValidatingAdmissionPolicyBinding":
-			var p admissionv1.ValidatingAdmissionPolicyBinding
-			if err := fromUnstructured(u, &p); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &p, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		default:
-			t.Fatalf("unexpected kind %q in the policy file", u.GetKind())
-		}
-	}
+	kubectlApply(t, kube, b)
 }
 
 // TestTemplatePolicyByAPIServer: with the chart's ValidatingAdmissionPolicy
@@ -83,20 +35,9 @@ func installTemplatePolicy(t *testing.T, kube *testenv.Kube) {
 // place, naming the field; good templates pass, and so does a job with no
 // template at all.
 func TestTemplatePolicyByAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kube-apiserver test skipped in -short mode")
-	}
-	kube := testenv.StartKube(t, crdPaths(t)...)
-	installTemplatePolicy(t, kube)
-	c, err := client.New(kube.Config, client.Options{Scheme: newScheme(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	ns := "policy"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	e := directEnv(t)
+	installTemplatePolicy(t, e.kube)
+	c, ctx, ns := e.c, context.Background(), e.namespace(t)
 	n := 0
 	job := func(mutate func(spec map[string]any)) *unstructured.Unstructured {
 		n++

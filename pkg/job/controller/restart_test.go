@@ -16,8 +16,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
+	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 )
 
 // jobPod plays the Job controller and the kubelet: it creates pod name of
@@ -233,23 +233,9 @@ func TestGangRestartParameterServerFails(t *testing.T) {
 // old Job was deleted, and after a lost status write. The count is never
 // bumped twice and never lost.
 func TestGangRestartCrashSafe(t *testing.T) {
-	if testing.Short() {
-		t.Skip("kube-apiserver test skipped in -short mode")
-	}
-	kube := testenv.StartKube(t, crdPaths(t)...)
-	scheme := newScheme(t)
-	c, err := client.New(kube.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{kube: kube, c: c}
-	newReconciler := func() *Reconciler {
-		r, err := New(Config{Client: c, APIReader: c, Scheme: scheme, SkipCapacityCheck: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	e := directEnv(t)
+	c := e.c
+	newReconciler := func() *Reconciler { return e.reconciler(t, sourcepolicy.Policy{}) }
 	ctx := context.Background()
 	ns := e.namespace(t)
 	tj := &v1alpha1.TrainingJob{
