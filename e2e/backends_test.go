@@ -38,12 +38,8 @@ func TestNFSVolumeOnKubelet(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cs := in.c.Client.CoreV1()
 	const ns = "tenant-nfs"
-	if _, err := cs.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitServiceAccount(ctx, t, in, ns)
+	in.createNamespace(ctx, t, ns)
 
 	// Outside the rule: refused at stage, the event says why.
 	outside := strings.TrimSuffix(g.URL, g.Export) + "/srv"
@@ -123,10 +119,7 @@ func TestCephFSVolumeOnKubelet(t *testing.T) {
 	defer cancel()
 	cs := in.c.Client.CoreV1()
 	const ns = "tenant-ceph"
-	if _, err := cs.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitServiceAccount(ctx, t, in, ns)
+	in.createNamespace(ctx, t, ns)
 	for name, k := range map[string]string{"ceph-reader": strings.TrimSpace(string(key)), "ceph-wrong": strings.TrimSpace(string(wrong))} {
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			StringData: map[string]string{"userID": "e2e-reader", "userKey": k}}

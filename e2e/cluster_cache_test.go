@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,16 +63,9 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	defer cancel()
 	cs := in.c.Client.CoreV1()
 	const ns = "tenant-cluster"
-	if _, err := cs.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitServiceAccount(ctx, t, in, ns)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns},
-		StringData: map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey}}
-	if _, err := cs.Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	v := in.createPV(ctx, t, ns, "imagenet", map[string]string{"source": source, "cacheSize": "64Mi", "cacheScope": "cluster"}, secret.Name)
+	in.createNamespace(ctx, t, ns)
+	secret := in.createS3Secret(ctx, t, ns, "s3", mi)
+	v := in.createPV(ctx, t, ns, "imagenet", map[string]string{"source": source, "cacheSize": "64Mi", "cacheScope": "cluster"}, secret)
 
 	// A holder pod stages the volume: the node plugin starts the mount in
 	// cluster scope and advertises the group on its Node.
@@ -163,10 +154,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	hits, _ := sumSamples(body, "cachefs_peer_hits_total")
 	received, _ := sumSamples(body, "cachefs_peer_received_bytes_total")
 	share, okShare := sumSamples(body, "cachefs_peer_owned_share")
-	resp, err := httpGet("http://127.0.0.1:" + strconv.Itoa(metricsPort) + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, resp := testenv.Scrape(t, "http://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics")
 	served, _ := sumSamples(resp, "cachefs_peer_served_total")
 	refused, _ := sumSamples(resp, "cachefs_peer_refused_total")
 	fmt.Printf("cluster scope: node peer hits %v (%v bytes received), owned share %.2f; host peer served %v, refused %v\n",
@@ -307,15 +295,3 @@ func standInNode(ctx context.Context, t *testing.T, in *install, name string, an
 }
 
 func ptrInt32(v int32) *int32 { return &v }
-
-// httpGet returns the body of a GET of url.
-func httpGet(url string) (string, error) {
-	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}

@@ -38,12 +38,30 @@ func (in *install) createS3Volume(ctx context.Context, t *testing.T, ns, name, s
 		t.Fatal(err)
 	}
 	waitServiceAccount(ctx, t, in, ns)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-s3", Namespace: ns},
+	secret := in.createS3Secret(ctx, t, ns, name+"-s3", mi)
+	return in.createPV(ctx, t, ns, name, map[string]string{"source": source, "cacheSize": "64Mi"}, secret)
+}
+
+// createS3Secret creates Secret ns/name with mi's keys, as docs/CSI.md
+// tells users to write one, and returns its name.
+func (in *install) createS3Secret(ctx context.Context, t *testing.T, ns, name string, mi *testenv.MinIO) string {
+	t.Helper()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey}}
-	if _, err := cs.Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+	if _, err := in.c.Client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return in.createPV(ctx, t, ns, name, map[string]string{"source": source, "cacheSize": "64Mi"}, secret.Name)
+	return name
+}
+
+// createNamespace creates namespace ns and waits for its default
+// ServiceAccount.
+func (in *install) createNamespace(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	if _, err := in.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServiceAccount(ctx, t, in, ns)
 }
 
 // waitServiceAccount waits for the namespace's default ServiceAccount (pods

@@ -97,10 +97,7 @@ func installJobController(t *testing.T, extra ...string) *jobEnv {
 	e.waitControllerAvailable(ctx, t)
 	fmt.Printf("job controller Deployment Available %.1fs after helm upgrade\n", time.Since(start).Seconds())
 	(&testenv.Kube{Config: in.c.Config}).InstallCRDs(t, filepath.Join(root, "pkg", "job", "testdata", "crds", "volcano-podgroup.yaml"))
-	if _, err := in.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jobNamespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitServiceAccount(ctx, t, in, jobNamespace)
+	in.createNamespace(ctx, t, jobNamespace)
 	return e
 }
 
