@@ -21,16 +21,6 @@ import (
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
-// tfConfig is TF_CONFIG as TensorFlow's TFConfigClusterResolver reads it.
-type tfConfig struct {
-	Cluster map[string][]string `json:"cluster"`
-	Task    struct {
-		Type  string `json:"type"`
-		Index *int   `json:"index"`
-	} `json:"task"`
-	Environment string `json:"environment"`
-}
-
 // TestTrainingJobDocTensorFlow runs the TensorFlow example of docs/JOB.md
 // (tf-wide: a chief, workers, parameter servers) on the real cluster. The
 // example is taken from the doc by name; only what cannot run here is
@@ -92,7 +82,7 @@ func TestTrainingJobDocTensorFlow(t *testing.T) {
 	// Every pod's TF_CONFIG, from `cachefs job logs` (--chief, --ps).
 	type podConfig struct {
 		what, hostname string
-		c              tfConfig
+		c              testenv.TFConfig
 	}
 	var got []podConfig
 	read := func(what string, args ...string) {

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/pkg/cachelabel"
@@ -1012,18 +1011,7 @@ func TestLostStatusWriteRepaired(t *testing.T) {
 	if err := c.Create(ctx, tj); err != nil {
 		t.Fatal(err)
 	}
-	key := client.ObjectKeyFromObject(tj)
-	reconcile := func() *v1alpha1.TrainingJob {
-		t.Helper()
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
-			t.Fatal(err)
-		}
-		got := &v1alpha1.TrainingJob{}
-		if err := c.Get(ctx, key, got); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	reconcile := func() *v1alpha1.TrainingJob { return e.reconcile(t, r, tj) }
 	// No GPUs anywhere: the job waits.
 	waiting := reconcile()
 	if !meta.IsStatusConditionTrue(waiting.Status.Conditions, v1alpha1.ConditionInsufficientResources) {

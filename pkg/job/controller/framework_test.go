@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -320,16 +321,6 @@ func TestTorchEnv(t *testing.T) {
 	}
 }
 
-// tfConfig is TF_CONFIG as TensorFlow's TFConfigClusterResolver reads it.
-type tfConfig struct {
-	Cluster map[string][]string `json:"cluster"`
-	Task    struct {
-		Type  string `json:"type"`
-		Index *int   `json:"index"`
-	} `json:"task"`
-	Environment string `json:"environment"`
-}
-
 // TestTensorFlowEnv parses every pod's TF_CONFIG as TensorFlow does and
 // checks that the cluster is the same everywhere, lists each pod at its own
 // address under its own task, and that each task is taken by one pod.
@@ -399,7 +390,7 @@ func checkTFConfig(t *testing.T, tj *v1alpha1.TrainingJob, workers, ps int32) {
 			}
 			for i := range n {
 				env := podEnv(t, job.Spec.Template, i)
-				var c tfConfig
+				var c testenv.TFConfig
 				dec := json.NewDecoder(strings.NewReader(env["TF_CONFIG"]))
 				dec.DisallowUnknownFields()
 				if err := dec.Decode(&c); err != nil {

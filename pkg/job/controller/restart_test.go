@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
@@ -247,17 +246,7 @@ func TestGangRestartCrashSafe(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(tj)
-	reconcile := func(r *Reconciler) *v1alpha1.TrainingJob {
-		t.Helper()
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
-			t.Fatal(err)
-		}
-		got := &v1alpha1.TrainingJob{}
-		if err := c.Get(ctx, key, got); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	reconcile := func(r *Reconciler) *v1alpha1.TrainingJob { return e.reconcile(t, r, tj) }
 	job := func() *batchv1.Job {
 		t.Helper()
 		j := &batchv1.Job{}
