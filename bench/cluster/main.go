@@ -35,6 +35,9 @@ import (
 
 const nodes = 3
 
+// profileDir, when set, receives each mount's CPU profile (-profile-dir).
+var profileDir string
+
 func main() {
 	tools := flag.String("tools", ".tools/bin", "directory holding minio")
 	cachefs := flag.String("cachefs", "bin/cachefs", "the cachefs binary")
@@ -48,6 +51,7 @@ func main() {
 	compare := flag.String("compare-cachefs", "", "another cachefs binary (an older commit) whose peer reads are measured side by side with -cachefs's (its --peers carry no capacities)")
 	rounds := flag.Int("peer-rounds", 1, "rounds of the every-node-reads-every-file runs (peer reads vs local reads), interleaved")
 	onlyPeer := flag.Bool("only-peer-reads", false, "run only the every-node-reads-every-file runs")
+	peerFloor := flag.Bool("peer-floor", false, "the every-node-reads-every-file runs also read through mounts that cache nothing over a local copy of the dataset: what a peer read would cost with a free network and a free owner")
 	// The scale run (issue 15 item 6): a local directory instead of MinIO,
 	// many tiny files.
 	posix := flag.Bool("posix", false, "the dataset in a local directory (posix source) instead of MinIO; backend bytes are the mounts' cache miss bytes less the bytes peers sent")
@@ -58,6 +62,7 @@ func main() {
 	fractions := flag.String("fractions", "3,6", "per-node cache sizes as divisors of D (3: C = D/3)")
 	variants := flag.String("variants", "node,cluster,plain", "sampler runs: node, cluster (capacities advertised), plain (cluster scope without capacities; only at C = D/3)")
 	peerReads := flag.Bool("peer-reads", true, "also the every-node-reads-every-file runs")
+	flag.StringVar(&profileDir, "profile-dir", "", "write a CPU profile of every mount (cachefs mount --cpu-profile) to DIR/<scope>-<C/D>-<node>.prof")
 	flag.Parse()
 	spec := datagen.Spec{Files: *files, Classes: *classes, MedianSize: *medianSize, MinSize: *minSize, MaxSize: *maxSize, Seed: 15}
 	var divs []int64
@@ -68,7 +73,7 @@ func main() {
 		}
 		divs = append(divs, d)
 	}
-	opt := options{spec: spec, divs: divs, variants: strings.Split(*variants, ","), peerReads: *peerReads || *onlyPeer, onlyPeer: *onlyPeer, posix: *posix}
+	opt := options{spec: spec, divs: divs, variants: strings.Split(*variants, ","), peerReads: *peerReads || *onlyPeer, onlyPeer: *onlyPeer, posix: *posix, peerFloor: *peerFloor}
 	work, remove, err := benchproc.WorkDir(*dir, "epochfs-cluster-")
 	if err != nil {
 		log.Fatal(err)
@@ -209,6 +214,12 @@ type variant struct {
 	plain   bool   // cluster scope without advertised capacities: plain rendezvous ownership
 	cachefs string // the binary
 	label   string // in the table
+	// floor, when set, is a local copy of the dataset: node scope over it
+	// (posix source, no manifest) with a one-byte cache, so every open
+	// reads the file from local disk into the mount's memory and serves it
+	// in FUSE READ replies: a peer read with a free network and a free
+	// owner (-peer-floor).
+	floor string
 }
 
 // options select what run measures.
@@ -219,6 +230,7 @@ type options struct {
 	peerReads bool     // the every-node-reads-every-file runs
 	onlyPeer  bool
 	posix     bool // a local directory as the source, no MinIO
+	peerFloor bool // the every-node-reads-every-file runs add variant.floor
 }
 
 func run(work, tools, cachefs, compare string, opt options, epochs, workers int, latency time.Duration, rounds int) (string, []row, error) {
@@ -296,9 +308,18 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 			div  int64
 		}{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
 	}
+	if opt.peerFloor {
+		all = append(all, struct {
+			v    variant
+			frac string
+			div  int64
+		}{variant{scope: "node", label: "floor: nothing cached, read through from local disk", cachefs: cachefs, floor: data}, "1/1", 1})
+	}
 	if !opt.peerReads {
 		all = nil
 	}
+	// The last epoch's files/s of each run, by round and run (all's order).
+	last := make([][]float64, rounds)
 	for round := range rounds * len(all) {
 		c := all[round%len(all)]
 		if rounds > 1 {
@@ -310,6 +331,7 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 			return "", nil, err
 		}
 		rows = append(rows, r...)
+		last[round/len(all)] = append(last[round/len(all)], r[len(r)-1].filesPerSec)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB; MinIO behind %v per request; %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off (--readahead-files 0) so that backend bytes are the caches' doing. Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
@@ -321,7 +343,45 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 			100*float64(r.backendBytes)/float64(total), r.clusterHit, r.nodeHit[0], r.nodeHit[1], r.nodeHit[2],
 			100*r.peerBytes/float64(total), r.filesPerSec, r.minNodeFilesPS, r.mountCPU, r.readerCPU)
 	}
+	if len(all) > 0 {
+		b.WriteString(peerSummary(last, opt.peerFloor))
+	}
 	return b.String(), rows, nil
+}
+
+// peerSummary derives, per round of the every-node-reads-every-file runs,
+// the rate of peer-served files alone: cluster scope at C = D/3 reads a
+// third of the files locally and two thirds from peers, so with L the
+// all-local files/s (node scope, C = D) and M the mixed one, a peer file
+// takes 1/P = (1/M − (1/3)/L) / (2/3). With the floor run (F: nothing
+// cached, read through from local disk), F/L bounds P/L from above: a peer
+// read does all of the floor's work plus the network and the owner's.
+func peerSummary(last [][]float64, floor bool) string {
+	var b strings.Builder
+	b.WriteString("\nPeer-served files alone against local hits (epoch 2; P derived from the mixed run: 1/P = (1/M − (1/3)/L)/(2/3)):\n\n")
+	b.WriteString("| round | local L files/s | mixed M files/s | peer-only P files/s | P / L (goal ≥ 0.8) |")
+	if floor {
+		b.WriteString(" floor F files/s | F / L (P / L can be no higher) |")
+	}
+	b.WriteString("\n|---|---|---|---|---|")
+	if floor {
+		b.WriteString("---|---|")
+	}
+	b.WriteString("\n")
+	for i, r := range last {
+		if len(r) < 2 || r[0] <= 0 || r[1] <= 0 {
+			continue
+		}
+		l, m := r[0], r[1]
+		p := (2.0 / 3) / (1/m - (1.0/3)/l)
+		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.0f | %.2f |", i+1, l, m, p, p/l)
+		if floor && len(r) > 2 {
+			f := r[len(r)-1]
+			fmt.Fprintf(&b, " %.0f | %.2f |", f, f/l)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // samplerRuns runs each variant at each C = D/div with the
@@ -430,6 +490,9 @@ func scrape(addr string) (map[string]float64, error) {
 func runScope(work string, v variant, src, man, tokenFile string, env []string, frac string, capacity, total int64,
 	paths []string, want map[string][32]byte, epochs, workers int, cnt *counter, all bool) ([]row, error) {
 	scope := v.scope
+	if v.floor != "" {
+		scope = "floor" // (names of mount points, caches and profiles)
+	}
 	type node struct {
 		id, metrics, peer string
 		proc              *benchproc.Proc
@@ -464,9 +527,17 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 		}
 		args := []string{"mount", src, mnt, "--cache-dir", cache, "--cache-size", strconv.FormatInt(capacity, 10),
 			"--metrics-addr", n.metrics, "--manifest", man, "--readahead-files", "0"}
+		if v.floor != "" {
+			args = []string{"mount", v.floor, mnt, "--cache-dir", cache, "--cache-size", "1",
+				"--metrics-addr", n.metrics, "--manifest", "none", "--readahead-files", "0"}
+		}
 		if scope == "cluster" {
 			args = append(args, "--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", n.peer,
 				"--peer-id", n.id, "--peer-token-file", tokenFile)
+		}
+		if profileDir != "" {
+			name := fmt.Sprintf("%s-%s-%v-%v-%s.prof", scope, frac[2:], v.plain, all, n.id)
+			args = append(args, "--cpu-profile", filepath.Join(profileDir, name))
 		}
 		cmd := exec.Command(v.cachefs, args...)
 		cmd.Env = env

@@ -36,6 +36,7 @@ func main() {
 	md := flag.String("md", "", "also write the markdown report to this file")
 	profDir := flag.String("profile-dir", "", "write CPU profiles of the mount process during every EpochFS epoch here")
 	profSec := flag.Int("profile-seconds", 4, "length of each profile (keep it below an epoch's duration)")
+	floor := flag.Bool("p3-floor", false, "P3 also reads the cold epoch through a mount that caches nothing (a one-byte cache: every file read through from memory, no cache file written): the cost of FUSE alone")
 	flag.Parse()
 
 	cfg := Config{Spec: datagen.Spec{Files: 2000, Seed: 1}, Rounds: 3}
@@ -53,6 +54,7 @@ func main() {
 	cfg.S3Latency = *s3Latency
 	cfg.P2Manifest = *p2Man
 	cfg.ProfileDir, cfg.ProfileSeconds = *profDir, *profSec
+	cfg.Floor = *floor
 	cfg.P2, cfg.P3 = strings.Contains(*only, "p2"), strings.Contains(*only, "p3")
 	cfg.RClone = tool(*tools, "rclone")
 	cfg.MinIO = tool(*tools, "minio")

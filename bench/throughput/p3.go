@@ -134,6 +134,15 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		if err := cold(mountWB, "wb", nil, "-write-behind", "128MiB"); err != nil {
 			return err
 		}
+		// A2 (-p3-floor): the same mount admitting nothing (a one-byte
+		// cache): every miss read through from memory, no cache file
+		// written. What a cold epoch costs through FUSE alone, whatever the
+		// cache's on-disk format: the bound for any cache that writes.
+		if cfg.Floor {
+			if err := cold(mountNone, "none", nil, "-cache-size", "1"); err != nil {
+				return err
+			}
+		}
 		// A0: readahead off (--readahead-files 0), the default before auto.
 		if err := cold(mountOff, "off", nil, "-readahead-files", "0"); err != nil {
 			return err

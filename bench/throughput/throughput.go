@@ -78,6 +78,8 @@ type Config struct {
 	// (ProfileSeconds long, from the start) of every EpochFS epoch.
 	ProfileDir     string
 	ProfileSeconds int
+	// Floor adds the P3 row "mount cold, nothing cached" (-p3-floor).
+	Floor bool
 }
 
 // Report holds every measurement.
@@ -118,6 +120,7 @@ const (
 	mountRA    = "mount cold, readahead"
 	mountOff   = "mount cold, readahead off"
 	mountWB    = "mount cold, write-behind"
+	mountNone  = "mount cold, nothing cached"
 	mountMan   = "mount cold, manifest"
 	getLoop    = "GET loop"
 	prefetch   = "prefetch"
