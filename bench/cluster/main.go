@@ -219,7 +219,8 @@ type variant struct {
 	cachefs string // the binary
 	label   string // in the table
 	// floor, when set, is a local copy of the dataset: node scope over it
-	// (posix source, no manifest) with a one-byte cache, so every open
+	// (posix source, its own manifest at floor+".manifest", so lookups cost
+	// what the other runs' do) with a one-byte cache, so every open
 	// reads the file from local disk into the mount's memory and serves it
 	// in FUSE READ replies: a peer read with a free network and a free
 	// owner (-peer-floor).
@@ -313,6 +314,10 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 		}{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
 	}
 	if opt.peerFloor {
+		idx := exec.Command(cachefs, "index", data, "-o", data+".manifest")
+		if out, err := idx.CombinedOutput(); err != nil {
+			return "", nil, fmt.Errorf("cachefs index %s: %v\n%s", data, err, out)
+		}
 		all = append(all, struct {
 			v    variant
 			frac string
@@ -533,7 +538,7 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 			"--metrics-addr", n.metrics, "--manifest", man, "--readahead-files", "0"}
 		if v.floor != "" {
 			args = []string{"mount", v.floor, mnt, "--cache-dir", cache, "--cache-size", "1",
-				"--metrics-addr", n.metrics, "--manifest", "none", "--readahead-files", "0"}
+				"--metrics-addr", n.metrics, "--manifest", v.floor + ".manifest", "--readahead-files", "0"}
 		}
 		if scope == "cluster" {
 			args = append(args, "--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", n.peer,
