@@ -36,7 +36,7 @@ func main() {
 	md := flag.String("md", "", "also write the markdown report to this file")
 	profDir := flag.String("profile-dir", "", "write CPU profiles of the mount process during every EpochFS epoch here")
 	profSec := flag.Int("profile-seconds", 4, "length of each profile (keep it below an epoch's duration)")
-	floor := flag.Bool("p3-floor", false, "P3 also reads the cold epoch through a mount that caches nothing (a one-byte cache: every file read through from memory, no cache file written): the cost of FUSE alone")
+	floor := flag.Bool("p3-floor", false, "P3 also reads the cold epoch through a mount that caches nothing (a one-byte cache: every file read through from memory, no cache file written): a cold epoch without the cache write")
 	flag.Parse()
 
 	cfg := Config{Spec: datagen.Spec{Files: 2000, Seed: 1}, Rounds: 3}
