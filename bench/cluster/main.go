@@ -296,33 +296,23 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 	// cluster scope with C = D/3 a third locally and two thirds from peers.
 	// With -compare-cachefs, the older binary's cluster scope runs right
 	// after this one's, for a side-by-side figure of peer reads.
-	all := []struct {
+	type peerRun struct {
 		v    variant
 		frac string
 		div  int64
-	}{{variant{scope: "node", label: "node", cachefs: cachefs}, "1/1", 1}, {variant{scope: "cluster", label: "cluster", cachefs: cachefs}, "1/3", 3}}
-	if compare != "" {
-		all = append(all, struct {
-			v    variant
-			frac string
-			div  int64
-		}{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous", cachefs: cachefs}, "1/3", 3})
-		all = append(all, struct {
-			v    variant
-			frac string
-			div  int64
-		}{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
 	}
-	if opt.peerFloor {
+	all := []peerRun{{variant{scope: "node", label: "node", cachefs: cachefs}, "1/1", 1}, {variant{scope: "cluster", label: "cluster", cachefs: cachefs}, "1/3", 3}}
+	if compare != "" {
+		all = append(all,
+			peerRun{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous", cachefs: cachefs}, "1/3", 3},
+			peerRun{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
+	}
+	if opt.peerFloor && opt.peerReads {
 		idx := exec.Command(cachefs, "index", data, "-o", data+".manifest")
 		if out, err := idx.CombinedOutput(); err != nil {
 			return "", nil, fmt.Errorf("cachefs index %s: %v\n%s", data, err, out)
 		}
-		all = append(all, struct {
-			v    variant
-			frac string
-			div  int64
-		}{variant{scope: "node", label: "floor: nothing cached, read through from local disk", cachefs: cachefs, floor: data}, "1/1", 1})
+		all = append(all, peerRun{variant{scope: "node", label: "floor: nothing cached, read through from local disk", cachefs: cachefs, floor: data}, "1/1", 1})
 	}
 	if !opt.peerReads {
 		all = nil
@@ -534,12 +524,12 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 				return nil, err
 			}
 		}
-		args := []string{"mount", src, mnt, "--cache-dir", cache, "--cache-size", strconv.FormatInt(capacity, 10),
-			"--metrics-addr", n.metrics, "--manifest", man, "--readahead-files", "0"}
+		source, size, manifestFile := src, strconv.FormatInt(capacity, 10), man
 		if v.floor != "" {
-			args = []string{"mount", v.floor, mnt, "--cache-dir", cache, "--cache-size", "1",
-				"--metrics-addr", n.metrics, "--manifest", v.floor + ".manifest", "--readahead-files", "0"}
+			source, size, manifestFile = v.floor, "1", v.floor+".manifest"
 		}
+		args := []string{"mount", source, mnt, "--cache-dir", cache, "--cache-size", size,
+			"--metrics-addr", n.metrics, "--manifest", manifestFile, "--readahead-files", "0"}
 		if scope == "cluster" {
 			args = append(args, "--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", n.peer,
 				"--peer-id", n.id, "--peer-token-file", tokenFile)
