@@ -35,8 +35,16 @@ const (
 // held the ctime and inode (ErrLegacyVersions): none of its posix versions
 // can match the files any more, and a mount must not serve cache entries
 // keyed by versions that a same-size rewrite restoring the mtime fools.
+// The manifest is loaded within DefaultMaxMemory (see DiscoverMax).
 func Discover(ctx context.Context, b backend.Backend, loc string, opts backend.Options) (m *Manifest, where string, err error) {
-	m, where, err = DiscoverLimit(ctx, b, loc, opts, 0)
+	return DiscoverMax(ctx, b, loc, opts, 0)
+}
+
+// DiscoverMax is Discover refusing (with ErrTooLarge) a manifest that
+// would take more than maxMemory bytes in memory (0: DefaultMaxMemory),
+// from what its header announces, before decompressing anything.
+func DiscoverMax(ctx context.Context, b backend.Backend, loc string, opts backend.Options, maxMemory int64) (m *Manifest, where string, err error) {
+	m, where, err = DiscoverLimit(ctx, b, loc, opts, maxMemory)
 	if err == nil && m != nil && m.LegacyPosixVersions() > 0 {
 		return nil, where, fmt.Errorf("manifest %s: %w (%d files; it was built by an older cachefs index): "+
 			"rebuild it with `cachefs index`, or mount with --manifest none", where, ErrLegacyVersions, m.LegacyPosixVersions())
@@ -44,25 +52,24 @@ func Discover(ctx context.Context, b backend.Backend, loc string, opts backend.O
 	return m, where, err
 }
 
-// DiscoverLimit is Discover refusing (with ErrTooLarge) a manifest file of
-// more than maxSize bytes (0: DefaultMaxFileSize), for callers that must
-// stay within a small memory budget.
-func DiscoverLimit(ctx context.Context, b backend.Backend, loc string, opts backend.Options, maxSize int64) (m *Manifest, where string, err error) {
+// DiscoverLimit is DiscoverMax without the refusal of legacy posix
+// versions, for callers that only read the manifest.
+func DiscoverLimit(ctx context.Context, b backend.Backend, loc string, opts backend.Options, maxMemory int64) (m *Manifest, where string, err error) {
 	switch {
 	case loc == LocNone:
 		return nil, "", nil
 	case loc == LocAuto:
 		where = b.ID() + "/" + DefaultPath
-		m, err = Fetch(ctx, b, DefaultPath, maxSize)
+		m, err = Fetch(ctx, b, DefaultPath, maxMemory)
 		if errors.Is(err, backend.ErrNotExist) {
 			return nil, where, nil
 		}
-	case strings.Contains(loc, "://"):
+	case isURL(loc):
 		where = loc
-		m, err = fetchURL(ctx, loc, opts, maxSize)
+		m, err = fetchURL(ctx, loc, opts, maxMemory)
 	default:
 		where = loc
-		m, err = ReadFile(loc, maxSize)
+		m, err = ReadFile(loc, maxMemory)
 	}
 	if err != nil {
 		return nil, where, fmt.Errorf("manifest %s: %w", where, err)
@@ -70,15 +77,18 @@ func DiscoverLimit(ctx context.Context, b backend.Backend, loc string, opts back
 	return m, where, nil
 }
 
+// isURL tells a manifest location naming an object from a local file.
+func isURL(loc string) bool { return strings.Contains(loc, "://") }
+
 // fetchURL loads a manifest object named by a source URL: the URL of its
 // directory plus its name, e.g. s3://bucket/prefix/.epochfs/manifest?endpoint=….
-func fetchURL(ctx context.Context, loc string, opts backend.Options, maxSize int64) (*Manifest, error) {
+func fetchURL(ctx context.Context, loc string, opts backend.Options, maxMemory int64) (*Manifest, error) {
 	b, name, err := openURLDir(ctx, loc, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Close()
-	return Fetch(ctx, b, name, maxSize)
+	return Fetch(ctx, b, name, maxMemory)
 }
 
 // openURLDir opens the backend of the directory of the object a URL names,

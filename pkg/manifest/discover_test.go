@@ -83,8 +83,10 @@ func TestDiscover(t *testing.T) {
 	})
 }
 
-// TestDiscoverLimit: a manifest over the caller's limit is ErrTooLarge,
-// wherever it is found (a local file, or inside the dataset).
+// TestDiscoverLimit: a manifest whose header announces more memory than
+// the caller's limit is ErrTooLarge, wherever it is found (a local file, or
+// inside the dataset); at exactly its estimate (ReadInfo's MemoryBytes) it
+// loads, and the loaded manifest holds no more than the estimate.
 func TestDiscoverLimit(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -102,11 +104,19 @@ func TestDiscoverLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, loc := range []string{local, LocAuto} {
-		if _, _, err := DiscoverLimit(ctx, b, loc, backend.Options{}, int64(len(data))-1); !errors.Is(err, ErrTooLarge) {
-			t.Errorf("DiscoverLimit(%q) one byte under the manifest's size: %v, want ErrTooLarge", loc, err)
+		s, _, err := ReadInfo(ctx, b, loc, backend.Options{}, 0)
+		if err != nil || s == nil {
+			t.Fatalf("ReadInfo(%q): %v, %v", loc, s, err)
 		}
-		if m, _, err := DiscoverLimit(ctx, b, loc, backend.Options{}, int64(len(data))); err != nil || m == nil {
-			t.Errorf("DiscoverLimit(%q) at the manifest's size: %v, %v", loc, m, err)
+		if _, _, err := DiscoverLimit(ctx, b, loc, backend.Options{}, s.MemoryBytes-1); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("DiscoverLimit(%q) one byte under the manifest's estimate: %v, want ErrTooLarge", loc, err)
+		}
+		m, _, err := DiscoverLimit(ctx, b, loc, backend.Options{}, s.MemoryBytes)
+		if err != nil || m == nil {
+			t.Fatalf("DiscoverLimit(%q) at the manifest's estimate: %v, %v", loc, m, err)
+		}
+		if m.MemoryBytes() > s.MemoryBytes {
+			t.Errorf("loaded manifest holds %d bytes, over the estimate %d", m.MemoryBytes(), s.MemoryBytes)
 		}
 	}
 }
