@@ -79,6 +79,12 @@ func encode(format uint16, info Info, files, dirs, bytes uint64, body []byte) ([
 	if err := enc.Close(); err != nil {
 		return nil, fmt.Errorf("manifest: zstd: %w", err)
 	}
+	return envelope(format, info, files, dirs, bytes, uint64(len(body)), comp), nil
+}
+
+// envelope frames a compressed body of bodyLen bytes: header, body,
+// checksum (see the package doc).
+func envelope(format uint16, info Info, files, dirs, bytes, bodyLen uint64, comp []byte) []byte {
 	out := make([]byte, 0, len(comp)+len(info.Source)+64)
 	out = append(out, Magic...)
 	out = binary.LittleEndian.AppendUint16(out, format)
@@ -93,11 +99,11 @@ func encode(format uint16, info Info, files, dirs, bytes uint64, body []byte) ([
 	out = binary.AppendVarint(out, info.Created.UnixNano())
 	out = binary.AppendUvarint(out, uint64(len(info.Source)))
 	out = append(out, info.Source...)
-	out = binary.AppendUvarint(out, uint64(len(body)))
+	out = binary.AppendUvarint(out, bodyLen)
 	out = binary.AppendUvarint(out, uint64(len(comp)))
 	out = append(out, comp...)
 	sum := xxh3.Hash128(out).Bytes()
-	return append(out, sum[:]...), nil
+	return append(out, sum[:]...)
 }
 
 // WriteFile writes m to path atomically (a temporary file in the same

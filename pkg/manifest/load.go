@@ -364,13 +364,19 @@ func parseStream(src io.Reader, h header, lim loadLimits) (*Manifest, error) {
 	prevLen := 0 // the previous entry's name (the previous sibling's when k > 0)
 	pathLen := make([]uint32, 1, max(capped(h.dirs, 4), 1))
 	var total uint64
-	// room makes room for need more bytes of records, growing them by a
-	// quarter at least, up to recLimit.
+	s := newBodyStream(src, h.bodyLen)
+	// room makes room for need more bytes of records, up to recLimit:
+	// growing them to what the part of the body read so far projects for
+	// the whole body (records take about their body bytes), so that a body
+	// far larger than its compressed size is copied once or twice, not at
+	// every quarter.
 	room := func(need int) bool {
 		if cap(m.rec)-len(m.rec) >= need {
 			return true
 		}
-		c := min(max(int64(cap(m.rec))+int64(cap(m.rec))/4, int64(len(m.rec)+need)), recLimit)
+		read := h.bodyLen - s.left
+		projected := int64(float64(len(m.rec)) * float64(h.bodyLen) / float64(max(read, 1)))
+		c := min(max(int64(cap(m.rec))+int64(cap(m.rec))/4, int64(len(m.rec)+need), min(projected+projected/16, int64(h.recordBytes()))), recLimit)
 		if c-int64(len(m.rec)) < int64(need) {
 			return false
 		}
@@ -381,7 +387,6 @@ func parseStream(src io.Reader, h header, lim loadLimits) (*Manifest, error) {
 		return fmt.Errorf("%w: the records of %d entries take over %s in memory, more than the limit of %s leaves them",
 			ErrTooLarge, n, units.FormatSize(int64(len(m.rec))), units.FormatSize(lim.maxMemory))
 	}
-	s := newBodyStream(src, h.bodyLen)
 	for d := 0; d < len(m.dirEntry); d++ {
 		m.childStart = append(m.childStart, uint32(n))
 		nChildren := s.uvarint()

@@ -29,12 +29,30 @@ func ValidVersion(v string) bool {
 		return false
 	}
 	for _, r := range v {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+		if !versionRune(r) {
 			return false
 		}
 	}
 	return true
 }
+
+// validVersionBytes is ValidVersion of a version in the body, without
+// copying it to a string (1 KiB per file of garbage otherwise).
+func validVersionBytes(v []byte) bool {
+	if len(v) > MaxVersionLen || !utf8.Valid(v) {
+		return false
+	}
+	for len(v) > 0 {
+		r, n := utf8.DecodeRune(v)
+		if !versionRune(r) {
+			return false
+		}
+		v = v[n:]
+	}
+	return true
+}
+
+func versionRune(r rune) bool { return r >= 0x20 && r != 0x7f && (r < 0x80 || r >= 0xa0) }
 
 // appendVersion appends the tag and payload encoding version v of a file of
 // the given size. v must satisfy ValidVersion.
@@ -115,7 +133,7 @@ func readVersion(tag byte, b []byte) (int, error) {
 		if k <= 0 || n > MaxVersionLen || uint64(len(b)-k) < n {
 			return 0, errVersion
 		}
-		if !ValidVersion(string(b[k : k+int(n)])) {
+		if !validVersionBytes(b[k : k+int(n)]) {
 			return 0, errVersion
 		}
 		return k + int(n), nil
