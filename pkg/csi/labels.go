@@ -34,13 +34,6 @@ type nodeLabeler struct {
 	node   string
 }
 
-// labelManifestMax bounds the manifest the node plugin reads to size a
-// dataset for its node labels: the driver container runs within a small
-// memory limit, and one large manifest must not crash-loop it. A larger
-// dataset gets no cache label (about 2M files; the mount itself reads
-// manifests of up to manifest.DefaultMaxFileSize).
-const labelManifestMax = 64 << 20
-
 // datasetSizes remembers each dataset's size from its manifest.
 type datasetSizes struct {
 	mu    sync.Mutex
@@ -64,7 +57,15 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 
 // datasetBytes returns the dataset's size from its manifest, found as the
 // mount finds it (the manifest parameter, else SOURCE/.epochfs/manifest),
-// or -1 when it has none. Remembered per dataset.
+// or -1 when it has none. Remembered per dataset, and so is a manifest that
+// is refused (corrupt, or larger than a mount loads): neither is read again
+// at every sync.
+//
+// The node plugin runs within a small memory limit and the manifest is the
+// tenant's: it never loads nor decompresses it. manifest.ReadInfo streams
+// the file through a 1 MiB buffer to check its checksum and returns what the
+// header says (the total bytes, the entry count), refusing a header that
+// announces more than the mounts load (manifest.DefaultMaxMemory).
 func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 	l := &n.sizes
 	l.mu.Lock()
@@ -91,17 +92,17 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 		return size // not remembered: retried next time
 	}
 	defer b.Close()
-	m, _, err := manifest.DiscoverLimit(ctx, b, ds.Params.Manifest, opts, labelManifestMax)
+	info, _, err := manifest.ReadInfo(ctx, b, ds.Params.Manifest, opts, 0)
 	switch {
-	case errors.Is(err, manifest.ErrTooLarge):
-		// Remembered: a dataset too large to size here is not fetched
-		// again on every sync.
-		n.cfg.log.Warn("node labels: the dataset's manifest is too large to read in the driver; no cache label for it", "key", ds.Key, "limit", labelManifestMax, "err", err)
+	case errors.Is(err, manifest.ErrTooLarge) || errors.Is(err, manifest.ErrCorrupt) || errors.Is(err, manifest.ErrUnsupported):
+		// Remembered: the mount refuses it too; it is not fetched again
+		// on every sync.
+		n.cfg.log.Warn("node labels: the dataset's manifest is refused; no size for it", "key", ds.Key, "err", err)
 	case err != nil:
-		n.cfg.log.Warn("node labels: cannot load the dataset's manifest", "key", ds.Key, "err", err)
+		n.cfg.log.Warn("node labels: cannot read the dataset's manifest", "key", ds.Key, "err", err)
 		return size
-	case m != nil:
-		size = m.TotalBytes()
+	case info != nil:
+		size = info.TotalBytes
 	}
 	l.mu.Lock()
 	l.sizes[ds.Key] = size

@@ -100,13 +100,13 @@ func seeds(t testing.TB) [][]byte {
 	body := rawBody([]rec{{name: "a", ver: rawV, size: 3}, {name: "d"}}, []rec{{name: "x", ver: []byte{tagPosix, 2}, size: 1}})
 	// Bombs (issue 22): a header announcing a large body over a frame
 	// padded by a skippable frame, and a body behind a skippable frame.
-	_, hlen, err := parseHeader(plain[:len(plain)-trailerLen])
+	ph, hlen, err := parseHeader(plain[:len(plain)-trailerLen])
 	if err != nil {
 		t.Fatal(err)
 	}
 	comp := plain[hlen : len(plain)-trailerLen]
 	m := mustBuild(t, files, BuildOptions{Dirs: []string{"empty"}})
-	skipFirst := manifesttest.Envelope(manifesttest.Header{Files: uint64(m.Files()), Dirs: uint64(m.Dirs()), Bytes: uint64(m.TotalBytes()),
+	skipFirst := manifesttest.Envelope(manifesttest.Header{Format: ph.format, Files: uint64(m.Files()), Dirs: uint64(m.Dirs()), Bytes: uint64(m.TotalBytes()),
 		BodyLen: uint64(len(m.body()))}, append(manifesttest.Skippable(16), comp...))
 	return [][]byte{
 		manifesttest.SkippableBomb(64 << 10),

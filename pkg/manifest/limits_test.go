@@ -39,7 +39,7 @@ func bombs(t testing.TB) []struct {
 	}
 	comp := valid[hlen : len(valid)-trailerLen]
 	re := func(bodyLen uint64, comp []byte) []byte {
-		return manifesttest.Envelope(manifesttest.Header{Files: h.files, Dirs: h.dirs, Bytes: h.bytes, BodyLen: bodyLen}, comp)
+		return manifesttest.Envelope(manifesttest.Header{Format: h.format, Files: h.files, Dirs: h.dirs, Bytes: h.bytes, BodyLen: bodyLen}, comp)
 	}
 	// 200 MiB of one random-looking MiB over and over: a real frame that
 	// declares 200 MiB, 1 MiB compressed, whose body is no manifest.

@@ -17,15 +17,16 @@ import (
 
 // Header is the part of a manifest header these builders vary.
 type Header struct {
+	Format             uint16 // 0: 1
 	Files, Dirs, Bytes uint64
 	BodyLen            uint64 // the decompressed body's length it announces
 }
 
-// Envelope frames a compressed body (format version 1, no checksums,
-// source "test"): magic, header, body, XXH3-128 checksum.
+// Envelope frames a compressed body (no checksums, source "test"): magic,
+// header, body, XXH3-128 checksum.
 func Envelope(h Header, comp []byte) []byte {
 	out := []byte("EPOCHFSM")
-	out = binary.LittleEndian.AppendUint16(out, 1)
+	out = binary.LittleEndian.AppendUint16(out, max(h.Format, 1))
 	out = binary.LittleEndian.AppendUint16(out, 0)
 	out = binary.AppendUvarint(out, h.Files)
 	out = binary.AppendUvarint(out, h.Dirs)
