@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 	"github.com/epochfs/epochfs/pkg/peer"
@@ -26,6 +27,7 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		readaheadFiles string
 		writeBehind    string
 		cpuProfile     string
+		manifestMax    string
 		credsFD        int
 		peers          string
 		peersFile      string
@@ -76,6 +78,11 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := units.ParseSize(manifestMax)
+			if err != nil {
+				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mount.FlagManifestMaxMemory, err)))
+			}
+			cfg.ManifestMaxMemory = n
 			if cmd.Flags().Changed(mount.FlagCredentialsFD) {
 				creds, err := mount.ReadCredentialsFD(credsFD)
 				if err != nil {
@@ -112,6 +119,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.StringVar(&cacheSize, mount.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
 	f.StringVar(&cfg.Policy, mount.FlagPolicy, "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
 	f.StringVar(&cfg.Manifest, mount.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
+	f.StringVar(&manifestMax, mount.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "the most memory the manifest may take, estimated from its header before it is decompressed (about 30-40 B per file, +32 with checksums); a larger manifest fails the mount")
 	f.StringVar(&cfg.MetricsAddr, mount.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
 	f.BoolVar(&cfg.AllowOther, mount.FlagAllowOther, true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
 	f.StringVar(&wholeFileMax, mount.FlagWholeFileMax, fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")

@@ -21,6 +21,7 @@ const (
 	FlagCacheSize           = "cache-size"
 	FlagPolicy              = "policy"
 	FlagManifest            = "manifest"
+	FlagManifestMaxMemory   = "manifest-max-memory"
 	FlagMetricsAddr         = "metrics-addr"
 	FlagAllowOther          = "allow-other"
 	FlagWholeFileMax        = "whole-file-max"

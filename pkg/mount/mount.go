@@ -33,6 +33,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/metrics"
+	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // Values of Config.Manifest besides a location.
@@ -75,6 +76,11 @@ type Config struct {
 	// path or a source URL of the manifest object (e.g.
 	// s3://bucket/prefix/manifest?endpoint=…), which must load.
 	Manifest string
+	// ManifestMaxMemory bounds the memory the manifest may take, as
+	// estimated from its header before anything is decompressed: a larger
+	// manifest fails the mount (manifest.ErrTooLarge, naming
+	// --manifest-max-memory). 0: manifest.DefaultMaxMemory.
+	ManifestMaxMemory int64
 	// AllowOther lets every uid read the mount (default true for
 	// `cachefs mount`: pods run as any user).
 	AllowOther bool
@@ -146,6 +152,8 @@ func New(cfg Config) (*Mount, error) {
 		return nil, fmt.Errorf("%w: --cache-dir is required", ErrInvalidConfig)
 	case cfg.CacheSize <= 0:
 		return nil, fmt.Errorf("%w: --cache-size must be positive, got %d", ErrInvalidConfig, cfg.CacheSize)
+	case cfg.ManifestMaxMemory < 0:
+		return nil, fmt.Errorf("%w: --%s must not be negative, got %d", ErrInvalidConfig, FlagManifestMaxMemory, cfg.ManifestMaxMemory)
 	}
 	st, err := os.Stat(cfg.Mountpoint)
 	if err != nil {
@@ -300,8 +308,15 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 // manifest.Discover), or nil to mount from backend listings.
 func (m *Mount) loadManifest(ctx context.Context, b backend.Backend, bopts backend.Options) (*manifest.Manifest, error) {
 	start := time.Now()
-	man, where, err := manifest.Discover(ctx, b, m.cfg.Manifest, bopts)
+	man, where, err := manifest.DiscoverMax(ctx, b, m.cfg.Manifest, bopts, m.cfg.ManifestMaxMemory)
 	switch {
+	case errors.Is(err, manifest.ErrTooLarge):
+		limit := m.cfg.ManifestMaxMemory
+		if limit == 0 {
+			limit = manifest.DefaultMaxMemory
+		}
+		return nil, fmt.Errorf("mount: %w: raise --%s (now %s) or mount with --%s %s",
+			err, FlagManifestMaxMemory, units.FormatSize(limit), FlagManifest, ManifestNone)
 	case err != nil:
 		return nil, fmt.Errorf("mount: %w", err)
 	case man == nil && m.cfg.Manifest == ManifestNone:
