@@ -14,6 +14,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -28,6 +29,7 @@ type indexConfig struct {
 	output   string
 	upload   bool
 	verify   string
+	maxMem   string // --manifest-max-memory, of --verify's manifest
 	checksum bool
 	workers  int
 	progress string
@@ -72,6 +74,7 @@ over 255 bytes) are skipped with a warning and counted.`,
 	f.StringVarP(&c.output, "output", "o", "", "write the manifest to this local file, or to the object a URL names")
 	f.BoolVar(&c.upload, "upload", false, "store the manifest next to the dataset, at SOURCE/.epochfs/manifest, where mounts find it")
 	f.StringVar(&c.verify, "verify", "", "compare this manifest with the dataset and report drift (exit 3 on drift)")
+	f.StringVar(&c.maxMem, mount.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "with --verify: as for mount, the most memory that manifest may take, estimated from its header")
 	f.BoolVar(&c.checksum, "checksum", false, "read every file and record its sha256 (compared by --verify when both have one)")
 	f.IntVar(&c.workers, "workers", manifest.DefaultIndexWorkers, "concurrent directory listings (and file reads with --checksum)")
 	f.StringVar(&c.progress, "progress", "auto", "progress display: auto (a live line on a terminal, plain lines otherwise), lines, none")
@@ -95,7 +98,11 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	}
 	var old *manifest.Manifest
 	if c.verify != "" {
-		if old, err = manifest.ReadFile(c.verify, 0); err != nil {
+		maxMem, err := units.ParseSize(c.maxMem)
+		if err != nil {
+			return fmt.Errorf("index: --%s: %w", mount.FlagManifestMaxMemory, err)
+		}
+		if old, err = manifest.ReadFile(c.verify, maxMem); err != nil {
 			return fmt.Errorf("index: --verify: %w", err)
 		}
 	}

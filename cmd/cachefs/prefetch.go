@@ -30,6 +30,7 @@ type prefetchConfig struct {
 	cacheDir     string
 	cacheSize    string
 	manifest     string
+	manifestMax  string // --manifest-max-memory
 	policy       string
 	wholeFileMax string
 	blockSize    string
@@ -82,6 +83,7 @@ full, 1 error or files that could not be read, 130 interrupted.`,
 	f.StringVar(&c.cacheDir, "cache-dir", "", "cache directory, the one the mount will use (required)")
 	f.StringVar(&c.cacheSize, "cache-size", "", "cache capacity, as for mount (required unless a mount is running on --cache-dir)")
 	f.StringVar(&c.manifest, "manifest", "", "dataset manifest: a local file or a URL; default: SOURCE/.epochfs/manifest when it exists; 'none' walks the source")
+	f.StringVar(&c.manifestMax, mount.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "as for mount: the most memory the manifest may take, estimated from its header")
 	f.StringVar(&c.policy, "policy", cache.PolicyNR, "cache policy; only nr (prefetching into a replacing policy would evict what it fetched)")
 	f.StringVar(&c.wholeFileMax, "whole-file-max", fmt.Sprint(cache.DefaultWholeFileMax), "as for mount: files up to this size are cached whole")
 	f.StringVar(&c.blockSize, "block-size", fmt.Sprint(cache.DefaultBlockSize), "as for mount: larger files are cached in blocks of this size")
@@ -222,8 +224,14 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 		return prefetch.Summary{}, err
 	}
 	defer b.Close()
-	man, where, err := manifest.Discover(ctx, b, c.manifest, bopts)
+	maxMem, err := units.ParseSize(c.manifestMax)
+	if err != nil {
+		return prefetch.Summary{}, fmt.Errorf("prefetch: --%s: %w", mount.FlagManifestMaxMemory, err)
+	}
+	man, where, err := manifest.DiscoverMax(ctx, b, c.manifest, bopts, maxMem)
 	switch {
+	case errors.Is(err, manifest.ErrTooLarge):
+		return prefetch.Summary{}, fmt.Errorf("prefetch: %w: raise --%s (now %s) or use --manifest none", err, mount.FlagManifestMaxMemory, c.manifestMax)
 	case err != nil:
 		return prefetch.Summary{}, fmt.Errorf("prefetch: %w", err)
 	case man != nil:
