@@ -7,9 +7,14 @@
 // count, paths that would escape the mount); Index builds one from any
 // backend with parallel listing; Encode/WriteFile serialise it; Load/ReadFile/
 // Fetch parse it back. Load treats its input as hostile: it never panics,
-// allocates at most a bounded multiple of the input size, and returns either
-// a complete Manifest or an error wrapping ErrCorrupt (or ErrUnsupported for a
-// newer format version), never a half-loaded one.
+// checks from the header, before decompressing anything, that the manifest
+// fits a memory limit (LoadLimit; DefaultMaxMemory) and that the body is
+// one zstd frame declaring its size, decompresses it as a stream into the
+// in-memory records, and returns either a complete Manifest or an error
+// wrapping ErrCorrupt (ErrTooLarge over the limit, ErrUnsupported for a
+// newer format version), never a half-loaded one. ReadInfo returns what the
+// header says once the file's checksum matches, reading it as a stream and
+// never decompressing it, for callers that only need the totals.
 //
 // The package knows the backend (for path rules and for Index/Verify); it
 // knows nothing of caching, FUSE or CSI.
@@ -51,7 +56,7 @@
 //	source       uvarint length (≤ 4096) + bytes: the backend ID it was built from
 //	bodyLen      uvarint  length of the body once decompressed
 //	compLen      uvarint  length of the compressed body that follows
-//	body         compLen bytes: one zstd frame
+//	body         compLen bytes: exactly one zstd frame, declaring bodyLen as its content size
 //	checksum     16 bytes: XXH3-128 (high half first, big-endian) of every byte before it
 //
 // The checksum catches truncation and corruption; it is not a signature.
