@@ -34,6 +34,10 @@ func readFull(readAt readAtFunc, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// fetchChunk is the most one read of readManifest asks for (one ranged
+// GET of an object store).
+const fetchChunk = 8 << 20
+
 // firstRead is the first read of a manifest file: its header (at most
 // maxHeaderLen bytes), and the whole of a small manifest.
 const firstRead = 64 << 10
@@ -107,12 +111,16 @@ func readManifest(readAt readAtFunc, maxMemory int64) ([]byte, error) {
 	}
 	data := make([]byte, size)
 	copy(data, head)
-	n, err := readFull(readAt, data[len(head):], int64(len(head)))
-	if errors.Is(err, io.EOF) {
-		return nil, corrupt("truncated: %d bytes, the header says %d", len(head)+n, size)
-	}
-	if err != nil {
-		return nil, err
+	for off := int64(len(head)); off < size; {
+		end := min(off+fetchChunk, size)
+		n, err := readFull(readAt, data[off:end], off)
+		if errors.Is(err, io.EOF) {
+			return nil, corrupt("truncated: %d bytes, the header says %d", off+int64(n), size)
+		}
+		if err != nil {
+			return nil, err
+		}
+		off = end
 	}
 	if err := checkEnd(readAt, size); err != nil {
 		return nil, err
