@@ -98,9 +98,9 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	}
 	var old *manifest.Manifest
 	if c.verify != "" {
-		maxMem, err := units.ParseSize(c.maxMem)
+		maxMem, err := parseManifestMax(c.maxMem)
 		if err != nil {
-			return fmt.Errorf("index: --%s: %w", mount.FlagManifestMaxMemory, err)
+			return fmt.Errorf("index: %w", err)
 		}
 		if old, err = manifest.ReadFile(c.verify, maxMem); err != nil {
 			return fmt.Errorf("index: --verify: %w", err)
@@ -246,4 +246,16 @@ func isTerminal(w io.Writer) bool {
 	}
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil && !strings.EqualFold(os.Getenv("TERM"), "dumb")
+}
+
+// parseManifestMax parses a --manifest-max-memory value ("": the default).
+func parseManifestMax(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := units.ParseSize(v)
+	if err != nil {
+		return 0, fmt.Errorf("--%s: %w", mount.FlagManifestMaxMemory, err)
+	}
+	return n, nil
 }

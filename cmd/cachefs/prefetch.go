@@ -224,14 +224,14 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 		return prefetch.Summary{}, err
 	}
 	defer b.Close()
-	maxMem, err := units.ParseSize(c.manifestMax)
+	maxMem, err := parseManifestMax(c.manifestMax)
 	if err != nil {
-		return prefetch.Summary{}, fmt.Errorf("prefetch: --%s: %w", mount.FlagManifestMaxMemory, err)
+		return prefetch.Summary{}, fmt.Errorf("prefetch: %w", err)
 	}
 	man, where, err := manifest.DiscoverMax(ctx, b, c.manifest, bopts, maxMem)
 	switch {
 	case errors.Is(err, manifest.ErrTooLarge):
-		return prefetch.Summary{}, fmt.Errorf("prefetch: %w: raise --%s (now %s) or use --manifest none", err, mount.FlagManifestMaxMemory, c.manifestMax)
+		return prefetch.Summary{}, fmt.Errorf("prefetch: %w: raise --%s or use --manifest none", err, mount.FlagManifestMaxMemory)
 	case err != nil:
 		return prefetch.Summary{}, fmt.Errorf("prefetch: %w", err)
 	case man != nil:
