@@ -336,7 +336,9 @@ func parseBody(body []byte, h header) (*Manifest, error) {
 
 // parseStream decodes the decompressed body, read from src (which must end
 // right after h.bodyLen bytes), into a Manifest, validating every entry;
-// see the package doc for the layout of both.
+// see the package doc for the layout of both. It is one long function, as
+// parseBody was: every step shares the loop's state (the previous name,
+// the block, the counters, the record's growth).
 func parseStream(src io.Reader, h header, lim loadLimits) (*Manifest, error) {
 	checksums := h.flags&flagChecksums != 0
 	nEntries := int(h.files + h.dirs) // bounded by parseEnvelope
