@@ -30,7 +30,8 @@ const datasetBytesChild = "EPOCHFS_TEST_DATASETBYTES_SOURCE"
 // the node plugin's 256 MiB memory limit (chart values nodePlugin
 // resources): each case runs datasetBytes in a child process (this test
 // binary), which reports its peak RSS (VmHWM of /proc/self/status) and
-// the bytes it allocated (TotalAlloc). Asserted: peak RSS < 100 MiB and
+// the bytes it allocated (TotalAlloc). Asserted: peak RSS < 128 MiB, half
+// the limit (~42 MiB measured, ~94 MiB under -race), and
 // allocations < 32 MiB. Before: datasetBytes loaded the manifest
 // (manifest.DiscoverLimit, a 64 MiB cap on the compressed file only): the
 // first case took some 600 MiB and the second allocated 512 MiB.
@@ -100,8 +101,8 @@ func TestDatasetBytesMemory(t *testing.T) {
 			if size != tc.size {
 				t.Errorf("datasetBytes = %d, want %d", size, tc.size)
 			}
-			if hwmKiB > 100<<10 {
-				t.Errorf("peak RSS %d MiB, want < 100 MiB (the node plugin's limit is 256 MiB)", hwmKiB>>10)
+			if hwmKiB > 128<<10 {
+				t.Errorf("peak RSS %d MiB, want < 128 MiB (the node plugin's limit is 256 MiB)", hwmKiB>>10)
 			}
 			if alloc > 32<<20 {
 				t.Errorf("allocated %d MiB, want < 32 MiB", alloc>>20)
