@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/units"
 )
@@ -28,6 +29,10 @@ const (
 	FlagReadahead           = "readahead"
 	FlagReadaheadFiles      = "readahead-files"
 	FlagListingCacheEntries = "listing-cache-entries"
+	// Listing caps (fusefs/listlimit.go): the same names as the caps'
+	// in backend, which error messages spell.
+	FlagMaxDirEntries    = backend.CapDirEntries
+	FlagMaxListingMemory = backend.CapListingMemory
 	FlagReadTimeout         = "read-timeout"
 	FlagWriteBehind         = "write-behind"
 	FlagFuseDebug           = "fuse-debug"
