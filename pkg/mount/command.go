@@ -33,9 +33,9 @@ const (
 	// in backend, which error messages spell.
 	FlagMaxDirEntries    = backend.CapDirEntries
 	FlagMaxListingMemory = backend.CapListingMemory
-	FlagReadTimeout         = "read-timeout"
-	FlagWriteBehind         = "write-behind"
-	FlagFuseDebug           = "fuse-debug"
+	FlagReadTimeout      = "read-timeout"
+	FlagWriteBehind      = "write-behind"
+	FlagFuseDebug        = "fuse-debug"
 	// FlagCredentialsFD names an inherited file descriptor (a pipe) to read
 	// S3 credentials from (ReadCredentials) instead of the environment.
 	FlagCredentialsFD = "credentials-fd"
