@@ -28,11 +28,12 @@ var ErrListTooLarge = errors.New("directory listing over a cap")
 
 // The caps, named after the `cachefs mount` flags that set them (pkg/mount
 // spells the same names), so that the error a reader's log shows says
-// which flag to raise.
+// which flag to raise; the page cap has no flag of its own (the mount
+// derives it from max-dir-entries).
 const (
 	CapDirEntries    = "max-dir-entries"    // ListLimits.MaxEntries
 	CapListingMemory = "max-listing-memory" // ListLimits.Memory
-	CapListingPages  = "max-listing-pages"  // ListLimits.MaxPages (derived from max-dir-entries by the mount)
+	CapListingPages  = "listing-pages"      // ListLimits.MaxPages
 )
 
 // ListLimits bound one List call. Zero fields are no cap.
@@ -76,7 +77,7 @@ func (e *ListLimitError) Error() string {
 	case CapListingMemory:
 		return fmt.Sprintf("listing of %q refused: the mount's listings would hold more than %d bytes (--%s)", e.Path, e.Limit, e.Cap)
 	}
-	return fmt.Sprintf("listing of %q refused: %d requests without reaching its end (--%s, from --%s)", e.Path, e.Limit, e.Cap, CapDirEntries)
+	return fmt.Sprintf("listing of %q refused: %d requests without reaching its end (the page cap, --%s / 100 + 100)", e.Path, e.Limit, CapDirEntries)
 }
 
 func (e *ListLimitError) Unwrap() error { return ErrListTooLarge }

@@ -225,8 +225,8 @@ type Listings struct {
 
 // RegisterListings adds cachefs_listing_refusals_total{cap=…} to reg, read
 // from state at scrape time; cap is the mount flag that set the cap
-// (max-dir-entries, max-listing-memory, max-listing-pages) or page-size
-// (an S3 listing page over 16 MiB).
+// (max-dir-entries, max-listing-memory), listing-pages (the page cap,
+// max-dir-entries / 100 + 100) or page-size (an S3 listing page over 16 MiB).
 func RegisterListings(reg *prometheus.Registry, state func() Listings) {
 	for _, c := range []struct {
 		cap string
@@ -234,7 +234,7 @@ func RegisterListings(reg *prometheus.Registry, state func() Listings) {
 	}{
 		{"max-dir-entries", func(l Listings) int64 { return l.Entries }},
 		{"max-listing-memory", func(l Listings) int64 { return l.Memory }},
-		{"max-listing-pages", func(l Listings) int64 { return l.Pages }},
+		{"listing-pages", func(l Listings) int64 { return l.Pages }},
 		{"page-size", func(l Listings) int64 { return l.PageSize }},
 	} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

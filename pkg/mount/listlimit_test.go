@@ -123,6 +123,11 @@ func TestEndlessListingRefused(t *testing.T) {
 			t.Errorf("readdir of %s: %v, want EFBIG", name, errs[i])
 		}
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("mount A's log:\n%s\nmount B's log:\n%s", logA.String(), logB.String())
+		}
+	})
 	if grew > 64<<20 {
 		t.Errorf("heap grew by %d MiB while listing, want at most 64 MiB", grew>>20)
 	}
@@ -151,9 +156,9 @@ func TestEndlessListingRefused(t *testing.T) {
 		name string
 		m    *mount.Mount
 		log  *lockedBuffer
-		caps map[string]int // flag → refusals
+		caps map[string]int // cap label (and flag, but for listing-pages) → refusals
 	}{
-		{"A", a, &logA, map[string]int{"max-dir-entries": 1, "max-listing-pages": 1}},
+		{"A", a, &logA, map[string]int{"max-dir-entries": 1, "listing-pages": 1}},
 		{"B", b, &logB, map[string]int{"max-listing-memory": 1}},
 	} {
 		var lines []string
@@ -166,11 +171,18 @@ func TestEndlessListingRefused(t *testing.T) {
 			t.Errorf("mount %s: %d listing-refused ERROR lines, want %d:\n%s", c.name, len(lines), len(c.caps), strings.Join(lines, "\n"))
 		}
 		metrics := scrape(t, c.m.MetricsAddr())
-		for flag, n := range c.caps {
+		for label, n := range c.caps {
+			if !strings.Contains(c.log.String(), "cap="+label) {
+				t.Errorf("mount %s: no log line names cap %s:\n%s", c.name, label, strings.Join(lines, "\n"))
+			}
+			flag := label
+			if label == backend.CapListingPages {
+				flag = mount.FlagMaxDirEntries // the page cap is derived from it
+			}
 			if !strings.Contains(c.log.String(), "--"+flag) {
 				t.Errorf("mount %s: no log line names --%s:\n%s", c.name, flag, strings.Join(lines, "\n"))
 			}
-			want := `cachefs_listing_refusals_total{cap="` + flag + `"} ` + string(rune('0'+n))
+			want := `cachefs_listing_refusals_total{cap="` + label + `"} ` + string(rune('0'+n))
 			if !strings.Contains(metrics, want) {
 				t.Errorf("mount %s: metrics lack %q", c.name, want)
 			}
