@@ -173,10 +173,10 @@ func (g *listGuard) release() {
 // of 1,024 bytes, URL-encoded (up to 3 bytes each), with their metadata
 // are under 4 MiB; a server that sends more (ignoring max-keys) is refused
 // before the XML decoder holds it. A variable for tests only.
-var maxListPageBytes int64 = 16 << 20
+var maxListPageBytes int64 = 8 << 20
 
 // errListPageTooLarge: an S3 listing page over maxListPageBytes.
-var errListPageTooLarge = fmt.Errorf("%w: a listing page over 16 MiB", ErrListTooLarge)
+var errListPageTooLarge = fmt.Errorf("%w: a listing page over 8 MiB", ErrListTooLarge)
 
 type listGuardKey struct{}
 

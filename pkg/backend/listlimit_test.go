@@ -119,7 +119,7 @@ func TestS3ListCaps(t *testing.T) {
 	})
 }
 
-// TestS3ListPageSizeCap: a page body over the cap (16 MiB; 1 MiB here, so
+// TestS3ListPageSizeCap: a page body over the cap (8 MiB; 1 MiB here, so
 // that the race detector's decoder is quick) from a server ignoring
 // max-keys is refused before it is decoded, not retried. Without the cap,
 // minio-go decodes the whole page.
@@ -138,7 +138,7 @@ func TestS3ListPageSizeCap(t *testing.T) {
 	t.Cleanup(func() { b.Close() })
 	_, err = b.List(limited(backend.ListLimits{MaxEntries: 1 << 20}), "big")
 	if !errors.Is(err, backend.ErrListTooLarge) {
-		t.Fatalf("List(big) = %v, want ErrListTooLarge (a page over 16 MiB)", err)
+		t.Fatalf("List(big) = %v, want ErrListTooLarge (a page over the cap)", err)
 	}
 	if n := s.Pages("big/"); n != 1 {
 		t.Errorf("%d requests, want 1 (no retry of a page over the cap)", n)

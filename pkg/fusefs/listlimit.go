@@ -182,7 +182,7 @@ type ListingRefusals struct {
 	Entries  int64 // over Options.MaxDirEntries
 	Memory   int64 // over Options.MaxListingMemory
 	Pages    int64 // over the page cap (MaxDirEntries/100 + 100 requests)
-	PageSize int64 // an S3 listing page over 16 MiB
+	PageSize int64 // an S3 listing page over 8 MiB
 }
 
 // ListingRefusals returns the refusals counted so far.

@@ -226,7 +226,7 @@ type Listings struct {
 // RegisterListings adds cachefs_listing_refusals_total{cap=…} to reg, read
 // from state at scrape time; cap is the mount flag that set the cap
 // (max-dir-entries, max-listing-memory), listing-pages (the page cap,
-// max-dir-entries / 100 + 100) or page-size (an S3 listing page over 16 MiB).
+// max-dir-entries / 100 + 100) or page-size (an S3 listing page over 8 MiB).
 func RegisterListings(reg *prometheus.Registry, state func() Listings) {
 	for _, c := range []struct {
 		cap string
