@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,16 @@ const (
 	CapDirEntries    = "max-dir-entries"    // ListLimits.MaxEntries
 	CapListingMemory = "max-listing-memory" // ListLimits.Memory
 	CapListingPages  = "listing-pages"      // ListLimits.MaxPages
+	// CapProbePages: an S3 probe for one key (is this a directory? does
+	// the dataset exist?) sent probeMaxPages requests without a key or the
+	// end, whatever the caller's limits.
+	CapProbePages = "probe-pages"
 )
+
+// probeMaxPages bounds the requests of an S3 probe for one key: a server
+// answering empty truncated pages cannot make a Stat or an open spin until
+// its deadline.
+const probeMaxPages = 100
 
 // ListLimits bound one List call. Zero fields are no cap.
 type ListLimits struct {
@@ -76,6 +86,8 @@ func (e *ListLimitError) Error() string {
 		return fmt.Sprintf("listing of %q refused: more than %d entries (--%s)", e.Path, e.Limit, e.Cap)
 	case CapListingMemory:
 		return fmt.Sprintf("listing of %q refused: the mount's listings would hold more than %d bytes (--%s)", e.Path, e.Limit, e.Cap)
+	case CapProbePages:
+		return fmt.Sprintf("probe of %q refused: %d requests without a key or the end of the listing", e.Path, e.Limit)
 	}
 	return fmt.Sprintf("listing of %q refused: %d requests without reaching its end (the page cap, --%s / 100 + 100)", e.Path, e.Limit, CapDirEntries)
 }
@@ -115,6 +127,7 @@ const listReserveChunk = 64 << 10
 type listGuard struct {
 	lim      ListLimits
 	path     string
+	pageCap  string // "" is CapListingPages
 	entries  int
 	pages    int
 	used     int64 // bytes of the entries gathered
@@ -150,7 +163,7 @@ func (g *listGuard) entry(name, version string) error {
 func (g *listGuard) page() error {
 	g.pages++
 	if g.lim.MaxPages > 0 && g.pages > g.lim.MaxPages {
-		return &ListLimitError{Path: g.path, Cap: CapListingPages, Limit: int64(g.lim.MaxPages)}
+		return &ListLimitError{Path: g.path, Cap: cmp.Or(g.pageCap, CapListingPages), Limit: int64(g.lim.MaxPages)}
 	}
 	return nil
 }

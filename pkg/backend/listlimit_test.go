@@ -107,6 +107,19 @@ func TestS3ListCaps(t *testing.T) {
 			t.Errorf("%d pages fetched, want exactly the cap of 50", n)
 		}
 	})
+	t.Run("probe of empty pages", func(t *testing.T) {
+		// Stat of a name that is no object asks for one key under name/:
+		// endless empty pages stop at the probe's own cap, whatever the
+		// caller's limits (none here).
+		before := s.Pages("empty/")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := b.Stat(ctx, "empty")
+		wantCap(t, err, "empty/", backend.CapProbePages)
+		if n := s.Pages("empty/") - before; n != 100 {
+			t.Errorf("%d probe requests, want exactly the cap of 100", n)
+		}
+	})
 	t.Run("ordinary directory", func(t *testing.T) {
 		es, err := b.List(limited(backend.ListLimits{MaxEntries: 2, MaxPages: 1, Memory: backend.NewListMemory(1 << 20)}), "ok")
 		if err != nil || len(es) != 2 {

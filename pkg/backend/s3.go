@@ -203,6 +203,8 @@ func (b *s3Backend) isDir(ctx context.Context, p string) (bool, error) {
 // returned unwrapped.
 func (b *s3Backend) firstKey(ctx context.Context, prefix string) (string, error) {
 	var key string
+	g := &listGuard{lim: ListLimits{MaxPages: probeMaxPages}, path: prefix, pageCap: CapProbePages}
+	ctx = context.WithValue(ctx, listGuardKey{}, g) // pages counted by listPageTransport
 	_, err := b.retry.do(ctx, "probe", b.retryable, func(ctx context.Context) error {
 		for obj := range b.core.Client.ListObjectsIter(ctx, b.bucket, minio.ListObjectsOptions{
 			Prefix: prefix, Recursive: true, MaxKeys: 1,
