@@ -31,6 +31,7 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		credsFD        int
 		peers          string
 		peersFile      string
+		maxListingMem  string
 	)
 	cmd := &cobra.Command{
 		Use:   mount.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
@@ -83,6 +84,14 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mount.FlagManifestMaxMemory, err)))
 			}
 			cfg.ManifestMaxMemory = n
+			n, err = units.ParseSize(maxListingMem)
+			if err != nil {
+				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mount.FlagMaxListingMemory, err)))
+			}
+			cfg.MaxListingMemory = n
+			if cfg.MaxDirEntries <= 0 {
+				return g.mountFailed(usageError(fmt.Errorf("--%s: %d must be at least 1", mount.FlagMaxDirEntries, cfg.MaxDirEntries)))
+			}
 			if cmd.Flags().Changed(mount.FlagCredentialsFD) {
 				creds, err := mount.ReadCredentialsFD(credsFD)
 				if err != nil {
@@ -130,6 +139,8 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (runtime/pprof) of the whole mount to this file, for benchmarks")
 	_ = f.MarkHidden("cpu-profile")
 	f.IntVar(&cfg.ListingCacheEntries, mount.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
+	f.IntVar(&cfg.MaxDirEntries, mount.FlagMaxDirEntries, fusefs.DefaultMaxDirEntries, "without a manifest: most entries of one directory; a larger directory reads as EFBIG (\"File too large\"), with an error line in the log naming it, and the rest of the mount serves on (a listing also stops after this/100 + 100 requests)")
+	f.StringVar(&maxListingMem, mount.FlagMaxListingMemory, "256MiB", "without a manifest: most memory of the listings the mount holds and fetches, together; the least recently used are dropped to make room, and a listing that still does not fit reads as EFBIG")
 	f.DurationVar(&cfg.ReadTimeout, mount.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
 	f.IntVar(&credsFD, mount.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
 	f.StringVar(&cfg.Peer.Scope, mount.FlagCacheScope, mount.ScopeNode, "node: a node-local cache; cluster: the cache peers of the dataset (--peers) split its files, each cached by its owner only, and a miss of another peer's file asks that owner before the backend")

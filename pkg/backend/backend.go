@@ -82,7 +82,10 @@ type Backend interface {
 	// List returns the direct children of the directory at path, sorted by
 	// Name, each with Name set to its base name. Children whose names would
 	// escape the dataset (see ValidName) are skipped and counted, never
-	// returned. Errors: ErrNotExist, ErrNotDir, ErrInvalidPath.
+	// returned. With ListLimits in ctx (WithListLimits) it stops fetching
+	// at the first cap it passes and returns a *ListLimitError, never a
+	// partial listing (listlimit.go). Errors: ErrNotExist, ErrNotDir,
+	// ErrInvalidPath, ErrListTooLarge.
 	List(ctx context.Context, path string) ([]Entry, error)
 
 	// ReadAt reads up to len(p) bytes of the file at path starting at off,

@@ -477,6 +477,8 @@ func (b *cephfsBackend) list(ctx context.Context, p string) ([]Entry, error) {
 		return nil, fmt.Errorf("cephfs: list %q: %w", p, mapCephErr(err))
 	}
 	defer d.Close()
+	g := newListGuard(ctx, p) // the caps (listlimit.go)
+	defer g.release()
 	var out []Entry
 	for i := 0; ; i++ {
 		if i%256 == 0 {
@@ -504,7 +506,11 @@ func (b *cephfsBackend) list(ctx context.Context, p string) ([]Entry, error) {
 			b.skip(p, name, "not a regular file or directory (symlinks are not followed)")
 			continue
 		}
-		out = append(out, cephEntry(name, esx))
+		e := cephEntry(name, esx)
+		if err := g.entry(e.Name, e.Version); err != nil {
+			return nil, fmt.Errorf("cephfs: list: %w", err)
+		}
+		out = append(out, e)
 	}
 	slices.SortFunc(out, func(x, y Entry) int { return strings.Compare(x.Name, y.Name) })
 	return out, nil

@@ -421,10 +421,13 @@ func (r *replica) failed() {
 // authoritative reports errors that describe the dataset or the call, not
 // the replica: they are returned without failing over. (The caller's
 // context ending is checked separately: a replica's own timeouts do fail
-// over.)
+// over.) A listing over a cap (ErrListTooLarge) is one: the next replica
+// holds the same directory, and listing it again would double what the
+// caller's caps allow.
 func authoritative(err error) bool {
 	return err == io.EOF || errors.Is(err, ErrNotExist) || errors.Is(err, ErrNotDir) ||
-		errors.Is(err, ErrIsDir) || errors.Is(err, ErrInvalidPath) || errors.Is(err, ErrChanged)
+		errors.Is(err, ErrIsDir) || errors.Is(err, ErrInvalidPath) || errors.Is(err, ErrChanged) ||
+		errors.Is(err, ErrListTooLarge)
 }
 
 // try runs fn on the replicas in order until one gives an authoritative

@@ -728,8 +728,11 @@ func (b *nfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 	}
 	var kids []kid
 	var skipped []string
+	g := newListGuard(ctx, p) // the caps (listlimit.go)
+	defer g.release()
 	err = b.do(ctx, "list", func(ctx context.Context, c *rpcConn, root []byte) error {
 		out, kids, skipped = out[:0], kids[:0], skipped[:0]
+		g.restart()
 		var a nfsc.Fattr
 		dir, err := b.resolve(ctx, c, root, p, &a)
 		if err != nil {
@@ -746,6 +749,9 @@ func (b *nfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 		prevCookie := cookie
 		for {
 			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := g.page(); err != nil {
 				return err
 			}
 			eof := false
@@ -792,6 +798,9 @@ func (b *nfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 						var fh []byte
 						if ent.Handle.IsSet {
 							fh = ent.Handle.FH
+						}
+						if err := g.entry(name, ""); err != nil {
+							return err // stops the loop: no further page is asked for
 						}
 						var typ uint32
 						if ent.Attr.IsSet {
@@ -841,6 +850,9 @@ func (b *nfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 	if err != nil {
 		if errors.Is(err, errNFSNotDir) {
 			return nil, fmt.Errorf("nfs: list %q: %w", p, ErrNotDir)
+		}
+		if lim := (*ListLimitError)(nil); errors.As(err, &lim) {
+			return nil, fmt.Errorf("nfs: list: %w", lim)
 		}
 		return nil, b.mapErr("list", p, err)
 	}

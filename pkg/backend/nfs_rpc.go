@@ -216,8 +216,8 @@ func (c *rpcConn) call(ctx context.Context, timeout time.Duration, auth rpc.Auth
 		}
 		if err := decode(r); err != nil {
 			var se *nfsStatError
-			if errors.As(err, &se) {
-				return err // a status the server sent: the stream is fine
+			if errors.As(err, &se) || errors.Is(err, ErrListTooLarge) {
+				return err // a status the server sent, or a listing cap: the stream is fine
 			}
 			c.broken = true // a reply we cannot parse: do not trust the stream
 			return fmt.Errorf("%w: decode reply: %w", errTransport, err)

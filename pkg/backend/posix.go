@@ -156,43 +156,66 @@ func (b *posixBackend) List(ctx context.Context, p string) ([]Entry, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("posix: list %q: %w", p, ErrNotDir)
 	}
-	des, err := f.ReadDir(-1)
-	if err != nil {
-		return nil, fmt.Errorf("posix: list %q: %w", p, mapPosixErr(err))
-	}
-	out := make([]Entry, 0, len(des))
-	for i, de := range des {
-		if i%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("posix: list %q: %w", p, err)
-			}
+	// In batches, so that a directory over a cap (listlimit.go) is
+	// refused before all of it is read.
+	g := newListGuard(ctx, p)
+	defer g.release()
+	out := []Entry{}
+	for {
+		des, rerr := f.ReadDir(1024)
+		if rerr != nil && rerr != io.EOF {
+			return nil, fmt.Errorf("posix: list %q: %w", p, mapPosixErr(rerr))
 		}
-		name := de.Name()
-		if !ValidName(name) {
-			b.skip(p, name, "not a valid file name")
-			continue
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("posix: list %q: %w", p, err)
 		}
-		var info fs.FileInfo
-		if de.Type()&fs.ModeSymlink != 0 {
-			info, err = b.root.Stat(joinPath(p, name))
+		for _, de := range des {
+			e, ok, err := b.child(p, de)
 			if err != nil {
-				b.skip(p, name, "symlink is dangling or points outside the dataset")
+				return nil, err
+			}
+			if !ok {
 				continue
 			}
-		} else if info, err = de.Info(); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // removed since ReadDir
+			if err := g.entry(e.Name, e.Version); err != nil {
+				return nil, fmt.Errorf("posix: list: %w", err)
 			}
-			return nil, fmt.Errorf("posix: list %q: %w", p, mapPosixErr(err))
+			out = append(out, e)
 		}
-		if !servable(info) {
-			b.skip(p, name, "not a regular file or directory")
-			continue
+		if rerr == io.EOF || len(des) == 0 {
+			break
 		}
-		out = append(out, posixEntry(name, info))
 	}
 	slices.SortFunc(out, func(x, y Entry) int { return strings.Compare(x.Name, y.Name) })
 	return out, nil
+}
+
+// child is the entry of one directory entry of the directory at p; ok is
+// false for a name skipped (and counted) or one removed since it was read.
+func (b *posixBackend) child(p string, de fs.DirEntry) (e Entry, ok bool, err error) {
+	name := de.Name()
+	if !ValidName(name) {
+		b.skip(p, name, "not a valid file name")
+		return e, false, nil
+	}
+	var info fs.FileInfo
+	if de.Type()&fs.ModeSymlink != 0 {
+		info, err = b.root.Stat(joinPath(p, name))
+		if err != nil {
+			b.skip(p, name, "symlink is dangling or points outside the dataset")
+			return e, false, nil
+		}
+	} else if info, err = de.Info(); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return e, false, nil // removed since ReadDir
+		}
+		return e, false, fmt.Errorf("posix: list %q: %w", p, mapPosixErr(err))
+	}
+	if !servable(info) {
+		b.skip(p, name, "not a regular file or directory")
+		return e, false, nil
+	}
+	return posixEntry(name, info), true, nil
 }
 
 func (b *posixBackend) skip(dir, name, why string) {

@@ -89,7 +89,7 @@ func openS3(ctx context.Context, src Source, opts Options) (Backend, error) {
 	core, err := minio.NewCore(host, &minio.Options{
 		Creds:        creds,
 		Secure:       secure,
-		Transport:    &timeoutTransport{base: base, d: opts.RequestTimeout},
+		Transport:    &listPageTransport{base: &timeoutTransport{base: base, d: opts.RequestTimeout}},
 		Region:       src.Region,
 		BucketLookup: lookup,
 		MaxRetries:   1, // retries are ours: bounded, counted, ctx-aware
@@ -203,6 +203,8 @@ func (b *s3Backend) isDir(ctx context.Context, p string) (bool, error) {
 // returned unwrapped.
 func (b *s3Backend) firstKey(ctx context.Context, prefix string) (string, error) {
 	var key string
+	g := &listGuard{lim: ListLimits{MaxPages: probeMaxPages}, path: prefix, pageCap: CapProbePages}
+	ctx = context.WithValue(ctx, listGuardKey{}, g) // pages counted by listPageTransport
 	_, err := b.retry.do(ctx, "probe", b.retryable, func(ctx context.Context) error {
 		for obj := range b.core.Client.ListObjectsIter(ctx, b.bucket, minio.ListObjectsOptions{
 			Prefix: prefix, Recursive: true, MaxKeys: 1,
@@ -227,7 +229,12 @@ func (b *s3Backend) List(ctx context.Context, p string) ([]Entry, error) {
 	byName := make(map[string]Entry)
 	seen := false    // any key at all under prefix (even a marker or a bad name)
 	startAfter := "" // resume point after a failed page
-	_, err = b.retry.do(ctx, "list", b.retryable, func(ctx context.Context) error {
+	// The caps (listlimit.go): entries and memory as items arrive, pages
+	// by listPageTransport, which finds g in the requests' ctx.
+	g := newListGuard(ctx, p)
+	defer g.release()
+	lctx := context.WithValue(ctx, listGuardKey{}, g)
+	_, err = b.retry.do(lctx, "list", b.retryable, func(ctx context.Context) error {
 		for obj := range b.core.Client.ListObjectsIter(ctx, b.bucket, minio.ListObjectsOptions{
 			Prefix:     prefix,
 			Recursive:  false, // ListObjectsV2 with Delimiter "/", paginated by minio-go
@@ -238,7 +245,11 @@ func (b *s3Backend) List(ctx context.Context, p string) ([]Entry, error) {
 			}
 			seen = true
 			startAfter = max(startAfter, obj.Key)
-			b.addChild(byName, prefix, obj)
+			if e, added := b.addChild(byName, prefix, obj); added {
+				if err := g.entry(e.Name, e.Version); err != nil {
+					return err // breaking out stops minio-go's pagination
+				}
+			}
 		}
 		return ctx.Err() // minio-go ends a canceled listing silently
 	})
@@ -263,13 +274,14 @@ func (b *s3Backend) List(ctx context.Context, p string) ([]Entry, error) {
 }
 
 // addChild turns one listing item (an object or a common prefix) into a
-// child entry of the directory at prefix, skipping invalid names.
-func (b *s3Backend) addChild(byName map[string]Entry, prefix string, obj minio.ObjectInfo) {
+// child entry of the directory at prefix, skipping invalid names; added
+// reports a name not held before.
+func (b *s3Backend) addChild(byName map[string]Entry, prefix string, obj minio.ObjectInfo) (e Entry, added bool) {
 	rel := strings.TrimPrefix(obj.Key, prefix)
 	if rel == "" {
-		return // a "directory marker" object for the directory itself
+		return e, false // a "directory marker" object for the directory itself
 	}
-	e := Entry{Name: rel}
+	e = Entry{Name: rel}
 	if strings.HasSuffix(rel, "/") {
 		e = Entry{Name: strings.TrimSuffix(rel, "/"), IsDir: true}
 	} else {
@@ -277,19 +289,20 @@ func (b *s3Backend) addChild(byName map[string]Entry, prefix string, obj minio.O
 	}
 	if !ValidName(e.Name) {
 		b.skip(obj.Key, "name would escape the mount or is not a valid file name")
-		return
+		return e, false
 	}
 	if prev, dup := byName[e.Name]; dup {
 		if prev.IsDir == e.IsDir {
-			return // the same item again after a resumed page
+			return e, false // the same item again after a resumed page
 		}
 		b.skip(obj.Key, "a file and a directory share this name; keeping the file")
 		if prev.IsDir {
 			byName[e.Name] = e
 		}
-		return
+		return e, false
 	}
 	byName[e.Name] = e
+	return e, true
 }
 
 func (b *s3Backend) skip(key, why string) {
@@ -434,6 +447,9 @@ func parseContentRange(s string) (start, end, total int64, err error) {
 // throttling codes, timeouts, connection failures and short bodies are
 // transient; any other 4xx or API error is permanent.
 func (b *s3Backend) retryable(err error) bool {
+	if errors.Is(err, ErrListTooLarge) {
+		return false // a cap (listlimit.go): listing again would pass it again
+	}
 	if errors.Is(err, errShortBody) {
 		return true
 	}
@@ -484,6 +500,13 @@ func isNotFound(err error) bool {
 func (b *s3Backend) mapErr(op, p string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("s3: %s %q: %w", op, p, err)
+	}
+	var lim *ListLimitError
+	switch {
+	case errors.As(err, &lim): // without minio-go's and net/http's wrapping (the request URL)
+		return fmt.Errorf("s3: %s: %w", op, lim)
+	case errors.Is(err, errListPageTooLarge):
+		return fmt.Errorf("s3: %s %q: %w", op, p, errListPageTooLarge)
 	}
 	resp := minio.ToErrorResponse(err)
 	switch {

@@ -106,6 +106,14 @@ type Options struct {
 	// manifest keeps from its listings (listing.go). About 150 bytes each
 	// with S3 names and ETags.
 	ListingCacheEntries int
+	// MaxDirEntries is the most entries one directory may have; a larger
+	// one reads as EFBIG (listlimit.go). Default DefaultMaxDirEntries.
+	MaxDirEntries int
+	// MaxListingMemory is the most bytes the listings of a mount without a
+	// manifest may hold, held and being fetched together; a listing that
+	// does not fit once the listing cache has given back what it can reads
+	// as EFBIG (listlimit.go). Default DefaultMaxListingMemory.
+	MaxListingMemory int64
 	// Peers, when set, is the cluster-wide cache (peers.go): files this
 	// mount does not own are read from their owner and never admitted.
 	Peers  Peers
@@ -157,12 +165,15 @@ type readahead struct {
 }
 
 // listings is how a mount without a manifest gets listings (see the
-// glossary in the package doc). cache, sem and flight are immutable (and
-// safe for concurrent use); mu guards parked and parkedEntries.
+// glossary in the package doc). cache, mem, refused, sem and flight are
+// immutable (and safe for concurrent use); mu guards parked and
+// parkedEntries.
 type listings struct {
-	cache  *listingCache      // the listings held (listing.go)
-	sem    chan struct{}      // bounds prelistings (prelist.go)
-	flight singleflight.Group // one foreground fetch per directory at a time
+	cache   *listingCache      // the listings held (listing.go)
+	mem     *listingMemory     // the listing memory budget (listlimit.go)
+	refused *refusals          // directories over a cap (listlimit.go)
+	sem     chan struct{}      // bounds prelistings (prelist.go)
+	flight  singleflight.Group // one foreground fetch per directory at a time
 
 	mu            sync.Mutex
 	parked        map[string]*pendingListing // prelistings not yet taken, at most maxParkedListings
@@ -180,6 +191,8 @@ func New(opts Options) (*FS, error) {
 	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
 	opts.ReadTimeout = cmp.Or(opts.ReadTimeout, DefaultReadTimeout)
 	opts.ListingCacheEntries = cmp.Or(opts.ListingCacheEntries, DefaultListingCacheEntries)
+	opts.MaxDirEntries = cmp.Or(opts.MaxDirEntries, DefaultMaxDirEntries)
+	opts.MaxListingMemory = cmp.Or(opts.MaxListingMemory, DefaultMaxListingMemory)
 	switch {
 	case opts.WholeFileMax < 0:
 		return nil, fmt.Errorf("fusefs: WholeFileMax %d must be positive", opts.WholeFileMax)
@@ -191,11 +204,16 @@ func New(opts Options) (*FS, error) {
 		return nil, fmt.Errorf("fusefs: ReadaheadFiles %d must not be negative (but ReadaheadFilesAuto)", opts.ReadaheadFiles)
 	case opts.ListingCacheEntries < 0:
 		return nil, fmt.Errorf("fusefs: ListingCacheEntries %d must not be negative", opts.ListingCacheEntries)
+	case opts.MaxDirEntries < 0:
+		return nil, fmt.Errorf("fusefs: MaxDirEntries %d must not be negative", opts.MaxDirEntries)
+	case opts.MaxListingMemory < 0:
+		return nil, fmt.Errorf("fusefs: MaxListingMemory %d must not be negative", opts.MaxListingMemory)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	mem := &listingMemory{limit: opts.MaxListingMemory}
 	var auto *autoReadahead
 	maxFiles := opts.ReadaheadFiles
 	if opts.ReadaheadFiles == ReadaheadFilesAuto {
@@ -217,9 +235,11 @@ func New(opts Options) (*FS, error) {
 			files:    map[string]struct{}{},
 		},
 		listings: listings{
-			cache:  newListingCache(opts.ListingCacheEntries, opts.Timeout),
-			sem:    make(chan struct{}, DefaultPrelistWorkers),
-			parked: map[string]*pendingListing{},
+			cache:   newListingCache(opts.ListingCacheEntries, opts.Timeout, mem),
+			mem:     mem,
+			refused: &refusals{byPath: map[string]refusal{}},
+			sem:     make(chan struct{}, DefaultPrelistWorkers),
+			parked:  map[string]*pendingListing{},
 		},
 	}, nil
 }
@@ -332,6 +352,8 @@ func (f *FS) errno(op, path string, err error) syscall.Errno {
 		return syscall.ENOENT
 	case errors.Is(err, context.Canceled) && f.ctx.Err() == nil:
 		return syscall.EINTR
+	case errors.Is(err, backend.ErrListTooLarge):
+		return tooLarge // logged once by refuse (listlimit.go)
 	}
 	f.log.Error("fusefs: I/O error", "op", op, "path", path, "err", err)
 	return syscall.EIO
@@ -350,9 +372,15 @@ func join(dir, name string) string {
 // common case, needs none) and each load bounds itself by ReadTimeout.
 
 // listCtx bounds one backend listing, detached from the FUSE request too
-// (a listing serves every later lookup in its directory).
+// (a listing serves every later lookup in its directory), in time and by
+// the listing caps (listlimit.go).
 func (f *FS) listCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(f.ctx, f.opts.ReadTimeout)
+	ctx := backend.WithListLimits(f.ctx, backend.ListLimits{
+		MaxEntries: f.opts.MaxDirEntries,
+		MaxPages:   MaxListingPages(f.opts.MaxDirEntries),
+		Memory:     f.listings.mem,
+	})
+	return context.WithTimeout(ctx, f.opts.ReadTimeout)
 }
 
 // wholeLoader is loader for a whole small file, timed for the adaptive

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"container/list"
+	"errors"
 	"slices"
 	"sort"
 	"strings"
@@ -22,8 +23,9 @@ import (
 // LIST requests per directory).
 //
 // The listings are bounded: listingCache counts the entries held and, past
-// Options.ListingCacheEntries, drops the listings of the least recently used
-// directories (the kernel's own dentry and inode caches keep answering for
+// Options.ListingCacheEntries or when the mount's listing memory is over
+// Options.MaxListingMemory (listlimit.go), drops the listings of the least
+// recently used directories (the kernel's own dentry and inode caches keep answering for
 // what it holds; a dropped directory is listed again when next needed). The
 // listing just added is never dropped, so one directory larger than the
 // budget still works. Prelistings (prelist.go) parked until their directory
@@ -41,10 +43,12 @@ import (
 // A held listing is sorted by name, unique and never modified, so callers
 // use the slice get returned without a lock, even after it is dropped.
 //
-// max and ttl are immutable; mu guards order, byPath, entries and evicted.
+// max, ttl and mem are immutable; mu guards order, byPath, entries and
+// evicted.
 type listingCache struct {
-	max int           // Options.ListingCacheEntries
-	ttl time.Duration // Options.Timeout
+	max int            // Options.ListingCacheEntries
+	ttl time.Duration  // Options.Timeout
+	mem *listingMemory // charged each held listing's heldSize
 
 	mu      sync.Mutex
 	order   *list.List // of *cachedListing, most recently used first
@@ -56,11 +60,16 @@ type listingCache struct {
 type cachedListing struct {
 	path    string
 	entries []backend.Entry
+	bytes   int64 // heldSize(entries), charged to mem
 	expires time.Time
 }
 
-func newListingCache(max int, ttl time.Duration) *listingCache {
-	return &listingCache{max: max, ttl: ttl, order: list.New(), byPath: map[string]*list.Element{}}
+// newListingCache returns a cache that charges mem (and gives it room back
+// by dropping listings: mem.cache is set to it).
+func newListingCache(max int, ttl time.Duration, mem *listingMemory) *listingCache {
+	l := &listingCache{max: max, ttl: ttl, mem: mem, order: list.New(), byPath: map[string]*list.Element{}}
+	mem.cache = l
+	return l
 }
 
 // has reports whether a listing younger than ttl is held for path, without
@@ -92,23 +101,44 @@ func (l *listingCache) put(path string, entries []backend.Entry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.byPath[path]; ok {
-		l.entries -= len(e.Value.(*cachedListing).entries)
-		l.order.Remove(e)
+		l.remove(e)
 	}
-	keep := l.order.PushFront(&cachedListing{path: path, entries: entries, expires: time.Now().Add(l.ttl)})
+	h := &cachedListing{path: path, entries: entries, bytes: heldSize(entries), expires: time.Now().Add(l.ttl)}
+	keep := l.order.PushFront(h)
 	l.byPath[path] = keep
 	l.entries += len(entries)
-	for l.entries > l.max {
+	l.mem.charge(h.bytes)
+	for l.entries > l.max || l.mem.over() {
 		e := l.order.Back()
 		if e == keep {
 			return
 		}
-		h := e.Value.(*cachedListing)
-		l.order.Remove(e)
-		delete(l.byPath, h.path)
-		l.entries -= len(h.entries)
+		l.remove(e)
 		l.evicted++
 	}
+}
+
+// dropOldest drops the least recently used listing, giving its memory
+// back; false when none is held.
+func (l *listingCache) dropOldest() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.order.Back()
+	if e == nil {
+		return false
+	}
+	l.remove(e)
+	l.evicted++
+	return true
+}
+
+// remove drops the listing at e. l.mu is held.
+func (l *listingCache) remove(e *list.Element) {
+	h := e.Value.(*cachedListing)
+	l.order.Remove(e)
+	delete(l.byPath, h.path)
+	l.entries -= len(h.entries)
+	l.mem.charge(-h.bytes)
 }
 
 // ListingStats describe the listings a mount without a manifest holds.
@@ -116,6 +146,9 @@ type ListingStats struct {
 	Dirs    int   // directories whose listing is held
 	Entries int   // entries held, at most Options.ListingCacheEntries (but for one larger directory)
 	Evicted int64 // listings dropped to stay within the budget
+	// Bytes is the listing memory the mount holds or is fetching, within
+	// Options.MaxListingMemory (but for one larger listing just put).
+	Bytes int64
 	// Parked and ParkedEntries count prelistings fetched (or being
 	// fetched) ahead and not yet taken by their directory, and the entries
 	// of those fetched.
@@ -128,7 +161,7 @@ type ListingStats struct {
 func (l *listingCache) stats() ListingStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return ListingStats{Dirs: l.order.Len(), Entries: l.entries, Evicted: l.evicted}
+	return ListingStats{Dirs: l.order.Len(), Entries: l.entries, Evicted: l.evicted, Bytes: l.mem.used.Load()}
 }
 
 func parentPath(p string) string {
@@ -147,11 +180,17 @@ func (f *FS) listing(path string) ([]backend.Entry, syscall.Errno) {
 	if entries, ok := f.listings.cache.get(path); ok {
 		return entries, 0
 	}
+	if err, ok := f.listings.refused.get(path); ok {
+		return nil, f.errno("list", path, err) // refused lately (listlimit.go)
+	}
 	v, err, _ := f.listings.flight.Do(path, func() (any, error) {
 		if entries, ok := f.listings.cache.get(path); ok {
 			return entries, nil // fetched while we waited
 		}
 		entries, err := f.fetchListing(path)
+		if errors.Is(err, backend.ErrListTooLarge) {
+			f.refuse(path, err)
+		}
 		if err != nil {
 			return nil, err
 		}

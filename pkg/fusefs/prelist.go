@@ -35,7 +35,8 @@ type pendingListing struct {
 	done    chan struct{} // closed when entries and err are set
 	entries []backend.Entry
 	err     error
-	counted bool // entries are in listings.parkedEntries (guarded by listings.mu)
+	counted bool  // entries are in listings.parkedEntries (guarded by listings.mu)
+	bytes   int64 // heldSize(entries), charged to listings.mem while counted
 }
 
 // prelist starts prelistings of the dirs whose listing is not fetched or
@@ -89,6 +90,8 @@ func (f *FS) prelist(dirs []string) {
 			if ls.parked[p] == l { // not taken yet: count what it holds
 				l.counted = true
 				ls.parkedEntries += len(l.entries)
+				l.bytes = heldSize(l.entries)
+				ls.mem.charge(l.bytes)
 			}
 			ls.mu.Unlock()
 		}()
@@ -106,14 +109,15 @@ func (f *FS) fetchListing(p string) ([]backend.Entry, error) {
 	delete(ls.parked, p)
 	if ok && l.counted {
 		ls.parkedEntries -= len(l.entries)
+		ls.mem.charge(-l.bytes) // the listing cache charges it again (put)
 	}
 	ls.mu.Unlock()
 	if ok {
 		<-l.done
-		if l.err == nil {
-			return l.entries, nil
+		if l.err == nil || errors.Is(l.err, backend.ErrListTooLarge) {
+			return l.entries, l.err // a cap: listing again would pass it again
 		}
-		// A failed prelisting is retried in the foreground.
+		// Another failed prelisting is retried in the foreground.
 	}
 	ctx, cancel := f.listCtx()
 	defer cancel()

@@ -217,6 +217,34 @@ func RegisterReadahead(reg *prometheus.Registry, state func() Readahead) {
 	}, func() float64 { return float64(state().Files) }))
 }
 
+// Listings is what RegisterListings reads at scrape time: the listings a
+// mount without a manifest refused, by cap (fusefs.ListingRefusals).
+type Listings struct {
+	Entries, Memory, Pages, PageSize int64
+}
+
+// RegisterListings adds cachefs_listing_refusals_total{cap=…} to reg, read
+// from state at scrape time; cap is the mount flag that set the cap
+// (max-dir-entries, max-listing-memory), listing-pages (the page cap,
+// max-dir-entries / 100 + 100) or page-size (an S3 listing page over 8 MiB).
+func RegisterListings(reg *prometheus.Registry, state func() Listings) {
+	for _, c := range []struct {
+		cap string
+		f   func(Listings) int64
+	}{
+		{"max-dir-entries", func(l Listings) int64 { return l.Entries }},
+		{"max-listing-memory", func(l Listings) int64 { return l.Memory }},
+		{"listing-pages", func(l Listings) int64 { return l.Pages }},
+		{"page-size", func(l Listings) int64 { return l.PageSize }},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "cachefs_listing_refusals_total",
+			Help:        "Directory listings refused for passing a cap of the mount (the directory reads as EFBIG); cap names the cachefs mount flag.",
+			ConstLabels: prometheus.Labels{"cap": c.cap},
+		}, func() float64 { return float64(c.f(state())) }))
+	}
+}
+
 // Serve serves reg (a Registry, or several as prometheus.Gatherers) at
 // http://addr/metrics until ctx is done. It returns once the listener is
 // bound (so a bad address fails fast) and reports the bound address (useful

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/units"
 )
@@ -29,9 +30,13 @@ const (
 	FlagReadahead           = "readahead"
 	FlagReadaheadFiles      = "readahead-files"
 	FlagListingCacheEntries = "listing-cache-entries"
-	FlagReadTimeout         = "read-timeout"
-	FlagWriteBehind         = "write-behind"
-	FlagFuseDebug           = "fuse-debug"
+	// Listing caps (fusefs/listlimit.go): the same names as the caps'
+	// in backend, which error messages spell.
+	FlagMaxDirEntries    = backend.CapDirEntries
+	FlagMaxListingMemory = backend.CapListingMemory
+	FlagReadTimeout      = "read-timeout"
+	FlagWriteBehind      = "write-behind"
+	FlagFuseDebug        = "fuse-debug"
 	// FlagCredentialsFD names an inherited file descriptor (a pipe) to read
 	// S3 credentials from (ReadCredentials) instead of the environment.
 	FlagCredentialsFD = "credentials-fd"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/epochfs/epochfs/pkg/backend"
@@ -80,7 +81,15 @@ func TestReadCredentialsFD(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	fd := int(r.Fd())
+	// A duplicate that no *os.File owns: r's finalizer would otherwise
+	// close the same fd number again at some later GC, when it may belong
+	// to another test's socket (it closed TestEndlessListingRefused's S3
+	// server listener: connection refused).
+	fd, err := syscall.Dup(int(r.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
 	c, err := mount.ReadCredentialsFD(fd)
 	if err != nil || c.SecretKey != secretValue {
 		t.Fatalf("ReadCredentialsFD = %v, %v", c, err)

@@ -16,6 +16,7 @@
 package mount
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -97,6 +98,13 @@ type Config struct {
 	// ListingCacheEntries bounds the directory entries kept from listings
 	// when mounting without a manifest.
 	ListingCacheEntries int
+	// MaxDirEntries and MaxListingMemory cap listings without a manifest:
+	// entries of one directory, bytes of every listing held or being
+	// fetched (fusefs.Options; 0 takes fusefs.DefaultMaxDirEntries and
+	// fusefs.DefaultMaxListingMemory). A directory past a cap reads as
+	// EFBIG; the rest of the mount serves on.
+	MaxDirEntries    int
+	MaxListingMemory int64
 	// WriteBehind, when > 0, bounds the bytes of missed entries held in
 	// memory while their cache files are written in the background, the
 	// readers served from those bytes meanwhile (cache.Options.WriteBehind);
@@ -211,8 +219,14 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	}
 	if man == nil {
 		// Fail before mounting if the dataset root is not there. (With a
-		// manifest, fetching it proved the dataset reachable.)
-		if _, err := b.List(ctx, ""); err != nil {
+		// manifest, fetching it proved the dataset reachable.) Within the
+		// listing caps, as every listing of the mount.
+		maxEntries := cmp.Or(m.cfg.MaxDirEntries, fusefs.DefaultMaxDirEntries)
+		lctx := backend.WithListLimits(ctx, backend.ListLimits{
+			MaxEntries: maxEntries, MaxPages: fusefs.MaxListingPages(maxEntries),
+			Memory: backend.NewListMemory(cmp.Or(m.cfg.MaxListingMemory, fusefs.DefaultMaxListingMemory)),
+		})
+		if _, err := b.List(lctx, ""); err != nil {
 			return fmt.Errorf("mount: source %s: %w", m.src, err)
 		}
 	}
@@ -263,6 +277,8 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		Logger:       m.log,
 
 		ListingCacheEntries: m.cfg.ListingCacheEntries,
+		MaxDirEntries:       m.cfg.MaxDirEntries,
+		MaxListingMemory:    m.cfg.MaxListingMemory,
 		ReadaheadFiles:      m.cfg.ReadaheadFiles,
 	})
 	if err != nil {
@@ -277,6 +293,10 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		m.recordShare(ps, man)
 		go m.followShare(ps, man, 2*time.Second)
 	}
+	metrics.RegisterListings(reg, func() metrics.Listings {
+		r := fsys.ListingRefusals()
+		return metrics.Listings{Entries: r.Entries, Memory: r.Memory, Pages: r.Pages, PageSize: r.PageSize}
+	})
 	metrics.RegisterReadahead(reg, func() metrics.Readahead {
 		st := fsys.ReadaheadState()
 		return metrics.Readahead{Auto: st.Auto, Window: st.Window, Latency: st.Latency, Files: fusefs.ReadCounters().FilesReadAhead}
