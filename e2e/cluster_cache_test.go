@@ -51,9 +51,9 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in := installChartPrepared(t, prepare, "--set", "node.clusterCache.enabled=true",
-		"--set", "node.clusterCache.tokenSecretName=peer-token")
 	mi := testenv.StartMinIO(t)
+	in := installChartPrepared(t, prepare, append(minioRules(mi, "shared"), "--set", "node.clusterCache.enabled=true",
+		"--set", "node.clusterCache.tokenSecretName=peer-token")...)
 	mi.MakeBucket(t, "shared")
 	files := datagen.Spec{Files: 120, Classes: 4, MedianSize: 20_000, MinSize: 500, MaxSize: 150_000, Seed: 15}.Plan()
 	mi.PutFiles(t, "shared", "imagenet/", files)

@@ -213,8 +213,9 @@ func sumSamples(body, name string) (float64, bool) {
 // are deleted the kubelet must unstage the volume: its mount process ends
 // and no mount is left on the node.
 func TestStaticPVOverMinIO(t *testing.T) {
-	in := installChart(t)
+	requireE2E(t)
 	mi := testenv.StartMinIO(t)
+	in := installChart(t, minioRules(mi, "training")...)
 	mi.MakeBucket(t, "training")
 	files := datagen.Spec{Files: 60, Classes: 3, MedianSize: 30_000, MinSize: 500, MaxSize: 300_000, Seed: 13}.Plan()
 	mi.PutFiles(t, "training", "imagenet/", files)
@@ -282,6 +283,18 @@ func TestStaticPVOverMinIO(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(in.c.Dir, "logs", "kubelet.log")); err == nil && strings.Contains(string(b), "GetDeviceMountRefs check failed") {
 		t.Error("the kubelet refused UnmountDevice at least once (GetDeviceMountRefs check failed)")
 	}
+}
+
+// minioRules are the helm flags of node.networkRules naming buckets of mi.
+// MinIO listens on the node's loopback, which the mounts the driver starts
+// reach only where a rule names the endpoint (docs/SECURITY.md, "Egress"),
+// so MinIO starts before the chart is installed.
+func minioRules(mi *testenv.MinIO, buckets ...string) []string {
+	var out []string
+	for i, b := range buckets {
+		out = append(out, "--set-string", fmt.Sprintf("node.networkRules[%d]=s3://%s?endpoint=%s", i, b, mi.Endpoint))
+	}
+	return out
 }
 
 // s3Source is the MinIO dataset URL of bucket/prefix.
@@ -479,8 +492,10 @@ func (in *install) waitEvent(ctx context.Context, t *testing.T, ns, pod, want st
 //     mount error event naming the problem, no process or mount is left for
 //     it, and a pod reading meanwhile sees no error.
 func TestVolumeLifecycle(t *testing.T) {
-	in := installChart(t, "--set", "node.inlineVolumes=true")
+	requireE2E(t)
 	mi := testenv.StartMinIO(t)
+	// The missing bucket too: its volume must reach MinIO to fail there.
+	in := installChart(t, append(minioRules(mi, "shared", "no-such-bucket"), "--set", "node.inlineVolumes=true")...)
 	mi.MakeBucket(t, "shared")
 	files := datagen.Spec{Files: 40, Classes: 2, MedianSize: 20_000, MinSize: 500, MaxSize: 150_000, Seed: 21}.Plan()
 	mi.PutFiles(t, "shared", "ds/", files)

@@ -70,8 +70,18 @@ func installJobController(t *testing.T, extra ...string) *jobEnv {
 	// controller with an upgrade of the same release (the node plugin's
 	// values are reused, so its pod is not replaced).
 	apiHost, apiPort := apiServerAddress(t, in.c)
+	// The chart renders the job controller only with network rules (a test
+	// reading MinIO passes them in extra: minioRules) or the admin's
+	// explicit "any network source" (tests of no network dataset).
+	anySource := "true"
+	for _, x := range extra {
+		if strings.HasPrefix(x, "node.networkRules") {
+			anySource = "false"
+		}
+	}
 	in.helmRun(t, "upgrade", chartRelease, filepath.Join(root, "deploy", "helm", "epochfs"),
 		"--namespace", chartNamespace, "--reuse-values",
+		"--set", "node.allowAnyNetworkSource="+anySource,
 		"--set", "jobController.enabled=true",
 		"--set", "jobController.hostNetwork=true",
 		"--set", "jobController.metricsPort="+strconv.Itoa(testenv.FreePort(t)),
@@ -243,7 +253,7 @@ func TestTrainingJobEndToEnd(t *testing.T) {
 	mi.MakeBucket(t, "training")
 	files := datagen.Spec{Files: 40, Classes: 3, MedianSize: 20_000, MinSize: 500, MaxSize: 200_000, Seed: 17}.Plan()
 	mi.PutFiles(t, "training", "imagenet/", files)
-	e := installJobController(t)
+	e := installJobController(t, minioRules(mi, "training")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cs := e.c.Client

@@ -86,13 +86,14 @@ func parseStream(log string, files []datagen.File) streamLog {
 // the dataset right (the new driver re-adopted the staged dataset). At the
 // end the upgraded driver releases the mount when the last pod goes.
 func TestMountsSurviveDriverRestarts(t *testing.T) {
-	in := installChart(t)
+	requireE2E(t)
+	mi := testenv.StartMinIO(t)
+	in := installChart(t, minioRules(mi, "training")...)
 	_, driverRef := imageArchive(t, "epochfs")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	mounter := in.waitMounterReady(ctx, t)
 
-	mi := testenv.StartMinIO(t)
 	mi.MakeBucket(t, "training")
 	files := datagen.Spec{Files: 30, Classes: 3, MedianSize: 20_000, MinSize: 500, MaxSize: 200_000, Seed: 17}.Plan()
 	mi.PutFiles(t, "training", "imagenet/", files)

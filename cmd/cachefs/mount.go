@@ -32,6 +32,8 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		peers          string
 		peersFile      string
 		maxListingMem  string
+		restrictEgress bool
+		egressRules    string
 	)
 	cmd := &cobra.Command{
 		Use:   mount.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
@@ -99,6 +101,13 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 				}
 				cfg.Backend.Credentials = creds
 			}
+			if restrictEgress || egressRules != "" {
+				d, err := mount.NewEgress(mount.SplitRules(egressRules))
+				if err != nil {
+					return g.mountFailed(usageError(err))
+				}
+				cfg.Backend.Egress = d
+			}
 			if peers != "" {
 				list, err := peer.ParsePeers(peers)
 				if err != nil {
@@ -150,6 +159,8 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.StringVar(&cfg.Peer.ID, mount.FlagPeerID, "", "cluster scope: this mount's peer id (default: the --peer-listen address)")
 	f.StringVar(&cfg.Peer.TokenFile, mount.FlagPeerTokenFile, "", "cluster scope: file holding the token shared by the peers (at least 16 bytes; peers without it are refused)")
 	f.DurationVar(&cfg.Peer.Timeout, mount.FlagPeerTimeout, peer.DefaultTimeout, "cluster scope: deadline of one request to a peer; then the read goes to the backend")
+	f.BoolVar(&restrictEgress, mount.FlagRestrictEgress, false, "refuse connections of the source (and a manifest URL) to loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), unspecified and multicast addresses and this node's own, judged on the resolved IP that is dialed, unless --"+mount.FlagEgressRules+" names the endpoint; the CSI driver sets it on every mount it starts (off: a mount run by hand is the admin's)")
+	f.StringVar(&egressRules, mount.FlagEgressRules, "", "comma-separated network rules (s3://bucket?endpoint=URL, nfs://host/export, cephfs://mon/path, as the driver's --network-rules) whose endpoints a restricted mount may reach anyway; implies --"+mount.FlagRestrictEgress)
 	f.BoolVar(&cfg.Debug, mount.FlagFuseDebug, false, "log every FUSE request (very verbose)")
 	_ = cmd.MarkFlagRequired(mount.FlagCacheDir)
 	_ = cmd.MarkFlagRequired(mount.FlagCacheSize)

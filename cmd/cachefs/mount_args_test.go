@@ -22,8 +22,10 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			CacheDir: "/var/cache/ds", CacheSize: 123456789, Policy: "lru", Manifest: "none", ReadaheadFiles: "16",
 			LogFormat: mount.LogFormatJSON, CredentialsFD: 3,
 			CacheScope: mount.ScopeCluster, Peers: "a=10.0.0.1:7070,b=10.0.0.2:7070", PeerListen: "10.0.0.1:7070", PeerID: "a",
-			PeerTokenFile: "/etc/epochfs/peer-token",
+			PeerTokenFile:  "/etc/epochfs/peer-token",
+			RestrictEgress: true, EgressRules: "s3://bucket?endpoint=http://127.0.0.1:9000,nfs://filer/export",
 		}},
+		{"restricted egress without rules", mount.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1, RestrictEgress: true}},
 		{"peers file", mount.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1,
 			CacheScope: mount.ScopeCluster, PeersFile: "/var/lib/epochfs/state/node/peers/ds-1.peers", PeerListen: "10.0.0.1:7400", PeerID: "node-a",
 			PeerTokenFile: "/etc/epochfs/peer-token/token"}},
@@ -66,12 +68,17 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			if credsFD < 0 {
 				credsFD = 0 // the CLI's "off"
 			}
+			restrict, err := f.GetBool(mount.FlagRestrictEgress)
+			if err != nil {
+				t.Fatal(err)
+			}
 			got := mount.CommandOptions{
 				Source: f.Arg(0), Mountpoint: f.Arg(1),
 				CacheDir: str(mount.FlagCacheDir), CacheSize: size, Policy: str(mount.FlagPolicy),
 				Manifest: str(mount.FlagManifest), ReadaheadFiles: readahead, LogFormat: str(mount.FlagLogFormat),
 				CredentialsFD: credsFD, CacheScope: str(mount.FlagCacheScope), Peers: str(mount.FlagPeers), PeersFile: str(mount.FlagPeersFile),
 				PeerListen: str(mount.FlagPeerListen), PeerID: str(mount.FlagPeerID), PeerTokenFile: str(mount.FlagPeerTokenFile),
+				RestrictEgress: restrict, EgressRules: str(mount.FlagEgressRules),
 			}
 			want := tc.opts
 			if want.Policy == "" {

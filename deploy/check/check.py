@@ -63,7 +63,13 @@ VARIANTS = {
     "helm test values": "@test",
     "helm mounter.enabled=false": {"mounter": {"enabled": False}, "node": {"updateStrategy": {"type": "OnDelete"}}},
     "helm controller.enabled=true": {"controller": {"enabled": True}},
-    "helm jobController.enabled=true": {"jobController": {"enabled": True}},
+    # Compared with the kustomize base + job-controller, which names no network
+    # rule: the chart wants the admin's explicit "any network source" for that.
+    "helm jobController.enabled=true": {"jobController": {"enabled": True}, "node": {"allowAnyNetworkSource": True}},
+    # Tenants choose sources (inline volumes, TrainingJobs) within rules.
+    "helm tenants with rules": {"node": {"inlineVolumes": True,
+                                         "networkRules": ["s3://datasets?endpoint=https://s3.example:443"]},
+                                "jobController": {"enabled": True}},
     "helm upstream sidecars": {"sidecars": {"builtin": False}, "controller": {"enabled": True}},
     "helm one mirror": {"global": {"imageRegistry": "mirror/all"}, "controller": {"enabled": True},
                         "sidecars": {"builtin": False}},
@@ -76,7 +82,8 @@ VARIANTS = {
                                     "podMonitor": {"enabled": True, "interval": "", "scrapeTimeout": "",
                                                    "labels": {"prometheus": "main"}},
                                     "grafanaDashboard": {"enabled": True}},
-                        "controller": {"enabled": True}, "jobController": {"enabled": True}},
+                        "controller": {"enabled": True}, "jobController": {"enabled": True},
+                        "node": {"allowAnyNetworkSource": True}},
 }
 
 # --set arguments the chart must refuse, and a fragment of the message it must give.
@@ -95,6 +102,9 @@ REFUSALS = [
     (["node.allowedLocalRoots={/mnt/nvme/state}", "stateDir=/mnt/nvme/state"], "overlaps stateDir"),
     (["node.allowedLocalRoots={/proc/1/root}"], "overlaps /proc"),
     (["node.networkRules={http://example/x}"], "/node/networkRules/0"),
+    (["node.inlineVolumes=true"], "node.allowAnyNetworkSource=true"),
+    (["jobController.enabled=true"], "node.networkRules is empty"),
+    (["node.inlineVolumes=true", "node.allowAnyNetworkSource=yes"], "/node/allowAnyNetworkSource"),
     (["node.maxCacheSize=lots"], "/node/maxCacheSize"),
     (["node.clusterCache.enabled=true", "node.clusterCache.tokenSecretName=t"], "needs node.hostNetwork"),
     (["node.clusterCache.enabled=true", "node.hostNetwork=true"], "needs node.clusterCache.tokenSecretName"),

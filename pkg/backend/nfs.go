@@ -87,6 +87,7 @@ type nfsBackend struct {
 	retry     *retrier
 	auth      rpc.Auth
 	timeout   time.Duration
+	egress    Egress // nil: net.Dialer
 	conns     int
 	wantRSize int
 
@@ -165,6 +166,7 @@ func openNFS(ctx context.Context, src Source, opts Options) (Backend, error) {
 		retry:     &retrier{policy: opts.Retry, log: opts.Logger},
 		auth:      authUnix(machine, src.UID, src.GID),
 		timeout:   opts.RequestTimeout,
+		egress:    opts.Egress,
 		conns:     conns,
 		wantRSize: rsize,
 		handles:   map[string]nfsHandle{},
@@ -241,7 +243,7 @@ func (b *nfsBackend) root(ctx context.Context, stale []byte) (*rpcPool, []byte, 
 		if b.pool != nil {
 			b.pool.close()
 		}
-		b.pool = newRPCPool(nfsAddr, b.conns, b.timeout)
+		b.pool = newRPCPool(nfsAddr, b.conns, b.timeout, b.egress)
 		b.nfsAddr = nfsAddr
 	}
 	// FSINFO: the server's largest READ.
@@ -305,6 +307,9 @@ func (b *nfsBackend) findPorts(ctx context.Context) (nfsAddr, mountAddr string, 
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return "", "", ctxErr
 		}
+		if refusedEgress(err) {
+			return "", "", err // the portmapper is on the same host
+		}
 		probeErr = err // a server that drops the call: ask the portmapper
 	}
 	pmAddr := net.JoinHostPort(b.host, strconv.Itoa(rpc.PmapPort))
@@ -334,7 +339,7 @@ func (b *nfsBackend) findPorts(ctx context.Context) (nfsAddr, mountAddr string, 
 // probeProgram calls the NULL procedure of prog at addr: true when it is
 // served there, false when the server says it is not.
 func (b *nfsBackend) probeProgram(ctx context.Context, addr string, prog, vers uint32) (bool, error) {
-	c, err := dialRPC(ctx, addr, b.timeout)
+	c, err := dialRPC(ctx, addr, b.timeout, b.egress)
 	if err != nil {
 		return false, err
 	}
@@ -350,7 +355,7 @@ func (b *nfsBackend) probeProgram(ctx context.Context, addr string, prog, vers u
 // getport asks the portmapper at pmAddr for the TCP port of prog, vers (0
 // when it has none).
 func (b *nfsBackend) getport(ctx context.Context, pmAddr string, prog, vers uint32) (int, error) {
-	c, err := dialRPC(ctx, pmAddr, b.timeout)
+	c, err := dialRPC(ctx, pmAddr, b.timeout, b.egress)
 	if err != nil {
 		return 0, err
 	}
@@ -368,7 +373,7 @@ func (b *nfsBackend) getport(ctx context.Context, pmAddr string, prog, vers uint
 
 // mountExport MOUNTs the export path and returns its root handle.
 func (b *nfsBackend) mountExport(ctx context.Context, mountAddr string) ([]byte, error) {
-	c, err := dialRPC(ctx, mountAddr, b.timeout)
+	c, err := dialRPC(ctx, mountAddr, b.timeout, b.egress)
 	if err != nil {
 		return nil, err
 	}
@@ -410,6 +415,9 @@ func isStale(err error) bool {
 
 // retryable: transport failures, SYSTEM_ERR, JUKEBOX and SERVERFAULT.
 func (b *nfsBackend) retryable(err error) bool {
+	if refusedEgress(err) {
+		return false // a refused destination stays refused
+	}
 	if errors.Is(err, errTransport) {
 		return true
 	}
@@ -435,6 +443,8 @@ func (b *nfsBackend) mapErr(op, p string, err error) error {
 		return fmt.Errorf("%s: %w", prefix, err)
 	case errors.Is(err, errPoolClosed):
 		return fmt.Errorf("%s: %w", prefix, err)
+	case refusedEgress(err):
+		return fmt.Errorf("%s: %w: %w", prefix, ErrPermission, err)
 	case b.retryable(err):
 		return fmt.Errorf("%s: %w: %w", prefix, ErrUnavailable, err)
 	}

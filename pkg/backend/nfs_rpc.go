@@ -66,31 +66,48 @@ type rpcConn struct {
 	reused bool
 }
 
-// dialRPC connects to addr. As root it binds a reserved source port (below
-// 1024), as the kernel client does, since most servers refuse other ports by
-// default ("secure" exports; Ganesha's PrivilegedPort); elsewhere any port.
-func dialRPC(ctx context.Context, addr string, timeout time.Duration) (*rpcConn, error) {
-	d := net.Dialer{Timeout: timeout}
+// dialRPC connects to addr, through eg when it is not nil. As root it binds
+// a reserved source port (below 1024), as the kernel client does, since most
+// servers refuse other ports by default ("secure" exports; Ganesha's
+// PrivilegedPort); elsewhere any port. A refusal of eg is returned as it is
+// (a permission failure), not as errTransport.
+func dialRPC(ctx context.Context, addr string, timeout time.Duration, eg Egress) (*rpcConn, error) {
+	dial := func(local *net.TCPAddr) (net.Conn, error) {
+		if eg != nil {
+			dctx, cancel := ctx, context.CancelFunc(func() {})
+			if timeout > 0 {
+				dctx, cancel = context.WithTimeout(ctx, timeout)
+			}
+			defer cancel()
+			return eg.DialFrom(dctx, "tcp", addr, local)
+		}
+		d := net.Dialer{Timeout: timeout}
+		if local != nil {
+			d.LocalAddr = local
+		}
+		return d.DialContext(ctx, "tcp", addr)
+	}
 	var conn net.Conn
 	var err error
 	if os.Geteuid() == 0 {
 		for range 16 {
-			d.LocalAddr = &net.TCPAddr{Port: 512 + rand.IntN(512)}
-			conn, err = d.DialContext(ctx, "tcp", addr)
+			conn, err = dial(&net.TCPAddr{Port: 512 + rand.IntN(512)})
 			if err == nil || !(errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
 				break
 			}
 		}
 		if err != nil && (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
-			d.LocalAddr = nil
-			conn, err = d.DialContext(ctx, "tcp", addr)
+			conn, err = dial(nil)
 		}
 	} else {
-		conn, err = d.DialContext(ctx, "tcp", addr)
+		conn, err = dial(nil)
 	}
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
+		}
+		if refusedEgress(err) {
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
 		}
 		return nil, fmt.Errorf("%w: dial %s: %w", errTransport, addr, err)
 	}
@@ -262,6 +279,7 @@ func (c *rpcConn) readRecord() ([]byte, error) {
 type rpcPool struct {
 	addr    string
 	timeout time.Duration
+	egress  Egress
 	slots   chan *rpcConn // n slots; nil means "dial at next use"
 
 	mu     sync.Mutex
@@ -270,8 +288,8 @@ type rpcPool struct {
 	dials  atomic.Int64
 }
 
-func newRPCPool(addr string, n int, timeout time.Duration) *rpcPool {
-	p := &rpcPool{addr: addr, timeout: timeout, slots: make(chan *rpcConn, n), live: map[*rpcConn]struct{}{}}
+func newRPCPool(addr string, n int, timeout time.Duration, eg Egress) *rpcPool {
+	p := &rpcPool{addr: addr, timeout: timeout, egress: eg, slots: make(chan *rpcConn, n), live: map[*rpcConn]struct{}{}}
 	for range n {
 		p.slots <- nil
 	}
@@ -303,7 +321,7 @@ func (p *rpcPool) take(ctx context.Context, c *rpcConn) (*rpcConn, error) {
 		c.reused = true
 		return c, nil
 	}
-	c, err := dialRPC(ctx, p.addr, p.timeout)
+	c, err := dialRPC(ctx, p.addr, p.timeout, p.egress)
 	if err != nil {
 		p.slots <- nil
 		return nil, err

@@ -46,6 +46,14 @@ type Options struct {
 	// (tests, fault injection, custom TLS). Default: minio-go's transport.
 	Transport http.RoundTripper
 
+	// Egress, when set, makes every connection of network backends (s3's
+	// default transport, nfs's RPC connections, each replica of a mirror,
+	// a manifest fetched by URL with these Options) and checks a cephfs
+	// monitor before libcephfs connects to it; see Egress. nil: a plain
+	// net.Dialer, any destination (a mount an admin runs by hand). A set
+	// Transport is used as given.
+	Egress Egress
+
 	// Lazy skips the probe Open makes of network sources (one one-key
 	// listing), so a missing bucket or bad credentials surface at the first
 	// request instead. For callers that make a request of their own right
@@ -169,6 +177,11 @@ func Open(ctx context.Context, src Source, opts Options) (Backend, error) {
 	case KindS3:
 		return openS3(ctx, src, opts)
 	case KindCephFS:
+		if opts.Egress != nil {
+			if err := checkCephMonitors(ctx, src, opts.Egress); err != nil {
+				return nil, err
+			}
+		}
 		return openCephFS(ctx, src, opts)
 	case KindNFS:
 		return openNFS(ctx, src, opts)

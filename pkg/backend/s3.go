@@ -63,6 +63,13 @@ func openS3(ctx context.Context, src Source, opts Options) (Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("s3: open %s: transport: %w", src, err)
 		}
+		if eg := opts.Egress; eg != nil {
+			// Every connection, a redirect's included, is checked on the
+			// IP it goes to (package egress).
+			t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return eg.DialFrom(ctx, network, addr, nil)
+			}
+		}
 		base = t
 	}
 	var creds *credentials.Credentials
@@ -450,6 +457,9 @@ func (b *s3Backend) retryable(err error) bool {
 	if errors.Is(err, ErrListTooLarge) {
 		return false // a cap (listlimit.go): listing again would pass it again
 	}
+	if refusedEgress(err) {
+		return false // a refused destination stays refused
+	}
 	if errors.Is(err, errShortBody) {
 		return true
 	}
@@ -523,6 +533,8 @@ func (b *s3Backend) mapErr(op, p string, err error) error {
 			"and the bucket policy", op, p, ErrPermission, resp.Code, strings.TrimSuffix(resp.Message, "."))
 	case errors.Is(err, errShortBody):
 		return fmt.Errorf("s3: %s %q: %w", op, p, io.ErrUnexpectedEOF)
+	case refusedEgress(err):
+		return fmt.Errorf("s3: %s %q: %w: %w", op, p, ErrPermission, err)
 	case b.retryable(err) && resp.Code != "":
 		return fmt.Errorf("s3: %s %q: %w: %s (%s, HTTP %d): %w", op, p, ErrUnavailable, resp.Code, strings.TrimSuffix(resp.Message, "."), resp.StatusCode, err)
 	case b.retryable(err):

@@ -137,6 +137,9 @@ func (n *nodeState) start(ds *datasetMount) error {
 		Manifest:       ds.Params.Manifest,
 		ReadaheadFiles: readaheadArg(ds.Params.ReadaheadFiles),
 		LogFormat:      mount.LogFormatJSON,
+		// Every mount the driver starts is a tenant's: closed egress.
+		RestrictEgress: true,
+		EgressRules:    strings.Join(n.cfg.egressRules, ","),
 	}
 	n.clusterArgs(ds, &opts)
 	args := opts.Args()

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/epochfs/epochfs/pkg/csiprobe"
+	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/units"
@@ -301,6 +302,11 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 		mountLogMaxSize: d.cfg.MountLogMaxSize,
 		log:             d.log,
 	}
+	eg, err := mount.NewEgress(d.cfg.NetworkRules)
+	if err != nil {
+		return nodeConfig{}, fmt.Errorf("csi: network rules: %w", err)
+	}
+	cfg.egress, cfg.egressRules = eg, d.cfg.NetworkRules
 	if d.cfg.MounterEndpoint != "" {
 		ml, err := newMounterLauncher(d.cfg.MounterEndpoint)
 		if err != nil {

@@ -51,9 +51,13 @@ type exitCase struct {
 	secrets func(m *testenv.MinIO) map[string]string // nil: none
 	// prepare breaks the node before the stage: key names the dataset's
 	// cache directory (cacheRoot/key) and mount point.
-	prepare  func(t *testing.T, cacheDir string, l *recordingLauncher)
+	prepare func(t *testing.T, cacheDir string, l *recordingLauncher)
+	// noRule: the node has no network rule naming the MinIO endpoint (on
+	// loopback), so the mount's restricted egress refuses it.
+	noRule   bool
 	wantExit exitcode.Code
 	wantGRPC codes.Code
+	wantText string // part of the error, when set
 }
 
 // TestMountExitCodes covers every exit code of `cachefs mount` end to end:
@@ -95,6 +99,9 @@ func TestMountExitCodes(t *testing.T) {
 				return map[string]string{"AWS_ACCESS_KEY_ID": m.AccessKey, "AWS_SECRET_ACCESS_KEY": secret}
 			},
 			wantExit: exitcode.PermissionDenied, wantGRPC: codes.PermissionDenied},
+		{name: "loopback endpoint no network rule names", minio: true, noRule: true,
+			source: func(m *testenv.MinIO) string { return s3("datasets", m.Endpoint) }, secrets: rootKeys,
+			wantExit: exitcode.PermissionDenied, wantGRPC: codes.PermissionDenied, wantText: "network rule"},
 		{name: "unsupported source", source: fixed("ftp://host/data"),
 			wantExit: exitcode.Usage, wantGRPC: codes.InvalidArgument},
 		{name: "nothing listening at the endpoint", source: fixed(s3("datasets", nothingListening)),
@@ -142,6 +149,13 @@ func TestMountExitCodes(t *testing.T) {
 			}
 			l := &recordingLauncher{binary: cachefs, exits: make(chan int, 1)}
 			n := newTestNodeState(t, l)
+			// The mounts start with restricted egress (--restrict-egress):
+			// the servers of these cases are on loopback, so the node's
+			// rules name them, as an admin's would.
+			n.cfg.egressRules = []string{"s3://datasets?endpoint=" + nothingListening}
+			if m != nil && !tc.noRule {
+				n.cfg.egressRules = append(n.cfg.egressRules, "s3://datasets?endpoint="+m.Endpoint)
+			}
 			params := volumeParams{Source: tc.source(m), CacheSize: 64 << 20, Policy: cache.PolicyNR}
 			var secrets map[string]string
 			if tc.secrets != nil {
@@ -175,6 +189,9 @@ func TestMountExitCodes(t *testing.T) {
 			}
 			if want := fmt.Sprintf("(exit code %d, %s)", tc.wantExit, tc.wantExit.Reason()); !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not say %q", err, want)
+			}
+			if tc.wantText != "" && !strings.Contains(err.Error(), tc.wantText) {
+				t.Errorf("error %q does not say %q", err, tc.wantText)
 			}
 			log, _ := os.ReadFile(n.logPath(key))
 			if strings.Contains(string(log), secret) {

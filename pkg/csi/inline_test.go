@@ -41,6 +41,7 @@ func TestInlineVolumeRules(t *testing.T) {
 	nothingLeft(t, off, off.workDir(t))
 
 	on := startDriver(t, func(c *csi.Config) {
+		c.NetworkRules = []string{"s3://inline-rules?endpoint=" + mi.Endpoint} // MinIO is on loopback
 		c.AllowNodeCredentials = true
 		c.MaxCacheSize = 1 << 30
 		c.DefaultCacheSize = 64 << 20

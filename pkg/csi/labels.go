@@ -79,7 +79,7 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 	if err != nil {
 		return size
 	}
-	opts := backend.Options{Logger: n.cfg.log}
+	opts := backend.Options{Logger: n.cfg.log, Egress: n.cfg.egress}
 	if env, err := n.readSecrets(ds.Key); err == nil && len(env) > 0 {
 		// The same parser as the mount process's --credentials-fd.
 		if c, err := mount.ReadCredentials(strings.NewReader(strings.Join(env, "\n"))); err == nil {

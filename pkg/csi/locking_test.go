@@ -66,7 +66,10 @@ func hangingEndpoint(t *testing.T) (addr string, accepted <-chan struct{}) {
 func TestHangingSourceDelaysOnlyItsVolumes(t *testing.T) {
 	const mountTimeout = 12 * time.Second
 	addr, accepted := hangingEndpoint(t)
-	td := startDriver(t, func(c *csi.Config) { c.MountTimeout = mountTimeout })
+	td := startDriver(t, func(c *csi.Config) {
+		c.MountTimeout = mountTimeout
+		c.NetworkRules = []string{"s3://stuck?endpoint=http://" + addr} // the endpoint is on loopback
+	})
 	work := td.workDir(t)
 
 	hangCtx := map[string]string{"source": "s3://stuck/ds?endpoint=http://" + addr + "&region=us-east-1", "cacheSize": "16Mi"}

@@ -220,7 +220,7 @@ func TestInlineEphemeral(t *testing.T) {
 	mi.MakeBucket(t, "inline")
 	files := datagen.Spec{Files: 20, Classes: 3, MedianSize: 5000, MinSize: 100, MaxSize: 50000, Seed: 4}.Plan()
 	mi.PutFiles(t, "inline", "ds/", files)
-	td := startDriver(t, nil)
+	td := startDriver(t, func(c *cfgT) { c.NetworkRules = []string{"s3://inline?endpoint=" + mi.Endpoint} }) // MinIO is on loopback
 	target := filepath.Join(td.workDir(t), "pod", "vol")
 	vctx := map[string]string{"source": "s3://inline/ds?endpoint=" + mi.Endpoint, "cacheSize": "64MiB", "csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": "p"}
 	capSNW := &csipb.VolumeCapability{

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/prefetch"
 )
@@ -36,6 +37,14 @@ type nodeConfig struct {
 	log          *slog.Logger
 
 	mountLogMaxSize int64 // mount logs are rotated above it (mountlogs.go)
+
+	// egressRules are the node's network rules, handed to every mount it
+	// starts (--restrict-egress --egress-rules): a tenant's mount reaches
+	// the node's own, loopback or link-local addresses only where a rule
+	// names the endpoint. egress is the same dialer for the node plugin's
+	// own reads of a dataset (its manifest, for labels and stats).
+	egressRules []string
+	egress      backend.Egress
 }
 
 // nodeState is the node service's view of its volumes and dataset mounts,

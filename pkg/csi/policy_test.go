@@ -166,7 +166,10 @@ func TestSourcePolicyNetwork(t *testing.T) {
 	wantRefused(t, "stage outside the network rules", err, "network rules")
 	nothingLeft(t, ruled, work)
 
-	lending := startDriver(t, func(c *csi.Config) { c.AllowNodeCredentials = true })
+	lending := startDriver(t, func(c *csi.Config) {
+		c.AllowNodeCredentials = true
+		c.NetworkRules = []string{"s3://private?endpoint=" + mi.Endpoint} // MinIO is on loopback
+	})
 	staging = filepath.Join(lending.workDir(t), "staging")
 	stage(t, lending, "vol-n", staging, vctx)
 	checkFiles(t, view(t, lending, "vol-n", staging), files)

@@ -65,6 +65,7 @@ func testSecretsNeverInArgsOrLogs(t *testing.T, mi *testenv.MinIO, files []datag
 		mounterEndpoint = "unix://" + sock
 	}
 	td := startDriver(t, func(c *csi.Config) {
+		c.NetworkRules = []string{"s3://secret?endpoint=" + mi.Endpoint} // MinIO is on loopback
 		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		if viaMounter {
 			c.MounterEndpoint, c.StateDir = mounterEndpoint, stateDir
@@ -243,7 +244,9 @@ func TestSecretsAtRestAcrossRestarts(t *testing.T) {
 	// them after the credentials are lost would go unnoticed by a read.
 	t.Setenv("AWS_ACCESS_KEY_ID", mi.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", mi.SecretKey)
-	flags := []string{"--allow-node-credentials", "--health-interval", "100ms", "--mount-timeout", "20s"}
+	flags := []string{"--allow-node-credentials", "--health-interval", "100ms", "--mount-timeout", "20s",
+		// Both servers are on loopback: the rules name them.
+		"--network-rules", "s3://rest?endpoint=" + mi.Endpoint + ",s3://hang?endpoint=http://" + hang.Addr().String()}
 
 	p1 := runDriverProcess(t, dir, "all", flags...)
 	checkSecretsTmpfs(t, stateDir)

@@ -41,7 +41,10 @@ func TestTenantCredentialIsolation(t *testing.T) {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}
-	td := startDriver(t, func(c *csi.Config) { c.AllowNodeCredentials = true })
+	td := startDriver(t, func(c *csi.Config) {
+		c.AllowNodeCredentials = true
+		c.NetworkRules = []string{"s3://private?endpoint=" + mi.Endpoint} // MinIO is on loopback
+	})
 	vctx := map[string]string{"source": "s3://private/ds?endpoint=" + mi.Endpoint + "&region=us-east-1", "cacheSize": "16Mi"}
 	work := td.workDir(t)
 	// stageWith stages volume id with secrets and, when that works,
@@ -128,7 +131,7 @@ func TestFailedStartLeavesNoSecrets(t *testing.T) {
 	mi := testenv.StartMinIO(t)
 	mi.MakeBucket(t, "private")
 	mi.Put(t, "private", "ds/a.jpg", []byte("data"))
-	td := startDriver(t, nil)
+	td := startDriver(t, func(c *csi.Config) { c.NetworkRules = []string{"s3://private?endpoint=" + mi.Endpoint} }) // MinIO is on loopback
 	staging := filepath.Join(td.workDir(t), "staging")
 	_, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
 		VolumeId: "vol-f", StagingTargetPath: staging, VolumeCapability: readerCap,
@@ -155,7 +158,8 @@ func TestOrphanSecretsRemovedAtStart(t *testing.T) {
 	mi.PutFiles(t, "orphans", "ds/", datagen.Spec{Files: 4, Classes: 1, MedianSize: 1000, MinSize: 10, MaxSize: 4000, Seed: 3}.Plan())
 	secrets := map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey}
 	var stateDir string
-	td := startDriver(t, func(c *csi.Config) { stateDir = c.StateDir })
+	rules := []string{"s3://orphans?endpoint=" + mi.Endpoint} // MinIO is on loopback
+	td := startDriver(t, func(c *csi.Config) { stateDir = c.StateDir; c.NetworkRules = rules })
 	staging := filepath.Join(td.workDir(t), "staging")
 	vctx := map[string]string{"source": "s3://orphans/ds?endpoint=" + mi.Endpoint, "cacheSize": "16Mi"}
 	if _, err := node(td).NodeStageVolume(ctx, &csipb.NodeStageVolumeRequest{
@@ -175,7 +179,12 @@ func TestOrphanSecretsRemovedAtStart(t *testing.T) {
 	}
 
 	// A second driver on the same state dir: what a restart sees.
-	startDriver(t, func(c *csi.Config) { c.StateDir = stateDir; c.CacheRoot = td.cacheDir; c.KubeletDir = td.kubeletDir })
+	startDriver(t, func(c *csi.Config) {
+		c.StateDir = stateDir
+		c.CacheRoot = td.cacheDir
+		c.KubeletDir = td.kubeletDir
+		c.NetworkRules = rules
+	})
 	for _, o := range orphans {
 		if _, err := os.Stat(o); !os.IsNotExist(err) {
 			t.Errorf("orphaned secrets file %s still there after a driver start (%v)", filepath.Base(o), err)

@@ -52,6 +52,19 @@ const (
 	FlagLogFormat = "log-format"
 )
 
+// Egress flags (issue 22, package egress): the CSI driver's mounts are
+// restricted; a mount run by hand is not, unless asked.
+const (
+	// FlagRestrictEgress makes every connection of the source's backend
+	// go through an egress.Dialer, which refuses the node's own, loopback
+	// and link-local addresses unless FlagEgressRules names the endpoint.
+	FlagRestrictEgress = "restrict-egress"
+	// FlagEgressRules are comma-separated network rules (source URLs, as
+	// the node plugin's --network-rules) whose endpoints a restricted
+	// mount may reach even there; it implies FlagRestrictEgress.
+	FlagEgressRules = "egress-rules"
+)
+
 // ReadaheadFilesAuto is the --readahead-files value (and default) that
 // lets the readahead of whole small files follow the backend's measured
 // latency (fusefs.ReadaheadFilesAuto); a number pins the window, 0 turns it
@@ -117,6 +130,12 @@ type CommandOptions struct {
 	PeerListen    string
 	PeerID        string
 	PeerTokenFile string
+	// RestrictEgress restricts the mount's connections (FlagRestrictEgress);
+	// EgressRules are the comma-separated rules whose endpoints it may
+	// reach anyway (FlagEgressRules). Rules are source URLs, which never
+	// hold credentials.
+	RestrictEgress bool
+	EgressRules    string
 }
 
 // Args returns the arguments after the program name:
@@ -144,5 +163,9 @@ func (o CommandOptions) Args() []string {
 	if o.CredentialsFD > 0 {
 		add(FlagCredentialsFD, strconv.Itoa(o.CredentialsFD))
 	}
+	if o.RestrictEgress {
+		args = append(args, "--"+FlagRestrictEgress)
+	}
+	add(FlagEgressRules, o.EgressRules)
 	return args
 }

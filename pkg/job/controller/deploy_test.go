@@ -34,7 +34,7 @@ func renderDeploy(t *testing.T) (kustomize, helm []byte) {
 	run := func(name string, args ...string) []byte { return runTool(t, name, args...) }
 	kustomize = run(kubectl, "kustomize", filepath.Join(root, "deploy", "kustomize", "base", "job-controller"))
 	args := []string{"template", "epochfs", filepath.Join(root, "deploy", "helm", "epochfs"), "--namespace", "epochfs-system",
-		"--set", "jobController.enabled=true"}
+		"--set", "jobController.enabled=true", "--set", "node.allowAnyNetworkSource=true"}
 	for _, f := range []string{"crd", "role", "rbac", "deployment"} {
 		args = append(args, "--show-only", "templates/job-controller-"+f+".yaml")
 	}
@@ -216,7 +216,7 @@ func TestHelmUninstallKeepsCRD(t *testing.T) {
 		return string(out)
 	}
 	install := []string{"install", "epochfs", filepath.Join(root, "deploy", "helm", "epochfs"), "--create-namespace",
-		"--set", "jobController.enabled=true"}
+		"--set", "jobController.enabled=true", "--set", "node.allowAnyNetworkSource=true"}
 	helm(install...)
 
 	e := &env{kube: kube}
@@ -269,7 +269,7 @@ func TestDeployDryRunEverything(t *testing.T) {
 		{"kustomize examples", render(kubectl, "kustomize", filepath.Join(deploy, "kustomize", "examples"))},
 		{"helm defaults", render(helmBin, "template", "epochfs", chart, "--namespace", "epochfs-system")},
 		{"helm with the job controller", render(helmBin, "template", "epochfs", chart, "--namespace", "epochfs-system",
-			"--set", "jobController.enabled=true")},
+			"--set", "jobController.enabled=true", "--set", "node.allowAnyNetworkSource=true")},
 	}
 
 	kube := testenv.StartKube(t)

@@ -169,7 +169,7 @@ func TestPolicyRenderings(t *testing.T) {
 	kustomize := decodeAll(t, runTool(t, kubectl, "kustomize", filepath.Join(root, "deploy", "kustomize", "base", "job-policy")))
 	chart := filepath.Join(root, "deploy", "helm", "epochfs")
 	with := decodeAll(t, runTool(t, helmBin, "template", "epochfs", chart, "--namespace", "epochfs-system",
-		"--set", "jobController.enabled=true", "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+		"--set", "jobController.enabled=true", "--set", "node.allowAnyNetworkSource=true", "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
 		"--show-only", "templates/job-controller-policy.yaml"))
 	if len(kustomize) != 2 || len(with) != 2 {
 		t.Fatalf("kustomize renders %d objects, helm %d; want the policy and its binding", len(kustomize), len(with))
@@ -183,7 +183,7 @@ func TestPolicyRenderings(t *testing.T) {
 		}
 	}
 	without := decodeAll(t, runTool(t, helmBin, "template", "epochfs", chart, "--namespace", "epochfs-system",
-		"--set", "jobController.enabled=true"))
+		"--set", "jobController.enabled=true", "--set", "node.allowAnyNetworkSource=true"))
 	for key := range without {
 		if strings.HasPrefix(key, "ValidatingAdmissionPolicy") {
 			t.Errorf("helm renders %s for a cluster without admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy", key)
