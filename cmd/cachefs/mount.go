@@ -130,6 +130,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.StringVar(&cfg.Peer.Listen, mount.FlagPeerListen, "", "cluster scope: serve peers at HOST:PORT (a host is required: 0.0.0.0 only when written out)")
 	f.StringVar(&cfg.Peer.ID, mount.FlagPeerID, "", "cluster scope: this mount's peer id (default: the --peer-listen address)")
 	f.StringVar(&cfg.Peer.TokenFile, mount.FlagPeerTokenFile, "", "cluster scope: file holding the token shared by the peers (at least 16 bytes; peers without it are refused)")
+	f.StringVar(&cfg.Peer.Group, mount.FlagPeerGroup, "", "cluster scope: this mount's peer group: requests carry it with its key (an HMAC of the token and the group) and the peer server serves this group only (default: derived from the source ID, so every mount of one source is one group; the CSI driver passes one that includes the volume's credentials)")
 	f.DurationVar(&cfg.Peer.Timeout, mount.FlagPeerTimeout, peer.DefaultTimeout, "cluster scope: deadline of one request to a peer; then the read goes to the backend")
 	f.BoolVar(&cfg.Debug, mount.FlagFuseDebug, false, "log every FUSE request (very verbose)")
 	_ = cmd.MarkFlagRequired(mount.FlagCacheDir)

@@ -26,7 +26,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 		}},
 		{"peers file", mount.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1,
 			CacheScope: mount.ScopeCluster, PeersFile: "/var/lib/epochfs/state/node/peers/ds-1.peers", PeerListen: "10.0.0.1:7400", PeerID: "node-a",
-			PeerTokenFile: "/etc/epochfs/peer-token/token"}},
+			PeerTokenFile: "/etc/epochfs/peer-token/token", PeerGroup: "g-0123456789abcdef01234567"}},
 		{"values that look like flags", mount.CommandOptions{Source: "/data/--policy", Mountpoint: "/mnt/-x", CacheDir: "--weird", CacheSize: 1, Manifest: "-"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,6 +72,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 				Manifest: str(mount.FlagManifest), ReadaheadFiles: readahead, LogFormat: str(mount.FlagLogFormat),
 				CredentialsFD: credsFD, CacheScope: str(mount.FlagCacheScope), Peers: str(mount.FlagPeers), PeersFile: str(mount.FlagPeersFile),
 				PeerListen: str(mount.FlagPeerListen), PeerID: str(mount.FlagPeerID), PeerTokenFile: str(mount.FlagPeerTokenFile),
+				PeerGroup: str(mount.FlagPeerGroup),
 			}
 			want := tc.opts
 			if want.Policy == "" {

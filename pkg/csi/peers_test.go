@@ -135,7 +135,8 @@ func newPeerNode(t *testing.T, l launcher, dir peerDirectory, withPeer bool, id 
 // TestClusterScopeArgs: a cluster-scope dataset mount is advertised in its
 // group, gets a peers file naming this node at its port before the mount
 // process starts, and a command line with --cache-scope cluster,
-// --peers-file, --peer-listen HOST:PORT, --peer-id and --peer-token-file;
+// --peers-file, --peer-listen HOST:PORT, --peer-id, --peer-token-file and
+// --peer-group (the dataset's group: its peer server serves it only);
 // a failed start withdraws it and frees the port. A node-scope mount gets
 // none of the flags.
 func TestClusterScopeArgs(t *testing.T) {
@@ -152,12 +153,17 @@ func TestClusterScopeArgs(t *testing.T) {
 		t.Fatalf("acquire = %v, want the launcher's error", err)
 	}
 	args := strings.Join(l.args, " ")
+	tok, err := peer.ReadToken(n.cfg.peer.tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{
 		"--cache-scope cluster",
 		"--peers-file " + n.peersPath(key),
 		"--peer-listen 127.0.0.1:7400",
 		"--peer-id node-a",
 		"--peer-token-file " + n.cfg.peer.tokenFile,
+		"--peer-group " + peerGroup(tok, params, nil),
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
