@@ -253,7 +253,8 @@ func TestPeerGroup(t *testing.T) {
 	if peerGroup(t1, q, c) != g {
 		t.Error("cache size changes the group")
 	}
-	for _, o := range []string{peerGroup(t2, p, c), peerGroup(t1, p, nil), peerGroup(t1, volumeParams{Source: "s3://b/q"}, c)} {
+	rotated := map[string]string{"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "s2"} // same key id, another secret
+	for _, o := range []string{peerGroup(t2, p, c), peerGroup(t1, p, nil), peerGroup(t1, volumeParams{Source: "s3://b/q"}, c), peerGroup(t1, p, rotated)} {
 		if o == g {
 			t.Error("token, credentials or source do not change the group")
 		}
