@@ -82,7 +82,10 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	}
 	fmt.Printf("cluster scope: the node plugin advertises %s = %s\n", key, value)
 
-	// The second peer: a cachefs mount on the host, same source, same token.
+	// The second peer: a cachefs mount on the host, same source, same token,
+	// same peer group (the node plugin's, from its annotation: peer servers
+	// serve their own group only).
+	group := strings.TrimPrefix(key, kubepeer.AnnotationPrefix)
 	cachefs := testenv.GoBuild(t, "./cmd/cachefs")
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -98,7 +101,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	}
 	other := exec.Command(cachefs, "mount", source, mnt, "--cache-dir", filepath.Join(dir, "cache"), "--cache-size", "64Mi",
 		"--cache-scope", "cluster", "--peer-id", otherID, "--peer-listen", otherAddr, "--peer-token-file", tokenFile,
-		"--peers", peer.FormatPeers(append(nodePeers, peer.Peer{ID: otherID, Addr: otherAddr})),
+		"--peer-group", group, "--peers", peer.FormatPeers(append(nodePeers, peer.Peer{ID: otherID, Addr: otherAddr})),
 		"--metrics-addr", "127.0.0.1:"+strconv.Itoa(metricsPort))
 	other.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+mi.AccessKey, "AWS_SECRET_ACCESS_KEY="+mi.SecretKey)
 	otherLog := filepath.Join(dir, "other.log")

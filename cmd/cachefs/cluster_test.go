@@ -7,6 +7,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -161,16 +162,27 @@ func (cm *clusterMount) kill() {
 	_ = syscall.Unmount(cm.mnt, syscall.MNT_DETACH)
 }
 
-// peerGet sends one peer-protocol request by hand and returns its status.
-func peerGet(t *testing.T, addr, token, dataset, path string) int {
+// groupBearer is the bearer credential of group under token.
+func groupBearer(token, group string) string {
+	return hex.EncodeToString(peer.GroupKey([]byte(token), group))
+}
+
+// peerGet sends one peer-protocol request by hand, for group (the mounts'
+// default, peer.DatasetGroup of the dataset, when ""), with auth as the
+// bearer credential, and returns its status.
+func peerGet(t *testing.T, addr, auth, group, dataset, path string) int {
 	t.Helper()
 	q := url.Values{"dataset": {dataset}, "path": {path}, "version": {"x"}, "size": {"10"}, "off": {"0"}, "len": {"10"}}
 	req, err := http.NewRequest(http.MethodGet, "http://"+addr+peer.ReadPath+"?"+q.Encode(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if group == "" {
+		group = peer.DatasetGroup(dataset)
+	}
+	req.Header.Set(peer.HeaderGroup, group)
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -294,17 +306,25 @@ func TestClusterScope(t *testing.T) {
 	t.Logf("D = %d bytes, %d files; C = D/3 = %d; owned bytes a %d, b %d, c %d", ce.total, len(ce.files), capacity, owned["a"], owned["b"], owned["c"])
 
 	t.Run("unauthenticated", func(t *testing.T) {
+		own := peer.DatasetGroup(ce.dataset) // the mounts pass no --peer-group
+		key := groupBearer(ce.token, own)
 		for _, cm := range mounts {
-			if got := peerGet(t, cm.peerAddr, "", ce.dataset, ce.files[0].Path); got != http.StatusUnauthorized {
-				t.Errorf("%s: a request without the token: %d, want 401", cm.id, got)
+			if got := peerGet(t, cm.peerAddr, "", "", ce.dataset, ce.files[0].Path); got != http.StatusUnauthorized {
+				t.Errorf("%s: a request without a key: %d, want 401", cm.id, got)
 			}
-			if got := peerGet(t, cm.peerAddr, "not-the-token-at-all", ce.dataset, ce.files[0].Path); got != http.StatusUnauthorized {
-				t.Errorf("%s: a request with another token: %d, want 401", cm.id, got)
+			if got := peerGet(t, cm.peerAddr, "not-the-token-at-all", "", ce.dataset, ce.files[0].Path); got != http.StatusUnauthorized {
+				t.Errorf("%s: a request with another key: %d, want 401", cm.id, got)
 			}
-			if got := peerGet(t, cm.peerAddr, ce.token, "s3://elsewhere/bucket", ce.files[0].Path); got != http.StatusForbidden {
+			if got := peerGet(t, cm.peerAddr, ce.token, "", ce.dataset, ce.files[0].Path); got != http.StatusUnauthorized {
+				t.Errorf("%s: a request with the bare token: %d, want 401", cm.id, got)
+			}
+			if got := peerGet(t, cm.peerAddr, groupBearer(ce.token, "g-other-tenant"), "g-other-tenant", ce.dataset, ce.files[0].Path); got != http.StatusForbidden {
+				t.Errorf("%s: another group with its key and the right token: %d, want 403", cm.id, got)
+			}
+			if got := peerGet(t, cm.peerAddr, key, own, "s3://elsewhere/bucket", ce.files[0].Path); got != http.StatusForbidden {
 				t.Errorf("%s: another dataset: %d, want 403", cm.id, got)
 			}
-			if got := peerGet(t, cm.peerAddr, ce.token, ce.dataset, "../../etc/passwd"); got != http.StatusBadRequest {
+			if got := peerGet(t, cm.peerAddr, key, "", ce.dataset, "../../etc/passwd"); got != http.StatusBadRequest {
 				t.Errorf("%s: an escaping path: %d, want 400", cm.id, got)
 			}
 		}
@@ -462,7 +482,7 @@ func TestClusterScope(t *testing.T) {
 	}
 }
 
-// TestClusterScopeBadPeer: peers (in-process, with the right token) that
+// TestClusterScopeBadPeer: peers (in-process, with the right group key) that
 // answer wrong bytes under a consistent checksum (liar) or another version
 // (stale): a real mount never serves their bytes; their files come from the
 // backend, with no reader error.
@@ -472,7 +492,8 @@ func TestClusterScopeBadPeer(t *testing.T) {
 	asked := map[string]*atomic.Int64{"liar": {}, "stale": {}}
 	badPeer := func(id string) string {
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Authorization") != "Bearer "+ce.token {
+			if r.Header.Get(peer.HeaderGroup) != peer.DatasetGroup(ce.dataset) ||
+				r.Header.Get("Authorization") != "Bearer "+groupBearer(ce.token, peer.DatasetGroup(ce.dataset)) {
 				http.Error(w, "unauthorized", http.StatusUnauthorized)
 				return
 			}

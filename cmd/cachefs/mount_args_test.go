@@ -28,7 +28,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 		{"restricted egress without rules", mount.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1, RestrictEgress: true}},
 		{"peers file", mount.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1,
 			CacheScope: mount.ScopeCluster, PeersFile: "/var/lib/epochfs/state/node/peers/ds-1.peers", PeerListen: "10.0.0.1:7400", PeerID: "node-a",
-			PeerTokenFile: "/etc/epochfs/peer-token/token"}},
+			PeerTokenFile: "/etc/epochfs/peer-token/token", PeerGroup: "g-0123456789abcdef01234567"}},
 		{"values that look like flags", mount.CommandOptions{Source: "/data/--policy", Mountpoint: "/mnt/-x", CacheDir: "--weird", CacheSize: 1, Manifest: "-"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,6 +79,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 				CredentialsFD: credsFD, CacheScope: str(mount.FlagCacheScope), Peers: str(mount.FlagPeers), PeersFile: str(mount.FlagPeersFile),
 				PeerListen: str(mount.FlagPeerListen), PeerID: str(mount.FlagPeerID), PeerTokenFile: str(mount.FlagPeerTokenFile),
 				RestrictEgress: restrict, EgressRules: str(mount.FlagEgressRules),
+				PeerGroup: str(mount.FlagPeerGroup),
 			}
 			want := tc.opts
 			if want.Policy == "" {

@@ -247,8 +247,8 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 		if man != nil {
 			cat = man
 		}
-		cl, err := peer.NewCluster(peer.ClientOptions{Self: c.peerID, Dataset: b.ID(), Members: peer.Static(members),
-			Token: []byte("prefetch: ownership only, never sends"), Catalog: cat})
+		cl, err := peer.NewCluster(peer.ClientOptions{Self: c.peerID, Dataset: b.ID(), Group: peer.DatasetGroup(b.ID()),
+			Members: peer.Static(members), Token: []byte("prefetch: ownership only, never sends"), Catalog: cat})
 		if err != nil {
 			return prefetch.Summary{}, err
 		}

@@ -290,6 +290,7 @@ func (n *nodeState) clusterArgs(ds *datasetMount, o *mount.CommandOptions) {
 	o.PeerListen = self.Addr
 	o.PeerID = self.ID
 	o.PeerTokenFile = n.cfg.peer.tokenFile
+	o.PeerGroup = ds.PeerGroup // the mount's peer server serves this group only
 }
 
 // readvertise advertises again every cluster-scope dataset mount the

@@ -135,7 +135,8 @@ func newPeerNode(t *testing.T, l launcher, dir peerDirectory, withPeer bool, id 
 // TestClusterScopeArgs: a cluster-scope dataset mount is advertised in its
 // group, gets a peers file naming this node at its port before the mount
 // process starts, and a command line with --cache-scope cluster,
-// --peers-file, --peer-listen HOST:PORT, --peer-id and --peer-token-file;
+// --peers-file, --peer-listen HOST:PORT, --peer-id, --peer-token-file and
+// --peer-group (the dataset's group: its peer server serves it only);
 // a failed start withdraws it and frees the port. A node-scope mount gets
 // none of the flags.
 func TestClusterScopeArgs(t *testing.T) {
@@ -152,12 +153,17 @@ func TestClusterScopeArgs(t *testing.T) {
 		t.Fatalf("acquire = %v, want the launcher's error", err)
 	}
 	args := strings.Join(l.args, " ")
+	tok, err := peer.ReadToken(n.cfg.peer.tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{
 		"--cache-scope cluster",
 		"--peers-file " + n.peersPath(key),
 		"--peer-listen 127.0.0.1:7400",
 		"--peer-id node-a",
 		"--peer-token-file " + n.cfg.peer.tokenFile,
+		"--peer-group " + peerGroup(tok, params, nil),
 	} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
@@ -247,7 +253,8 @@ func TestPeerGroup(t *testing.T) {
 	if peerGroup(t1, q, c) != g {
 		t.Error("cache size changes the group")
 	}
-	for _, o := range []string{peerGroup(t2, p, c), peerGroup(t1, p, nil), peerGroup(t1, volumeParams{Source: "s3://b/q"}, c)} {
+	rotated := map[string]string{"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "s2"} // same key id, another secret
+	for _, o := range []string{peerGroup(t2, p, c), peerGroup(t1, p, nil), peerGroup(t1, volumeParams{Source: "s3://b/q"}, c), peerGroup(t1, p, rotated)} {
 		if o == g {
 			t.Error("token, credentials or source do not change the group")
 		}

@@ -48,6 +48,7 @@ const (
 	FlagPeerID        = "peer-id"
 	FlagPeerTokenFile = "peer-token-file"
 	FlagPeerTimeout   = "peer-timeout"
+	FlagPeerGroup     = "peer-group"
 	// FlagLogFormat is a global flag of cachefs (text or json).
 	FlagLogFormat = "log-format"
 )
@@ -136,6 +137,7 @@ type CommandOptions struct {
 	// hold credentials.
 	RestrictEgress bool
 	EgressRules    string
+	PeerGroup      string // "" leaves the mount's default (peer.DatasetGroup of the source ID)
 }
 
 // Args returns the arguments after the program name:
@@ -160,6 +162,7 @@ func (o CommandOptions) Args() []string {
 	add(FlagPeerListen, o.PeerListen)
 	add(FlagPeerID, o.PeerID)
 	add(FlagPeerTokenFile, o.PeerTokenFile)
+	add(FlagPeerGroup, o.PeerGroup)
 	if o.CredentialsFD > 0 {
 		add(FlagCredentialsFD, strconv.Itoa(o.CredentialsFD))
 	}

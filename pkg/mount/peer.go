@@ -38,6 +38,13 @@ type PeerConfig struct {
 	// TokenFile holds the shared token (required in cluster scope). Read
 	// at Start; never logged.
 	TokenFile string
+	// Group is this mount's peer group (peer.ValidGroup): its requests
+	// carry it with the group's key (an HMAC of the token and the group),
+	// and its peer server serves this group only. "" takes
+	// peer.DatasetGroup of the source ID (`cachefs mount` by hand: every
+	// mount of one source is one group); the CSI node plugin passes its
+	// group, which includes a keyed hash of the volume's credentials.
+	Group string
 	// Timeout bounds one request to a peer; 0 takes peer.DefaultTimeout.
 	Timeout time.Duration
 }
@@ -48,6 +55,7 @@ type peerState struct {
 	server  *peer.Server
 	metrics *peer.Metrics
 	token   []byte
+	group   string
 	addr    string // bound address
 	stop    context.CancelFunc
 	done    <-chan struct{} // closed by stop
@@ -57,8 +65,8 @@ type peerState struct {
 func validatePeer(c *PeerConfig) error {
 	switch c.Scope {
 	case "", ScopeNode:
-		if c.Listen != "" || len(c.Peers) > 0 || c.Membership != nil || c.TokenFile != "" {
-			return fmt.Errorf("%w: --peers, --peer-listen and --peer-token-file need --cache-scope %s", ErrInvalidConfig, ScopeCluster)
+		if c.Listen != "" || len(c.Peers) > 0 || c.Membership != nil || c.TokenFile != "" || c.Group != "" {
+			return fmt.Errorf("%w: --peers, --peer-listen, --peer-token-file and --peer-group need --cache-scope %s", ErrInvalidConfig, ScopeCluster)
 		}
 		c.Scope = ScopeNode
 		return nil
@@ -77,6 +85,11 @@ func validatePeer(c *PeerConfig) error {
 	}
 	if err := peer.ValidID(c.ID); err != nil {
 		return fmt.Errorf("%w: --peer-id: %w", ErrInvalidConfig, err)
+	}
+	if c.Group != "" {
+		if err := peer.ValidGroup(c.Group); err != nil {
+			return fmt.Errorf("%w: --peer-group: %w", ErrInvalidConfig, err)
+		}
 	}
 	for _, p := range c.Peers {
 		if p.Addr == c.Listen && p.ID != c.ID {
@@ -131,18 +144,22 @@ func (m *Mount) startPeer(dataset string, reg *prometheus.Registry, man *manifes
 				"peer_id", p.ID, "capacity", p.Capacity, "cache_size", m.cfg.CacheSize)
 		}
 	}
-	cl, err := peer.NewCluster(peer.ClientOptions{Self: c.ID, Dataset: dataset, Members: members, Token: tok,
+	group := c.Group
+	if group == "" {
+		group = peer.DatasetGroup(dataset)
+	}
+	cl, err := peer.NewCluster(peer.ClientOptions{Self: c.ID, Dataset: dataset, Group: group, Members: members, Token: tok,
 		Timeout: c.Timeout, Metrics: pm, Checksum: sums, Catalog: cat})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &peerState{cluster: cl, metrics: pm, token: tok}, nil
+	return &peerState{cluster: cl, metrics: pm, token: tok, group: group}, nil
 }
 
 // servePeer starts the peer server on the mounted tree.
 func (m *Mount) servePeer(ps *peerState, dataset string, r peer.Reader) error {
 	c := m.cfg.Peer
-	ps.server = peer.NewServer(peer.ServerOptions{Dataset: dataset, Token: ps.token, Reader: r,
+	ps.server = peer.NewServer(peer.ServerOptions{Dataset: dataset, Group: ps.group, Token: ps.token, Reader: r,
 		Members: membersOf(ps), Metrics: ps.metrics, Timeout: m.cfg.ReadTimeout, Logger: m.log})
 	ctx, stop := context.WithCancel(context.Background())
 	addr, err := peer.Listen(ctx, c.Listen, ps.server)
@@ -187,7 +204,7 @@ func (m *Mount) recordShare(ps *peerState, man *manifest.Manifest) {
 	if err := peer.WriteShare(m.cfg.CacheDir, s); err != nil {
 		m.log.Warn("cannot record the owner share for cachefs stats", "err", err)
 	}
-	m.log.Info("cluster-scope cache", "peer_id", s.Self, "peers", ids, "peer_listen", ps.addr,
+	m.log.Info("cluster-scope cache", "peer_id", s.Self, "peer_group", ps.group, "peers", ids, "peer_listen", ps.addr,
 		"owned_share", s.OwnedShare, "owned_files", s.OwnedFiles, "files", s.Files)
 }
 

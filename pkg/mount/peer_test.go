@@ -2,8 +2,11 @@ package mount_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/peer"
 )
@@ -40,6 +44,9 @@ func TestPeerConfig(t *testing.T) {
 		{"unknown scope", mount.PeerConfig{Scope: "global"}, false},
 		{"listed under another id", mount.PeerConfig{Scope: "cluster", Peers: peers, Listen: "127.0.0.1:7070", TokenFile: "/tok", ID: "b"}, false},
 		{"default id, listed as a", mount.PeerConfig{Scope: "cluster", Peers: peers, Listen: "127.0.0.1:7070", TokenFile: "/tok"}, false},
+		{"cluster with a group", mount.PeerConfig{Scope: "cluster", Peers: peers, Listen: "127.0.0.1:7070", TokenFile: "/tok", ID: "a", Group: "g-0123abcd"}, true},
+		{"bad group", mount.PeerConfig{Scope: "cluster", Peers: peers, Listen: "127.0.0.1:7070", TokenFile: "/tok", ID: "a", Group: "g 1\n"}, false},
+		{"node with a group", mount.PeerConfig{Group: "g-0123abcd"}, false},
 	} {
 		_, err := mount.New(base(tc.p))
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, mount.ErrInvalidConfig)) {
@@ -83,5 +90,80 @@ func TestClusterInProcess(t *testing.T) {
 	}
 	if total := datagen.TotalSize(files); used != total {
 		t.Errorf("the two caches hold %d bytes together, want the dataset's %d, each file once", used, total)
+	}
+}
+
+// TestClusterGroups: two real cluster-scope mounts of one source in
+// different peer groups (tenant A's, here the default group of a
+// standalone mount, peer.DatasetGroup of the source ID; tenant B's, an
+// explicit --peer-group), each listing the other as a member (a stale
+// entry: B's mount took the port A's list names). A read through the
+// other group's server is refused (403) and reads nothing; each mount's
+// readers still get every byte (from the backend); a request with the
+// server's own group key reads (200). On the code before groups, the
+// shared token and the dataset alone opened either server.
+func TestClusterGroups(t *testing.T) {
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 40, Classes: 2, MedianSize: 4000, MinSize: 100, MaxSize: 20_000, Seed: 22})
+	tokFile := filepath.Join(t.TempDir(), "token")
+	token := []byte("groups-peer-token-0123")
+	if err := os.WriteFile(tokFile, token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+	members := []peer.Peer{{ID: "x", Addr: addrs[0]}, {ID: "y", Addr: addrs[1]}}
+	mnts := []string{t.TempDir(), t.TempDir()}
+	var ms []*mount.Mount
+	for i, g := range []string{"", "g-tenant-b"} {
+		ms = append(ms, mounttest.Start(t, mount.Config{Source: src, Mountpoint: mnts[i], CacheSize: 1 << 30, Manifest: mount.ManifestNone,
+			WholeFileMax: 32 << 10, BlockSize: 8 << 10,
+			Peer: mount.PeerConfig{Scope: mount.ScopeCluster, Peers: members, Listen: addrs[i], ID: []string{"x", "y"}[i], TokenFile: tokFile, Group: g}}))
+	}
+	want := datagen.Sums(files)
+	for i := range ms {
+		res, err := epoch.Run(context.Background(), epoch.Options{Root: mnts[i], Paths: datagen.Paths(files), Workers: 4, Seed: uint64(i), Want: want})
+		if err != nil || len(res.Mismatches) > 0 {
+			t.Fatalf("mount %d: %v, %d wrong files", i, err, len(res.Mismatches))
+		}
+	}
+
+	source, err := backend.Parse(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open(context.Background(), source, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e, err := b.Stat(context.Background(), files[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groupA := peer.DatasetGroup(b.ID())
+	get := func(addr, group string) int {
+		q := url.Values{"dataset": {b.ID()}, "path": {files[0].Path}, "version": {e.Version},
+			"size": {fmt.Sprint(e.Size)}, "off": {"0"}, "len": {fmt.Sprint(e.Size)}}
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+peer.ReadPath+"?"+q.Encode(), nil)
+		req.Header.Set(peer.HeaderGroup, group)
+		req.Header.Set("Authorization", "Bearer "+hex.EncodeToString(peer.GroupKey(token, group)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		name, addr, group string
+		want              int
+	}{
+		{"A's key at B's server", ms[1].PeerAddr(), groupA, http.StatusForbidden},
+		{"B's key at A's server", ms[0].PeerAddr(), "g-tenant-b", http.StatusForbidden},
+		{"A's key at A's server", ms[0].PeerAddr(), groupA, http.StatusOK},
+		{"B's key at B's server", ms[1].PeerAddr(), "g-tenant-b", http.StatusOK},
+	} {
+		if got := get(tc.addr, tc.group); got != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }

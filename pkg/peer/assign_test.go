@@ -157,7 +157,7 @@ func TestClusterOwnership(t *testing.T) {
 	var cur atomic.Pointer[[]Peer]
 	set := func(ps []Peer) { cur.Store(&ps) }
 	m := membershipFunc(func() []Peer { return *cur.Load() })
-	c, err := NewCluster(ClientOptions{Self: "node-0", Dataset: ds, Members: m, Token: token, Catalog: cat})
+	c, err := NewCluster(ClientOptions{Self: "node-0", Dataset: ds, Group: group, Members: m, Token: token, Catalog: cat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func BenchmarkAssign(b *testing.B) {
 func TestAssignedShare(t *testing.T) {
 	cat := newCatalog(3000, 5)
 	ps := withCapacity(members(3), cat.total()/3)
-	c, err := NewCluster(ClientOptions{Self: "node-1", Dataset: "ds", Members: Static(ps), Token: token, Catalog: cat})
+	c, err := NewCluster(ClientOptions{Self: "node-1", Dataset: "ds", Group: group, Members: Static(ps), Token: token, Catalog: cat})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestAssignedShare(t *testing.T) {
 	if files != 3000 || math.Abs(float64(owned)/3000-fs) > 1e-9 || math.Abs(bytes-bs) > 1e-9 {
 		t.Errorf("AssignedShare = %d files, %d owned, %.4f of the bytes; Share = %.4f of the files, %.4f of the bytes", files, owned, bytes, fs, bs)
 	}
-	plain, _ := NewCluster(ClientOptions{Self: "node-1", Dataset: "ds", Members: Static(members(3)), Token: token, Catalog: cat})
+	plain, _ := NewCluster(ClientOptions{Self: "node-1", Dataset: "ds", Group: group, Members: Static(members(3)), Token: token, Catalog: cat})
 	if _, _, _, ok := plain.AssignedShare(); ok {
 		t.Error("an assignment without capacities")
 	}

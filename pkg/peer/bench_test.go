@@ -90,7 +90,7 @@ func BenchmarkRead(b *testing.B) {
 		b.Run("peer-"+proto, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			srv := NewServer(ServerOptions{Dataset: "ds", Token: token, Reader: rd})
+			srv := NewServer(ServerOptions{Dataset: "ds", Group: group, Token: token, Reader: rd})
 			addr, err := Listen(ctx, "127.0.0.1:0", srv)
 			if err != nil {
 				b.Fatal(err)
@@ -118,7 +118,7 @@ func BenchmarkRead(b *testing.B) {
 			if proto == "transport" {
 				rt = nil
 			}
-			c, err := NewCluster(ClientOptions{Self: "self", Dataset: "ds", Token: token, Transport: rt,
+			c, err := NewCluster(ClientOptions{Self: "self", Dataset: "ds", Group: group, Token: token, Transport: rt,
 				Members: Static{{ID: "owner", Addr: addr}}, Checksum: func(p string) []byte { return sums[p] }})
 			if err != nil {
 				b.Fatal(err)

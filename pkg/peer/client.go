@@ -30,10 +30,14 @@ const (
 
 // ClientOptions configure a Cluster.
 type ClientOptions struct {
-	Self    string     // this mount's peer id; required
-	Dataset string     // the dataset identity (backend ID); required
+	Self    string // this mount's peer id; required
+	Dataset string // the dataset identity (backend ID); required
+	// Group is this mount's peer group (ValidGroup); required. Requests
+	// carry it and its key, GroupKey(Token, Group): a member of another
+	// group refuses them.
+	Group   string
 	Members Membership // required
-	Token   []byte     // required
+	Token   []byte     // required; only the group's key is kept
 	// Timeout bounds one peer request, the owner's own backend fetch
 	// included; past it the reader goes to the backend.
 	Timeout time.Duration
@@ -58,7 +62,7 @@ type ClientOptions struct {
 type Cluster struct {
 	o    ClientOptions
 	http *http.Client
-	auth string // the Authorization header (holds the token: never logged)
+	auth string // the Authorization header (holds the group key: never logged)
 
 	mu   sync.Mutex
 	down map[string]downState // by peer id
@@ -80,6 +84,11 @@ func NewCluster(o ClientOptions) (*Cluster, error) {
 	case len(o.Token) == 0:
 		return nil, fmt.Errorf("%w: a token is required", ErrInvalid)
 	}
+	if err := ValidGroup(o.Group); err != nil {
+		return nil, err
+	}
+	auth := groupAuth(GroupKey(o.Token, o.Group))
+	o.Token = nil // the group's key is all a Cluster needs
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
@@ -91,7 +100,7 @@ func NewCluster(o ClientOptions) (*Cluster, error) {
 		// Never through an HTTP proxy: peers are on the node network.
 		tr = newTransport(64)
 	}
-	return &Cluster{o: o, http: &http.Client{Transport: tr}, auth: "Bearer " + string(o.Token), down: map[string]downState{}}, nil
+	return &Cluster{o: o, http: &http.Client{Transport: tr}, auth: auth, down: map[string]downState{}}, nil
 }
 
 // Owner returns the owner of path among the current members: false when
@@ -150,6 +159,9 @@ var (
 	ErrSelf     = errors.New("peer: this mount owns the file")
 	ErrNoOwner  = errors.New("peer: no peer has room for the file")
 	ErrRejected = errors.New("peer: answer rejected")
+	// ErrNoVersion: a read without a version is never asked of a peer
+	// (its server would refuse it: the backend read would skip If-Match).
+	ErrNoVersion = errors.New("peer: no version to read")
 )
 
 // Read fills p with bytes [off, off+len(p)) of version of path (a file of
@@ -158,6 +170,9 @@ var (
 // version the owner read, the length, the owner's xxh3-128 of the body and,
 // for a whole file, the manifest's sha256 when Checksum gives one.
 func (c *Cluster) Read(ctx context.Context, path, version string, size, off int64, p []byte) error {
+	if version == "" {
+		return ErrNoVersion
+	}
 	owner, members, ok := c.owner(path)
 	switch {
 	case members && !ok:
@@ -220,7 +235,7 @@ func (c *Cluster) read(ctx context.Context, owner Peer, path, version string, si
 	if err != nil {
 		return err
 	}
-	req.Header = http.Header{"Authorization": {c.auth}, HeaderPeer: {c.o.Self}}
+	req.Header = http.Header{"Authorization": {c.auth}, HeaderGroup: {c.o.Group}, HeaderPeer: {c.o.Self}}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// The URL is in the error, never the token (a header).
@@ -229,7 +244,8 @@ func (c *Cluster) read(ctx context.Context, owner Peer, path, version string, si
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return &rejection{msg: fmt.Sprintf("peer %s: status %d", owner.ID, resp.StatusCode), markDown: resp.StatusCode >= 500 || resp.StatusCode == http.StatusUnauthorized}
+		return &rejection{msg: fmt.Sprintf("peer %s: status %d", owner.ID, resp.StatusCode), markDown: resp.StatusCode >= 500 || resp.StatusCode == http.StatusUnauthorized ||
+			resp.StatusCode == http.StatusForbidden}
 	}
 	if v := resp.Header.Get(HeaderVersion); v != version {
 		return &rejection{msg: fmt.Sprintf("peer %s answered another version", owner.ID), markDown: true}

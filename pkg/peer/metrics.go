@@ -36,7 +36,7 @@ func NewMetrics() *Metrics {
 		Fallbacks:     cv("cachefs_peer_fallbacks_total", "Reads of files a peer owns that went to the backend instead (the peer failed, or was skipped while marked down).", LabelPeer),
 		Served:        cv("cachefs_peer_served_total", "Requests this mount's peer server answered with bytes, by requesting peer.", LabelPeer),
 		ServedBytes:   cv("cachefs_peer_served_bytes_total", "Bytes this mount's peer server sent, by requesting peer.", LabelPeer),
-		Refused:       cv("cachefs_peer_refused_total", "Requests this mount's peer server refused, by reason (unauthorized, dataset, bad_request, version, not_found, error).", LabelReason),
+		Refused:       cv("cachefs_peer_refused_total", "Requests this mount's peer server refused, by reason (unauthorized, group, dataset, bad_request, version, not_found, error).", LabelReason),
 		OwnedShare: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cachefs_peer_owned_share",
 			Help: "This mount's share of the dataset it owns in cluster scope: bytes with a manifest, else 1/peers."}),
 	}

@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -129,13 +130,15 @@ func (r *fakeReader) ReadForPeer(ctx context.Context, path, version string, size
 
 var token = []byte("0123456789abcdef-token")
 
+const group = "g-test"
+
 func newPair(t *testing.T, h http.Handler) (*Cluster, *Metrics, string) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	// "self" owns nothing: make sure the file's owner is "owner".
 	pm := NewMetrics()
-	c, err := NewCluster(ClientOptions{Self: "self", Dataset: "ds", Token: token, Timeout: time.Second, Metrics: pm,
+	c, err := NewCluster(ClientOptions{Self: "self", Dataset: "ds", Group: group, Token: token, Timeout: time.Second, Metrics: pm,
 		Members: Static{{ID: "owner", Addr: addr}}})
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +149,7 @@ func newPair(t *testing.T, h http.Handler) (*Cluster, *Metrics, string) {
 func TestServerAndClient(t *testing.T) {
 	fr := &fakeReader{}
 	sm := NewMetrics()
-	srv := NewServer(ServerOptions{Dataset: "ds", Token: token, Reader: fr, Metrics: sm,
+	srv := NewServer(ServerOptions{Dataset: "ds", Group: group, Token: token, Reader: fr, Metrics: sm,
 		Members: Static{{ID: "self"}}})
 	c, pm, addr := newPair(t, srv)
 	if c.Owns("a/b.jpg") {
@@ -173,16 +176,18 @@ func TestServerAndClient(t *testing.T) {
 		t.Error("a peer that disagrees on a version is marked down")
 	}
 
-	// Requests by hand: unauthenticated, wrong token, other dataset, bad
-	// paths and ranges.
-	get := func(tok, dataset, path, rng string) int {
+	// Requests by hand: unauthenticated, wrong key, other dataset, bad
+	// paths and ranges (the group checks: group_test.go).
+	key := GroupKey(token, group)
+	get := func(auth, dataset, path, rng string) int {
 		q := url.Values{"dataset": {dataset}, "path": {path}, "version": {"v1"}, "size": {"1000"}}
 		off, n, _ := strings.Cut(rng, "+")
 		q.Set("off", off)
 		q.Set("len", n)
 		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+ReadPath+"?"+q.Encode(), nil)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set(HeaderGroup, group)
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -191,33 +196,35 @@ func TestServerAndClient(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	good := hex.EncodeToString(key)
 	before := fr.calls.Load()
 	for _, tc := range []struct {
-		tok, dataset, path, rng string
-		want                    int
+		auth, dataset, path, rng string
+		want                     int
 	}{
 		{"", "ds", "a", "0+10", 401},
 		{"wrong-token-wrong-token", "ds", "a", "0+10", 401},
-		{string(token) + "x", "ds", "a", "0+10", 401},
-		{string(token), "other", "a", "0+10", 403},
-		{string(token), "ds", "../etc/passwd", "0+10", 400},
-		{string(token), "ds", "/etc/passwd", "0+10", 400},
-		{string(token), "ds", "a/./b", "0+10", 400},
-		{string(token), "ds", "", "0+10", 400},
-		{string(token), "ds", "a", "990+20", 400},
-		{string(token), "ds", "a", "-1+2", 400},
-		{string(token), "ds", "missing", "0+10", 404},
-		{string(token), "ds", "a", "0+10", 200},
+		{good + "00", "ds", "a", "0+10", 401},
+		{string(token), "ds", "a", "0+10", 401}, // the shared token itself is no group key
+		{good, "other", "a", "0+10", 403},
+		{good, "ds", "../etc/passwd", "0+10", 400},
+		{good, "ds", "/etc/passwd", "0+10", 400},
+		{good, "ds", "a/./b", "0+10", 400},
+		{good, "ds", "", "0+10", 400},
+		{good, "ds", "a", "990+20", 400},
+		{good, "ds", "a", "-1+2", 400},
+		{good, "ds", "missing", "0+10", 404},
+		{good, "ds", "a", "0+10", 200},
 	} {
-		if got := get(tc.tok, tc.dataset, tc.path, tc.rng); got != tc.want {
-			t.Errorf("token %v, dataset %s, path %q, range %s: status %d, want %d", tc.tok != "", tc.dataset, tc.path, tc.rng, got, tc.want)
+		if got := get(tc.auth, tc.dataset, tc.path, tc.rng); got != tc.want {
+			t.Errorf("key %v, dataset %s, path %q, range %s: status %d, want %d", tc.auth != "", tc.dataset, tc.path, tc.rng, got, tc.want)
 		}
 	}
 	if got := fr.calls.Load() - before; got != 2 { // missing and the good one
 		t.Errorf("the reader was called %d times, want 2: refused requests must not read", got)
 	}
-	if got := testutil.ToFloat64(sm.Refused.WithLabelValues("unauthorized")); got != 3 {
-		t.Errorf("refused unauthorized %v, want 3", got)
+	if got := testutil.ToFloat64(sm.Refused.WithLabelValues("unauthorized")); got != 4 {
+		t.Errorf("refused unauthorized %v, want 4", got)
 	}
 }
 
@@ -228,7 +235,7 @@ func TestServerAndClient(t *testing.T) {
 func TestClientRejectsBadAnswers(t *testing.T) {
 	var mode atomic.Value
 	mode.Store("ok")
-	good := NewServer(ServerOptions{Dataset: "ds", Token: token, Reader: &fakeReader{}})
+	good := NewServer(ServerOptions{Dataset: "ds", Group: group, Token: token, Reader: &fakeReader{}})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := httptest.NewRecorder()
 		good.ServeHTTP(rec, r)

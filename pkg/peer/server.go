@@ -2,7 +2,8 @@ package peer
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,23 +21,29 @@ import (
 )
 
 // The protocol (HTTP/1.1 with keep-alive, cleartext: the node network of
-// one cluster; the token is what guards it):
+// one cluster; the group key is what guards it):
 //
 //	GET ReadPath?dataset=ID&path=P&version=V&size=S&off=O&len=N
-//	Authorization: Bearer TOKEN
+//	Authorization: Bearer hex(GroupKey(TOKEN, GROUP))
+//	X-Epochfs-Group: GROUP
 //	X-Epochfs-Peer: REQUESTER-ID
 //
 // asks for bytes [O, O+N) of version V of file P (S bytes) of dataset ID,
-// one cache entry of it (the whole file, or one block). 200 carries exactly
-// N bytes with HeaderVersion (V, as the server read it) and HeaderChecksum
-// (hex xxh3-128 of the body), both of which the client checks. Refusals:
-// 401 no or wrong token, 403 another dataset, 400 a malformed request or a
-// path backend.CleanPath refuses, 404 no such file, 409 another version
-// (the server's manifest names another one, or the source changed), 502
+// one cache entry of it (the whole file, or one block), of the server's
+// group GROUP (group.go). 200 carries exactly N bytes with HeaderVersion
+// (V, as the server read it) and HeaderChecksum (hex xxh3-128 of the
+// body), both of which the client checks. Refusals, none of which reads:
+// 401 no group, or a key that is not the named group's under the shared
+// token (the bare token included); 403 the key of another group (a stale
+// peer entry, another tenant's mount) or another dataset; 400 no version
+// (the read would skip the backend's If-Match), a malformed request or a
+// path backend.CleanPath refuses; 404 no such file; 409 another version
+// (the server's manifest names another one, or the source changed); 502
 // the server's backend failed.
 const (
 	ReadPath       = "/epochfs/peer/v1/read"
 	HeaderPeer     = "X-Epochfs-Peer"
+	HeaderGroup    = "X-Epochfs-Group"
 	HeaderVersion  = "X-Epochfs-Version"
 	HeaderChecksum = "X-Epochfs-Checksum"
 )
@@ -53,7 +60,10 @@ type Reader interface {
 
 // ServerOptions configure a peer server.
 type ServerOptions struct {
-	Dataset string     // the mount's dataset identity (backend ID); other datasets are refused
+	Dataset string // the mount's dataset identity (backend ID); other datasets are refused
+	// Group is the mount's peer group (ValidGroup); required: requests of
+	// other groups are refused, whatever key they carry.
+	Group   string
 	Token   []byte     // the shared token; required (never logged)
 	Reader  Reader     // required
 	Members Membership // names requesters in metrics; nil: every requester is "unknown"
@@ -62,14 +72,18 @@ type ServerOptions struct {
 	Logger  *slog.Logger
 }
 
-// Server is the HTTP handler of the peer protocol.
-type Server struct{ o ServerOptions }
+// Server is the HTTP handler of the peer protocol. Immutable after
+// NewServer.
+type Server struct {
+	o   ServerOptions
+	key []byte // GroupKey(o.Token, o.Group)
+}
 
-// NewServer returns the handler. It panics without a token or a reader
-// (programming errors: the mount validates its flags first).
+// NewServer returns the handler. It panics without a token, a valid group
+// or a reader (programming errors: the mount validates its flags first).
 func NewServer(o ServerOptions) *Server {
-	if len(o.Token) == 0 || o.Reader == nil {
-		panic("peer: NewServer needs a token and a reader")
+	if len(o.Token) == 0 || o.Reader == nil || ValidGroup(o.Group) != nil {
+		panic("peer: NewServer needs a token, a valid group and a reader")
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
@@ -80,7 +94,7 @@ func NewServer(o ServerOptions) *Server {
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Minute
 	}
-	return &Server{o: o}
+	return &Server{o: o, key: GroupKey(o.Token, o.Group)}
 }
 
 func (s *Server) refuse(w http.ResponseWriter, code int, reason, msg string) {
@@ -88,11 +102,27 @@ func (s *Server) refuse(w http.ResponseWriter, code int, reason, msg string) {
 	http.Error(w, msg, code)
 }
 
-// authorized compares the bearer token in constant time.
-func (s *Server) authorized(r *http.Request) bool {
-	auth := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(auth, "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(tok), s.o.Token) == 1
+// authorize checks the request's group and key: 0 when it is this
+// server's group with its key, else the refusal's status. The key is
+// compared in constant time (hmac.Equal); a key of another group (valid for
+// the group it names, under the shared token) is 403, anything else 401.
+func (s *Server) authorize(r *http.Request) (status int, reason string) {
+	group := r.Header.Get(HeaderGroup)
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	key, err := hex.DecodeString(tok)
+	if !ok || err != nil || len(key) != sha256.Size || ValidGroup(group) != nil {
+		return http.StatusUnauthorized, "unauthorized"
+	}
+	if group == s.o.Group {
+		if hmac.Equal(key, s.key) {
+			return 0, ""
+		}
+		return http.StatusUnauthorized, "unauthorized"
+	}
+	if hmac.Equal(key, GroupKey(s.o.Token, group)) {
+		return http.StatusForbidden, "group"
+	}
+	return http.StatusUnauthorized, "unauthorized"
 }
 
 func (s *Server) requester(r *http.Request) string {
@@ -108,8 +138,12 @@ func (s *Server) requester(r *http.Request) string {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r) {
-		s.refuse(w, http.StatusUnauthorized, "unauthorized", "unauthorized")
+	if code, reason := s.authorize(r); code != 0 {
+		msg := "unauthorized"
+		if code == http.StatusForbidden {
+			msg = "this peer serves another peer group"
+		}
+		s.refuse(w, code, reason, msg)
 		return
 	}
 	if r.URL.Path != ReadPath || r.Method != http.MethodGet {
@@ -122,6 +156,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path, version := q.Get("path"), q.Get("version")
+	if version == "" {
+		// Never read without a version: the backend would skip If-Match.
+		s.refuse(w, http.StatusBadRequest, "version", "no version")
+		return
+	}
 	clean, err := backend.CleanPath(path)
 	if err != nil || clean != path || clean == "" {
 		s.refuse(w, http.StatusBadRequest, "bad_request", "bad path")

@@ -20,7 +20,7 @@ func TestTransport(t *testing.T) {
 	fr := &fakeReader{}
 	var block atomic.Bool
 	release := make(chan struct{})
-	h := NewServer(ServerOptions{Dataset: "ds", Token: token, Reader: fr})
+	h := NewServer(ServerOptions{Dataset: "ds", Group: group, Token: token, Reader: fr})
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if block.Load() {
 			select {
@@ -40,7 +40,7 @@ func TestTransport(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
 	addr := strings.TrimPrefix(srv.URL, "http://")
-	c, err := NewCluster(ClientOptions{Self: "self", Dataset: "ds", Token: token, Timeout: 300 * time.Millisecond,
+	c, err := NewCluster(ClientOptions{Self: "self", Dataset: "ds", Group: group, Token: token, Timeout: 300 * time.Millisecond,
 		Members: Static{{ID: "owner", Addr: addr}}})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestTransport(t *testing.T) {
 			}
 		}
 	}()
-	h2, err := NewCluster(ClientOptions{Self: "self", Dataset: "ds", Token: token, Timeout: 10 * time.Second,
+	h2, err := NewCluster(ClientOptions{Self: "self", Dataset: "ds", Group: group, Token: token, Timeout: 10 * time.Second,
 		Members: Static{{ID: "owner", Addr: ln.Addr().String()}}})
 	if err != nil {
 		t.Fatal(err)
