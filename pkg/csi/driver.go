@@ -315,6 +315,9 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 		cfg.launcher = ml
 	}
 	if d.cfg.NodeLabels {
+		if d.cfg.Namespace == "" {
+			return nodeConfig{}, errors.New("csi: --node-labels needs --namespace (the driver's namespace, which holds the cache-location Lease; default $POD_NAMESPACE)")
+		}
 		client, err := kubeClient(d.cfg.Kubeconfig)
 		if err != nil {
 			return nodeConfig{}, err

@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -22,6 +23,8 @@ import (
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/csi"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/peer"
+	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
 )
 
 // TestNodeCacheLabels: the node plugin records, against a real
@@ -160,4 +163,48 @@ func leaseOnlyKubeconfig(t *testing.T, kube *testenv.Kube, admin kubernetes.Inte
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestPeerLeasesAtStart: a node plugin with cluster scope on, run as a
+// ServiceAccount that may only use Leases of its namespace (no Node
+// access), starts against a real kube-apiserver, and its start deletes its
+// own peer Lease of a group it no longer mounts (left by a withdraw that
+// failed, or a plugin killed mid-unstage) while another node's Lease of
+// that group stays. Before issue 22 nothing removed a stale entry, and the
+// plugin needed list/watch on Nodes to start at all.
+func TestPeerLeasesAtStart(t *testing.T) {
+	kube := testenv.StartKube(t)
+	admin, err := kubernetes.NewForConfig(kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "epochfs-system"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"test-node", "node-b"} {
+		d, err := kubepeer.Start(ctx, admin, kubepeer.Options{Namespace: ns, Node: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Advertise(ctx, "g-stale", peer.Peer{ID: node, Addr: "127.0.0.1:7400"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubeconfig := leaseOnlyKubeconfig(t, kube, admin, ns)
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startDriver(t, func(c *csi.Config) {
+		c.Kubeconfig, c.Namespace = kubeconfig, ns
+		c.PeerListen, c.PeerTokenFile, c.PeerPortRange = "127.0.0.1", token, "7400-7401"
+		c.HealthInterval = time.Hour // only the start can have removed it
+	})
+	if _, err := admin.CoordinationV1().Leases(ns).Get(ctx, kubepeer.LeaseName("g-stale", "test-node"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("this node's stale peer Lease after start: %v (want not found)", err)
+	}
+	if _, err := admin.CoordinationV1().Leases(ns).Get(ctx, kubepeer.LeaseName("g-stale", "node-b"), metav1.GetOptions{}); err != nil {
+		t.Errorf("another node's peer Lease: %v", err)
+	}
 }
