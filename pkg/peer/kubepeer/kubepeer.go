@@ -91,6 +91,8 @@ type Directory struct {
 	opts   Options // immutable
 	lister func() []any
 
+	rebuildMu sync.Mutex // serialises rebuilds (watch events and the expiry timer), so an older one never lands last
+
 	mu       sync.Mutex
 	groups   map[string][]peer.Peer // group → live peers sorted by id (replaced, never modified)
 	onChange []func()
@@ -325,6 +327,8 @@ func peerOf(l *coordinationv1.Lease, now time.Time) (string, peer.Peer, bool) {
 }
 
 func (d *Directory) rebuild() {
+	d.rebuildMu.Lock()
+	defer d.rebuildMu.Unlock()
 	now := d.opts.Now()
 	groups := map[string][]peer.Peer{}
 	for _, o := range d.lister() {
