@@ -8,33 +8,40 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
 )
 
 // TestClusterScopeVolumeOnKubelet: the cluster-wide cache's discovery
-// through the Kubernetes API on a real kubelet (issue 15). The chart is
-// installed with node.clusterCache on; a PV with cacheScope: cluster is
-// staged by a holder pod; the node plugin advertises the dataset's group
-// on its Node. A second peer — a real `cachefs mount` on the host, as
-// another node's mount would be — joins by the only means a node has: a
-// Node object carrying the group's annotation (this one a stand-in Node,
-// tainted, kept alive by a Lease as a kubelet would). The node plugin must
-// see it through its watch and rewrite the dataset's peers file; a reader
-// pod then reads the dataset twice byte for byte, the files the other peer
-// owns come from it (its served counter and the node's peer hits), and
-// when the stand-in Node is deleted the node plugin drops it again.
+// through the Kubernetes API on a real kubelet (issue 15; Leases since
+// issue 22). The chart is installed with node.clusterCache on; its node
+// plugin may not touch any Node (no `nodes patch`: checked with a
+// SubjectAccessReview) and writes Leases in the driver's namespace only.
+// A PV with cacheScope: cluster is staged by a holder pod; the node plugin
+// advertises the dataset's group as a peer Lease. A second peer — a real
+// `cachefs mount` on the host, as another node's mount would be — joins by
+// the only means a node has: a peer Lease of the group, renewed as its node
+// plugin would. The node plugin must see it through its watch and rewrite
+// the dataset's peers file; a reader pod then reads the dataset twice byte
+// for byte, the files the other peer owns come from it (its served counter
+// and the node's peer hits); when the other peer stops renewing, its Lease
+// expires and the node plugin drops it; when the dataset is deleted, its
+// Lease disappears.
 func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	requireE2E(t)
 	const token = "e2e-peer-token-0123456789abcdef"
@@ -62,7 +69,6 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	cs := in.c.Client.CoreV1()
 	const ns = "tenant-cluster"
 	in.createNamespace(ctx, t, ns)
 	secret := in.createS3Secret(ctx, t, ns, "s3", mi)
@@ -72,20 +78,20 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	// cluster scope and advertises the group on its Node.
 	in.readerPod(ctx, t, v, "holder", "sleep", "3600")
 	in.waitPod(ctx, t, ns, "holder", corev1.PodRunning)
-	key, value := waitPeerAnnotation(ctx, t, in, testenv.ClusterNodeName)
-	if strings.Contains(key+value, token) {
-		t.Fatal("the Node annotation carries the peer token")
+	checkNodeRBAC(ctx, t, in)
+	group, value := waitPeerLease(ctx, t, in, testenv.ClusterNodeName)
+	if strings.Contains(group+value, token) {
+		t.Fatal("the peer Lease carries the peer token")
 	}
 	nodePeers, err := peer.ParsePeersFile(value)
 	if err != nil || len(nodePeers) != 1 {
-		t.Fatalf("the node's annotation %s=%q is not one peer: %v", key, value, err)
+		t.Fatalf("the node's peer Lease of %s holds %q, not one peer: %v", group, value, err)
 	}
-	fmt.Printf("cluster scope: the node plugin advertises %s = %s\n", key, value)
+	fmt.Printf("cluster scope: the node plugin advertises %s = %s (Lease %s/%s)\n", group, value, chartNamespace, kubepeer.LeaseName(group, testenv.ClusterNodeName))
 
 	// The second peer: a cachefs mount on the host, same source, same token,
-	// same peer group (the node plugin's, from its annotation: peer servers
+	// same peer group (the node plugin's, from its Lease: peer servers
 	// serve their own group only).
-	group := strings.TrimPrefix(key, kubepeer.AnnotationPrefix)
 	cachefs := testenv.GoBuild(t, "./cmd/cachefs")
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -131,8 +137,9 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 		t.Fatalf("the host peer's mount: %v\n%s", err, b)
 	}
 
-	// It joins through the API: a stand-in Node with the group's annotation.
-	stopLease := standInNode(ctx, t, in, otherID, map[string]string{key: otherID + "=" + otherAddr})
+	// It joins through the API: a peer Lease of the group, as its node
+	// plugin would write and renew it.
+	stopLease := standInPeer(ctx, t, in, group, otherID, otherID+"="+otherAddr)
 	peersFile := waitPeersFile(ctx, t, in, func(ps []peer.Peer) bool { return len(ps) == 2 })
 	fmt.Printf("cluster scope: the node plugin's peers file %s lists both peers\n", filepath.Base(peersFile))
 	// The mount polls its peers file (every second) and then records its
@@ -174,48 +181,83 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 		t.Errorf("the host peer refused %v requests of the node's mount", refused)
 	}
 
-	// The stand-in Node goes: the node plugin drops it from the peers file.
+	// The other peer stops renewing: its Lease expires by itself (it is
+	// still there) and the node plugin drops it from the peers file.
 	stopLease()
-	if err := cs.Nodes().Delete(ctx, otherID, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	waitPeersFile(ctx, t, in, func(ps []peer.Peer) bool { return len(ps) == 1 && ps[0].ID == nodePeers[0].ID })
-	fmt.Println("cluster scope: the deleted Node left the peers file")
+	fmt.Println("cluster scope: the expired peer Lease left the peers file")
+
+	// The node's cache-location Lease (for the job controller's
+	// placement) is there, held by the node.
+	if l, err := in.c.Client.CoordinationV1().Leases(chartNamespace).Get(ctx, cachelabel.LeaseName(testenv.ClusterNodeName), metav1.GetOptions{}); err != nil ||
+		l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != testenv.ClusterNodeName {
+		t.Errorf("the node's cache-location Lease: %v", err)
+	}
 
 	in.deletePod(ctx, t, ns, "reader")
 	in.deletePod(ctx, t, ns, "holder")
 	in.deleteVolume(ctx, t, v)
 	in.waitNoMounts(t, 2*time.Minute)
-	// The last unstage withdraws the annotation.
+	// The last unstage deletes the node's Lease of the dataset's group.
+	name := kubepeer.LeaseName(group, testenv.ClusterNodeName)
 	for {
-		n, err := cs.Nodes().Get(ctx, testenv.ClusterNodeName, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := n.Annotations[key]; !ok {
+		_, err := in.c.Client.CoordinationV1().Leases(chartNamespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("the node still carries %s after the dataset was unstaged", key)
+			t.Fatalf("Lease %s/%s still there after the dataset was deleted: %v", chartNamespace, name, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	fmt.Println("cluster scope: the deleted dataset's peer Lease is gone")
 }
 
-// waitPeerAnnotation waits for a kubepeer annotation on node and returns it.
-func waitPeerAnnotation(ctx context.Context, t *testing.T, in *install, node string) (key, value string) {
+// checkNodeRBAC: the node plugin's ServiceAccount may not get, patch or
+// update Nodes (issue 22 finding 7), and may write Leases in the driver's
+// namespace only.
+func checkNodeRBAC(ctx context.Context, t *testing.T, in *install) {
 	t.Helper()
+	user := "system:serviceaccount:" + chartNamespace + ":epochfs-node"
+	for _, c := range []struct {
+		attr authorizationv1.ResourceAttributes
+		want bool
+	}{
+		{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Name: testenv.ClusterNodeName}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes", Name: testenv.ClusterNodeName}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Name: testenv.ClusterNodeName}, false},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: chartNamespace}, true},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: chartNamespace}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease"}, false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + chartNamespace}, ResourceAttributes: &c.attr}}
+		got, err := in.c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != c.want {
+			t.Errorf("the node plugin may %s %s in %q: %v, want %v", c.attr.Verb, c.attr.Resource, c.attr.Namespace, got.Status.Allowed, c.want)
+		}
+	}
+}
+
+// waitPeerLease waits for a peer Lease of node in the driver's namespace
+// and returns its group and peer value.
+func waitPeerLease(ctx context.Context, t *testing.T, in *install, node string) (group, value string) {
+	t.Helper()
+	sel := kubepeer.NodeLabel + "=" + kubepeer.NodeLabelValue(node)
 	for {
-		n, err := in.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		list, err := in.c.Client.CoordinationV1().Leases(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err == nil {
-			for k, v := range n.Annotations {
-				if strings.HasPrefix(k, kubepeer.AnnotationPrefix) {
-					return k, v
+			for _, l := range list.Items {
+				if g := l.Labels[kubepeer.GroupLabel]; g != "" && l.Annotations[kubepeer.PeerAnnotation] != "" {
+					return g, l.Annotations[kubepeer.PeerAnnotation]
 				}
 			}
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("node %s never got a %s annotation", node, kubepeer.AnnotationPrefix)
+			t.Fatalf("node %s never got a peer Lease in %s: %v", node, chartNamespace, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -244,42 +286,23 @@ func waitPeersFile(ctx context.Context, t *testing.T, in *install, ok func([]pee
 	}
 }
 
-// standInNode creates a Node named name with annotations, tainted so that
-// nothing is scheduled there, without the kubernetes.io/os label (the
-// chart's DaemonSets select it), Ready, and renews its Lease as a kubelet
-// would so that the node lifecycle controller leaves it Ready. stop ends
-// the renewals.
-func standInNode(ctx context.Context, t *testing.T, in *install, name string, annotations map[string]string) (stop func()) {
+// standInPeer writes the peer Lease of node in group, as that node's plugin
+// would (10 s duration, renewed every 3 s); stop ends the renewals, and the
+// Lease then expires by itself.
+func standInPeer(ctx context.Context, t *testing.T, in *install, group, node, value string) (stop func()) {
 	t.Helper()
-	cs := in.c.Client
-	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
-		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: "epochfs.io/e2e-stand-in", Effect: corev1.TaintEffectNoSchedule}}},
+	leases := in.c.Client.CoordinationV1().Leases(chartNamespace)
+	name := kubepeer.LeaseName(group, node)
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: chartNamespace,
+			Labels:      map[string]string{kubepeer.GroupLabel: group, kubepeer.NodeLabel: kubepeer.NodeLabelValue(node)},
+			Annotations: map[string]string{kubepeer.PeerAnnotation: value}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &node, LeaseDurationSeconds: ptrInt32(10), RenewTime: &metav1.MicroTime{Time: time.Now()}},
 	}
-	if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	// The node controllers write to a new Node too (taints, annotations):
-	// on a conflict, read it again and retry.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		got, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		now := metav1.Now()
-		got.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-			Reason: "E2EStandIn", LastHeartbeatTime: now, LastTransitionTime: now}}
-		_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-node-lease"},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: ptrInt32(40), RenewTime: &metav1.MicroTime{Time: time.Now()}}}
-	if _, err := cs.CoordinationV1().Leases("kube-node-lease").Create(ctx, lease, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { _ = leases.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -288,17 +311,21 @@ func standInNode(ctx context.Context, t *testing.T, in *install, name string, an
 			select {
 			case <-lctx.Done():
 				return
-			case <-time.After(5 * time.Second):
+			case <-time.After(3 * time.Second):
 			}
-			l, err := cs.CoordinationV1().Leases("kube-node-lease").Get(lctx, name, metav1.GetOptions{})
-			if err != nil {
-				continue
-			}
-			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-			_, _ = cs.CoordinationV1().Leases("kube-node-lease").Update(lctx, l, metav1.UpdateOptions{})
+			_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				l, err := leases.Get(lctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+				_, err = leases.Update(lctx, l, metav1.UpdateOptions{})
+				return err
+			})
 		}
 	}()
-	stop = func() { cancel(); <-done }
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
 	return stop
 }

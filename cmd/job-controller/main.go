@@ -46,6 +46,7 @@ func run() error {
 		skipCapacity  = flag.Bool("skip-capacity-check", false, "create jobs without checking that the cluster can fit them")
 		localRoots    = flag.String("allowed-local-roots", "", "comma-separated absolute directories under which a dataset source may be a local path, as on the CSI node plugin (default: none, local sources are refused)")
 		networkRules  = flag.String("network-rules", "", "comma-separated network source URLs (s3://bucket[/prefix][?endpoint=URL], cephfs://host/path, nfs://host/export) that network sources must lie within, as on the CSI node plugin (default: any network source)")
+		cacheNS       = flag.String("cache-location-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the CSI node plugins' cache-location Leases (the driver's; default: $POD_NAMESPACE): pods prefer nodes that cache their datasets; empty: no cache-aware placement")
 		printVersion  = flag.Bool("version", false, "print the version and exit")
 	)
 	opts := zap.Options{}
@@ -88,6 +89,8 @@ func run() error {
 		CapacityRetry:     *capacityRetry,
 		SkipCapacityCheck: *skipCapacity,
 		SourcePolicy:      sourcepolicy.Policy{AllowedLocalRoots: splitList(*localRoots), Network: splitList(*networkRules)},
+
+		CacheLocationNamespace: *cacheNS,
 	})
 	if err != nil {
 		return err

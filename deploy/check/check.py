@@ -73,7 +73,7 @@ VARIANTS = {
     "helm upstream sidecars": {"sidecars": {"builtin": False}, "controller": {"enabled": True}},
     "helm one mirror": {"global": {"imageRegistry": "mirror/all"}, "controller": {"enabled": True},
                         "sidecars": {"builtin": False}},
-    # Cluster scope: the node plugin's peer flags, HOST_IP, the token Secret in both containers, nodes RBAC.
+    # Cluster scope: the node plugin's peer flags, HOST_IP, the token Secret in both containers, the same Role.
     "helm node.clusterCache.enabled=true": {"node": {"hostNetwork": True, "clusterCache": {
         "enabled": True, "tokenSecretName": "epochfs-peer-token"}}},
     # The test values have the ServiceMonitor; this the PodMonitor, without the Service,
@@ -456,15 +456,21 @@ def check_rbac(where, objs):
             if {"secrets", "*"} & set(r.get("resources") or []) or "*" in (r.get("verbs") or []) \
                     or "*" in (r.get("apiGroups") or []):
                 fail(where, f"{fmt(key(o))} grants {r}: no Secrets access and no wildcards")
-    node = one(where, objs, "ClusterRole", "epochfs-node")
-    want = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
-    # Cluster scope (a node plugin with --peer-listen) also watches the Nodes for its peers' annotations.
-    peers = any(a.startswith("--peer-listen") for ds in find(objs, "DaemonSet")
-                for c in ds["spec"]["template"]["spec"].get("containers") or [] for a in c.get("args") or [])
-    if peers:
-        want = want + [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    # The node plugin has no access to Nodes (issue 22): a Role on Leases of its own namespace only
+    # (its cache-location Lease and, with the cluster cache, its peer Leases).
+    if find(objs, "ClusterRole", "epochfs-node") or find(objs, "ClusterRoleBinding", "epochfs-node"):
+        fail(where, "the node plugin must have no ClusterRole (no Node access): a Role on leases only")
+    node = one(where, objs, "Role", "epochfs-node")
+    want = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "verbs": ["get", "list", "watch", "create", "update", "delete"]}]
     if node and node.get("rules") != want:
-        fail(where, f"ClusterRole epochfs-node must grant exactly {want}, got {node.get('rules')}")
+        fail(where, f"Role epochfs-node must grant exactly {want}, got {node.get('rules')}")
+    if node and node["metadata"].get("namespace", NAMESPACE) != NAMESPACE:
+        fail(where, f"Role epochfs-node must live in {NAMESPACE}")
+    for o in find(objs, "ClusterRole") + find(objs, "Role"):
+        for r in o.get("rules") or []:
+            if "nodes" in (r.get("resources") or []) and {"patch", "update", "create", "delete"} & set(r.get("verbs") or []):
+                fail(where, f"{fmt(key(o))} may write Nodes: {r}")
     for ctl in find(objs, "ClusterRole", "epochfs-controller"):
         granted = {res for r in ctl.get("rules") or [] for res in r.get("resources") or []}
         if granted - {"persistentvolumes", "persistentvolumeclaims", "storageclasses", "events"}:

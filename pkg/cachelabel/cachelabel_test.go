@@ -2,8 +2,16 @@ package cachelabel
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
 	"regexp"
+	"strings"
 	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 )
@@ -60,5 +68,45 @@ func TestPercent(t *testing.T) {
 	}
 	if p, err := ParsePercent("42"); p != 42 || err != nil {
 		t.Errorf("ParsePercent(42) = %d, %v", p, err)
+	}
+}
+
+// TestLocations: live Leases named after their holder give each dataset's
+// nodes, most cached first; expired, misnamed, holderless Leases and
+// malformed annotations give nothing, and one Lease gives at most
+// MaxDatasetsPerLease datasets.
+func TestLocations(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	id := strings.Repeat("ab", 8)
+	mk := func(name, holder string, renewed time.Duration, ann map[string]string) coordinationv1.Lease {
+		l := coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To(int32(90)), RenewTime: ptr.To(metav1.NewMicroTime(now.Add(-renewed)))}}
+		if holder != "" {
+			l.Spec.HolderIdentity = ptr.To(holder)
+		}
+		return l
+	}
+	many := map[string]string{}
+	for i := range MaxDatasetsPerLease + 10 {
+		many[Prefix+fmt.Sprintf("%016x", i)] = "1"
+	}
+	got := Locations([]coordinationv1.Lease{
+		mk(LeaseName("node-a"), "node-a", time.Second, map[string]string{Prefix + id: "40", "other": "x"}),
+		mk(LeaseName("node-b"), "node-b", time.Minute, map[string]string{Prefix + id: "90", Prefix + "XYZ": "10", Prefix + strings.Repeat("cd", 8): "101"}),
+		mk(LeaseName("node-c"), "node-c", 2*time.Minute, map[string]string{Prefix + id: "100"}), // expired
+		mk(LeaseName("node-d"), "node-e", 0, map[string]string{Prefix + id: "100"}),             // not its holder's name
+		mk(LeaseName("node-f"), "", 0, map[string]string{Prefix + id: "100"}),                   // no holder
+		mk(LeaseName("Bad_Node"), "Bad_Node", 0, map[string]string{Prefix + id: "100"}),         // not a node name
+		mk(LeaseName("node-g"), "node-g", 0, many),
+	}, now)
+	want := []Location{{"node-b", 90}, {"node-a", 40}}
+	if !reflect.DeepEqual(got[id], want) {
+		t.Errorf("locations of %s: %v, want %v", id, got[id], want)
+	}
+	if len(got) != 1+MaxDatasetsPerLease {
+		t.Errorf("%d datasets, want %d (one, and the capped Lease's)", len(got), 1+MaxDatasetsPerLease)
+	}
+	if n := len(LeaseName(strings.Repeat("n", 253))); n > 63 {
+		t.Errorf("lease name of %d bytes", n)
 	}
 }

@@ -82,11 +82,16 @@ type Config struct {
 	HealthInterval time.Duration
 	// MountTimeout bounds waiting for a new mount to become live.
 	MountTimeout time.Duration
-	// NodeLabels makes the node service record on its Node object which
-	// datasets it holds cached (pkg/cachelabel), using Kubeconfig or, when
-	// empty, the in-cluster config.
+	// NodeLabels makes the node service record which datasets it holds
+	// cached (pkg/cachelabel) in a Lease of Namespace, renewed at every
+	// health check, using Kubeconfig or, when empty, the in-cluster
+	// config. No Node object is written.
 	NodeLabels bool
 	Kubeconfig string
+	// Namespace is the driver's namespace: it holds the Leases of the
+	// cache locations (NodeLabels) and of cluster-scope peers. Required
+	// with either.
+	Namespace string
 	// StrictReadOnly refuses single-node writer access modes unless a
 	// publish asks for readonly (see checkCapability).
 	StrictReadOnly bool
@@ -126,9 +131,10 @@ type Config struct {
 	// DefaultPeerPortRange). PeerTokenFile (required with PeerListen) holds
 	// the token the peers share, from a Kubernetes Secret; PeerID is this
 	// node's peer id (default: NodeID). Peers are discovered through the
-	// Kubernetes API (annotations on the Nodes, package kubepeer), with
-	// Kubeconfig or the in-cluster config; PeerDirectory, when set,
-	// replaces that discovery (tests).
+	// Kubernetes API (Leases in Namespace, package kubepeer, renewed at
+	// every health check: HealthInterval must be on), with Kubeconfig or
+	// the in-cluster config; PeerDirectory, when set, replaces that
+	// discovery (tests).
 	PeerListen    string
 	PeerPortRange string
 	PeerTokenFile string
@@ -315,11 +321,15 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 		cfg.launcher = ml
 	}
 	if d.cfg.NodeLabels {
+		if d.cfg.Namespace == "" {
+			return nodeConfig{}, errors.New("csi: --node-labels needs --namespace (the driver's namespace, which holds the cache-location Lease; default $POD_NAMESPACE)")
+		}
 		client, err := kubeClient(d.cfg.Kubeconfig)
 		if err != nil {
 			return nodeConfig{}, err
 		}
-		cfg.labeler = &nodeLabeler{client: client, node: d.cfg.NodeID}
+		cfg.labeler = &nodeLabeler{client: client, node: d.cfg.NodeID, namespace: d.cfg.Namespace,
+			duration: leaseDuration(d.cfg.HealthInterval)}
 	}
 	if d.cfg.PeerListen != "" {
 		lo, hi, _ := ParsePortRange(d.cfg.PeerPortRange) // checked by New
@@ -330,7 +340,8 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 			if err != nil {
 				return nodeConfig{}, err
 			}
-			dir, err := kubepeer.Start(context.Background(), client, d.cfg.NodeID)
+			dir, err := kubepeer.Start(context.Background(), client, kubepeer.Options{Namespace: d.cfg.Namespace,
+				Node: d.cfg.NodeID, LeaseDuration: leaseDuration(d.cfg.HealthInterval)})
 			if err != nil {
 				return nodeConfig{}, fmt.Errorf("csi: cluster scope: %w", err)
 			}
@@ -340,6 +351,11 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 	}
 	return cfg, nil
 }
+
+// leaseDuration is how long the node plugin's Leases (peers, cache
+// locations) live unless renewed: three health intervals, at least 30s, so
+// that one slow round does not drop them.
+func leaseDuration(health time.Duration) time.Duration { return max(3*health, 30*time.Second) }
 
 // Run serves CSI on the endpoint until ctx is done, then stops gracefully.
 // Mount processes keep running: they outlive the driver by design.

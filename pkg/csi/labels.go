@@ -2,17 +2,20 @@ package csi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
@@ -21,17 +24,22 @@ import (
 	"github.com/epochfs/epochfs/pkg/mount"
 )
 
-// nodeLabeler records on this node's Node object which datasets its caches
-// hold: `cache.epochfs.io/<dataset-id>` = the cached percent of the dataset
-// (pkg/cachelabel), for the job controller's cache-aware placement. The
-// percent needs the dataset's size, which comes from its manifest; a dataset
-// without one is not labelled. Labels of datasets no longer mounted here are
-// removed.
+// nodeLabeler records which datasets this node's caches hold, for the job
+// controller's cache-aware placement: one Lease per node in the driver's
+// namespace (pkg/cachelabel: cachelabel.LeaseName, held by the node), with
+// annotations `cache.epochfs.io/<dataset-id>` = the cached percent of the
+// dataset, rewritten and renewed at every sync (the health loop). It
+// expires by itself when the node plugin stops renewing it; no Node object
+// is written (issue 22 item 5). The percent needs the dataset's size, which
+// comes from its manifest; a dataset without one is not recorded.
+// Datasets no longer mounted here drop out at the next sync.
 //
-// client and node are immutable.
+// All fields are immutable.
 type nodeLabeler struct {
-	client kubernetes.Interface
-	node   string
+	client    kubernetes.Interface
+	node      string
+	namespace string
+	duration  time.Duration // of the Lease: it expires unless renewed within
 }
 
 // datasetSizes remembers each dataset's size from its manifest.
@@ -110,7 +118,7 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 	return size
 }
 
-// sync sets this node's cache labels to what its dataset mounts hold.
+// sync sets this node's cache locations to what its dataset mounts hold.
 func (l *nodeLabeler) sync(ctx context.Context, n *nodeState) error {
 	n.mu.Lock()
 	datasets := make([]*datasetMount, 0, len(n.datasets))
@@ -147,32 +155,40 @@ func (l *nodeLabeler) sync(ctx context.Context, n *nodeState) error {
 		want[k] = cachelabel.FormatPercent(p)
 	}
 
-	node, err := l.client.CoreV1().Nodes().Get(ctx, l.node, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("csi: node labels: get node %s: %w", l.node, err)
+	return l.publish(ctx, want, n)
+}
+
+// publish writes want (annotation key → percent) as this node's location
+// Lease and renews it.
+func (l *nodeLabeler) publish(ctx context.Context, want map[string]string, n *nodeState) error {
+	if l.namespace == "" {
+		return errors.New("csi: node labels: no namespace for the location Lease (--namespace, default $POD_NAMESPACE)")
 	}
-	patch := map[string]any{}
-	for k, v := range node.Labels {
-		if _, keep := want[k]; strings.HasPrefix(k, cachelabel.Prefix) && !keep {
-			patch[k] = nil
-		} else if keep && v == want[k] {
-			delete(want, k)
+	leases := l.client.CoordinationV1().Leases(l.namespace)
+	name := cachelabel.LeaseName(l.node)
+	now := metav1.NewMicroTime(time.Now())
+	spec := coordinationv1.LeaseSpec{HolderIdentity: ptr.To(l.node),
+		LeaseDurationSeconds: ptr.To(int32(l.duration / time.Second)), RenewTime: &now}
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		spec.AcquireTime = &now
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.namespace,
+			Labels: map[string]string{cachelabel.NodeLabel: cachelabel.NodeLabelValue(l.node)}, Annotations: want}, Spec: spec}
+		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+	case err == nil:
+		changed := !maps.Equal(lease.Annotations, want)
+		spec.AcquireTime = lease.Spec.AcquireTime
+		lease.Labels = map[string]string{cachelabel.NodeLabel: cachelabel.NodeLabelValue(l.node)}
+		lease.Annotations, lease.Spec = want, spec
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		if err == nil && changed {
+			n.cfg.log.Info("node cache locations updated", "node", l.node, "lease", l.namespace+"/"+name, "datasets", want)
 		}
 	}
-	for k, v := range want {
-		patch[k] = v
-	}
-	if len(patch) == 0 {
-		return nil
-	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patch}})
 	if err != nil {
-		return err
+		return fmt.Errorf("csi: node labels: lease %s/%s: %w", l.namespace, name, err)
 	}
-	if _, err := l.client.CoreV1().Nodes().Patch(ctx, l.node, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("csi: node labels: patch node %s: %w", l.node, err)
-	}
-	n.cfg.log.Info("node cache labels updated", "node", l.node, "labels", patch)
 	return nil
 }
 

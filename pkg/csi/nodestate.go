@@ -87,6 +87,7 @@ type nodeState struct {
 	ctx         context.Context          // from run (the driver's Run): parent of background prefetches
 	datasets    map[string]*datasetMount // by key
 	volumes     map[string]*nodeVolume   // by volume id
+	joining     map[string]string        // dataset key → peer group, from prepareCluster to leaveCluster (peers.go)
 	prefetching map[string]*prefetchRun  // by dataset key, while a prefetch runs
 }
 
@@ -203,6 +204,11 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	if cfg.peer != nil {
 		cfg.peer.dir.OnChange(n.refreshPeers)
 		n.refreshPeers()
+		// Entries of datasets this node stopped mounting while no
+		// plugin ran (or whose withdraw failed) go now.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		n.retainPeers(ctx)
+		cancel()
 	}
 	return n, nil
 }

@@ -29,11 +29,13 @@ import (
 // lowest free one of the node plugin's --peer-port-range, recorded with
 // the dataset (so a repaired or re-adopted mount keeps it), and listens on
 // --peer-listen (the node's address) at that port. The node plugin
-// advertises HOST:PORT under the dataset's peer group on its Node object
-// (package kubepeer) and writes the group's current peers, from the Nodes
-// it watches, into a peers file per dataset that the mount reloads
-// (`cachefs mount --peers-file`): the mount process needs no Kubernetes
-// credentials, and no extra process runs per dataset.
+// advertises HOST:PORT under the dataset's peer group as a Lease in its
+// namespace (package kubepeer), renews it at every health check, deletes
+// it at the last unstage and, at start and at every health check, deletes
+// its Leases of groups it no longer mounts (Retain); it writes the group's
+// current peers, from the Leases it watches, into a peers file per dataset
+// that the mount reloads (`cachefs mount --peers-file`): the mount process
+// needs no Kubernetes credentials, and no extra process runs per dataset.
 //
 // The peer group is an HMAC, under the shared peer token, of the source,
 // the manifest and the volume's credentials: nodes join one group only for
@@ -45,6 +47,9 @@ import (
 type peerDirectory interface {
 	Advertise(ctx context.Context, group string, p peer.Peer) error
 	Withdraw(ctx context.Context, group string) error
+	// Retain removes this node's entries of every group not in groups
+	// and returns how many it removed.
+	Retain(ctx context.Context, groups []string) (int, error)
 	Peers(group string) []peer.Peer
 	OnChange(func())
 }
@@ -80,6 +85,12 @@ func checkPeerConfig(c *Config) error {
 	}
 	if strings.Contains(c.PeerListen, ":") && net.ParseIP(c.PeerListen) == nil {
 		return fmt.Errorf("csi: --peer-listen %q: want the node's address (a host, no port: ports come from --peer-port-range)", c.PeerListen)
+	}
+	if c.PeerDirectory == nil && c.Namespace == "" {
+		return fmt.Errorf("csi: --peer-listen needs --namespace (the driver's namespace, which holds the peer Leases; default $POD_NAMESPACE)")
+	}
+	if c.PeerDirectory == nil && c.HealthInterval <= 0 {
+		return fmt.Errorf("csi: --peer-listen needs --health-interval above 0: the health check renews the peer Leases")
 	}
 	if c.PeerTokenFile == "" {
 		return fmt.Errorf("csi: --peer-listen needs --peer-token-file (the shared peer token, from a Kubernetes Secret)")
@@ -200,7 +211,16 @@ func (n *nodeState) prepareCluster(ds *datasetMount, secrets map[string]string) 
 	}
 	n.mu.Unlock()
 	ds.PeerPort, err = n.ports.take(ds.Key, 0, c.portLo, c.portHi)
-	return err
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	if n.joining == nil {
+		n.joining = map[string]string{}
+	}
+	n.joining[ds.Key] = ds.PeerGroup
+	n.mu.Unlock()
+	return nil
 }
 
 // joinCluster advertises ds in its group and writes its peers file
@@ -269,7 +289,9 @@ func (n *nodeState) leaveCluster(ds *datasetMount) {
 	// Not under peersMu: a directory may call OnChange (refreshPeers)
 	// from within.
 	if err := n.cfg.peer.dir.Withdraw(ctx, ds.PeerGroup); err != nil {
-		n.cfg.log.Warn("cannot withdraw from a peer group", "key", ds.Key, "group", ds.PeerGroup, "err", err)
+		// Its entry expires unless renewed, and the next health check
+		// removes it (retainPeers).
+		n.cfg.log.Warn("cannot withdraw from a peer group (the next health check retries)", "key", ds.Key, "group", ds.PeerGroup, "err", err)
 	}
 	// ds is out of n.datasets: after a refresh in flight ends, none
 	// writes its file again.
@@ -277,6 +299,9 @@ func (n *nodeState) leaveCluster(ds *datasetMount) {
 	_ = removeFile(n.peersPath(ds.Key))
 	n.peersMu.Unlock()
 	n.ports.free(ds.Key)
+	n.mu.Lock()
+	delete(n.joining, ds.Key)
+	n.mu.Unlock()
 }
 
 // clusterArgs fills the cluster-scope flags of ds's command line.
@@ -293,10 +318,14 @@ func (n *nodeState) clusterArgs(ds *datasetMount, o *mount.CommandOptions) {
 	o.PeerGroup = ds.PeerGroup // the mount's peer server serves this group only
 }
 
-// readvertise advertises again every cluster-scope dataset mount the
-// directory does not list at its address (a Node re-created by its kubelet
-// loses its annotations), at each health check. A dataset whose lock is
-// held is left to the next round.
+// readvertise advertises every cluster-scope dataset mount again at each
+// health check: it renews its entry (a Lease expires unless renewed) and
+// restores one that was deleted. A dataset whose lock is held is left to
+// the next round. Then it removes this node's entries of groups it no
+// longer mounts (retainPeers).
+//
+// (Two node plugins never run on one node; within this one, a start in
+// progress is protected by n.joining, set by prepareCluster.)
 func (n *nodeState) readvertise(ctx context.Context) {
 	for _, key := range n.datasetKeys() {
 		unlock, ok := n.dsLocks.tryLock(key)
@@ -309,14 +338,41 @@ func (n *nodeState) readvertise(ctx context.Context) {
 			for _, p := range n.cfg.peer.dir.Peers(ds.PeerGroup) {
 				listed = listed || p == self
 			}
-			if !listed {
-				if err := n.cfg.peer.dir.Advertise(ctx, ds.PeerGroup, self); err != nil {
-					n.cfg.log.Warn("cannot advertise a cluster-scope dataset mount again", "key", key, "err", err)
-				} else {
-					n.cfg.log.Info("advertised a cluster-scope dataset mount again", "key", key, "group", ds.PeerGroup)
-				}
+			if err := n.cfg.peer.dir.Advertise(ctx, ds.PeerGroup, self); err != nil {
+				n.cfg.log.Warn("cannot renew the peer entry of a cluster-scope dataset mount", "key", key, "err", err)
+			} else if !listed {
+				n.cfg.log.Info("advertised a cluster-scope dataset mount again", "key", key, "group", ds.PeerGroup)
 			}
 		}
 		unlock()
+	}
+	n.retainPeers(ctx)
+}
+
+// retainPeers removes this node's peer entries of groups none of its
+// dataset mounts serves (at start, and at each health check): a withdraw
+// that failed, or a node plugin killed between stopping a mount and
+// withdrawing it. A group being joined right now is kept: its dataset is
+// recorded only once started, so the groups of starts in progress
+// (n.joining: dataset key → group, from prepareCluster to leaveCluster)
+// count too.
+func (n *nodeState) retainPeers(ctx context.Context) {
+	n.mu.Lock()
+	var groups []string
+	for _, ds := range n.datasets {
+		if ds.PeerGroup != "" {
+			groups = append(groups, ds.PeerGroup)
+		}
+	}
+	for _, g := range n.joining {
+		groups = append(groups, g)
+	}
+	n.mu.Unlock()
+	removed, err := n.cfg.peer.dir.Retain(ctx, groups)
+	if err != nil {
+		n.cfg.log.Warn("cannot remove stale peer entries of this node", "err", err)
+	}
+	if removed > 0 {
+		n.cfg.log.Info("removed stale peer entries of groups this node no longer mounts", "count", removed)
 	}
 }

@@ -72,6 +72,26 @@ func (d *memDirectory) Withdraw(_ context.Context, group string) error {
 	return nil
 }
 
+func (d *memDirectory) Retain(_ context.Context, groups []string) (int, error) {
+	r := d.root()
+	r.mu.Lock()
+	n := 0
+	for g, m := range r.groups {
+		if _, ok := m[d.node]; ok && !slices.Contains(groups, g) {
+			delete(m, d.node)
+			n++
+		}
+	}
+	fs := slices.Clone(r.onChange)
+	r.mu.Unlock()
+	if n > 0 {
+		for _, f := range fs {
+			f()
+		}
+	}
+	return n, nil
+}
+
 func (d *memDirectory) Peers(group string) []peer.Peer {
 	r := d.root()
 	r.mu.Lock()
@@ -265,17 +285,24 @@ func TestPeerGroup(t *testing.T) {
 }
 
 // TestCheckPeerConfig: --peer-listen takes a host only, needs the token
-// file, defaults the id to the node name and the port range.
+// file, the driver's namespace (its Leases) and a health interval (it renews
+// them), defaults the id to the node name and the port range.
 func TestCheckPeerConfig(t *testing.T) {
-	c := Config{NodeID: "worker-1", PeerListen: "10.0.0.1", PeerTokenFile: "/t"}
+	ok := func(c Config) Config {
+		c.Namespace, c.HealthInterval = "epochfs-system", 30*time.Second
+		return c
+	}
+	c := ok(Config{NodeID: "worker-1", PeerListen: "10.0.0.1", PeerTokenFile: "/t"})
 	if err := checkPeerConfig(&c); err != nil || c.PeerID != "worker-1" || c.PeerPortRange != DefaultPeerPortRange {
 		t.Errorf("defaults: %v %+v", err, c)
 	}
 	for _, bad := range []Config{
-		{NodeID: "n", PeerListen: "10.0.0.1:7400", PeerTokenFile: "/t"},
-		{NodeID: "n", PeerListen: "10.0.0.1"},
-		{NodeID: "n", PeerListen: "10.0.0.1", PeerTokenFile: "/t", PeerPortRange: "9-1"},
-		{NodeID: strings.Repeat("n", 64), PeerListen: "10.0.0.1", PeerTokenFile: "/t"},
+		ok(Config{NodeID: "n", PeerListen: "10.0.0.1:7400", PeerTokenFile: "/t"}),
+		ok(Config{NodeID: "n", PeerListen: "10.0.0.1"}),
+		ok(Config{NodeID: "n", PeerListen: "10.0.0.1", PeerTokenFile: "/t", PeerPortRange: "9-1"}),
+		ok(Config{NodeID: strings.Repeat("n", 64), PeerListen: "10.0.0.1", PeerTokenFile: "/t"}),
+		{NodeID: "n", PeerListen: "10.0.0.1", PeerTokenFile: "/t", HealthInterval: time.Second}, // no namespace for the Leases
+		{NodeID: "n", PeerListen: "10.0.0.1", PeerTokenFile: "/t", Namespace: "epochfs-system"}, // nothing renews them
 	} {
 		if err := checkPeerConfig(&bad); err == nil {
 			t.Errorf("%+v accepted", bad)
@@ -284,7 +311,7 @@ func TestCheckPeerConfig(t *testing.T) {
 	if c := (Config{NodeID: "n"}); checkPeerConfig(&c) != nil {
 		t.Error("no --peer-listen: must be fine (cluster scope off)")
 	}
-	if c := (Config{NodeID: "n", PeerListen: "fd00::1", PeerTokenFile: "/t"}); checkPeerConfig(&c) != nil {
+	if c := ok(Config{NodeID: "n", PeerListen: "fd00::1", PeerTokenFile: "/t"}); checkPeerConfig(&c) != nil {
 		t.Error("an IPv6 host refused")
 	}
 }
@@ -389,5 +416,56 @@ func waitFile(t *testing.T, path, want string) {
 			t.Fatalf("%s holds %q, want %q", path, got, want)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStalePeerEntries: this node's entries of groups it no longer mounts
+// (a withdraw that failed, a plugin killed mid-unstage) are removed when
+// the node plugin starts and at each health check; another node's entries
+// of the same group, and the group of a mount still starting
+// (prepareCluster before it is recorded), are kept. Before issue 22 a
+// failed withdraw was only logged and the entry stayed for good.
+func TestStalePeerEntries(t *testing.T) {
+	ctx := context.Background()
+	dir := newMemDirectory()
+	old := peer.Peer{ID: "node-a", Addr: "127.0.0.1:7400"}
+	other := peer.Peer{ID: "node-b", Addr: "127.0.0.2:7400"}
+	if err := dir.as("node-a").Advertise(ctx, "g-old", old); err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.as("node-b").Advertise(ctx, "g-old", other); err != nil {
+		t.Fatal(err)
+	}
+	n := newPeerNodeState(t, &failLauncher{}, dir.as("node-a"), true)
+	if got := dir.Peers("g-old"); !slices.Equal(got, []peer.Peer{other}) {
+		t.Fatalf("after start, g-old lists %v; want node-b only", got)
+	}
+
+	// A withdraw that failed leaves an entry: the health check removes it.
+	if err := dir.as("node-a").Advertise(ctx, "g-left", old); err != nil {
+		t.Fatal(err)
+	}
+	// A dataset being started keeps its group.
+	params, err := parseParams(map[string]string{"source": t.TempDir(), "cacheScope": "cluster"}, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := &datasetMount{Key: "k-starting", Params: params}
+	if err := n.prepareCluster(ds, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.as("node-a").Advertise(ctx, ds.PeerGroup, n.self(ds)); err != nil {
+		t.Fatal(err)
+	}
+	n.readvertise(ctx)
+	if got := dir.Peers("g-left"); len(got) != 0 {
+		t.Errorf("after a health check, g-left lists %v; want nobody", got)
+	}
+	if got := dir.Peers(ds.PeerGroup); len(got) != 1 {
+		t.Errorf("the group of a dataset being started lists %v; want this node", got)
+	}
+	n.leaveCluster(ds)
+	if got := dir.Peers(ds.PeerGroup); len(got) != 0 {
+		t.Errorf("after leaving, %v", got)
 	}
 }

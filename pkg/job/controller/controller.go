@@ -10,8 +10,8 @@
 // Kubernetes Jobs run the pods and the gang scheduler places them; this
 // package only translates, watches and cleans up. It knows the CSI driver
 // only through pkg/volattr (its name, the volume attributes and their
-// validation, docs/CSI.md), the Node cache labels only through
-// pkg/cachelabel, and the admin's source policy through pkg/sourcepolicy
+// validation, docs/CSI.md), the node plugins' cache-location Leases only
+// through pkg/cachelabel, and the admin's source policy through pkg/sourcepolicy
 // (the rules the CSI node enforces; the controller applies them early so
 // that a forbidden source is refused before anything is created).
 // plan.go validates a TrainingJob into a plan; render.go and
@@ -71,6 +71,11 @@ type Config struct {
 	// and network sources against the rules only; the node checks again,
 	// resolving symlinks and enforcing credentials.
 	SourcePolicy sourcepolicy.Policy
+	// CacheLocationNamespace is the CSI driver's namespace, whose
+	// location Leases (pkg/cachelabel) say which nodes cache which
+	// datasets: the Jobs' pods prefer those nodes. Empty: no cache-aware
+	// placement.
+	CacheLocationNamespace string
 	// Now is the clock (default time.Now); tests replace it.
 	Now func() time.Time
 }
@@ -484,6 +489,7 @@ func (r *Reconciler) create(ctx context.Context, tj *v1alpha1.TrainingJob, p *pl
 	// everything before a claim naming it exists; then the claim; then the
 	// volume, pre-bound to that claim (name and UID), so that no other
 	// claim, not even a later one of the same name, can bind it.
+	p.locations = r.cacheLocations(ctx)
 	pvs, pvcs := p.volumes()
 	for i, pvc := range pvcs {
 		if _, err := r.checkVolume(ctx, tj, pvs[i]); err != nil {

@@ -50,7 +50,8 @@ func TestPyTorchLifecycle(t *testing.T) {
 	ctx := context.Background()
 	ns := e.namespace(t)
 	key, _ := cachelabel.Key(imagenet)
-	e.node(t, "gpu-a", res("cpu", "32", "memory", "256Gi", "nvidia.com/gpu", "4"), map[string]string{key: "100"})
+	e.node(t, "gpu-a", res("cpu", "32", "memory", "256Gi", "nvidia.com/gpu", "4"), nil)
+	e.cacheLocation(t, "gpu-a", map[string]string{key: "100"})
 	e.node(t, "gpu-b", res("cpu", "32", "memory", "256Gi", "nvidia.com/gpu", "4"), nil)
 
 	tj := &v1alpha1.TrainingJob{
@@ -166,11 +167,17 @@ func TestPyTorchLifecycle(t *testing.T) {
 		c.VolumeMounts[2].MountPath != "/dev/shm" || c.VolumeMounts[2].Name != pod.Volumes[2].Name {
 		t.Errorf("/dev/shm: volume %+v mount %+v, want a 2Gi memory emptyDir", pod.Volumes[2], c.VolumeMounts[2])
 	}
-	// Cache-aware placement: graded preference for nodes holding imagenet.
+	// Cache-aware placement: graded preference for the node whose
+	// location Lease says it holds imagenet.
 	terms := pod.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
-	if len(terms) != 4 || terms[0].Preference.MatchExpressions[0].Key != key ||
-		terms[0].Preference.MatchExpressions[0].Operator != corev1.NodeSelectorOpGt {
+	if len(terms) != 4 {
 		t.Errorf("affinity %+v", terms)
+	}
+	for _, term := range terms {
+		if f := term.Preference.MatchFields; len(f) != 1 || f[0].Key != "metadata.name" || f[0].Operator != corev1.NodeSelectorOpIn ||
+			!slices.Equal(f[0].Values, []string{"gpu-a"}) {
+			t.Errorf("preference %+v, want metadata.name in [gpu-a]", term.Preference)
+		}
 	}
 	weight := int32(0)
 	for _, term := range terms {

@@ -89,7 +89,7 @@ func TestDeployManifests(t *testing.T) {
 		keys = append(keys, key)
 	}
 	sort.Strings(keys)
-	if len(keys) != 7 {
+	if len(keys) != 9 {
 		t.Errorf("kustomize renders %d objects: %v", len(keys), keys)
 	}
 	for _, key := range keys {
@@ -112,7 +112,7 @@ func TestDeployManifests(t *testing.T) {
 	}
 	for name, m := range map[string][]byte{"kustomize": kustomize, "helm": helm} {
 		out := kubectlApply(t, kube, m, "--dry-run=server")
-		if strings.Count(out, "(server dry run)") != 7 {
+		if strings.Count(out, "(server dry run)") != 9 {
 			t.Errorf("%s dry run:\n%s", name, out)
 		}
 	}

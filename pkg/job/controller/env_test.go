@@ -105,6 +105,8 @@ func startController(t *testing.T, kube *testenv.Kube, cfg *rest.Config) *env {
 		Recorder:      mgr.GetEventRecorder("job-controller"),
 		CapacityRetry: 300 * time.Millisecond,
 		SourcePolicy:  testPolicy,
+
+		CacheLocationNamespace: locationNamespace,
 		Now: func() time.Time {
 			if p := e.now.Load(); p != nil {
 				return *p

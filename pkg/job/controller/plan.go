@@ -71,6 +71,9 @@ type plan struct {
 	// chief: a TensorFlow chief replica (tensorflow.chief), one pod of
 	// the Job chiefJobName shaped as a worker, which decides success.
 	chief bool
+	// locations: dataset ID → the nodes caching it (cache-aware
+	// placement, locations.go); set by create, nil otherwise.
+	locations map[string][]cachelabel.Location
 }
 
 // datasetPlan is one dataset of a plan: a source dataset (id, pvName and

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -350,26 +349,21 @@ func (p *plan) env(replica string) []corev1.EnvVar {
 // cacheTiers grade the preference for a node by the percent of a dataset
 // its cache holds: a node with more than 98 % gets all four weights.
 var cacheTiers = []struct {
-	above  string
+	above  int
 	weight int32
-}{{"0", 10}, {"49", 20}, {"89", 30}, {"98", 40}}
+}{{0, 10}, {49, 20}, {89, 30}, {98, 40}}
 
 // affinity prefers nodes whose EpochFS cache already holds the job's
-// datasets (Node labels cache.epochfs.io/<dataset-id> = percent cached).
-// A template's affinity is kept, with these preferences added.
+// datasets (p.locations, from the node plugins' location Leases:
+// locations.go). A template's affinity is kept, with these preferences
+// added.
 func (p *plan) affinity(tmpl *corev1.Affinity) *corev1.Affinity {
 	var terms []corev1.PreferredSchedulingTerm
 	for _, d := range p.datasets {
 		if d.id == "" {
 			continue
 		}
-		for _, t := range cacheTiers {
-			terms = append(terms, corev1.PreferredSchedulingTerm{Weight: t.weight, Preference: corev1.NodeSelectorTerm{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{
-					Key: cachelabel.Prefix + d.id, Operator: corev1.NodeSelectorOpGt, Values: []string{t.above},
-				}},
-			}})
-		}
+		terms = append(terms, cacheTerms(p.locations[d.id])...)
 	}
 	if len(terms) == 0 {
 		return tmpl

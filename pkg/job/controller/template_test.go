@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -85,6 +86,17 @@ func TestTemplateMerge(t *testing.T) {
 		t.Errorf("metadata %v %v", tmpl.Labels, tmpl.Annotations)
 	}
 	na := pod.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.PreferredDuringSchedulingIgnoredDuringExecution) != 0 {
+		t.Errorf("affinity %+v: want the template's requirement, and no cache preference without cache locations", na)
+	}
+	// With a node caching the dataset (its location Lease), the
+	// preferences are added beside the template's requirement.
+	pl, err := newPlan(templateJob(checkpointTemplate()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.locations = map[string][]cachelabel.Location{pl.datasets[0].id: {{Node: "gpu-a", Percent: 100}}}
+	na = pl.job(v1alpha1.ReplicaWorker, Schedulers{}).Spec.Template.Spec.Affinity.NodeAffinity
 	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.PreferredDuringSchedulingIgnoredDuringExecution) != 4 {
 		t.Errorf("affinity %+v: want the template's requirement and the cache preferences", na)
 	}
