@@ -133,7 +133,7 @@ func TestManifestMalformed(t *testing.T) {
 	c, _ := New(Policy{})
 	src := mustParse(t, "s3://team-a?endpoint=http://127.0.0.1:9000")
 	for _, m := range []string{
-		"s3://team-a?endpoint=http://127.0.0.1:9000",      // a bucket, no object
+		"s3://team-a?endpoint=http://127.0.0.1:9000",       // a bucket, no object
 		"s3://team-a/a%20b?endpoint=http://127.0.0.1:9000", // a name the mount would read escaped
 		"s3://team-a/a/..?endpoint=http://127.0.0.1:9000",
 		"mirror:s3://team-a/a,s3://team-a/b",
