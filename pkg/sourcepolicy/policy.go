@@ -360,7 +360,14 @@ func (c *Checker) match(src backend.Source, noun string) (*rule, error) {
 		return r, nil
 	}
 	if pinned != nil {
-		return nil, fmt.Errorf("%w: nfs %s %s: the network rule %s pins the identity its exports are read with; use uid=%d and gid=%d, or leave them out", ErrForbidden, noun, src, pinned.src, pinned.src.UID, pinned.src.GID)
+		var ids []string
+		if pinned.pinUID {
+			ids = append(ids, fmt.Sprintf("uid=%d", pinned.src.UID))
+		}
+		if pinned.pinGID {
+			ids = append(ids, fmt.Sprintf("gid=%d", pinned.src.GID))
+		}
+		return nil, fmt.Errorf("%w: nfs %s %s: the network rule %s pins the identity its exports are read with; use %s, or leave them out", ErrForbidden, noun, src, pinned.src, strings.Join(ids, " and "))
 	}
 	return nil, nil
 }
