@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -277,4 +278,50 @@ func TestNFSPins(t *testing.T) {
 	if err != nil || got.Manifest != "nfs://filer/exports/team-a/ds/m?gid=1000&uid=1000" {
 		t.Errorf("nfs manifest: %+v, %v", got, err)
 	}
+}
+
+// FuzzManifest: whatever the manifest attribute, an accepted URL manifest
+// of an s3 volume (no network rules) lies under the source's prefix on the
+// source's endpoint and bucket, and the mount's way of reading the value
+// handed on (directory URL + name, manifest.Discover) names that object.
+func FuzzManifest(f *testing.F) {
+	for _, s := range []string{"s3://team-a/ds/m", "s3://team-a/ds/../x/m", "s3://team-a/ds/a%2Fb/m", "s3://team-a/ds/m?endpoint=http://127.0.0.1:9000",
+		"s3://team-a/ds%2F../m", "s3://team-a/dsx/m", "s3://team-a/ds/m?pathStyle=false", "s3://team-a/ds/%2e%2e/m", "nfs://h/e/m", "/etc/passwd", "file:///tmp/x"} {
+		f.Add(s)
+	}
+	c, err := New(Policy{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	src := backend.Source{Kind: backend.KindS3, Bucket: "team-a", Prefix: "ds", Endpoint: "http://127.0.0.1:9000", PathStyle: true}
+	f.Fuzz(func(t *testing.T, m string) {
+		got, err := c.CheckVolume(Volume{Source: src, Manifest: m, Credentials: s3Only, Tenant: true})
+		if err != nil {
+			if !errors.Is(err, ErrForbidden) && !errors.Is(err, ErrInvalidManifest) {
+				t.Fatalf("CheckVolume(%q): %v wraps neither ErrForbidden nor ErrInvalidManifest", m, err)
+			}
+			return
+		}
+		if got.Manifest == "" {
+			if m != "" {
+				t.Fatalf("CheckVolume(%q) handed on no manifest", m)
+			}
+			return
+		}
+		p, query, _ := strings.Cut(got.Manifest, "?")
+		i := strings.LastIndexByte(p, '/')
+		dir := p[:i]
+		if query != "" {
+			dir += "?" + query
+		}
+		d, err := backend.Parse(dir)
+		if err != nil {
+			t.Fatalf("CheckVolume(%q) handed on %q, whose directory does not parse: %v", m, got.Manifest, err)
+		}
+		key := strings.TrimPrefix(d.Prefix+"/"+p[i+1:], "/")
+		if d.Kind != backend.KindS3 || d.Bucket != src.Bucket || d.Endpoint != src.Endpoint || d.PathStyle != src.PathStyle ||
+			!strings.HasPrefix(key, src.Prefix+"/") || slices.Contains(strings.Split(key, "/"), "..") {
+			t.Fatalf("CheckVolume(%q) handed on %q: the mount reads %s key %q, outside the source %s", m, got.Manifest, d, key, src)
+		}
+	})
 }
