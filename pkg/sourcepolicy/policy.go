@@ -25,7 +25,7 @@
 //     uid or gid 0, which is also the default;
 //   - a mirror is checked replica by replica;
 //   - a volume's manifest attribute is a second place the mount reads, and
-//     is checked as a source (CheckVolume, manifest.go): same rules, same
+//     is checked as a source (CheckVolume, volume.go): same rules, same
 //     credential rule, and it must lie within the source unless a network
 //     rule names its location; a local manifest only under an allowed root
 //     and never for a tenant's volume.
