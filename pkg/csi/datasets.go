@@ -308,19 +308,6 @@ func (n *nodeState) readSecrets(key string) ([]string, error) {
 	return creds, nil
 }
 
-// withoutAWSCredentials drops static AWS credentials inherited by the driver,
-// so that a volume with its own secrets gets exactly those.
-func withoutAWSCredentials(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(secretKeys, k) {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 // readaheadArg is the --readahead-files value for a volume's readaheadFiles:
 // "" (the mount's default, auto) when unset.
 func readaheadArg(n *int) string {

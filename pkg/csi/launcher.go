@@ -58,11 +58,12 @@ func startReaped(binary string, args, creds []string, logPath string) (int, erro
 const credentialsFD = 3
 
 // startDetached starts binary with args in its own session, its output
-// appended to logPath, and the driver's environment. With creds, the
-// driver's own static AWS credentials are left out of that environment,
-// and creds are written to a pipe whose read end the process inherits as
-// fd 3, named by --credentials-fd 3: they are not in its
-// /proc/PID/environ nor in its argv. The caller must Wait for it.
+// appended to logPath, and the environment mountEnv picks from the
+// driver's (or mounter's) own. With creds, that environment holds no
+// ambient credential of any kind, and creds are written to a pipe whose
+// read end the process inherits as fd 3, named by --credentials-fd 3: they
+// are not in its /proc/PID/environ nor in its argv. The caller must Wait
+// for it.
 func startDetached(binary string, args, creds []string, logPath string) (*exec.Cmd, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -70,9 +71,8 @@ func startDetached(binary string, args, creds []string, logPath string) (*exec.C
 	}
 	defer logf.Close()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = os.Environ()
+	cmd.Env = mountEnv(os.Environ(), len(creds) > 0)
 	if len(creds) > 0 {
-		cmd.Env = withoutAWSCredentials(cmd.Env)
 		r, err := credentialsPipe(creds)
 		if err != nil {
 			return nil, err
@@ -87,6 +87,53 @@ func startDetached(binary string, args, creds []string, logPath string) (*exec.C
 		return nil, fmt.Errorf("csi: start %s: %w", binary, err)
 	}
 	return cmd, nil
+}
+
+// mountEnvAllowed are the variables of the driver's environment a mount
+// process gets: what the Go runtime, TLS and time zones read, and proxies
+// the admin set for the node. It is an allowlist: whatever else the node
+// plugin's or mounter's container holds (a cloud's web-identity or
+// container-credentials variables, GOOGLE_APPLICATION_CREDENTIALS,
+// AZURE_*, a CEPH_KEYRING, the admin's extraEnv) never reaches a mount.
+var mountEnvAllowed = []string{
+	"PATH", "TZ", "LANG", "LC_ALL",
+	"GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOTRACEBACK",
+	"SSL_CERT_FILE", "SSL_CERT_DIR",
+	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+}
+
+// mountNodeIdentityPrefixes are the variables through which a mount of a
+// volume without credentials of its own reads with the node's identity,
+// which the source policy lets it do only where the admin allows it
+// (--allow-node-credentials, or an nfs rule): the S3 client's environment,
+// shared-file and instance-role providers (AWS_*, and HOME for
+// ~/.aws/credentials) and the Ceph client's configuration (CEPH_*).
+var mountNodeIdentityPrefixes = []string{"AWS_", "CEPH_"}
+
+// mountEnv returns the environment of a mount process from the driver's
+// env: mountEnvAllowed, plus, for a volume without credentials of its own
+// (ownCredentials false), the node's identity (mountNodeIdentityPrefixes
+// and HOME). A volume that brings credentials reads with those and nothing
+// else: no variable can make its manifest, or a fallback of a client
+// library, read with the node's identity.
+func mountEnv(env []string, ownCredentials bool) []string {
+	out := make([]string, 0, len(mountEnvAllowed))
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		switch {
+		case slices.Contains(mountEnvAllowed, k):
+		case ownCredentials:
+			continue
+		case k == "HOME" || slices.ContainsFunc(mountNodeIdentityPrefixes, func(p string) bool { return strings.HasPrefix(k, p) }):
+		default:
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // credentialsPipe returns the read end of a pipe holding creds (KEY=VALUE

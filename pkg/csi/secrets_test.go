@@ -38,8 +38,22 @@ func TestSecretsNeverInArgsOrLogs(t *testing.T) {
 	// that used them would fail to read.
 	t.Setenv("AWS_ACCESS_KEY_ID", "NODEKEYID0123456789")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "node-secret-never-in-a-volume-mount")
+	// Ambient identities a node may hold besides static keys: none may
+	// reach a mount that brings its own credentials.
+	for _, k := range ambientIdentity {
+		t.Setenv(k, "/node/identity/"+k)
+	}
 	t.Run("local launcher", func(t *testing.T) { testSecretsNeverInArgsOrLogs(t, mi, files, false) })
 	t.Run("mounter", func(t *testing.T) { testSecretsNeverInArgsOrLogs(t, mi, files, true) })
+}
+
+// ambientIdentity are variables through which a mount could read with an
+// identity the volume did not bring (web identity, container credentials,
+// a role, Ceph's keyring, GCP and Azure credentials).
+var ambientIdentity = []string{
+	"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+	"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE",
+	"CEPH_KEYRING", "CEPH_ARGS", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE",
 }
 
 func testSecretsNeverInArgsOrLogs(t *testing.T, mi *testenv.MinIO, files []datagen.File, viaMounter bool) {
@@ -111,6 +125,11 @@ func testSecretsNeverInArgsOrLogs(t *testing.T, mi *testenv.MinIO, files []datag
 	}
 	if bytes.Contains(environ, []byte("AWS_ACCESS_KEY_ID=")) || bytes.Contains(environ, []byte("AWS_SECRET_ACCESS_KEY=")) {
 		t.Errorf("/proc/%d/environ sets AWS credential variables", pid)
+	}
+	for _, k := range ambientIdentity {
+		if bytes.Contains(environ, []byte(k+"=")) {
+			t.Errorf("/proc/%d/environ holds the node's %s", pid, k)
+		}
 	}
 	if strings.Contains(logs.String(), mi.SecretKey) {
 		t.Error("the driver's log holds the secret key")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
@@ -123,34 +124,57 @@ func (d *Driver) checkInlineEnabled() error {
 
 // checkSource applies the node's source policy (package sourcepolicy) to a
 // volume about to be staged or published, before anything is created for
-// it: secrets are the volume's checked secrets (see hasCredentials). A
-// local source is replaced by its symlink-resolved path, which is what gets
-// mounted. An inline volume must then also be a network source with the
-// pod's own secrets (checkInlineEnabled comes first). A refusal is
-// PermissionDenied naming the rule (the interceptor logs it once).
+// it: secrets are the volume's checked secrets (see hasCredentials). Every
+// attribute that names something to read goes through it: the source and
+// the manifest (sourcepolicy.CheckVolume). The checked values replace the
+// given ones and are what the mount is given: a local source or manifest
+// by its symlink-resolved path (so that a symlink swapped after the check
+// cannot redirect the mount), a manifest URL in canonical form, nfs uid/gid
+// as a rule pins them. An inline volume must then also be a network source
+// with the pod's own secrets (checkInlineEnabled comes first), and takes no
+// local manifest. A refusal is PermissionDenied naming the rule (the
+// interceptor logs it once); a malformed manifest is InvalidArgument.
 func (d *Driver) checkSource(p *volumeParams, secrets map[string]string, inline bool) error {
 	src, err := backend.Parse(p.Source)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
 	}
-	hasCredentials := hasCredentials(src, secrets)
-	checked, err := d.policy.Check(src, hasCredentials)
+	own := hasCredentials(src, secrets)
+	checked, err := d.policy.CheckVolume(sourcepolicy.Volume{
+		Source:      src,
+		Manifest:    p.Manifest,
+		Credentials: func(place backend.Source) bool { return hasCredentials(place, secrets) },
+		Tenant:      inline,
+	})
 	if err != nil {
-		if d.missingUnderRoot(src) {
-			return status.Errorf(codes.NotFound, "source %s: no such file or directory", src.Path)
-		}
-		return status.Error(codes.PermissionDenied, err.Error())
+		return policyError(err, func() bool { return d.missingUnderRoot(src) }, src)
 	}
 	if inline {
 		if src.Kind == backend.KindPosix || slices.ContainsFunc(src.Replicas, func(r backend.Source) bool { return r.Kind == backend.KindPosix }) {
 			return status.Errorf(codes.PermissionDenied, "inline volume source %s: an inline volume takes only network sources (a local path needs a PersistentVolume the admin creates)", p.Source)
 		}
-		if !hasCredentials {
+		if !own {
 			return status.Errorf(codes.PermissionDenied, "inline volume source %s: an inline volume needs its own credentials (nodePublishSecretRef); it never reads with the node's identity", p.Source)
 		}
 	}
-	p.Source = checked.String()
+	p.Source, p.Manifest = checked.Source.String(), checked.Manifest
 	return nil
+}
+
+// policyError maps a refusal of the source policy to its gRPC status:
+// InvalidArgument for a malformed manifest, NotFound for a local source
+// missing inside an allowed root (missing reports that), else
+// PermissionDenied naming the rule.
+func policyError(err error, missing func() bool, src backend.Source) error {
+	switch {
+	case errors.Is(err, sourcepolicy.ErrInvalidManifest):
+		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Manifest, err)
+	case !errors.Is(err, sourcepolicy.ErrForbidden):
+		return status.Errorf(codes.Internal, "source policy: %v", err)
+	case missing != nil && missing():
+		return status.Errorf(codes.NotFound, "source %s: no such file or directory", src.Path)
+	}
+	return status.Error(codes.PermissionDenied, err.Error())
 }
 
 // missingUnderRoot reports whether a local source does not exist but its
@@ -178,14 +202,21 @@ func (d *Driver) missingUnderRoot(src backend.Source) bool {
 }
 
 // checkSourceEarly is CreateVolume's check: it sees no secrets and may run
-// where the source is not visible (sourcepolicy.Checker.CheckNames).
+// where the source is not visible (sourcepolicy.Checker.CheckVolumeNames).
+// The manifest is checked as on the node, so a StorageClass naming one
+// outside its source fails at provisioning, not at the first pod.
 func (d *Driver) checkSourceEarly(p volumeParams) error {
 	src, err := backend.Parse(p.Source)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
 	}
-	if err := d.policy.CheckNames(src); err != nil {
-		return status.Error(codes.PermissionDenied, err.Error())
+	err = d.policy.CheckVolumeNames(sourcepolicy.Volume{
+		Source:      src,
+		Manifest:    p.Manifest,
+		Credentials: func(backend.Source) bool { return true }, // not judged here: the node sees the secrets
+	})
+	if err != nil {
+		return policyError(err, nil, src)
 	}
 	return nil
 }

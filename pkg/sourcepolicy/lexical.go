@@ -1,8 +1,6 @@
 package sourcepolicy
 
 import (
-	"fmt"
-
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
@@ -14,25 +12,14 @@ import (
 // refuse early what the node would refuse: the node's Check, which resolves
 // symlinks, remains the check that counts.
 func (c *Checker) CheckLexically(src backend.Source, hasCredentials bool) error {
-	switch src.Kind {
-	case backend.KindPosix:
-		return c.checkLocalLexically(src)
-	case backend.KindMirror:
-		for i, r := range src.Replicas {
-			if err := c.CheckLexically(r, hasCredentials); err != nil {
-				return fmt.Errorf("mirror replica %d: %w", i+1, err)
-			}
-		}
-		return nil
-	}
-	_, err := c.Check(src, hasCredentials)
+	_, err := c.check(src, constCreds(hasCredentials), modeLexical, false, nounSource)
 	return err
 }
 
-func (c *Checker) checkLocalLexically(src backend.Source) error {
-	clean, err := c.cleanLocal(src.Path)
+func (c *Checker) checkLocalLexically(src backend.Source, noun string) error {
+	clean, err := c.cleanLocal(src.Path, noun)
 	if err != nil {
 		return err
 	}
-	return c.underRoot(src.Path, clean, false)
+	return c.underRoot(src.Path, clean, false, noun)
 }

@@ -19,7 +19,16 @@
 //   - an nfs source never has credentials of its own (the server trusts the
 //     node's address; AUTH_UNIX uid/gid are claims), so it needs a Network
 //     rule naming its export, or AllowNodeCredentials;
-//   - a mirror is checked replica by replica.
+//   - an nfs rule may pin the AUTH_UNIX identity (nfs://host/export?uid=N&gid=N):
+//     a source under it must carry that uid/gid or gets it; a tenant's nfs
+//     source (an inline volume, a TrainingJob) without a pin may not read as
+//     uid or gid 0, which is also the default;
+//   - a mirror is checked replica by replica;
+//   - a volume's manifest attribute is a second place the mount reads, and
+//     is checked as a source (CheckVolume, volume.go): same rules, same
+//     credential rule, and it must lie within the source unless a network
+//     rule names its location; a local manifest only under an allowed root
+//     and never for a tenant's volume.
 //
 // Every refusal wraps ErrForbidden and names the rule; it never quotes a
 // credential (a Source cannot hold one). The package knows nothing of gRPC
@@ -29,6 +38,7 @@ package sourcepolicy
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,12 +76,22 @@ type Policy struct {
 	AllowNodeCredentials bool
 }
 
-// Checker is a validated Policy with its paths resolved once.
+// Checker is a validated Policy with its paths resolved once. It is
+// immutable, and safe for concurrent use.
 type Checker struct {
-	roots     []string
+	roots     []string // resolved through symlinks
+	given     []string // as configured, cleaned: a path given through them is lexically under a root
 	forbidden []string
-	network   []backend.Source
+	network   []rule
 	nodeCreds bool
+}
+
+// rule is one Network rule. An nfs rule may pin the uid and gid of the
+// sources under it (nfs://host/export?uid=N&gid=N): pinUID and pinGID say
+// whether the rule's URL set them, since a uid of 0 may be pinned too.
+type rule struct {
+	src            backend.Source
+	pinUID, pinGID bool
 }
 
 // New validates p: every root and forbidden path must be absolute, every
@@ -84,11 +104,13 @@ func New(p Policy) (*Checker, error) {
 		if !filepath.IsAbs(r) {
 			return nil, fmt.Errorf("sourcepolicy: allowed local root %q must be an absolute path", r)
 		}
+		given := filepath.Clean(r)
 		r = resolve(r)
-		if r == "/" {
+		if r == "/" || given == "/" {
 			return nil, fmt.Errorf("sourcepolicy: allowed local root %q is the whole file system", r)
 		}
 		c.roots = append(c.roots, r)
+		c.given = append(c.given, given)
 	}
 	for _, f := range append(append([]string{}, AlwaysForbidden...), p.Forbidden...) {
 		if f == "" {
@@ -109,7 +131,15 @@ func New(p Policy) (*Checker, error) {
 		}
 		switch src.Kind {
 		case backend.KindS3, backend.KindCephFS, backend.KindNFS:
-			c.network = append(c.network, src)
+			r := rule{src: src}
+			if src.Kind == backend.KindNFS {
+				// backend.Source cannot tell uid=0 from no uid: read the query.
+				if u, err := url.Parse(n); err == nil {
+					q := u.Query()
+					r.pinUID, r.pinGID = q.Has("uid"), q.Has("gid")
+				}
+			}
+			c.network = append(c.network, r)
 		default:
 			return nil, fmt.Errorf("sourcepolicy: network rule %q is a %s source, want s3://, cephfs:// or nfs://", n, src.Kind)
 		}
@@ -130,26 +160,11 @@ func resolve(p string) string {
 // the volume brings credentials of its own (node-stage or node-publish
 // secrets). For a local source it returns the path to mount: src's path with
 // symlinks resolved, which the caller should mount instead of the given one
-// so that a symlink swapped after the check cannot redirect the mount.
+// so that a symlink swapped after the check cannot redirect the mount. For
+// an nfs source under a rule that pins uid/gid it returns the source with
+// them. CheckVolume is the whole check of a volume (its manifest too).
 func (c *Checker) Check(src backend.Source, hasCredentials bool) (backend.Source, error) {
-	switch src.Kind {
-	case backend.KindPosix:
-		return c.checkLocal(src)
-	case backend.KindS3, backend.KindCephFS, backend.KindNFS:
-		return src, c.checkNetwork(src, hasCredentials)
-	case backend.KindMirror:
-		out := src
-		out.Replicas = make([]backend.Source, len(src.Replicas))
-		for i, r := range src.Replicas {
-			rr, err := c.Check(r, hasCredentials)
-			if err != nil {
-				return src, fmt.Errorf("mirror replica %d: %w", i+1, err)
-			}
-			out.Replicas[i] = rr
-		}
-		return out, nil
-	}
-	return src, fmt.Errorf("%w: unknown source kind %q", ErrForbidden, src.Kind)
+	return c.check(src, constCreds(hasCredentials), modeResolve, false, nounSource)
 }
 
 // CheckNames is the early check of a caller that may not see the source
@@ -158,40 +173,83 @@ func (c *Checker) Check(src backend.Source, hasCredentials bool) (backend.Source
 // as written (cleaned), and through its symlinks only when it exists here.
 // It never replaces Check on the node, which is the enforcement.
 func (c *Checker) CheckNames(src backend.Source) error {
-	switch src.Kind {
-	case backend.KindPosix:
-		if _, err := os.Lstat(filepath.Clean(src.Path)); err == nil {
-			_, err := c.checkLocal(src)
-			return err
-		}
-	case backend.KindMirror:
-		for i, r := range src.Replicas {
-			if err := c.CheckNames(r); err != nil {
-				return fmt.Errorf("mirror replica %d: %w", i+1, err)
-			}
-		}
-		return nil
-	}
-	return c.CheckLexically(src, true)
+	_, err := c.check(src, constCreds(true), modeNames, false, nounSource)
+	return err
 }
 
-func (c *Checker) checkLocal(src backend.Source) (backend.Source, error) {
+// mode says how much of the node a check sees.
+type mode int
+
+const (
+	modeResolve mode = iota // the node: resolve local paths through symlinks
+	modeNames               // CreateVolume: resolve what exists here, else by name
+	modeLexical             // the job controller: by name only
+)
+
+// Nouns of messages: what is being checked.
+const (
+	nounSource   = "source"
+	nounManifest = "manifest"
+)
+
+func constCreds(b bool) func(backend.Source) bool { return func(backend.Source) bool { return b } }
+
+// check applies the policy to one place a volume reads (its source, or its
+// manifest's location, as noun says). creds reports whether the volume
+// brings credentials of its own for a network place; tenant is set for
+// attributes a tenant wrote (inline volumes, TrainingJobs).
+func (c *Checker) check(src backend.Source, creds func(backend.Source) bool, m mode, tenant bool, noun string) (backend.Source, error) {
+	switch src.Kind {
+	case backend.KindPosix:
+		switch m {
+		case modeNames:
+			if _, err := os.Lstat(filepath.Clean(src.Path)); err != nil {
+				return src, c.checkLocalLexically(src, noun)
+			}
+		case modeLexical:
+			return src, c.checkLocalLexically(src, noun)
+		}
+		return c.checkLocal(src, noun)
+	case backend.KindS3, backend.KindCephFS, backend.KindNFS:
+		return c.checkNetwork(src, creds(src), tenant, noun)
+	case backend.KindMirror:
+		out := src
+		out.Replicas = make([]backend.Source, len(src.Replicas))
+		for i, r := range src.Replicas {
+			rr, err := c.check(r, creds, m, tenant, noun)
+			if err != nil {
+				return src, fmt.Errorf("mirror replica %d: %w", i+1, err)
+			}
+			out.Replicas[i] = rr
+		}
+		return out, nil
+	}
+	return src, fmt.Errorf("%w: unknown %s kind %q", ErrForbidden, noun, src.Kind)
+}
+
+func (c *Checker) checkLocal(src backend.Source, noun string) (backend.Source, error) {
 	p := src.Path
 	// Both the path as given and as resolved must pass: the given one so
 	// that /proc/1/root/… is refused by name, the resolved one so that a
-	// symlink cannot lead out of an allowed root.
-	clean, err := c.cleanLocal(p)
+	// symlink cannot lead out of an allowed root. The given one is judged
+	// before the file system is touched, so that a refusal of a path
+	// outside every root says the same whether or not it exists (no
+	// oracle for the node's files).
+	clean, err := c.cleanLocal(p, noun)
 	if err != nil {
+		return src, err
+	}
+	if err := c.underRoot(p, clean, false, noun); err != nil {
 		return src, err
 	}
 	real, err := filepath.EvalSymlinks(clean)
 	if err != nil {
-		return src, fmt.Errorf("%w: local source %q cannot be resolved (it must exist and be reachable by the driver): %v", ErrForbidden, p, err)
+		return src, fmt.Errorf("%w: local %s %q cannot be resolved (it must exist and be reachable by the driver): %v", ErrForbidden, noun, p, err)
 	}
-	if err := c.overlaps(p, real); err != nil {
+	if err := c.overlaps(p, real, noun); err != nil {
 		return src, err
 	}
-	if err := c.underRoot(p, real, true); err != nil {
+	if err := c.underRoot(p, real, true, noun); err != nil {
 		return src, err
 	}
 	out := src
@@ -199,28 +257,33 @@ func (c *Checker) checkLocal(src backend.Source) (backend.Source, error) {
 	return out, nil
 }
 
-// cleanLocal returns the cleaned local source path p, refusing a relative
-// path or NUL, and a path that overlaps a forbidden one by name.
-func (c *Checker) cleanLocal(p string) (string, error) {
+// cleanLocal returns the cleaned local path p, refusing a relative path or
+// NUL, and a path that overlaps a forbidden one by name.
+func (c *Checker) cleanLocal(p, noun string) (string, error) {
 	if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
-		return "", fmt.Errorf("%w: local source %q must be an absolute path", ErrForbidden, p)
+		return "", fmt.Errorf("%w: local %s %q must be an absolute path", ErrForbidden, noun, p)
 	}
 	clean := filepath.Clean(p)
-	return clean, c.overlaps(p, clean)
+	return clean, c.overlaps(p, clean, noun)
 }
 
-// underRoot refuses q (the given local source p, cleaned, or resolved when
-// resolved) unless it lies under an allowed root. The resolving check is the
-// node's own, and its messages say so.
-func (c *Checker) underRoot(p, q string, resolved bool) error {
+// underRoot refuses q (the given local path p, cleaned, or resolved when
+// resolved) unless it lies under an allowed root: a resolved path under a
+// resolved root, a cleaned one under a root as configured or resolved. The
+// resolving check is the node's own, and its messages say so.
+func (c *Checker) underRoot(p, q string, resolved bool, noun string) error {
 	if len(c.roots) == 0 {
 		where := ""
 		if resolved {
 			where = " on this node"
 		}
-		return fmt.Errorf("%w: local source %q: local sources are disabled%s (the admin allows them with --allowed-local-roots)", ErrForbidden, p, where)
+		return fmt.Errorf("%w: local %s %q: local %ss are disabled%s (the admin allows them with --allowed-local-roots)", ErrForbidden, noun, p, noun, where)
 	}
-	for _, r := range c.roots {
+	roots := c.roots
+	if !resolved {
+		roots = append(append([]string(nil), c.roots...), c.given...)
+	}
+	for _, r := range roots {
 		if within(q, r) {
 			return nil
 		}
@@ -229,53 +292,106 @@ func (c *Checker) underRoot(p, q string, resolved bool) error {
 	if resolved {
 		shown = " (resolved: " + q + ")"
 	}
-	return fmt.Errorf("%w: local source %q%s is not under an allowed local root (%s)", ErrForbidden, p, shown, strings.Join(c.roots, ", "))
+	return fmt.Errorf("%w: local %s %q%s is not under an allowed local root (%s)", ErrForbidden, noun, p, shown, strings.Join(c.roots, ", "))
 }
 
-// overlaps refuses q (the given source p, cleaned or resolved) when it is
+// overlaps refuses q (the given path p, cleaned or resolved) when it is
 // "/" or lies under or around a forbidden path.
-func (c *Checker) overlaps(p, q string) error {
+func (c *Checker) overlaps(p, q, noun string) error {
 	if q == "/" {
-		return fmt.Errorf("%w: local source %q is the node's whole file system", ErrForbidden, p)
+		return fmt.Errorf("%w: local %s %q is the node's whole file system", ErrForbidden, noun, p)
 	}
 	for _, f := range c.forbidden {
 		if within(q, f) || within(f, q) {
-			return fmt.Errorf("%w: local source %q overlaps %s, which no volume may expose", ErrForbidden, p, f)
+			return fmt.Errorf("%w: local %s %q overlaps %s, which no volume may expose", ErrForbidden, noun, p, f)
 		}
 	}
 	return nil
 }
 
-func (c *Checker) checkNetwork(src backend.Source, hasCredentials bool) error {
-	if src.Kind == backend.KindNFS && !hasCredentials && !c.nodeCreds {
+// checkNetwork applies the network rules and the credential rule to a
+// network place, and returns it with the uid/gid an nfs rule pins.
+func (c *Checker) checkNetwork(src backend.Source, hasCredentials, tenant bool, noun string) (backend.Source, error) {
+	r, err := c.match(src, noun)
+	if err != nil {
+		return src, err
+	}
+	if src.Kind == backend.KindNFS && r == nil && !hasCredentials && !c.nodeCreds {
 		// NFS has no per-volume credentials (AUTH_UNIX uid/gid are claims any
 		// client makes): the server trusts the node's address. Only a rule
 		// the admin wrote for this export lends that identity. (The CSI node
 		// plugin never says an nfs source has credentials; the job
 		// controller, which sees no secrets, says true so as not to judge.)
-		for _, rule := range c.network {
-			if matches(rule, src) {
-				return nil
-			}
-		}
 		why := "no network rule names it"
 		if len(c.network) > 0 {
 			why = "it matches none of the node's network rules"
 		}
-		return fmt.Errorf("%w: nfs source %s: %s, and an nfs source reads with the node's network identity (NFS has no per-volume credentials); the admin allows an export with a network rule naming it (--network-rules nfs://host/export) or with --allow-node-credentials", ErrForbidden, src, why)
+		return src, fmt.Errorf("%w: nfs %s %s: %s, and an nfs %s reads with the node's network identity (NFS has no per-volume credentials); the admin allows an export with a network rule naming it (--network-rules nfs://host/export) or with --allow-node-credentials", ErrForbidden, noun, src, why, noun)
 	}
-	if !hasCredentials && !c.nodeCreds {
-		return fmt.Errorf("%w: %s source %s has no credentials of its own, and this node does not lend its own identity (the admin allows that with --allow-node-credentials); give the volume a node-stage (or, inline, node-publish) secret", ErrForbidden, src.Kind, src)
+	if src.Kind != backend.KindNFS && !hasCredentials && !c.nodeCreds {
+		return src, fmt.Errorf("%w: %s %s %s has no credentials of its own, and this node does not lend its own identity (the admin allows that with --allow-node-credentials); give the volume a node-stage (or, inline, node-publish) secret", ErrForbidden, src.Kind, noun, src)
 	}
-	if len(c.network) == 0 {
-		return nil
+	if len(c.network) > 0 && r == nil {
+		return src, fmt.Errorf("%w: %s %s %s matches none of the node's network rules", ErrForbidden, src.Kind, noun, src)
 	}
-	for _, rule := range c.network {
-		if matches(rule, src) {
-			return nil
+	if src.Kind != backend.KindNFS {
+		return src, nil
+	}
+	return pinNFS(src, r, tenant, noun)
+}
+
+// match returns the first network rule src lies within, nil when none
+// does. An nfs rule that pins a uid or gid src sets otherwise does not
+// match; when only such rules name src's export, the error names the pin.
+func (c *Checker) match(src backend.Source, noun string) (*rule, error) {
+	var pinned *rule
+	for i := range c.network {
+		r := &c.network[i]
+		if !matches(r.src, src) {
+			continue
+		}
+		if src.Kind == backend.KindNFS &&
+			(r.pinUID && src.UID != 0 && src.UID != r.src.UID || r.pinGID && src.GID != 0 && src.GID != r.src.GID) {
+			if pinned == nil {
+				pinned = r
+			}
+			continue
+		}
+		return r, nil
+	}
+	if pinned != nil {
+		var ids []string
+		if pinned.pinUID {
+			ids = append(ids, fmt.Sprintf("uid=%d", pinned.src.UID))
+		}
+		if pinned.pinGID {
+			ids = append(ids, fmt.Sprintf("gid=%d", pinned.src.GID))
+		}
+		return nil, fmt.Errorf("%w: nfs %s %s: the network rule %s pins the identity its exports are read with; use %s, or leave them out", ErrForbidden, noun, src, pinned.src, strings.Join(ids, " and "))
+	}
+	return nil, nil
+}
+
+// pinNFS gives src the uid/gid its rule r pins, and refuses a tenant's
+// source that would read as uid or gid 0 (root, also the default) without
+// a pin: a TrainingJob's or inline volume's author may not claim root on
+// the admin's filer.
+func pinNFS(src backend.Source, r *rule, tenant bool, noun string) (backend.Source, error) {
+	out := src
+	var pinUID, pinGID bool
+	if r != nil {
+		pinUID, pinGID = r.pinUID, r.pinGID
+		if pinUID {
+			out.UID = r.src.UID
+		}
+		if pinGID {
+			out.GID = r.src.GID
 		}
 	}
-	return fmt.Errorf("%w: %s source %s matches none of the node's network rules", ErrForbidden, src.Kind, src)
+	if tenant && (!pinUID && out.UID == 0 || !pinGID && out.GID == 0) {
+		return src, fmt.Errorf("%w: nfs %s %s would read as uid %d, gid %d: a TrainingJob's or inline volume's nfs %s may not read as root (0, also the default); set uid=N&gid=N (N > 0) in its URL, or the admin pins them with a network rule (--network-rules nfs://host/export?uid=N&gid=N)", ErrForbidden, noun, src, out.UID, out.GID, noun)
+	}
+	return out, nil
 }
 
 // matches reports whether src lies within rule.

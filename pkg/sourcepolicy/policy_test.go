@@ -79,7 +79,8 @@ func TestLocalSources(t *testing.T) {
 		{name: "symlink to slash", src: base + "/datasets/rootlnk", err: "whole file system"},
 		{name: "symlink to slash child", src: base + "/datasets/rootlnk/etc", err: "not under an allowed local root"},
 		{name: "missing", src: base + "/datasets/nope", err: "cannot be resolved"},
-		{name: "prefix sibling", src: base + "/datasets-evil", err: "cannot be resolved"},
+		// Outside every root: refused by name, whether or not it exists.
+		{name: "prefix sibling", src: base + "/datasets-evil", err: "not under an allowed local root"},
 		{name: "repeated slashes", src: base + "//datasets///imagenet", want: real(base + "/datasets/imagenet")},
 	}
 	for _, tt := range tests {

@@ -41,6 +41,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
+	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
 // Config configures the controller. The zero value of every field but
@@ -361,10 +362,16 @@ func suspendedMessage(tj *v1alpha1.TrainingJob) string {
 // policy (condition Valid False, phase Failed).
 const ReasonSourceNotAllowed = "SourceNotAllowed"
 
-// checkSources applies the source policy to every source dataset. The
-// controller sees no credentials (they are the node's or the volume's
-// secrets), so network sources are checked as if they had some: only the
-// network rules apply here; the node enforces the credential rule.
+// checkSources applies the source policy to every source dataset: to
+// every attribute of its volume that names something to read (the source,
+// and a manifest should the volume carry one), as the CSI node will
+// (sourcepolicy.CheckVolumeLexically). The controller sees no credentials
+// (they are the node's or the volume's secrets), so network places are
+// checked as if they had some: only the network rules apply here; the node
+// enforces the credential rule. A TrainingJob's author is a tenant: an nfs
+// source may not read as uid/gid 0 unless a rule pins it (the node cannot
+// tell the controller's volumes from the admin's, so this check is the one
+// that counts for them).
 func (r *Reconciler) checkSources(p *plan) error {
 	for _, d := range p.datasets {
 		if d.id == "" {
@@ -374,7 +381,13 @@ func (r *Reconciler) checkSources(p *plan) error {
 		if err != nil { // newPlan has parsed it
 			return fmt.Errorf("dataset %q: %w", d.spec.Name, err)
 		}
-		if err := r.sources.CheckLexically(src, true); err != nil {
+		err = r.sources.CheckVolumeLexically(sourcepolicy.Volume{
+			Source:      src,
+			Manifest:    d.attrs[volattr.Manifest],
+			Credentials: func(backend.Source) bool { return true },
+			Tenant:      true,
+		})
+		if err != nil {
 			return fmt.Errorf("dataset %q: %w", d.spec.Name, err)
 		}
 	}

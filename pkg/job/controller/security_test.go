@@ -269,6 +269,7 @@ func TestSourcePolicy(t *testing.T) {
 		Network:           []string{"s3://datasets?endpoint=http://minio.storage:9000"},
 	})
 	byDefault := e.reconciler(t, sourcepolicy.Policy{})
+	pinned := e.reconciler(t, sourcepolicy.Policy{Network: []string{"nfs://filer/exports?uid=1000&gid=1000"}})
 	ns := e.namespace(t)
 	for _, tc := range []struct {
 		name   string
@@ -287,7 +288,13 @@ func TestSourcePolicy(t *testing.T) {
 		{"default-local", byDefault, "/data/imagenet", "local sources are disabled"},
 		{"allowed-local", strict, "/data/imagenet", ""},
 		{"allowed-s3", strict, "s3://datasets/imagenet?endpoint=http://minio.storage:9000", ""},
-		{"default-network", byDefault, "nfs://filer/exports/imagenet", ""},
+		{"default-network", byDefault, "nfs://filer/exports/imagenet?uid=1000&gid=1000", ""},
+		// A TrainingJob's nfs source may not read as root without a pin.
+		{"nfs-default-root", byDefault, "nfs://filer/exports/imagenet", "may not read as root"},
+		{"nfs-uid-0", byDefault, "nfs://filer/exports/imagenet?uid=0&gid=1000", "may not read as root"},
+		{"nfs-gid-0", byDefault, "nfs://filer/exports/imagenet?uid=1000", "may not read as root"},
+		{"nfs-pinned", pinned, "nfs://filer/exports/imagenet", ""},
+		{"nfs-other-than-the-pin", pinned, "nfs://filer/exports/imagenet?uid=1001&gid=1000", "pins the identity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tj := e.submit(t, ns, tc.name, tc.source)
