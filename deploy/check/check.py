@@ -304,6 +304,9 @@ def node_args(v):
             "allow-inline-volumes": [str(v["node"]["inlineVolumes"]).lower()],
             "max-cache-size": [v["node"]["maxCacheSize"]],
             "cache-root-budget": [v["node"]["cacheRootBudget"]], "max-mounts": [str(v["node"]["maxMounts"])],
+            "max-namespace-cache-bytes": [v["node"]["namespaceMaxCacheBytes"]],
+            "max-namespace-mounts": [str(v["node"]["namespaceMaxMounts"])],
+            "max-inline-cache-size": [v["node"]["inlineMaxCacheSize"]],
             "cache-retention": [v["node"]["cacheRetention"]],
             "allow-disk-secrets": [str(v["node"]["allowDiskSecrets"]).lower()],
             "mount-log-max-size": [v["node"]["mountLogMaxSize"]], "log-format": [v["logFormat"]]}
