@@ -2,6 +2,7 @@ package csi
 
 import (
 	"maps"
+	"math"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -99,7 +100,10 @@ func (b *budget) nsLimit() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return limit / 100 * int64(pct), nil
+	if limit > math.MaxInt64/100 {
+		return limit / 100 * int64(pct), nil
+	}
+	return limit * int64(pct) / 100, nil
 }
 
 // charge records that volume id of namespace ns uses the dataset mount key

