@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +35,9 @@ func TestSubmitSetsAuthor(t *testing.T) {
 		}
 		if got := tj.Annotations[v1alpha1.AnnotationAuthor]; got != want {
 			t.Errorf("%s: author annotation %q, want %q", name, got, want)
+		}
+		if groups := tj.Annotations[v1alpha1.AnnotationAuthorGroups]; (want != "") != strings.Contains(groups, "system:masters") {
+			t.Errorf("%s: author-groups annotation %q", name, groups)
 		}
 	}
 }

@@ -463,10 +463,11 @@ func parseReadaheadFilesFlag(v string) (*int32, error) {
 	return &r, nil
 }
 
-// setAuthor sets the annotation jobs.epochfs.io/author of a job that names a
-// Secret to the caller's user name, as the API server says it is (a
-// SelfSubjectReview): the admission policy admits no other, and the
-// controller puts the Secret in a volume only if that user may get it.
+// setAuthor sets the annotations jobs.epochfs.io/author and author-groups of
+// a job that names a Secret to the caller's user name and groups, as the API
+// server says they are (a SelfSubjectReview): the admission policy admits
+// no other, and the controller puts the Secret in a volume only if that
+// user, with those groups, may get it.
 func setAuthor(ctx context.Context, c client.Client, tj *v1alpha1.TrainingJob) error {
 	if !slices.ContainsFunc(tj.Spec.Datasets, func(d v1alpha1.Dataset) bool { return d.SecretName != "" }) {
 		return nil
@@ -479,5 +480,8 @@ func setAuthor(ctx context.Context, c client.Client, tj *v1alpha1.TrainingJob) e
 		tj.Annotations = map[string]string{}
 	}
 	tj.Annotations[v1alpha1.AnnotationAuthor] = ssr.Status.UserInfo.Username
+	if g := ssr.Status.UserInfo.Groups; len(g) > 0 {
+		tj.Annotations[v1alpha1.AnnotationAuthorGroups] = strings.Join(g, ",")
+	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -31,9 +32,20 @@ const ReasonSecretNotAllowed = "SecretNotAllowed"
 // vouches for AnnotationAuthor (deploy/policies/trainingjob-templates.yaml).
 const DefaultAuthorPolicyBinding = "trainingjob-templates.jobs.epochfs.io"
 
-// authenticatedGroup is the group of every authenticated user: the only
-// group the review can claim for the author, whose groups are not recorded.
+// authenticatedGroup is the group of every authenticated user, which the
+// review claims for the author besides AnnotationAuthorGroups.
 const authenticatedGroup = "system:authenticated"
+
+// authorGroups are the groups the review claims for tj's author.
+func authorGroups(tj *v1alpha1.TrainingJob) []string {
+	groups := []string{authenticatedGroup}
+	for _, g := range strings.Split(tj.Annotations[v1alpha1.AnnotationAuthorGroups], ",") {
+		if g = strings.TrimSpace(g); g != "" && !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	return groups
+}
 
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get
@@ -67,7 +79,7 @@ func (r *Reconciler) checkSecretAccess(ctx context.Context, p *plan) error {
 	for _, name := range secrets {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:   author,
-			Groups: []string{authenticatedGroup},
+			Groups: authorGroups(tj),
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Namespace: tj.Namespace, Verb: "get", Resource: "secrets", Name: name,
 			},

@@ -54,11 +54,11 @@ func TestSecretNeedsAuthorAccess(t *testing.T) {
 		}
 		create(rb)
 	}
-	bind("submit", "alice", "mallory")
+	bind("submit", "alice", "mallory", "carol")
 	bind("read-team-s3", "alice")
-	as := func(user string) client.Client {
+	as := func(user string, groups ...string) client.Client {
 		cfg := rest.CopyConfig(e.kube.Config)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
 		c, err := client.New(cfg, client.Options{Scheme: e.c.Scheme()})
 		if err != nil {
 			t.Fatal(err)
@@ -66,6 +66,12 @@ func TestSecretNeedsAuthorAccess(t *testing.T) {
 		return c
 	}
 	alice, mallory := as("alice"), as("mallory")
+	// carol may read the Secret only through her group data-team.
+	if err := e.c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "team-reads", Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "read-team-s3"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "data-team"}}}); err != nil {
+		t.Fatal(err)
+	}
 	job := func(name, author string) *v1alpha1.TrainingJob {
 		tj := &v1alpha1.TrainingJob{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -97,6 +103,13 @@ func TestSecretNeedsAuthorAccess(t *testing.T) {
 		t.Errorf("a job naming a Secret without an author: %v", err)
 	}
 
+	// Groups can be claimed only by their members.
+	claim := job("claims-a-group", "mallory")
+	claim.Annotations[v1alpha1.AnnotationAuthorGroups] = "data-team"
+	if err := mallory.Create(ctx, claim); err == nil || !strings.Contains(err.Error(), "metadata.annotations[jobs.epochfs.io/author-groups]: data-team names a group you are not in") {
+		t.Errorf("mallory claiming group data-team: %v", err)
+	}
+
 	// alice may read the Secret: her volume names it.
 	aj := job("alices", "alice")
 	if err := alice.Create(ctx, aj); err != nil {
@@ -114,6 +127,16 @@ func TestSecretNeedsAuthorAccess(t *testing.T) {
 	got.Annotations[v1alpha1.AnnotationAuthor] = "mallory"
 	if err := e.c.Update(ctx, got); err == nil || !strings.Contains(err.Error(), "cannot be changed after submission") {
 		t.Errorf("changing the author: %v", err)
+	}
+
+	// A grant through a group the author claimed is seen.
+	cj := job("carols", "carol")
+	cj.Annotations[v1alpha1.AnnotationAuthorGroups] = "data-team"
+	if err := as("carol", "data-team").Create(ctx, cj); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.reconcile(t, r, cj); !meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionCreated) {
+		t.Errorf("carol's job (Secret granted to her group): conditions %+v, want Created", got.Status.Conditions)
 	}
 
 	// mallory may not: no volume, the job fails with SecretNotAllowed.
