@@ -21,8 +21,8 @@ func TestSubmitSetsAuthor(t *testing.T) {
 	kube, c := startJobKube(t, ns)
 	kc := "--kubeconfig=" + kube.Kubeconfig
 	for _, args := range [][]string{
-		{"submit", "with-secret", "-n", ns, "--image", "x", "--dataset", "d=s3://b/p:/d", "--dataset-secret", "b-keys"},
-		{"submit", "without", "-n", ns, "--image", "x", "--dataset", "d=s3://b/p:/d"},
+		{"submit", "with-secret", "-n", ns, "--image", "x", "--dataset", "d=s3://bucket/p:/d", "--dataset-secret", "b-keys"},
+		{"submit", "without", "-n", ns, "--image", "x", "--dataset", "d=s3://bucket/p:/d"},
 	} {
 		if _, stderr, err := runJob(t, append([]string{"job", kc}, args...)...); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, stderr)
