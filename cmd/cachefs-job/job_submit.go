@@ -1,20 +1,24 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/printers"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/epochfs/epochfs/pkg/backend"
@@ -102,6 +106,9 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 				return err
 			}
 			tj.Namespace = jc.namespace
+			if err := setAuthor(cmd.Context(), jc.c, tj); err != nil {
+				return apiError(err, "submit "+name)
+			}
 			if err := jc.c.Create(cmd.Context(), tj); err != nil {
 				return apiError(err, "submit "+name)
 			}
@@ -454,4 +461,27 @@ func parseReadaheadFilesFlag(v string) (*int32, error) {
 	}
 	r := int32(n)
 	return &r, nil
+}
+
+// setAuthor sets the annotations jobs.epochfs.io/author and author-groups of
+// a job that names a Secret to the caller's user name and groups, as the API
+// server says they are (a SelfSubjectReview): the admission policy admits
+// no other, and the controller puts the Secret in a volume only if that
+// user, with those groups, may get it.
+func setAuthor(ctx context.Context, c client.Client, tj *v1alpha1.TrainingJob) error {
+	if !slices.ContainsFunc(tj.Spec.Datasets, func(d v1alpha1.Dataset) bool { return d.SecretName != "" }) {
+		return nil
+	}
+	ssr := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, ssr); err != nil {
+		return fmt.Errorf("who am I (SelfSubjectReview, for the %s annotation a job with --dataset-secret needs): %w", v1alpha1.AnnotationAuthor, err)
+	}
+	if tj.Annotations == nil {
+		tj.Annotations = map[string]string{}
+	}
+	tj.Annotations[v1alpha1.AnnotationAuthor] = ssr.Status.UserInfo.Username
+	if g := ssr.Status.UserInfo.Groups; len(g) > 0 {
+		tj.Annotations[v1alpha1.AnnotationAuthorGroups] = strings.Join(g, ",")
+	}
+	return nil
 }

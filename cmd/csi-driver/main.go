@@ -40,6 +40,8 @@ func run() error {
 		localRoots             string
 		networkRules           string
 		cacheBudget            string
+		nsCacheBytes           string
+		maxInlineCache         string
 		mountLogMax            string
 		reg                    registrarFlags
 	)
@@ -64,6 +66,9 @@ func run() error {
 	flag.StringVar(&networkRules, "network-rules", "", "comma-separated source URLs (s3://bucket[/prefix]?endpoint=URL, cephfs://mon/path, nfs://host/export) that network sources must lie within (empty: any network source that brings credentials; an nfs source, which has no credentials of its own, always needs a rule naming its export or --allow-node-credentials)")
 	flag.StringVar(&cacheBudget, "cache-root-budget", csi.DefaultCacheRootBudget.String(), "how much of the cache root the dataset caches may take, a size (500GiB) or a percentage of its filesystem (80%): the cacheSize of every running mount plus what idle caches hold; a volume that does not fit is refused (ResourceExhausted), idle caches are removed oldest first to make room")
 	flag.IntVar(&cfg.MaxMounts, "max-mounts", csi.DefaultMaxMounts, "most dataset mount processes on this node; a volume that needs one more is refused (ResourceExhausted)")
+	flag.StringVar(&nsCacheBytes, "max-namespace-cache-bytes", csi.DefaultMaxNamespaceCacheBytes.String(), "most cache bytes one namespace may hold on this node, a size (200GiB) or a percentage of --cache-root-budget (50%): the cacheSize of every dataset mount its volumes use, a shared mount counting whole for each namespace using it; a volume over it is refused (ResourceExhausted). A volume's namespace: its pod's (inline) or its claim's (PersistentVolume attribute csi.storage.k8s.io/pvc/namespace); an admin's PV without one is not limited")
+	flag.IntVar(&cfg.MaxNamespaceMounts, "max-namespace-mounts", csi.DefaultMaxNamespaceMounts, "most dataset mounts one namespace may hold on this node; a volume that needs one more is refused (ResourceExhausted)")
+	flag.StringVar(&maxInlineCache, "max-inline-cache-size", "", "refuse inline ephemeral volumes whose cacheSize is larger (ResourceExhausted); at most --max-cache-size (empty: "+units.FormatSize(csi.DefaultMaxInlineCacheSize)+", or --max-cache-size if smaller); inline volumes without a cacheSize get the smaller of it and --default-cache-size")
 	flag.DurationVar(&cfg.CacheRetention, "cache-retention", csi.DefaultCacheRetention, "how long the cache of a dataset no longer staged is kept for its next stage before it is removed (negative: until a new mount needs its room)")
 	flag.BoolVar(&cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
 	flag.BoolVar(&cfg.AllowDiskSecrets, "allow-disk-secrets", false, "when no tmpfs can be mounted on <state-dir>/node/secrets (not root), keep volumes' credentials there on disk (0600 files in a 0700 directory) instead of refusing to start")
@@ -101,6 +106,20 @@ func run() error {
 	}
 	if cfg.MaxMounts < 1 {
 		return fmt.Errorf("--max-mounts %d: must be at least 1", cfg.MaxMounts)
+	}
+	if cfg.MaxNamespaceCacheBytes, err = csi.ParseCacheBudget(nsCacheBytes); err != nil {
+		return fmt.Errorf("--max-namespace-cache-bytes: %w", err)
+	}
+	if cfg.MaxNamespaceMounts < 1 {
+		return fmt.Errorf("--max-namespace-mounts %d: must be at least 1", cfg.MaxNamespaceMounts)
+	}
+	if maxInlineCache != "" {
+		if cfg.MaxInlineCacheSize, err = units.ParseSize(maxInlineCache); err != nil {
+			return fmt.Errorf("--max-inline-cache-size: %w", err)
+		}
+		if cfg.MaxInlineCacheSize <= 0 {
+			return fmt.Errorf("--max-inline-cache-size %s: must be more than 0", maxInlineCache)
+		}
 	}
 	if cfg.MountLogMaxSize, err = units.ParseSize(mountLogMax); err != nil {
 		return fmt.Errorf("--mount-log-max-size: %w", err)

@@ -64,7 +64,7 @@ func (b CacheBudget) String() string {
 // their room, and by the health loop once idle for longer than retention.
 // An idle cache's release time and size are kept in <state>/node/idle/<key>.
 //
-// mu guards reserved; it is taken with a dataset lock held, never with
+// mu guards reserved and holds; it is taken with a dataset lock held, never with
 // nodeState.mu held, and it is held while idle caches are measured or
 // removed, so that a cache is never removed while a mount of it starts (a
 // start reserves first).
@@ -73,11 +73,14 @@ type budget struct {
 	idleDir   string // <state>/node/idle
 	limit     CacheBudget
 	maxMounts int           // 0: no cap
+	nsBytes   CacheBudget   // most cache bytes per namespace: a size or a percentage of limit (nsbudget.go)
+	nsMounts  int           // most dataset mounts per namespace; 0: no cap
 	retention time.Duration // 0: idle caches are kept until their room is needed
 	log       *slog.Logger
 
 	mu       sync.Mutex
-	reserved map[string]int64 // by dataset key: cacheSize of mounts that run or start
+	reserved map[string]int64   // by dataset key: cacheSize of mounts that run or start
+	holds    map[string]*nsHold // by dataset key: the namespaces charged for it (nsbudget.go)
 }
 
 // idleRecord is the content of <state>/node/idle/<key>.

@@ -107,10 +107,17 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csipb.CreateVolumeReques
 	default:
 		return nil, status.Errorf(codes.Internal, "read volume record: %v", err)
 	}
+	vctx := params.Attributes()
+	// The claim's namespace (external-provisioner --extra-create-metadata)
+	// goes into the PV's attributes: the node charges the volume to it
+	// (nsbudget.go).
+	if ns := req.GetParameters()[pvcNamespaceKey]; ns != "" {
+		vctx[pvcNamespaceKey] = ns
+	}
 	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{
 		VolumeId:      v.ID,
 		CapacityBytes: v.Capacity,
-		VolumeContext: params.Attributes(),
+		VolumeContext: vctx,
 	}}, nil
 }
 

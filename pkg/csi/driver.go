@@ -115,6 +115,18 @@ type Config struct {
 	// MaxMounts caps the dataset mount processes on the node (0:
 	// DefaultMaxMounts).
 	MaxMounts int
+	// MaxNamespaceCacheBytes bounds the cacheSize of the dataset mounts one
+	// namespace holds on the node: a size, or a percentage of the cache
+	// root budget (zero: DefaultMaxNamespaceCacheBytes, half of it).
+	// MaxNamespaceMounts caps the dataset mounts one namespace holds (0:
+	// DefaultMaxNamespaceMounts). How a volume's namespace is known and how
+	// a shared mount counts: nsbudget.go.
+	MaxNamespaceCacheBytes CacheBudget
+	MaxNamespaceMounts     int
+	// MaxInlineCacheSize refuses inline ephemeral volumes whose cacheSize
+	// is larger (0: DefaultMaxInlineCacheSize, but never over
+	// MaxCacheSize).
+	MaxInlineCacheSize int64
 	// CacheRetention: the cache of a dataset no longer staged is kept this
 	// long for its next stage, then removed (0: DefaultCacheRetention;
 	// negative: kept until a new mount needs its room).
@@ -204,6 +216,21 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.MaxMounts < 0 {
 		return nil, fmt.Errorf("csi: --max-mounts %d must be positive", cfg.MaxMounts)
+	}
+	if cfg.MaxNamespaceCacheBytes == (CacheBudget{}) {
+		cfg.MaxNamespaceCacheBytes = DefaultMaxNamespaceCacheBytes
+	}
+	if cfg.MaxNamespaceMounts == 0 {
+		cfg.MaxNamespaceMounts = DefaultMaxNamespaceMounts
+	}
+	if cfg.MaxNamespaceMounts < 0 {
+		return nil, fmt.Errorf("csi: --max-namespace-mounts %d must be positive", cfg.MaxNamespaceMounts)
+	}
+	if cfg.MaxInlineCacheSize == 0 {
+		cfg.MaxInlineCacheSize = min(DefaultMaxInlineCacheSize, cfg.MaxCacheSize)
+	}
+	if cfg.MaxInlineCacheSize < 0 || cfg.MaxInlineCacheSize > cfg.MaxCacheSize {
+		return nil, fmt.Errorf("csi: --max-inline-cache-size %s must be more than 0 and at most --max-cache-size %s", units.FormatSize(cfg.MaxInlineCacheSize), units.FormatSize(cfg.MaxCacheSize))
 	}
 	if cfg.CacheRetention == 0 {
 		cfg.CacheRetention = DefaultCacheRetention
@@ -304,6 +331,8 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 		mountTimeout:    d.cfg.MountTimeout,
 		budget:          d.cfg.CacheRootBudget,
 		maxMounts:       d.cfg.MaxMounts,
+		nsBytes:         d.cfg.MaxNamespaceCacheBytes,
+		nsMounts:        d.cfg.MaxNamespaceMounts,
 		retention:       max(d.cfg.CacheRetention, 0),
 		mountLogMaxSize: d.cfg.MountLogMaxSize,
 		log:             d.log,

@@ -100,11 +100,12 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolume
 	if err := unmountAll(staging); err != nil {
 		return nil, status.Errorf(codes.Internal, "stage: %v", err)
 	}
-	ds, err := n.acquire(key, params, secrets, id)
+	ns := volumeNamespace(req.GetVolumeContext(), false)
+	ds, err := n.acquireAs(key, params, secrets, id, ns)
 	if err != nil {
 		return nil, err
 	}
-	v := &nodeVolume{ID: id, DatasetKey: ds.Key, StagingPath: staging}
+	v := &nodeVolume{ID: id, DatasetKey: ds.Key, StagingPath: staging, Namespace: ns}
 	if old := n.volume(id); old != nil {
 		v.Targets = old.Targets
 	}
@@ -175,7 +176,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 	var src string
 	var v *nodeVolume
 	if ephemeral {
-		params, err := d.params(req.GetVolumeContext())
+		params, err := d.inlineParams(req.GetVolumeContext())
 		if err != nil {
 			return nil, err
 		}
@@ -198,13 +199,14 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 			return nil, err
 		}
 		defer unlockDS()
-		ds, err := n.acquire(key, params, secrets, id)
+		ns := volumeNamespace(req.GetVolumeContext(), true)
+		ds, err := n.acquireAs(key, params, secrets, id, ns)
 		if err != nil {
 			return nil, err
 		}
 		src = ds.MountPoint
 		if v = n.volume(id); v == nil {
-			v = &nodeVolume{ID: id, DatasetKey: ds.Key, Ephemeral: true}
+			v = &nodeVolume{ID: id, DatasetKey: ds.Key, Ephemeral: true, Namespace: ns}
 		}
 	} else {
 		v = n.volume(id)

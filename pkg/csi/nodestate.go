@@ -33,6 +33,8 @@ type nodeConfig struct {
 	mountTimeout time.Duration // bounds waiting for a new mount to become live
 	budget       CacheBudget   // of the dataset caches under cacheRoot
 	maxMounts    int           // cap on dataset mount processes; 0: none
+	nsBytes      CacheBudget   // most cache bytes one namespace may hold (nsbudget.go)
+	nsMounts     int           // most dataset mounts one namespace may hold; 0: none
 	retention    time.Duration // of idle dataset caches; 0: until their room is needed
 	log          *slog.Logger
 
@@ -154,6 +156,9 @@ type nodeVolume struct {
 	StagingPath string   `json:"stagingPath,omitempty"` // empty for inline ephemeral volumes
 	Targets     []string `json:"targets"`
 	Ephemeral   bool     `json:"ephemeral,omitempty"`
+	// Namespace is the namespace the volume is charged to (nsbudget.go);
+	// "" for an admin's volume, and for records older than the limits.
+	Namespace string `json:"namespace,omitempty"`
 }
 
 func (n *nodeState) volumePath(id string) string {
@@ -170,7 +175,8 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	n := &nodeState{cfg: cfg, datasets: map[string]*datasetMount{}, volumes: map[string]*nodeVolume{},
 		prefetching: map[string]*prefetchRun{}, sizes: datasetSizes{sizes: map[string]int64{}}}
 	n.budget = &budget{root: cfg.cacheRoot, idleDir: filepath.Join(cfg.dir, "idle"), limit: cfg.budget,
-		maxMounts: cfg.maxMounts, retention: cfg.retention, log: cfg.log, reserved: map[string]int64{}}
+		maxMounts: cfg.maxMounts, nsBytes: cfg.nsBytes, nsMounts: cfg.nsMounts, retention: cfg.retention, log: cfg.log,
+		reserved: map[string]int64{}, holds: map[string]*nsHold{}}
 	if n.budget.limit == (CacheBudget{}) {
 		n.budget.limit = DefaultCacheRootBudget
 	}
@@ -199,7 +205,12 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 			cfg.log.Info("re-adopted dataset mount", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID)
 		}
 	})
-	loadState(cfg, "volumes", func(v *nodeVolume) { n.volumes[v.ID] = v })
+	loadState(cfg, "volumes", func(v *nodeVolume) {
+		n.volumes[v.ID] = v
+		if ds := n.datasets[v.DatasetKey]; ds != nil {
+			n.budget.adoptCharge(v.Namespace, v.DatasetKey, v.ID, ds.Params.CacheSize)
+		}
+	})
 	n.removeOrphanSecrets()
 	if cfg.peer != nil {
 		cfg.peer.dir.OnChange(n.refreshPeers)
@@ -328,15 +339,30 @@ func (n *nodeState) saveDataset(ds *datasetMount) error {
 	return writeJSON(n.datasetPath(ds.Key), ds)
 }
 
-// acquire returns a live dataset mount with key (n.datasetKey of params and
-// secrets) for volume id, starting or repairing it as needed. Called with
-// the dataset's lock held, which the start of a new mount may hold up to the
-// mount timeout; no other dataset waits on it.
+// acquire is acquireAs for a volume of no namespace (not limited).
 func (n *nodeState) acquire(key string, params volumeParams, secrets map[string]string, id string) (*datasetMount, error) {
+	return n.acquireAs(key, params, secrets, id, "")
+}
+
+// acquireAs returns a live dataset mount with key (n.datasetKey of params
+// and secrets) for volume id of namespace ns, starting or repairing it as
+// needed; ns is charged for the mount first (nsbudget.go). Called with the
+// dataset's lock held, which the start of a new mount may hold up to the
+// mount timeout; no other dataset waits on it.
+func (n *nodeState) acquireAs(key string, params volumeParams, secrets map[string]string, id, ns string) (ds *datasetMount, err error) {
 	if err := n.checkScope(params); err != nil {
 		return nil, err
 	}
-	ds := n.dataset(key)
+	charged, err := n.budget.charge(ns, key, id, params.CacheSize)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && charged {
+			n.budget.discharge(key, id)
+		}
+	}()
+	ds = n.dataset(key)
 	if ds == nil {
 		// A new dataset mount: its secrets file is this volume's. The file
 		// of a live dataset is never rewritten: another volume reaches it
@@ -461,6 +487,7 @@ func (n *nodeState) startPrefetch(ds *datasetMount) {
 // release drops volume id from its dataset mount and stops the mount when no
 // volume uses it. Called with the dataset's lock held.
 func (n *nodeState) release(key, id string) error {
+	n.budget.discharge(key, id)
 	ds := n.dataset(key)
 	if ds == nil {
 		return nil

@@ -113,6 +113,27 @@ func (d *Driver) params(in map[string]string) (volumeParams, error) {
 	return p, nil
 }
 
+// inlineParams is params for an inline ephemeral volume, whose author is a
+// pod's: a missing cacheSize is the smaller of the node's default and
+// MaxInlineCacheSize; a cacheSize over MaxCacheSize is OutOfRange as for
+// any volume, one over MaxInlineCacheSize ResourceExhausted naming the
+// limit.
+func (d *Driver) inlineParams(in map[string]string) (volumeParams, error) {
+	p, err := parseParams(in, min(d.cfg.DefaultCacheSize, d.cfg.MaxInlineCacheSize))
+	if err != nil {
+		return p, err
+	}
+	if p.CacheSize > d.cfg.MaxCacheSize {
+		return p, status.Errorf(codes.OutOfRange, "parameter %q: %s is over this node's limit of %s (--max-cache-size)",
+			volattr.CacheSize, units.FormatSize(p.CacheSize), units.FormatSize(d.cfg.MaxCacheSize))
+	}
+	if p.CacheSize > d.cfg.MaxInlineCacheSize {
+		return p, status.Errorf(codes.ResourceExhausted, "parameter %q: %s is over this node's limit for inline volumes, %s (--max-inline-cache-size): use a smaller cacheSize or a PersistentVolume",
+			volattr.CacheSize, units.FormatSize(p.CacheSize), units.FormatSize(d.cfg.MaxInlineCacheSize))
+	}
+	return p, nil
+}
+
 // checkInlineEnabled refuses inline ephemeral volumes unless the admin
 // enabled them (AllowInlineVolumes); checked first.
 func (d *Driver) checkInlineEnabled() error {

@@ -61,6 +61,15 @@ const (
 	// KubernetesPrefix marks keys added by Kubernetes (external-provisioner
 	// --extra-create-metadata, podInfoOnMount); Parse ignores them.
 	KubernetesPrefix = "csi.storage.k8s.io/"
+	// ClaimNamespace is the namespace of a PersistentVolume's claim: in
+	// CreateVolume's parameters (external-provisioner
+	// --extra-create-metadata), and in the volume attributes of the PVs
+	// that CreateVolume and the job controller make. PodNamespace is the
+	// pod's namespace, which the kubelet writes into an inline volume's
+	// NodePublish context (podInfoOnMount), over any value the pod's
+	// attributes carry. The node charges per-namespace limits to them.
+	ClaimNamespace = KubernetesPrefix + "pvc/namespace"
+	PodNamespace   = KubernetesPrefix + "pod.namespace"
 )
 
 // MaxReadaheadFiles bounds ReadaheadFiles: more fetches in flight per miss

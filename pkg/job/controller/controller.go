@@ -79,6 +79,10 @@ type Config struct {
 	CacheLocationNamespace string
 	// Now is the clock (default time.Now); tests replace it.
 	Now func() time.Time
+	// AuthorPolicyBinding names the ValidatingAdmissionPolicyBinding that
+	// vouches for a TrainingJob's author annotation (default
+	// DefaultAuthorPolicyBinding); see secretaccess.go.
+	AuthorPolicyBinding string
 }
 
 // Reconciler reconciles TrainingJobs. Its fields are set by New and
@@ -105,6 +109,9 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.AuthorPolicyBinding == "" {
+		cfg.AuthorPolicyBinding = DefaultAuthorPolicyBinding
 	}
 	sources, err := sourcepolicy.New(cfg.SourcePolicy)
 	if err != nil {
@@ -241,6 +248,18 @@ func (r *Reconciler) reconcile(ctx context.Context, tj *v1alpha1.TrainingJob) (r
 				setPhase(tj, v1alpha1.PhaseFailed, ReasonSourceNotAllowed, msg+"; the job was not started: use a source the cluster's policy allows and submit again")
 				tj.Status.CompletionTime = ptrTime(r.cfg.Now())
 				r.event(tj, corev1.EventTypeWarning, ReasonSourceNotAllowed, msg)
+				return result{}, nil
+			}
+			if err := r.checkSecretAccess(ctx, p); err != nil {
+				var refused *refusedError
+				if !errors.As(err, &refused) {
+					return result{}, fmt.Errorf("check secret access: %w", err)
+				}
+				msg := err.Error()
+				setCondition(tj, v1alpha1.ConditionValid, false, ReasonSecretNotAllowed, msg)
+				setPhase(tj, v1alpha1.PhaseFailed, ReasonSecretNotAllowed, msg+"; the job was not started")
+				tj.Status.CompletionTime = ptrTime(r.cfg.Now())
+				r.event(tj, corev1.EventTypeWarning, ReasonSecretNotAllowed, msg)
 				return result{}, nil
 			}
 		}

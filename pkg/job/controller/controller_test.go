@@ -72,6 +72,11 @@ func TestPyTorchLifecycle(t *testing.T) {
 			Tensorboard:       &v1alpha1.Tensorboard{LogDir: "/logs/resnet"},
 		},
 	}
+	// The Secret goes into the volume only as its author may read it,
+	// vouched for by the admission policy (secretaccess.go).
+	tj.Annotations = map[string]string{v1alpha1.AnnotationAuthor: "admin"}
+	installTemplatePolicy(t, e.kube)
+	allowSecret(t, e, ns, "admin", "imagenet-s3")
 	// rdma/hca is not on the nodes: the capacity check waits for it.
 	if err := e.c.Create(ctx, tj); err != nil {
 		t.Fatal(err)
@@ -222,7 +227,7 @@ func TestPyTorchLifecycle(t *testing.T) {
 	}
 	csi := pv.Spec.CSI
 	if csi.Driver != "cachefs.epochfs.io" || !csi.ReadOnly || csi.VolumeAttributes["source"] != imagenet ||
-		csi.VolumeAttributes["cacheSize"] != "500Gi" || csi.VolumeAttributes["readaheadFiles"] != "8" || len(csi.VolumeAttributes) != 4 ||
+		csi.VolumeAttributes["cacheSize"] != "500Gi" || csi.VolumeAttributes["readaheadFiles"] != "8" || len(csi.VolumeAttributes) != 5 || csi.VolumeAttributes["csi.storage.k8s.io/pvc/namespace"] != ns ||
 		pv.Spec.ClaimRef.Name != "resnet-imagenet" || pv.Spec.ClaimRef.Namespace != ns || pv.Spec.ClaimRef.UID != pvc.UID ||
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain ||
 		pv.Annotations[v1alpha1.AnnotationPrefetch] != "true" || pv.Spec.CSI.VolumeAttributes["prefetch"] != "true" || pv.Labels[v1alpha1.LabelOwnerUID] != string(got.UID) {

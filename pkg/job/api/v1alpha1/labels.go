@@ -25,6 +25,19 @@ const (
 	// AnnotationDatasetID is on a dataset's PersistentVolume.
 	AnnotationDatasetID = "jobs.epochfs.io/dataset-id"
 
+	// AnnotationAuthor is on a TrainingJob: the user name of whoever
+	// submitted it. The ValidatingAdmissionPolicy
+	// trainingjob-templates.jobs.epochfs.io (deploy/policies) admits it
+	// only equal to the creating request's user, and never changed after;
+	// the controller puts a dataset's secretName in a PersistentVolume only
+	// when that user may get the Secret (a SubjectAccessReview).
+	AnnotationAuthor = "jobs.epochfs.io/author"
+	// AnnotationAuthorGroups is on a TrainingJob, optional: groups of its
+	// author, comma-separated. The same policy admits only groups the
+	// creating request's user has; the SubjectAccessReview claims them
+	// (and system:authenticated) for the author.
+	AnnotationAuthorGroups = "jobs.epochfs.io/author-groups"
+
 	// AnnotationSuspended is on a Job the controller suspended for
 	// spec.suspend; it resumes only those (a Job suspended by Kueue is
 	// Kueue's to resume).
