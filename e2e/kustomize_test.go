@@ -340,7 +340,7 @@ func TestKustomizeInstall(t *testing.T) {
 		metricsPort: in.metricsPort, registrarHealthPort: testenv.FreePort(t),
 		apiHost: apiHost, apiPort: apiPort}
 	dir := t.TempDir()
-	kustomization := writeKustomizeOverlay(t, kubectl, dir, filepath.Join(root, "deploy", "kustomize", "base"), s)
+	writeKustomizeOverlay(t, kubectl, dir, filepath.Join(root, "deploy", "kustomize", "base"), s)
 
 	// The overlay is the Helm e2e's install (docs/CLUSTER.md's values
 	// table), object for object.
@@ -356,7 +356,7 @@ func TestKustomizeInstall(t *testing.T) {
 	// above left out.
 	mi := testenv.StartMinIO(t)
 	s.networkRules = "s3://training?endpoint=" + mi.Endpoint
-	kustomization = writeKustomizeOverlay(t, kubectl, dir, filepath.Join(root, "deploy", "kustomize", "base"), s)
+	kustomization := writeKustomizeOverlay(t, kubectl, dir, filepath.Join(root, "deploy", "kustomize", "base"), s)
 
 	start := time.Now()
 	if out, err := kubectlRun(c, kubectl, "apply", "-k", dir); err != nil {
