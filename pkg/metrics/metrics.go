@@ -223,6 +223,9 @@ type Listings struct {
 	Entries, Memory, Pages, PageSize int64
 }
 
+// LabelCap is the label of cachefs_listing_refusals_total naming the cap.
+const LabelCap = "cap"
+
 // RegisterListings adds cachefs_listing_refusals_total{cap=…} to reg, read
 // from state at scrape time; cap is the mount flag that set the cap
 // (max-dir-entries, max-listing-memory), listing-pages (the page cap,
@@ -240,7 +243,7 @@ func RegisterListings(reg *prometheus.Registry, state func() Listings) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "cachefs_listing_refusals_total",
 			Help:        "Directory listings refused for passing a cap of the mount (the directory reads as EFBIG); cap names the cachefs mount flag.",
-			ConstLabels: prometheus.Labels{"cap": c.cap},
+			ConstLabels: prometheus.Labels{LabelCap: c.cap},
 		}, func() float64 { return float64(c.f(state())) }))
 	}
 }
