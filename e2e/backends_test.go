@@ -113,7 +113,9 @@ func TestCephFSVolumeOnKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ceph-authtool --gen-print-key: %v", err)
 	}
-	in := installChart(t)
+	// The monitor listens on the node's loopback: the admin names it in a
+	// network rule (the mounts' egress is closed to loopback otherwise).
+	in := installChart(t, "--set-string", "node.networkRules[0]=cephfs://"+ceph.Mon+"/datasets?fs="+ceph.FS)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -140,6 +140,7 @@ func TestInlineLimits(t *testing.T) {
 	td := startDriver(t, func(c *csi.Config) {
 		c.MaxInlineCacheSize = 32 << 20
 		c.MaxNamespaceMounts = 2
+		c.NetworkRules = []string{"s3://inline-limits?endpoint=" + mi.Endpoint} // MinIO is on loopback
 	})
 	work := td.workDir(t)
 	inline := func(prefix, size, podNS string) map[string]string {

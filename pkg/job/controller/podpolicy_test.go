@@ -23,7 +23,7 @@ func TestPodPolicyByAPIServer(t *testing.T) {
 	_, helmBin, root := deployTools(t)
 	e := directEnv(t)
 	policy := runTool(t, helmBin, "template", "epochfs", filepath.Join(root, "deploy", "helm", "epochfs"), "--namespace", "epochfs-system",
-		"--set", "jobController.enabled=true", "--set", "jobController.podServiceAccounts={ml-runner}",
+		"--set", "jobController.enabled=true", "--set", "node.allowAnyNetworkSource=true", "--set", "jobController.podServiceAccounts={ml-runner}",
 		"--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", "--show-only", "templates/job-controller-policy.yaml")
 	kubectlApply(t, e.kube, policy)
 	c, ctx, ns := e.c, context.Background(), e.namespace(t)
