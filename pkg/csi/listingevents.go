@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -85,6 +86,24 @@ type refusalCounts struct {
 	pid      int
 	reported map[string]float64   // by cap: the count last reported
 	at       map[string]time.Time // by cap: when it was last reported
+}
+
+// due returns the caps (known ones only, sorted) whose count went up since
+// the last report, leaving out those reported less than every ago: their
+// increase waits for a later check.
+func (rc *refusalCounts) due(counts map[string]float64, now time.Time, every time.Duration) []string {
+	var out []string
+	for c, v := range counts {
+		if _, known := listingCaps[c]; !known || v <= rc.reported[c] {
+			continue
+		}
+		if last, ok := rc.at[c]; ok && now.Sub(last) < every {
+			continue
+		}
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func newListingEvents(client kubernetes.Interface, nodeID string, every time.Duration) *listingEvents {
@@ -172,17 +191,7 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 			rc = &refusalCounts{pid: t.pid, reported: map[string]float64{}, at: map[string]time.Time{}}
 			ev.seen[t.ds.Key] = rc
 		}
-		var due []string
-		for c, v := range counts {
-			if _, known := listingCaps[c]; !known || v <= rc.reported[c] {
-				continue
-			}
-			if last, ok := rc.at[c]; ok && now.Sub(last) < ev.every {
-				continue // reported this interval: the increase waits for the next check
-			}
-			due = append(due, c)
-		}
-		for _, c := range due {
+		for _, c := range rc.due(counts, now, ev.every) {
 			added := counts[c] - rc.reported[c]
 			rc.reported[c], rc.at[c] = counts[c], now
 			id, _ := cachelabel.DatasetID(t.ds.Params.Source)
