@@ -3,11 +3,13 @@ package csi
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -66,7 +68,7 @@ type podRef struct {
 // kubelet sent it (podInfoOnMount).
 func publishPod(vctx map[string]string) (podRef, bool) {
 	p := podRef{Namespace: vctx[volattr.PodNamespace], Name: vctx[volattr.KubernetesPrefix+"pod.name"]}
-	return p, p.Namespace != "" && p.Name != ""
+	return p, len(validation.IsDNS1123Label(p.Namespace)) == 0 && len(validation.IsDNS1123Subdomain(p.Name)) == 0
 }
 
 // listingEvents records the events; it remembers, per dataset mount
@@ -153,7 +155,8 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 		pods []podRef
 	}
 	var targets []target
-	for _, key := range n.datasetKeys() {
+	keys := n.datasetKeys()
+	for _, key := range keys {
 		unlock, ok := n.dsLocks.tryLock(key)
 		if !ok {
 			continue // a start, stop or repair: the next round
@@ -164,7 +167,9 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 			for _, v := range n.volumes {
 				if v.DatasetKey == key {
 					for _, p := range v.Pods {
-						t.pods = append(t.pods, p)
+						if !slices.Contains(t.pods, p) {
+							t.pods = append(t.pods, p)
+						}
 					}
 				}
 			}
@@ -175,9 +180,7 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 	}
 
 	now := time.Now()
-	live := map[string]bool{}
 	for _, t := range targets {
-		live[t.ds.Key] = true
 		sctx, cancel := context.WithTimeout(ctx, mountScrapeTimeout)
 		counts, err := refusals(sctx, t.ds.CacheDir)
 		cancel()
@@ -211,7 +214,7 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 	}
 	ev.mu.Lock()
 	for key := range ev.seen {
-		if !live[key] {
+		if !slices.Contains(keys, key) { // its mount is gone
 			delete(ev.seen, key)
 		}
 	}

@@ -45,7 +45,13 @@ func TestPublishPod(t *testing.T) {
 	if p, ok := publishPod(map[string]string{"csi.storage.k8s.io/pod.name": "p", "csi.storage.k8s.io/pod.namespace": "ns"}); !ok || p != (podRef{Namespace: "ns", Name: "p"}) {
 		t.Errorf("publishPod: %+v %v", p, ok)
 	}
-	if _, ok := publishPod(map[string]string{"csi.storage.k8s.io/pod.name": "p"}); ok {
-		t.Error("a pod without a namespace was taken")
+	for _, vctx := range []map[string]string{
+		{"csi.storage.k8s.io/pod.name": "p"},
+		{"csi.storage.k8s.io/pod.name": "p", "csi.storage.k8s.io/pod.namespace": "Not A Namespace"},
+		{"csi.storage.k8s.io/pod.name": "p\nq", "csi.storage.k8s.io/pod.namespace": "ns"},
+	} {
+		if p, ok := publishPod(vctx); ok {
+			t.Errorf("publishPod(%q) took %+v", vctx, p)
+		}
 	}
 }
