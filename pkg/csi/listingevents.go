@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -58,17 +59,47 @@ var listingCaps = map[string]string{
 	"page-size":              "none (an S3 listing page over 8 MiB)",
 }
 
-// podRef names a pod the kubelet published a volume to.
+// podRef names a pod the kubelet published a volume to. UID is optional
+// (older records); with it `kubectl describe pod` shows the event, which
+// it looks up by the pod's uid.
 type podRef struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	UID       string `json:"uid,omitempty"`
 }
 
 // publishPod returns the pod of a NodePublish volume context, if the
 // kubelet sent it (podInfoOnMount).
 func publishPod(vctx map[string]string) (podRef, bool) {
 	p := podRef{Namespace: vctx[volattr.PodNamespace], Name: vctx[volattr.KubernetesPrefix+"pod.name"]}
-	return p, len(validation.IsDNS1123Label(p.Namespace)) == 0 && len(validation.IsDNS1123Subdomain(p.Name)) == 0
+	if !(len(validation.IsDNS1123Label(p.Namespace)) == 0 && len(validation.IsDNS1123Subdomain(p.Name)) == 0) {
+		return podRef{}, false
+	}
+	if uid := vctx[volattr.KubernetesPrefix+"pod.uid"]; isUID(uid) {
+		p.UID = uid
+	}
+	return p, true
+}
+
+// isUID reports whether s has the form of a Kubernetes uid (a UUID:
+// 8-4-4-4-12 lowercase hex digits).
+func isUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // listingEvents records the events; it remembers, per dataset mount
@@ -206,7 +237,7 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 				n.cfg.log.Warn("listing refused; no pod to report it on", "key", t.ds.Key, "cap", c, "count", counts[c])
 			}
 			for _, p := range t.pods {
-				ev.recorder.Event(&corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: p.Namespace, Name: p.Name},
+				ev.recorder.Event(&corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: types.UID(p.UID)},
 					corev1.EventTypeWarning, ReasonListingRefused, msg)
 			}
 		}

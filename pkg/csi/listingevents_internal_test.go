@@ -45,6 +45,15 @@ func TestPublishPod(t *testing.T) {
 	if p, ok := publishPod(map[string]string{"csi.storage.k8s.io/pod.name": "p", "csi.storage.k8s.io/pod.namespace": "ns"}); !ok || p != (podRef{Namespace: "ns", Name: "p"}) {
 		t.Errorf("publishPod: %+v %v", p, ok)
 	}
+	const uid = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	if p, ok := publishPod(map[string]string{"csi.storage.k8s.io/pod.name": "p", "csi.storage.k8s.io/pod.namespace": "ns",
+		"csi.storage.k8s.io/pod.uid": uid}); !ok || p.UID != uid {
+		t.Errorf("publishPod with a uid: %+v %v", p, ok)
+	}
+	if p, _ := publishPod(map[string]string{"csi.storage.k8s.io/pod.name": "p", "csi.storage.k8s.io/pod.namespace": "ns",
+		"csi.storage.k8s.io/pod.uid": "../" + uid[3:]}); p.UID != "" {
+		t.Errorf("publishPod took the uid %q", p.UID)
+	}
 	for _, vctx := range []map[string]string{
 		{"csi.storage.k8s.io/pod.name": "p"},
 		{"csi.storage.k8s.io/pod.name": "p", "csi.storage.k8s.io/pod.namespace": "Not A Namespace"},

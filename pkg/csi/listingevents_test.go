@@ -82,7 +82,7 @@ func TestListingRefusalEvent(t *testing.T) {
 	stage(t, td, "vol-e", staging, vctx)
 	defer unstage(t, td, "vol-e", staging)
 	pctx := map[string]string{"source": data, "cacheSize": "1GiB",
-		"csi.storage.k8s.io/pod.name": podName, "csi.storage.k8s.io/pod.namespace": podNS}
+		"csi.storage.k8s.io/pod.name": podName, "csi.storage.k8s.io/pod.namespace": podNS, "csi.storage.k8s.io/pod.uid": string(pod.UID)}
 	publish(t, td, "vol-e", staging, target, pctx)
 	defer unpublish(t, td, "vol-e", target)
 
@@ -113,8 +113,8 @@ func TestListingRefusalEvent(t *testing.T) {
 	if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != "Pod" || ev.Source.Component != "epochfs-node" || ev.Source.Host != "test-node" {
 		t.Errorf("event %+v %+v", ev.InvolvedObject, ev.Source)
 	}
-	if ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != pod.UID {
-		t.Errorf("event on %s, want the pod %s", ev.InvolvedObject.UID, pod.UID)
+	if ev.InvolvedObject.UID != pod.UID { // kubectl describe pod finds events by the pod's uid
+		t.Errorf("event on uid %q, want the pod's %s", ev.InvolvedObject.UID, pod.UID)
 	}
 	for _, want := range []string{"max-dir-entries", "--max-dir-entries", "keeps serving", "EFBIG"} {
 		if !strings.Contains(ev.Message, want) {
