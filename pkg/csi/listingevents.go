@@ -210,13 +210,30 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 		unlock()
 	}
 
+	// Ask the mounts in parallel, as a scrape does: a mount that does not
+	// answer within mountScrapeTimeout delays this step by that much only.
+	all := make([]map[string]float64, len(targets))
+	sctx, cancel := context.WithTimeout(ctx, mountScrapeTimeout)
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			counts, err := refusals(sctx, t.ds.CacheDir)
+			if err != nil {
+				n.cfg.log.Debug("dataset mount metrics not read for listing refusals", "key", t.ds.Key, "err", err)
+				return
+			}
+			all[i] = counts
+		}()
+	}
+	wg.Wait()
+	cancel()
+
 	now := time.Now()
-	for _, t := range targets {
-		sctx, cancel := context.WithTimeout(ctx, mountScrapeTimeout)
-		counts, err := refusals(sctx, t.ds.CacheDir)
-		cancel()
-		if err != nil {
-			n.cfg.log.Debug("dataset mount metrics not read for listing refusals", "key", t.ds.Key, "err", err)
+	for i, t := range targets {
+		counts := all[i]
+		if counts == nil {
 			continue
 		}
 		ev.mu.Lock()
