@@ -229,6 +229,11 @@ func checkNodeRBAC(ctx context.Context, t *testing.T, in *install) {
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: chartNamespace}, true},
 		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: chartNamespace}, true},
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease"}, false},
+		// ListingRefused events on the pods of any namespace (ClusterRole epochfs-node-events), nothing else.
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: "default"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "patch", Group: "events.k8s.io", Resource: "events", Namespace: "default"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "events", Namespace: "default"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "pods", Namespace: "default"}, false},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + chartNamespace}, ResourceAttributes: &c.attr}}

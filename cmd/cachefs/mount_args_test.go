@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/units"
 )
@@ -24,6 +25,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			CacheScope: mount.ScopeCluster, Peers: "a=10.0.0.1:7070,b=10.0.0.2:7070", PeerListen: "10.0.0.1:7070", PeerID: "a",
 			PeerTokenFile:  "/etc/epochfs/peer-token",
 			RestrictEgress: true, EgressRules: "s3://bucket?endpoint=http://127.0.0.1:9000,nfs://filer/export",
+			MaxDirEntries: 10,
 		}},
 		{"restricted egress without rules", mount.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1, RestrictEgress: true}},
 		{"peers file", mount.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1,
@@ -72,6 +74,13 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			maxEntries, err := f.GetInt(mount.FlagMaxDirEntries)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if maxEntries == fusefs.DefaultMaxDirEntries {
+				maxEntries = 0 // the CLI's default
+			}
 			got := mount.CommandOptions{
 				Source: f.Arg(0), Mountpoint: f.Arg(1),
 				CacheDir: str(mount.FlagCacheDir), CacheSize: size, Policy: str(mount.FlagPolicy),
@@ -79,7 +88,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 				CredentialsFD: credsFD, CacheScope: str(mount.FlagCacheScope), Peers: str(mount.FlagPeers), PeersFile: str(mount.FlagPeersFile),
 				PeerListen: str(mount.FlagPeerListen), PeerID: str(mount.FlagPeerID), PeerTokenFile: str(mount.FlagPeerTokenFile),
 				RestrictEgress: restrict, EgressRules: str(mount.FlagEgressRules),
-				PeerGroup: str(mount.FlagPeerGroup),
+				PeerGroup: str(mount.FlagPeerGroup), MaxDirEntries: maxEntries,
 			}
 			want := tc.opts
 			if want.Policy == "" {

@@ -464,9 +464,22 @@ def check_rbac(where, objs):
                     or "*" in (r.get("apiGroups") or []):
                 fail(where, f"{fmt(key(o))} grants {r}: no Secrets access and no wildcards")
     # The node plugin has no access to Nodes (issue 22): a Role on Leases of its own namespace only
-    # (its cache-location Lease and, with the cluster cache, its peer Leases).
+    # (its cache-location Lease and, with the cluster cache, its peer Leases), and one ClusterRole,
+    # epochfs-node-events, that may create/patch events and nothing else (ListingRefused on pods).
     if find(objs, "ClusterRole", "epochfs-node") or find(objs, "ClusterRoleBinding", "epochfs-node"):
         fail(where, "the node plugin must have no ClusterRole (no Node access): a Role on leases only")
+    events = one(where, objs, "ClusterRole", "epochfs-node-events")
+    want_events = [{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
+    if events and events.get("rules") != want_events:
+        fail(where, f"ClusterRole epochfs-node-events must grant exactly {want_events}, got {events.get('rules')}")
+    binding = one(where, objs, "ClusterRoleBinding", "epochfs-node-events")
+    if binding and (binding.get("roleRef", {}).get("name") != "epochfs-node-events"
+                    or [s.get("name") for s in binding.get("subjects") or []] != ["epochfs-node"]):
+        fail(where, f"ClusterRoleBinding epochfs-node-events must bind ClusterRole epochfs-node-events to epochfs-node only: {binding}")
+    for b in find(objs, "ClusterRoleBinding"):
+        if b["metadata"]["name"] != "epochfs-node-events" and \
+                any(s.get("name") == "epochfs-node" for s in b.get("subjects") or []):
+            fail(where, f"{fmt(key(b))}: the node plugin's only ClusterRoleBinding is epochfs-node-events")
     node = one(where, objs, "Role", "epochfs-node")
     want = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
              "verbs": ["get", "list", "watch", "create", "update", "delete"]}]

@@ -140,6 +140,7 @@ func (n *nodeState) start(ds *datasetMount) error {
 		// Every mount the driver starts is a tenant's: closed egress.
 		RestrictEgress: true,
 		EgressRules:    strings.Join(n.cfg.egressRules, ","),
+		MaxDirEntries:  n.cfg.maxDirEntries,
 	}
 	n.clusterArgs(ds, &opts)
 	args := opts.Args()

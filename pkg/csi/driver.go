@@ -33,6 +33,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
+	"k8s.io/client-go/kubernetes"
 )
 
 // DriverName is the CSI driver name (defined with the volume attributes).
@@ -156,8 +157,13 @@ type Config struct {
 	// the health check copies a larger one to <key>.log.1 and truncates
 	// it. Default 10MiB.
 	MountLogMaxSize int64
-	Version         string
-	Logger          *slog.Logger
+	// MountMaxDirEntries is the --max-dir-entries of every mount the node
+	// starts; 0 leaves the mount's default. Not a driver flag (the default
+	// is the documented cap); tests set it to pass the cap with a small
+	// directory.
+	MountMaxDirEntries int
+	Version            string
+	Logger             *slog.Logger
 }
 
 // Defaults of Config's node-wide bounds.
@@ -335,7 +341,22 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 		nsMounts:        d.cfg.MaxNamespaceMounts,
 		retention:       max(d.cfg.CacheRetention, 0),
 		mountLogMaxSize: d.cfg.MountLogMaxSize,
+		maxDirEntries:   d.cfg.MountMaxDirEntries,
 		log:             d.log,
+	}
+	// One kube client for the node's Leases and events, when it talks to
+	// the API server at all (--node-labels, or cluster scope without an
+	// injected directory).
+	var client kubernetes.Interface
+	kube := func() (kubernetes.Interface, error) {
+		if client == nil {
+			c, err := kubeClient(d.cfg.Kubeconfig)
+			if err != nil {
+				return nil, err
+			}
+			client = c
+		}
+		return client, nil
 	}
 	eg, err := mount.NewEgress(d.cfg.NetworkRules)
 	if err != nil {
@@ -353,7 +374,7 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 		if d.cfg.Namespace == "" {
 			return nodeConfig{}, errors.New("csi: --node-labels needs --namespace (the driver's namespace, which holds the cache-location Lease; default $POD_NAMESPACE)")
 		}
-		client, err := kubeClient(d.cfg.Kubeconfig)
+		client, err := kube()
 		if err != nil {
 			return nodeConfig{}, err
 		}
@@ -365,7 +386,7 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 		pc := &peerConfig{host: d.cfg.PeerListen, id: d.cfg.PeerID, tokenFile: d.cfg.PeerTokenFile,
 			portLo: lo, portHi: hi, dir: d.cfg.PeerDirectory}
 		if pc.dir == nil {
-			client, err := kubeClient(d.cfg.Kubeconfig)
+			client, err := kube()
 			if err != nil {
 				return nodeConfig{}, err
 			}
@@ -377,6 +398,9 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 			pc.dir = dir
 		}
 		cfg.peer = pc
+	}
+	if client != nil {
+		cfg.events = newListingEvents(client, d.cfg.NodeID, d.cfg.HealthInterval)
 	}
 	return cfg, nil
 }
@@ -419,6 +443,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	case <-stopped:
 	case <-time.After(10 * time.Second):
 		srv.Stop()
+	}
+	if d.node != nil && d.node.cfg.events != nil {
+		d.node.cfg.events.broadcaster.Shutdown()
 	}
 	d.log.Info("stopped; mount processes keep running", "endpoint", d.cfg.Endpoint)
 	return nil

@@ -242,6 +242,12 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 	if !slices.Contains(v.Targets, target) {
 		v.Targets = append(v.Targets, target)
 	}
+	if pod, ok := publishPod(req.GetVolumeContext()); ok {
+		if v.Pods == nil {
+			v.Pods = map[string]podRef{}
+		}
+		v.Pods[target] = pod
+	}
 	if err := n.putVolume(v); err != nil {
 		return nil, err
 	}
@@ -275,6 +281,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpubli
 	}
 	defer unlockDS()
 	v.Targets = slices.DeleteFunc(v.Targets, func(t string) bool { return t == target })
+	delete(v.Pods, target)
 	if v.Ephemeral && len(v.Targets) == 0 {
 		if err := n.dropVolume(v); err != nil {
 			return nil, status.Errorf(codes.Internal, "unpublish: %v", err)

@@ -39,6 +39,12 @@ type nodeConfig struct {
 	log          *slog.Logger
 
 	mountLogMaxSize int64 // mount logs are rotated above it (mountlogs.go)
+	maxDirEntries   int   // --max-dir-entries of the mounts; 0: their default
+
+	// events reports listing refusals of the mounts as Kubernetes events
+	// on the pods that use them (listingevents.go); nil without a kube
+	// client.
+	events *listingEvents
 
 	// egressRules are the node's network rules, handed to every mount it
 	// starts (--restrict-egress --egress-rules): a tenant's mount reaches
@@ -78,9 +84,11 @@ type nodeState struct {
 	sizes   datasetSizes
 
 	repairs atomic.Int64
-	budget  *budget // the cache root's budget and the mount cap
-	ports   peerPorts
-	peersMu sync.Mutex // serialises peers-file rewrites and withdrawals (peers.go)
+
+	noEventsOnce sync.Once // the log line: listing refusals are not reported as events
+	budget       *budget   // the cache root's budget and the mount cap
+	ports        peerPorts
+	peersMu      sync.Mutex // serialises peers-file rewrites and withdrawals (peers.go)
 
 	volLocks keyedLocks
 	dsLocks  keyedLocks
@@ -159,6 +167,11 @@ type nodeVolume struct {
 	// Namespace is the namespace the volume is charged to (nsbudget.go);
 	// "" for an admin's volume, and for records older than the limits.
 	Namespace string `json:"namespace,omitempty"`
+	// Pods are the pods the volume is published to, by target path, as
+	// the kubelet names them in the NodePublish volume context
+	// (podInfoOnMount): the objects the node's events about the volume's
+	// dataset mount are about (listingevents.go).
+	Pods map[string]podRef `json:"pods,omitempty"`
 }
 
 func (n *nodeState) volumePath(id string) string {
@@ -574,6 +587,7 @@ func (n *nodeState) healthLoop(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	for {
 		n.checkAll()
+		n.reportListingRefusals(ctx)
 		n.budget.expire(time.Now())
 		n.maintainMountLogs()
 		if n.cfg.peer != nil {

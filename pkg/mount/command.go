@@ -138,6 +138,9 @@ type CommandOptions struct {
 	RestrictEgress bool
 	EgressRules    string
 	PeerGroup      string // "" leaves the mount's default (peer.DatasetGroup of the source ID)
+	// MaxDirEntries is the --max-dir-entries value; 0 leaves the mount's
+	// default (fusefs.DefaultMaxDirEntries).
+	MaxDirEntries int
 }
 
 // Args returns the arguments after the program name:
@@ -170,5 +173,8 @@ func (o CommandOptions) Args() []string {
 		args = append(args, "--"+FlagRestrictEgress)
 	}
 	add(FlagEgressRules, o.EgressRules)
+	if o.MaxDirEntries > 0 {
+		add(FlagMaxDirEntries, strconv.Itoa(o.MaxDirEntries))
+	}
 	return args
 }
