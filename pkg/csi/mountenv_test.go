@@ -128,15 +128,24 @@ var shellVars = []string{"PWD", "OLDPWD", "SHLVL", "_"}
 // environment it was started with is what any later exec sees).
 func environOf(t *testing.T, pid int) map[string]string {
 	t.Helper()
+	// The environment is read once the stand-in has exec'd sleep and the
+	// kernel has laid out its new stack: before that (between fork and exec,
+	// or in exec after the name changed and before the environment is
+	// placed) /proc/PID/environ is not the mount's, or empty.
+	proc := filepath.Join("/proc", strconv.Itoa(pid))
 	var b []byte
 	for i := 0; ; i++ {
-		var err error
-		b, err = os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
-		if err != nil {
-			t.Fatal(err)
+		if comm, _ := os.ReadFile(filepath.Join(proc, "comm")); strings.TrimSpace(string(comm)) == "sleep" {
+			var err error
+			if b, err = os.ReadFile(filepath.Join(proc, "environ")); err != nil {
+				t.Fatal(err)
+			}
+			if len(b) > 0 {
+				break
+			}
 		}
-		if comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm")); strings.TrimSpace(string(comm)) == "sleep" || i == 200 {
-			break
+		if i == 500 {
+			t.Fatalf("process %d did not exec the stand-in's sleep with an environment within 5 s", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
