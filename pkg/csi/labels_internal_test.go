@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -44,20 +43,7 @@ func TestDatasetBytesMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	garbage, err := manifesttest.StreamFrame(200<<20, func(w io.Writer) error {
-		block := make([]byte, 1<<20)
-		x := uint64(7)
-		for i := range block {
-			x = x*6364136223846793005 + 1442695040888963407
-			block[i] = byte(x >> 56)
-		}
-		for range 200 {
-			if _, err := w.Write(block); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	garbage, err := manifesttest.GarbageFrame(200, 7)
 	if err != nil {
 		t.Fatal(err)
 	}

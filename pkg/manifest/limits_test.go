@@ -3,7 +3,6 @@ package manifest
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -43,20 +42,7 @@ func bombs(t testing.TB) []struct {
 	}
 	// 200 MiB of one random-looking MiB over and over: a real frame that
 	// declares 200 MiB, 1 MiB compressed, whose body is no manifest.
-	garbage, err := manifesttest.StreamFrame(200<<20, func(w io.Writer) error {
-		block := make([]byte, 1<<20)
-		x := uint64(1)
-		for i := range block {
-			x = x*6364136223846793005 + 1442695040888963407
-			block[i] = byte(x >> 56)
-		}
-		for range 200 {
-			if _, err := w.Write(block); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	garbage, err := manifesttest.GarbageFrame(200, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,26 @@ func StreamFrame(size uint64, gen func(w io.Writer) error) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// GarbageFrame is a real zstd frame declaring mib MiB whose content is one
+// pseudo-random MiB (from seed) over and over: about 1 MiB compressed, no
+// manifest body when decompressed.
+func GarbageFrame(mib int, seed uint64) ([]byte, error) {
+	return StreamFrame(uint64(mib)<<20, func(w io.Writer) error {
+		block := make([]byte, 1<<20)
+		x := seed
+		for i := range block {
+			x = x*6364136223846793005 + 1442695040888963407
+			block[i] = byte(x >> 56)
+		}
+		for range mib {
+			if _, err := w.Write(block); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // Skippable is a zstd skippable frame of n bytes of payload: decoders pass
 // over it, and it pads a compressed body to any size.
 func Skippable(n int) []byte {
