@@ -35,15 +35,8 @@ import (
 // whose only rights are on Leases of its namespace, as the chart's Role
 // grants: before issue 22 it patched its Node's labels and failed here).
 func TestNodeCacheLabels(t *testing.T) {
-	kube := testenv.StartKube(t)
-	admin, err := kubernetes.NewForConfig(kube.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "epochfs-system"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kube, admin := startKubeWithNamespaces(t, ns)
 	// A stale entry of a dataset not mounted here, from an earlier run.
 	stale := cachelabel.Prefix + "0123456789abcdef"
 	if _, err := admin.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
@@ -173,15 +166,8 @@ func leaseOnlyKubeconfig(t *testing.T, kube *testenv.Kube, admin kubernetes.Inte
 // that group stays. Before issue 22 nothing removed a stale entry, and the
 // plugin needed list/watch on Nodes to start at all.
 func TestPeerLeasesAtStart(t *testing.T) {
-	kube := testenv.StartKube(t)
-	admin, err := kubernetes.NewForConfig(kube.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "epochfs-system"
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kube, admin := startKubeWithNamespaces(t, ns)
 	for _, node := range []string{"test-node", "node-b"} {
 		d, err := kubepeer.Start(ctx, admin, kubepeer.Options{Namespace: ns, Node: node})
 		if err != nil {
@@ -207,4 +193,21 @@ func TestPeerLeasesAtStart(t *testing.T) {
 	if _, err := admin.CoordinationV1().Leases(ns).Get(ctx, kubepeer.LeaseName("g-stale", "node-b"), metav1.GetOptions{}); err != nil {
 		t.Errorf("another node's peer Lease: %v", err)
 	}
+}
+
+// startKubeWithNamespaces starts a real kube-apiserver and returns it with
+// an admin client, the given namespaces created.
+func startKubeWithNamespaces(t *testing.T, namespaces ...string) (*testenv.Kube, *kubernetes.Clientset) {
+	t.Helper()
+	kube := testenv.StartKube(t)
+	admin, err := kubernetes.NewForConfig(kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range namespaces {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kube, admin
 }

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -31,17 +30,8 @@ import (
 // event (nor raises the event's count). Before the events were built the
 // refusal only reached the mount log and the metric: no event.
 func TestListingRefusalEvent(t *testing.T) {
-	kube := testenv.StartKube(t)
-	admin, err := kubernetes.NewForConfig(kube.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns, podNS, podName = "epochfs-system", "team-a", "trainer-0"
-	for _, name := range []string{ns, podNS} {
-		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kube, admin := startKubeWithNamespaces(t, ns, podNS)
 	pod, err := admin.CoreV1().Pods(podNS).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: podName},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "train", Image: "busybox"}}}}, metav1.CreateOptions{})
 	if err != nil {
