@@ -16,6 +16,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // childEnv, when set in the environment, makes this binary a mount child:
@@ -38,10 +39,10 @@ func childMain(args []string) {
 	fl.Int64Var(&cfg.CacheSize, "cache-size", 0, "")
 	fl.StringVar(&cfg.Policy, "policy", "nr", "")
 	fl.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "")
-	fl.StringVar(&cfg.Manifest, "manifest", mount.ManifestNone, "")
+	fl.StringVar(&cfg.Manifest, "manifest", mountapi.ManifestNone, "")
 	fl.BoolVar(&cfg.Debug, "fuse-debug", false, "")
-	readaheadFiles := fl.String("readahead-files", mount.ReadaheadFilesAuto, "") // cachefs mount's default
-	writeBehind := fl.String("write-behind", "", "")                             // "": cachefs mount's default (off)
+	readaheadFiles := fl.String("readahead-files", mountapi.ReadaheadFilesAuto, "") // cachefs mount's default
+	writeBehind := fl.String("write-behind", "", "")                                // "": cachefs mount's default (off)
 	_ = fl.Parse(args)
 	var err error
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(*readaheadFiles); err != nil {

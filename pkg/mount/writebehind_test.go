@@ -11,6 +11,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // TestWriteBehindMount: with --write-behind, a cold epoch through a real
@@ -28,7 +29,7 @@ func TestWriteBehindMount(t *testing.T) {
 	paths, want := datagen.Paths(files), datagen.Sums(files)
 	total := datagen.TotalSize(files)
 	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 2 * total,
-		Manifest: mount.ManifestNone, WriteBehind: 1 << 20, WholeFileMax: 1 << 20, BlockSize: 512 << 10, ReadaheadFiles: 0}
+		Manifest: mountapi.ManifestNone, WriteBehind: 1 << 20, WholeFileMax: 1 << 20, BlockSize: 512 << 10, ReadaheadFiles: 0}
 	readEpoch := func(seed uint64) {
 		t.Helper()
 		res, err := epoch.Run(context.Background(), epoch.Options{Root: cfg.Mountpoint, Paths: paths, Want: want, Workers: 8, Seed: seed})
