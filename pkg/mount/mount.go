@@ -292,7 +292,7 @@ func (m *Mount) openSource(ctx context.Context, undo *undoList) (backend.Backend
 // serveMetrics makes the mount's registry over the store and the backend,
 // which it returns observed, and serves it at MetricsAddr when set.
 func (m *Mount) serveMetrics(store *cache.Store, b backend.Backend, undo *undoList) (*prometheus.Registry, backend.Backend, error) {
-	reg, observer := metrics.NewRegistry(store.Stats, b)
+	reg, observer := newRegistry(store.Stats, b)
 	m.registry = reg
 	b = backend.WithObserver(b, observer)
 	if m.cfg.MetricsAddr == "" {
