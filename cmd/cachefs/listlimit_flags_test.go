@@ -11,7 +11,7 @@ import (
 // TestListingCapFlags: `cachefs mount` has the listing caps' flags, with
 // fusefs's defaults (the ones docs/DESIGN.md states).
 func TestListingCapFlags(t *testing.T) {
-	cmd, rest, err := newRoot().Find([]string{mountapi.Command, "/d", "/m", "--cache-dir", "/c", "--cache-size", "1"})
+	cmd, rest, err := newRoot().Find(mountapi.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1}.Args())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.logLevel, mountapi.FlagLogLevel, "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, mountapi.FlagLogFormat, "text", "log format on stderr: text or json")
 	root.AddCommand(newMountCmd(g), newIndexCmd(g), newPrefetchCmd(g), newStatsCmd(), newVersionCmd(), newDemoCmd(g))
 	root.AddCommand(newJobCmd())

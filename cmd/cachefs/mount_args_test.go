@@ -124,10 +124,10 @@ func TestCommandOptionsEveryFlag(t *testing.T) {
 		Source: "s3://bucket/p?endpoint=http://127.0.0.1:9000&region=us-east-1", Mountpoint: "/mnt/m", CacheDir: "/c", CacheSize: 1 << 30,
 		Policy: "nr", Manifest: "/m.manifest", ManifestMaxMemory: 1 << 20, MetricsAddr: "127.0.0.1:9100",
 		WholeFileMax: 1 << 20, BlockSize: 1 << 16, Readahead: 3, ListingCacheEntries: 1000, MaxListingMemory: 64 << 20,
-		ReadTimeout: 90 * time.Second, PeerTimeout: 2 * time.Second, ReadaheadFiles: "8", LogFormat: mountapi.LogFormatJSON,
+		ReadTimeout: 90 * time.Second, PeerTimeout: 2 * time.Second, ReadaheadFiles: "8", LogFormat: mountapi.LogFormatJSON, LogLevel: "warn",
 		CredentialsFD: 3, CacheScope: mountapi.ScopeCluster, Peers: "a=127.0.0.1:7070", PeersFile: "/p", PeerListen: "127.0.0.1:7070",
 		PeerID: "a", PeerTokenFile: "/t", RestrictEgress: true, EgressRules: "nfs://filer/export", PeerGroup: "g-1",
-		MaxDirEntries: 10, FuseDebug: true, CPUProfile: "/cpu.prof", Extra: []string{"--" + mountapi.FlagAllowOther + "=false"},
+		MaxDirEntries: 10, WriteBehind: 128 << 20, FuseDebug: true, CPUProfile: "/cpu.prof", Extra: []string{"--" + mountapi.FlagAllowOther + "=false"},
 	}
 	args := opts.Args()
 	cmd, rest, err := newRoot().Find(args)

@@ -37,6 +37,8 @@ type CommandOptions struct {
 	// LogFormat: "" leaves the CLI's default (text); LogFormatJSON for a
 	// log that programs read.
 	LogFormat string
+	// LogLevel: "" leaves the CLI's default (info).
+	LogLevel string
 	// CredentialsFD, when > 0, is the inherited file descriptor the
 	// credentials are read from (FlagCredentialsFD): the starter passes the
 	// read end of a pipe there (exec.Cmd.ExtraFiles[0] is fd 3). 0 leaves
@@ -60,6 +62,8 @@ type CommandOptions struct {
 	// MaxDirEntries is the --max-dir-entries value; 0 leaves the mount's
 	// default (fusefs.DefaultMaxDirEntries).
 	MaxDirEntries int
+	// WriteBehind in bytes; 0 leaves it off (the mount's default).
+	WriteBehind int64
 	// FuseDebug logs every FUSE request; CPUProfile writes a CPU profile
 	// of the mount to that file (benchmarks).
 	FuseDebug  bool
@@ -98,6 +102,7 @@ func (o CommandOptions) Args() []string {
 	}
 	add(FlagPolicy, o.Policy)
 	add(FlagLogFormat, o.LogFormat)
+	add(FlagLogLevel, o.LogLevel)
 	add(FlagManifest, o.Manifest)
 	num(FlagManifestMaxMemory, o.ManifestMaxMemory)
 	add(FlagMetricsAddr, o.MetricsAddr)
@@ -120,6 +125,7 @@ func (o CommandOptions) Args() []string {
 	boolean(FlagRestrictEgress, o.RestrictEgress)
 	add(FlagEgressRules, o.EgressRules)
 	num(FlagMaxDirEntries, int64(o.MaxDirEntries))
+	num(FlagWriteBehind, o.WriteBehind)
 	boolean(FlagFuseDebug, o.FuseDebug)
 	add(FlagCPUProfile, o.CPUProfile)
 	return append(args, o.Extra...)

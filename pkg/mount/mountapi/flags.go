@@ -42,8 +42,10 @@ const (
 	FlagPeerTokenFile = "peer-token-file"
 	FlagPeerTimeout   = "peer-timeout"
 	FlagPeerGroup     = "peer-group"
-	// FlagLogFormat is a global flag of cachefs (text or json).
+	// FlagLogFormat (text or json) and FlagLogLevel (debug, info, warn,
+	// error) are global flags of cachefs.
 	FlagLogFormat = "log-format"
+	FlagLogLevel  = "log-level"
 )
 
 // Egress flags (package egress): the CSI driver's mounts are restricted; a
