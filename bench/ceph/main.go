@@ -33,6 +33,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func main() {
@@ -159,7 +160,7 @@ func main() {
 	cephBackend := func(seed uint64) {
 		// The cephfs backend itself (what the mount reads through): Stat,
 		// then one whole-file ReadAt with the version, as a cache fill does.
-		src, err := backend.Parse(cephURL)
+		src, err := source.Parse(cephURL)
 		if err != nil {
 			fatal(err)
 		}

@@ -32,7 +32,7 @@ type Options struct {
 	// Policy is one of Policies(); "" means "nr".
 	Policy string
 	// KeyScheme names the format of the versions in the callers' keys
-	// (the source's backend.Source.VersionScheme: "" for S3 ETags, another
+	// (the source's source.Source.VersionScheme: "" for S3 ETags, another
 	// name since posix versions gained the ctime and inode). When it is
 	// not empty, the store records it, and Open removes every entry
 	// recorded under another scheme (builds from before KeyScheme recorded
