@@ -57,9 +57,7 @@
 //
 // Files: store.go is the Store (index, policy calls, Get and Fill);
 // disk.go every read and write of the directory's files (entries, records,
-// temporary files, the rescan, the lock and metadata); writebehind.go the
-// optional background writes of admitted misses (Options.WriteBehind);
-// info.go ReadInfo.
+// temporary files, the rescan, the lock and metadata); info.go ReadInfo.
 //
 // This package must not know about FUSE, CSI, Kubernetes or any storage
 // backend: bytes come in only through the Loader, and leave as an *os.File

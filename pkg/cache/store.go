@@ -49,12 +49,6 @@ type Result struct {
 	Data []byte
 	// Hit is true when the bytes came from the cache without calling load.
 	Hit bool
-	// WriteBehind is true when Data holds the bytes of an admitted entry
-	// whose file is still being written in the background
-	// (Options.WriteBehind): the caller may Release them when done.
-	WriteBehind bool
-
-	lease *lease // the hold on Data when WriteBehind (writebehind.go)
 }
 
 // Stats are the store's counters since Open, and its current occupancy.
@@ -70,13 +64,6 @@ type Stats struct {
 	CorruptDropped      int64 // recovered entries that failed their checksum, dropped
 	LoadErrors          int64 // loader calls that failed (once per coalesced load)
 	WriteErrors         int64 // admitted entries whose write failed; served uncached
-	// WrittenBehind: admissions whose file was written in the background
-	// while their Get returned the bytes from memory (Options.WriteBehind);
-	// included in Admissions.
-	WrittenBehind int64
-	// WritesPending: admitted entries whose files are being written in
-	// the background now (not yet in Entries or Admissions).
-	WritesPending int64
 	// Prefetch fills: entries admitted by Fill (cachefs prefetch, the
 	// mount's readahead), counted neither as hits nor as misses, and
 	// included in Admissions.
@@ -98,9 +85,6 @@ type entry struct {
 	// prefetched: admitted by a prefetch fill (Fill) and not looked up by
 	// a Get since.
 	prefetched bool
-	// pending: set while the entry's file is written in the background
-	// (write-behind); its bytes are served from here meanwhile.
-	pending *pendingWrite
 }
 
 // Store is a node-local disk cache. It is safe for concurrent use.
@@ -114,11 +98,7 @@ type entry struct {
 // (tinyLFUPolicy.mu); nothing else is taken under mu. Fills of one entry id
 // are serialized by flights, so at most one goroutine loads, writes,
 // verifies or drops a given id at a time (evictions by other fills are the
-// exception, and are handled under mu: see admit), except that a fill that
-// writes its entry behind (writebehind.go) hands the write to a goroutine
-// and returns: while that write runs the entry is pending (not ready), and
-// Gets and Fills of id take its bytes or wait for it instead of filling.
-// A pendingWrite's own mu is taken under mu, never the other way round.
+// exception, and are handled under mu: see admit).
 type Store struct {
 	// Immutable after Open.
 	dir        string
@@ -128,10 +108,6 @@ type Store struct {
 	log        *slog.Logger
 	lockFile   *os.File           // the flocked <dir>/LOCK; released by Close
 	flights    singleflight.Group // keyed by entry id; coalesces fills
-	// writeBehind is Options.WriteBehind; writers bounds the background
-	// writes running at once (writeBehindWriters).
-	writeBehind int64
-	writers     chan struct{}
 
 	// sidecar: write checksum records to .sum files, not to the data
 	// file's xattr (set at Open for tests, or once the filesystem turned
@@ -147,15 +123,12 @@ type Store struct {
 	corruptDropped, loadErrors, writeErrors atomic.Int64
 	prefetchFills, prefetchFillBytes        atomic.Int64
 	prefetchedHits, prefetchedHitBytes      atomic.Int64
-	writtenBehind                           atomic.Int64
 
 	mu          sync.Mutex
 	closed      bool
 	entries     map[string]*entry // by id, entries being written included
 	used        int64             // sum of entries[*].size: exact, reservations included
 	nready      int64             // entries with ready set
-	pendingB    int64             // bytes of entries with pending set (≤ writeBehind)
-	npending    int64             // entries with pending set
 	policy      Policy
 	pausedUntil time.Time // admit nothing before this (disk full or read-only)
 	lastWarn    time.Time // last write-failure warning
@@ -194,9 +167,6 @@ func Open(opts Options) (*Store, error) {
 		log:        opts.Logger,
 		lockFile:   lf,
 		entries:    map[string]*entry{},
-
-		writeBehind: opts.WriteBehind,
-		writers:     make(chan struct{}, writeBehindWriters),
 	}
 	s.sidecar.Store(opts.sidecar)
 	if err := s.open(opts); err != nil {
@@ -353,16 +323,6 @@ func (s *Store) Fill(ctx context.Context, key Key, size int64, load Loader) (Fil
 	if err != nil {
 		return FillResult{}, err
 	}
-	if p := out.pending; p != nil {
-		// Joined a Get's miss whose entry is written in the background:
-		// the entry is in the cache once that write has succeeded.
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return FillResult{}, fmt.Errorf("cache: fill %s: %w", key, context.Cause(ctx))
-		}
-		return FillResult{Cached: s.held(id, size), Loaded: !out.hit}, nil
-	}
 	return FillResult{Cached: out.cached, Loaded: !out.hit, Prefetched: out.cached && !out.hit && out.prefetch}, nil
 }
 
@@ -391,9 +351,6 @@ type fillResult struct {
 	prefetch bool   // the fill was a Fill's (a prefetch fill), not a Get's
 	cached   bool   // an entry file exists: hit, or admitted by this fill
 	data     []byte // the loaded bytes when not cached (read through); else nil
-	// pending: the entry is admitted and its file being written in the
-	// background (cached is true); its bytes are pending.data.
-	pending *pendingWrite
 }
 
 func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Loader) (Result, error) {
@@ -401,18 +358,9 @@ func (s *Store) get(ctx context.Context, key Key, id string, size int64, load Lo
 		if f := s.openHit(id, size); f != nil {
 			return Result{File: f, Hit: true}, nil
 		}
-		if l := s.pendingHit(id, size); l != nil {
-			return Result{Data: l.p.data, Hit: true, WriteBehind: true, lease: l}, nil
-		}
 		out, err := s.flight(ctx, key, id, size, load, false)
 		if err != nil {
 			return Result{}, err
-		}
-		if out.pending != nil {
-			if l := out.pending.acquire(); l != nil {
-				return Result{Data: l.p.data, Hit: out.hit, WriteBehind: true, lease: l}, nil
-			}
-			// Written (or failed) and released meanwhile: its file below.
 		}
 		if !out.cached {
 			return Result{Data: out.data}, nil
@@ -488,18 +436,6 @@ func (s *Store) openHit(id string, size int64) *os.File {
 
 // fill runs once per coalesced group of Gets of id.
 func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load Loader, prefetch bool) (*fillResult, error) {
-	if p := s.pendingOf(id, size); p != nil {
-		// Admitted, and being written in the background: a Get takes its
-		// bytes (a hit), a Fill waits for the file.
-		if !prefetch {
-			return &fillResult{hit: true, cached: true, pending: p}, nil
-		}
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cache: fill %s: %w", key, context.Cause(ctx))
-		}
-	}
 	if s.checkCached(key, id, size) {
 		return &fillResult{hit: true, cached: true}, nil
 	}
@@ -520,11 +456,7 @@ func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load L
 		}
 		return nil, fmt.Errorf("cache: load %s: %w", key, err)
 	}
-	admitted, p := s.admit(key, id, buf, prefetch)
-	if p != nil { // the pending write owns buf now
-		return &fillResult{cached: true, pending: p}, nil
-	}
-	if admitted {
+	if s.admit(key, id, buf, prefetch) {
 		if pooled {
 			putBuf(buf)
 		}
@@ -598,45 +530,30 @@ func (s *Store) checkCached(key Key, id string, size int64) bool {
 
 // admit offers the loaded bytes of id to the policy and, if admitted,
 // writes them into the cache. It reports whether the entry is now in the
-// cache. For a Get's miss (not prefetch) with write-behind on and room in
-// its budget, the write goes to the background instead and admit returns
-// the pending write, which then owns data; the entry counts as admitted
-// (Admissions) once written.
-func (s *Store) admit(key Key, id string, data []byte, prefetch bool) (bool, *pendingWrite) {
+// cache.
+func (s *Store) admit(key Key, id string, data []byte, prefetch bool) bool {
 	size := int64(len(data))
 	s.mu.Lock()
 	if s.entries[id] != nil || time.Now().Before(s.pausedUntil) {
 		// (A held id cannot get here: fills of one id are coalesced.)
 		s.rejections.Add(1)
 		s.mu.Unlock()
-		return false, nil
+		return false
 	}
 	evict, ok := s.policy.Admit(id, size)
 	s.evictLocked(evict)
 	if !ok {
 		s.rejections.Add(1)
 		s.mu.Unlock()
-		return false, nil
+		return false
 	}
 	e := &entry{size: size}
 	s.entries[id] = e // reserve: used stays exact while we write
 	s.used += size
-	if !prefetch && s.writeBehind > 0 && s.pendingB+size <= s.writeBehind {
-		p := &pendingWrite{data: data, done: make(chan struct{}), refs: 1}
-		e.pending = p
-		s.pendingB += size
-		s.npending++
-		// This fill is registered (begin), so the count is not zero and
-		// Close, which waits for it, also waits for the write.
-		s.ops.Add(1)
-		s.mu.Unlock()
-		go s.writeBehindEntry(key, id, e, p)
-		return true, p
-	}
 	s.mu.Unlock()
 
 	err := s.writeEntry(id, data)
-	return s.settle(key, id, e, err, prefetch), nil
+	return s.settle(key, id, e, err, prefetch)
 }
 
 // settle records the end of entry e's write (err: its outcome): ready, or
@@ -646,11 +563,6 @@ func (s *Store) settle(key Key, id string, e *entry, err error, prefetch bool) b
 	size := e.size
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e.pending != nil {
-		e.pending = nil
-		s.pendingB -= size
-		s.npending--
-	}
 	if s.entries[id] != e {
 		// Evicted by another admission while being written: the evictor
 		// released the bytes and left the files to us.
@@ -735,7 +647,7 @@ func (s *Store) Contains(key Key) bool {
 // Stats returns the counters and occupancy.
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
-	entries, used, pending := s.nready, s.used, s.npending
+	entries, used := s.nready, s.used
 	s.mu.Unlock()
 	return Stats{
 		Hits:           s.hits.Load(),
@@ -757,8 +669,6 @@ func (s *Store) Stats() Stats {
 		PrefetchFillBytes:  s.prefetchFillBytes.Load(),
 		PrefetchedHits:     s.prefetchedHits.Load(),
 		PrefetchedHitBytes: s.prefetchedHitBytes.Load(),
-		WrittenBehind:      s.writtenBehind.Load(),
-		WritesPending:      pending,
 	}
 }
 
@@ -811,9 +721,6 @@ func (s *Store) GetNoAdmit(ctx context.Context, key Key, size int64, load Loader
 func (s *Store) getNoAdmit(ctx context.Context, key Key, id string, size int64, load Loader) (Result, error) {
 	if f := s.openHit(id, size); f != nil {
 		return Result{File: f, Hit: true}, nil
-	}
-	if l := s.pendingHit(id, size); l != nil {
-		return Result{Data: l.p.data, Hit: true, WriteBehind: true, lease: l}, nil
 	}
 	if s.checkCached(key, id, size) { // a recovered entry, verified now
 		if f, err := os.Open(s.dataPath(id)); err == nil {
