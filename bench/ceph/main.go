@@ -83,28 +83,26 @@ func main() {
 	cephURL := "cephfs://admin@" + env["CEPH_MON"] + cephPath + "?fs=" + env["FS_NAME"]
 
 	// RGW and MinIO.
-	rgwHost := strings.TrimPrefix(env["RGW_ENDPOINT"], "http://")
-	rgwClient, err := benchproc.NewClient(rgwHost, keys["RGW_ACCESS_KEY"], keys["RGW_SECRET_KEY"], *workers)
+	rgw, err := benchproc.OpenS3(env["RGW_ENDPOINT"], keys["RGW_ACCESS_KEY"], keys["RGW_SECRET_KEY"])
 	if err != nil {
 		fatal(err)
 	}
-	rgw := &benchproc.MinIO{Host: rgwHost, Access: keys["RGW_ACCESS_KEY"], Secret: keys["RGW_SECRET_KEY"], Client: rgwClient}
 	mi, err := benchproc.StartMinIO(*minioBin, filepath.Join(work, "minio"))
 	if err != nil {
 		fatal(err)
 	}
 	defer mi.Stop()
 	bucket := fmt.Sprintf("bench-%d", os.Getpid())
-	for _, s := range []*benchproc.MinIO{rgw, mi} {
+	for _, s := range []*benchproc.S3{rgw, mi} {
 		t0 := time.Now()
 		if err := s.Upload(ctx, bucket, local, paths, 16, nil); err != nil {
 			fatal(err)
 		}
 		fmt.Printf("uploaded to %s in %.1fs\n", s.Host, time.Since(t0).Seconds())
 	}
-	getClient := map[*benchproc.MinIO]*minio.Client{}
-	for _, s := range []*benchproc.MinIO{rgw, mi} {
-		c, err := benchproc.NewClient(s.Host, s.Access, s.Secret, *workers)
+	getClient := map[*benchproc.S3]*minio.Client{}
+	for _, s := range []*benchproc.S3{rgw, mi} {
+		c, err := benchproc.NewClient(s.Host, s.AccessKey, s.SecretKey, *workers)
 		if err != nil {
 			fatal(err)
 		}
@@ -180,7 +178,7 @@ func main() {
 			return io.NopCloser(bytes.NewReader(buf)), nil
 		}})
 	}
-	s3Runs := func(s *benchproc.MinIO, what string, round int, seed uint64) []func() {
+	s3Runs := func(s *benchproc.S3, what string, round int, seed uint64) []func() {
 		c := getClient[s]
 		src := "s3://" + bucket + "?endpoint=http://" + s.Host + "&region=us-east-1"
 		fs := []func(){

@@ -193,7 +193,7 @@ func runS3(bin, dir, data string, files, perDir, walkers, rounds int, minioBin, 
 	ctx := context.Background()
 	const bucket = "meta"
 	marker := fmt.Sprintf(".bench/uploaded-%d-%d", files, perDir)
-	if _, err := srv.Client.StatObject(ctx, bucket, marker, minio.StatObjectOptions{}); err != nil {
+	if _, err := srv.Client().StatObject(ctx, bucket, marker, minio.StatObjectOptions{}); err != nil {
 		var paths []string
 		for i := range files {
 			paths = append(paths, fmt.Sprintf("d%04d/f%07d.jpg", i/perDir, i))
@@ -207,7 +207,7 @@ func runS3(bin, dir, data string, files, perDir, walkers, rounds int, minioBin, 
 		if err != nil {
 			return err
 		}
-		if _, err := srv.Client.PutObject(ctx, bucket, marker, strings.NewReader(""), 0, minio.PutObjectOptions{}); err != nil {
+		if _, err := srv.Client().PutObject(ctx, bucket, marker, strings.NewReader(""), 0, minio.PutObjectOptions{}); err != nil {
 			return err
 		}
 		fmt.Printf("uploaded %d files to MinIO in %.1fs\n", files, time.Since(start).Seconds())
@@ -228,7 +228,7 @@ func runS3(bin, dir, data string, files, perDir, walkers, rounds int, minioBin, 
 	if err != nil {
 		return err
 	}
-	if _, err := srv.Client.PutObject(ctx, bucket, manifest.DefaultPath, bytes.NewReader(enc), int64(len(enc)), minio.PutObjectOptions{}); err != nil {
+	if _, err := srv.Client().PutObject(ctx, bucket, manifest.DefaultPath, bytes.NewReader(enc), int64(len(enc)), minio.PutObjectOptions{}); err != nil {
 		return err
 	}
 	fmt.Printf("\nS3 dataset: %d files in %d directories in MinIO\n", st.Files, st.Dirs)
