@@ -37,6 +37,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/testenv"
+
 	"github.com/minio/minio-go/v7"
 
 	"github.com/epochfs/epochfs/internal/benchproc"
@@ -60,9 +62,9 @@ func main() {
 	if err := generate(data, *files, *perDir); err != nil {
 		log.Fatal(err)
 	}
-	bin := filepath.Join(*dir, "cachefs")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachefs").CombinedOutput(); err != nil {
-		log.Fatalf("go build: %v\n%s", err, out)
+	bin, err := testenv.Build("./cmd/cachefs", "", *dir)
+	if err != nil {
+		log.Fatal(err)
 	}
 	if *local {
 		if err := runLocal(bin, *dir, data, *walkers, *rounds); err != nil {

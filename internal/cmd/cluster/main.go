@@ -17,7 +17,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,7 +109,7 @@ func install(c *cluster.Cluster, imagesDir, chartDir string) error {
 	if err != nil {
 		return fmt.Errorf("%w (run `make tools`)", err)
 	}
-	ports, err := freePorts(2)
+	ports, err := testenv.FreePorts(2)
 	if err != nil {
 		return err
 	}
@@ -133,25 +132,4 @@ func install(c *cluster.Cluster, imagesDir, chartDir string) error {
 	fmt.Printf("  node plugin /metrics: http://127.0.0.1:%d/metrics; state %s, caches %s\n", setup.MetricsPort, setup.StateDir, setup.CacheRoot)
 	fmt.Printf("  test-reader image for pods: %s (imagePullPolicy: Never)\n", refs["test-reader"])
 	return nil
-}
-
-// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a
-// moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
