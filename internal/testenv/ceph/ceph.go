@@ -88,7 +88,7 @@ func Main(m *testing.M) int {
 
 func startCeph() (*Cluster, error) {
 	if dir := os.Getenv("EPOCHFS_CEPH_DIR"); dir != "" {
-		c, err := loadCeph(dir)
+		c, err := Load(dir)
 		if err != nil {
 			return nil, fmt.Errorf("EPOCHFS_CEPH_DIR=%s: %w", dir, err)
 		}
@@ -143,7 +143,7 @@ func startCeph() (*Cluster, error) {
 			os.RemoveAll(parent)
 			continue
 		}
-		c, err := loadCeph(dir)
+		c, err := Load(dir)
 		if err != nil {
 			stopCephDir(script, dir)
 			return nil, err
@@ -183,8 +183,10 @@ func (c *Cluster) stop() {
 	os.Remove(filepath.Dir(c.Dir))
 }
 
-// loadCeph reads the env and s3.env files scripts/ceph-server.sh wrote.
-func loadCeph(dir string) (*Cluster, error) {
+// Load returns the cluster that scripts/ceph-server.sh started in dir (as
+// make ceph-up and scripts/with-ceph.sh do), from the env and s3.env files
+// it wrote there; it is not stopped by Main.
+func Load(dir string) (*Cluster, error) {
 	env, err := readEnvFile(filepath.Join(dir, "env"))
 	if err != nil {
 		return nil, err
@@ -282,15 +284,23 @@ fs.unmount()
 fs.shutdown()
 `
 
-// CopyIn copies the local directory tree src into the CephFS directory dst
-// (absolute; created with its parents), replacing files that exist, through
-// libcephfs (python3-cephfs), not a kernel mount.
-func (c *Cluster) CopyIn(t testing.TB, src, dst string) {
-	t.Helper()
+// CopyTree copies the local directory tree src into the CephFS directory
+// dst (absolute; created with its parents), replacing files that exist,
+// through libcephfs (python3-cephfs), not a kernel mount.
+func (c *Cluster) CopyTree(src, dst string) error {
 	cmd := exec.Command("/usr/bin/python3", "-c", cephCopyIn, c.Conf, c.FS, src, dst)
 	cmd.Env = append(os.Environ(), "CEPH_CONF="+c.Conf)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("ceph: copy %s into cephfs %s: %v\n%s", src, dst, err, out)
+		return fmt.Errorf("ceph: copy %s into cephfs %s: %v\n%s", src, dst, err, out)
+	}
+	return nil
+}
+
+// CopyIn is CopyTree for a test, which fails if the copy does.
+func (c *Cluster) CopyIn(t testing.TB, src, dst string) {
+	t.Helper()
+	if err := c.CopyTree(src, dst); err != nil {
+		t.Fatal(err)
 	}
 }
 
