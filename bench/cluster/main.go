@@ -31,6 +31,7 @@ import (
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
 const nodes = 3
@@ -278,7 +279,7 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 		return "", nil, fmt.Errorf("cachefs index: %v\n%s", err, out)
 	}
 	tokenFile := filepath.Join(work, "token")
-	if err := os.WriteFile(tokenFile, []byte(benchproc.RandHex(16)), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(testenv.RandHex(16)), 0o600); err != nil {
 		return "", nil, err
 	}
 	cnt.take()
@@ -437,7 +438,7 @@ func runPosix(work, cachefs string, opt options, epochs, workers int) (string, [
 	}
 	log.Printf("indexed in %v", time.Since(start).Round(time.Second))
 	tokenFile := filepath.Join(work, "token")
-	if err := os.WriteFile(tokenFile, []byte(benchproc.RandHex(16)), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(testenv.RandHex(16)), 0o600); err != nil {
 		return "", nil, err
 	}
 	rows, err := samplerRuns(work, cachefs, data, man, tokenFile, os.Environ(), opt, total, paths, want, epochs, workers, nil)
@@ -499,8 +500,12 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 	var ns []*node
 	var list []string
 	for i := range nodes {
-		n := &node{id: fmt.Sprintf("n%d", i), metrics: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort()),
-			peer: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort())}
+		ports, err := testenv.FreePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		n := &node{id: fmt.Sprintf("n%d", i), metrics: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+			peer: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 		ns = append(ns, n)
 		item := n.id + "=" + n.peer
 		if !v.plain {

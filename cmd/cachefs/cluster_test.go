@@ -29,6 +29,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/peer"
@@ -205,7 +206,7 @@ type clusterEnv struct {
 
 func newClusterEnv(t *testing.T, spec datagen.Spec) *clusterEnv {
 	testenv.RequireFUSE(t)
-	m := testenv.StartMinIO(t)
+	m := s3.StartMinIO(t)
 	m.MakeBucket(t, "datasets")
 	ce := &clusterEnv{files: spec.Plan()}
 	m.PutFiles(t, "datasets", "train/", ce.files)

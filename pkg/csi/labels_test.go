@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/csi"
@@ -129,7 +129,7 @@ func locationLease(t *testing.T, client kubernetes.Interface, ns string) *coordi
 // leaseOnlyKubeconfig writes a kubeconfig for a ServiceAccount that may
 // only get, list, watch, create, update and delete Leases in ns (the
 // chart's Role for the node plugin), no Nodes.
-func leaseOnlyKubeconfig(t *testing.T, kube *testenv.Kube, admin kubernetes.Interface, ns string) string {
+func leaseOnlyKubeconfig(t *testing.T, kube *kube.Server, admin kubernetes.Interface, ns string) string {
 	t.Helper()
 	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "epochfs-node"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -197,9 +197,9 @@ func TestPeerLeasesAtStart(t *testing.T) {
 
 // startKubeWithNamespaces starts a real kube-apiserver and returns it with
 // an admin client, the given namespaces created.
-func startKubeWithNamespaces(t *testing.T, namespaces ...string) (*testenv.Kube, *kubernetes.Clientset) {
+func startKubeWithNamespaces(t *testing.T, namespaces ...string) (*kube.Server, *kubernetes.Clientset) {
 	t.Helper()
-	kube := testenv.StartKube(t)
+	kube := kube.Start(t)
 	admin, err := kubernetes.NewForConfig(kube.Config)
 	if err != nil {
 		t.Fatal(err)

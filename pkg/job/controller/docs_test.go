@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -17,7 +17,7 @@ import (
 func docExample(t *testing.T, name string) *v1alpha1.TrainingJob {
 	t.Helper()
 	tj := &v1alpha1.TrainingJob{}
-	if err := yaml.UnmarshalStrict(testenv.DocExample(t, "docs/JOB.md", "TrainingJob", name), tj); err != nil {
+	if err := yaml.UnmarshalStrict(kube.DocExample(t, "docs/JOB.md", "TrainingJob", name), tj); err != nil {
 		t.Fatalf("docs/JOB.md example %s: %v", name, err)
 	}
 	return tj

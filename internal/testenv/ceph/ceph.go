@@ -1,9 +1,18 @@
-package testenv
+// Package ceph starts a throw-away single-node Ceph 16 cluster for tests
+// (mon, mgr, one OSD on a sparse file, MDS, a CephFS and RGW, through
+// scripts/ceph-server.sh): once per test binary (Start, stopped by Main in
+// TestMain and by a watchdog if the binary dies), or the one `make test`
+// started, named by EPOCHFS_CEPH_DIR. Files go into the CephFS through
+// libcephfs (python3-cephfs), not a kernel mount. Missing Ceph packages skip
+// a test, or fail it under CI=true.
+//
+// It knows nothing of EpochFS's CephFS backend (pkg/backend): it is the far
+// side of it.
+package ceph
 
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,13 +21,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 )
 
-// Ceph is a single-node Ceph 16 cluster on 127.0.0.1 (mon, mgr, one OSD,
+// Cluster is a single-node Ceph 16 cluster on 127.0.0.1 (mon, mgr, one OSD,
 // MDS, a CephFS, RGW) started by scripts/ceph-server.sh: once per test
-// binary (StartCeph), or started by make and reused through
+// binary (Start), or started by make and reused through
 // EPOCHFS_CEPH_DIR. Exported fields are read-only.
-type Ceph struct {
+type Cluster struct {
 	// Dir holds the cluster's config, keyrings, data and logs.
 	Dir string
 	// Conf is Dir/ceph.conf, what CEPH_CONF must name for a client; its
@@ -29,14 +41,14 @@ type Ceph struct {
 	// FS is the CephFS file system's name.
 	FS string
 	// RGW is the RADOS Gateway's S3 endpoint with the tests' S3 user.
-	RGW *S3
+	RGW *s3.Server
 
-	owned bool // started by this process: stopped by CephMain
+	owned bool // started by this process: stopped by Main
 }
 
 var (
 	cephOnce   sync.Once
-	cephShared *Ceph
+	cephShared *Cluster
 	cephErr    error
 )
 
@@ -44,29 +56,29 @@ var (
 // 15–30 s on an idle machine).
 const cephStartTimeout = 5 * time.Minute
 
-// StartCeph returns the test binary's Ceph cluster, starting it on the
+// Start returns the test binary's Ceph cluster, starting it on the
 // first call: in a new directory, on free 127.0.0.1 ports, with RGW. When
 // EPOCHFS_CEPH_DIR names the directory of a cluster already started by
 // scripts/ceph-server.sh (make ceph-up), that one is reused and left
-// running. A test binary that calls StartCeph must stop the cluster with
-// CephMain in its TestMain. When the Ceph packages are missing (or the
+// running. A test binary that calls Start must stop the cluster with Main
+// in its TestMain. When the Ceph packages are missing (or the
 // machine is not root) the test skips, or fails under CI=true.
-func StartCeph(t testing.TB) *Ceph {
+func Start(t testing.TB) *Cluster {
 	t.Helper()
 	cephOnce.Do(func() { cephShared, cephErr = startCeph() })
 	if cephErr != nil {
 		if strings.Contains(cephErr.Error(), "not installed") {
-			RequireOrSkip(t, "ceph: "+cephErr.Error(), "run scripts/ceph-deps.sh (as root)")
+			testenv.RequireOrSkip(t, "ceph: "+cephErr.Error(), "run scripts/ceph-deps.sh (as root)")
 		}
-		t.Fatalf("testenv: %v", cephErr)
+		t.Fatalf("ceph: %v", cephErr)
 	}
 	return cephShared
 }
 
-// CephMain runs the tests and then stops the Ceph cluster that StartCeph
-// started in this process, if any; use as
-// `func TestMain(m *testing.M) { os.Exit(testenv.CephMain(m)) }`.
-func CephMain(m *testing.M) int {
+// Main runs the tests and then stops the Ceph cluster that Start started
+// in this process, if any; use as
+// `func TestMain(m *testing.M) { os.Exit(ceph.Main(m)) }`.
+func Main(m *testing.M) int {
 	code := m.Run()
 	if c := cephShared; c != nil && c.owned {
 		c.stop()
@@ -74,9 +86,9 @@ func CephMain(m *testing.M) int {
 	return code
 }
 
-func startCeph() (*Ceph, error) {
+func startCeph() (*Cluster, error) {
 	if dir := os.Getenv("EPOCHFS_CEPH_DIR"); dir != "" {
-		c, err := loadCeph(dir)
+		c, err := Load(dir)
 		if err != nil {
 			return nil, fmt.Errorf("EPOCHFS_CEPH_DIR=%s: %w", dir, err)
 		}
@@ -90,25 +102,28 @@ func startCeph() (*Ceph, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("the Ceph daemons are not installed for this user: scripts/ceph-server.sh needs root")
 	}
-	root, err := repoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
 	script := filepath.Join(root, "scripts", "ceph-server.sh")
 	var lastErr error
-	for range 3 { // a free port can be taken between freePort and bind
+	for range 3 { // a free port can be taken between FreePorts and bind
 		parent, err := os.MkdirTemp("", "epochfs-ceph-")
 		if err != nil {
 			return nil, err
 		}
 		dir := filepath.Join(parent, "c")
-		ports := [3]int{freePort(), freePort(), freePort()}
+		ports, err := testenv.FreePorts(3)
+		if err != nil {
+			return nil, err
+		}
 		cmd := exec.Command("bash", script, "start")
 		cmd.Env = append(os.Environ(),
 			"CEPH_DIR="+dir, "WITH_RGW=1",
 			"MON_V2_PORT="+strconv.Itoa(ports[0]), "MON_V1_PORT="+strconv.Itoa(ports[1]),
 			"RGW_PORT="+strconv.Itoa(ports[2]), "TIMEOUT=120")
-		out := &SyncBuffer{}
+		out := &testenv.SyncBuffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			return nil, err
@@ -128,7 +143,7 @@ func startCeph() (*Ceph, error) {
 			os.RemoveAll(parent)
 			continue
 		}
-		c, err := loadCeph(dir)
+		c, err := Load(dir)
 		if err != nil {
 			stopCephDir(script, dir)
 			return nil, err
@@ -141,7 +156,7 @@ func startCeph() (*Ceph, error) {
 }
 
 // watchdog starts a shell that stops the cluster when this process exits
-// without CephMain (a panic, a test timeout, a kill), so that no daemons
+// without Main (a panic, a test timeout, a kill), so that no daemons
 // outlive the test binary.
 func watchdog(script, dir string) {
 	cmd := exec.Command("bash", "-c",
@@ -159,8 +174,8 @@ func stopCephDir(script, dir string) {
 	_ = cmd.Run()
 }
 
-func (c *Ceph) stop() {
-	root, err := repoRoot()
+func (c *Cluster) stop() {
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return
 	}
@@ -168,13 +183,15 @@ func (c *Ceph) stop() {
 	os.Remove(filepath.Dir(c.Dir))
 }
 
-// loadCeph reads the env and s3.env files scripts/ceph-server.sh wrote.
-func loadCeph(dir string) (*Ceph, error) {
+// Load returns the cluster that scripts/ceph-server.sh started in dir (as
+// make ceph-up and scripts/with-ceph.sh do), from the env and s3.env files
+// it wrote there; it is not stopped by Main.
+func Load(dir string) (*Cluster, error) {
 	env, err := readEnvFile(filepath.Join(dir, "env"))
 	if err != nil {
 		return nil, err
 	}
-	c := &Ceph{Dir: dir, Conf: env["CEPH_CONF"], Mon: env["CEPH_MON"], FS: env["FS_NAME"]}
+	c := &Cluster{Dir: dir, Conf: env["CEPH_CONF"], Mon: env["CEPH_MON"], FS: env["FS_NAME"]}
 	if c.Conf == "" || c.Mon == "" || c.FS == "" {
 		return nil, fmt.Errorf("%s/env lacks CEPH_CONF, CEPH_MON or FS_NAME", dir)
 	}
@@ -183,10 +200,9 @@ func loadCeph(dir string) (*Ceph, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &S3{Endpoint: ep, Host: strings.TrimPrefix(ep, "http://"),
-			AccessKey: keys["RGW_ACCESS_KEY"], SecretKey: keys["RGW_SECRET_KEY"]}
-		if err := s.newS3Client(); err != nil {
-			return nil, fmt.Errorf("rgw client: %w", err)
+		s, err := s3.NewServer(ep, keys["RGW_ACCESS_KEY"], keys["RGW_SECRET_KEY"])
+		if err != nil {
+			return nil, fmt.Errorf("rgw: %w", err)
 		}
 		c.RGW = s
 	}
@@ -209,12 +225,12 @@ func readEnvFile(p string) (map[string]string, error) {
 	return out, sc.Err()
 }
 
-// RequireRGW is StartCeph(t).RGW: the Ceph RADOS Gateway as an S3 server.
-func RequireRGW(t testing.TB) *S3 {
+// RequireRGW is Start(t).RGW: the Ceph RADOS Gateway as an S3 server.
+func RequireRGW(t testing.TB) *s3.Server {
 	t.Helper()
-	c := StartCeph(t)
+	c := Start(t)
 	if c.RGW == nil {
-		t.Fatalf("testenv: the Ceph cluster in %s runs no RGW (start it with WITH_RGW=1)", c.Dir)
+		t.Fatalf("ceph: the Ceph cluster in %s runs no RGW (start it with WITH_RGW=1)", c.Dir)
 	}
 	return c.RGW
 }
@@ -222,13 +238,13 @@ func RequireRGW(t testing.TB) *S3 {
 // SetEnv points the Ceph clients of this process (libcephfs, go-ceph,
 // cachefs children) at c with t.Setenv: CEPH_CONF, whose keyring is
 // client.admin's.
-func (c *Ceph) SetEnv(t testing.TB) {
+func (c *Cluster) SetEnv(t testing.TB) {
 	t.Helper()
 	t.Setenv("CEPH_CONF", c.Conf)
 }
 
 // URL returns the cephfs:// source URL of the absolute CephFS path p.
-func (c *Ceph) URL(p string) string {
+func (c *Cluster) URL(p string) string {
 	return "cephfs://admin@" + c.Mon + p + "?fs=" + c.FS
 }
 
@@ -268,21 +284,29 @@ fs.unmount()
 fs.shutdown()
 `
 
-// CopyIn copies the local directory tree src into the CephFS directory dst
-// (absolute; created with its parents), replacing files that exist, through
-// libcephfs (python3-cephfs), not a kernel mount.
-func (c *Ceph) CopyIn(t testing.TB, src, dst string) {
-	t.Helper()
+// CopyTree copies the local directory tree src into the CephFS directory
+// dst (absolute; created with its parents), replacing files that exist,
+// through libcephfs (python3-cephfs), not a kernel mount.
+func (c *Cluster) CopyTree(src, dst string) error {
 	cmd := exec.Command("/usr/bin/python3", "-c", cephCopyIn, c.Conf, c.FS, src, dst)
 	cmd.Env = append(os.Environ(), "CEPH_CONF="+c.Conf)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("testenv: copy %s into cephfs %s: %v\n%s", src, dst, err, out)
+		return fmt.Errorf("ceph: copy %s into cephfs %s: %v\n%s", src, dst, err, out)
+	}
+	return nil
+}
+
+// CopyIn is CopyTree for a test, which fails if the copy does.
+func (c *Cluster) CopyIn(t testing.TB, src, dst string) {
+	t.Helper()
+	if err := c.CopyTree(src, dst); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // WriteFiles writes files (path → content) under the CephFS directory dst
 // with CopyIn.
-func (c *Ceph) WriteFiles(t testing.TB, dst string, files map[string][]byte) {
+func (c *Cluster) WriteFiles(t testing.TB, dst string, files map[string][]byte) {
 	t.Helper()
 	dir := t.TempDir()
 	for p, data := range files {
@@ -295,14 +319,4 @@ func (c *Ceph) WriteFiles(t testing.TB, dst string, files map[string][]byte) {
 		}
 	}
 	c.CopyIn(t, dir, dst)
-}
-
-// freePort is FreePort without a test (StartCeph runs once per binary).
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -1,4 +1,4 @@
-package testenv
+package cluster
 
 import (
 	"context"
@@ -11,9 +11,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
-// TestClusterRunsPod starts the single-node test cluster (StartCluster),
+// TestClusterRunsPod starts the single-node test cluster (Start),
 // imports a busybox image and runs an Indexed Job of 2 completions on it:
 // the real Job controller makes the pods, the scheduler binds them, the
 // kubelet runs them in containerd; their logs are read through the API
@@ -22,10 +24,10 @@ import (
 //
 // It is an end-to-end test: it needs root and `make cluster-tools`, takes a
 // minute or more, and runs with EPOCHFS_E2E=1 (`make test`, `make e2e`)
-// and under CI=true (RequireE2E), where a missing tool fails it.
+// and under CI=true (testenv.RequireE2E), where a missing tool fails it.
 func TestClusterRunsPod(t *testing.T) {
-	RequireE2E(t)
-	c := StartCluster(t)
+	testenv.RequireE2E(t)
+	c := Start(t)
 	fmt.Printf("cluster up: %.1fs (etcd, kube-apiserver, containerd, kubelet, controllers; Node Ready)\n", c.UpTime.Seconds())
 
 	tarPath := filepath.Join(t.TempDir(), "busybox.tar")

@@ -1,4 +1,4 @@
-package testenv
+package nfs
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func StartGoNFS(t testing.TB, dir string, handles int) *GoNFS {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("testenv: go-nfs listen: %v", err)
+		t.Fatalf("nfs: go-nfs listen: %v", err)
 	}
 	quietGoNFS.Do(func() { gonfs.Log.SetLevel(gonfs.ErrorLevel) })
 	handler := nfshelper.NewCachingHandler(nfshelper.NewNullAuthHandler(osfs.New(dir)), max(handles, 1024))

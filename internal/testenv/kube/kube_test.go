@@ -1,4 +1,4 @@
-package testenv
+package kube
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
 const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
@@ -47,7 +49,7 @@ func TestStartKube(t *testing.T) {
 	var host string
 	t.Run("running", func(t *testing.T) {
 		start := time.Now()
-		k := StartKube(t, crd)
+		k := Start(t, crd)
 		t.Logf("kube-apiserver + etcd ready with one CRD in %v", time.Since(start).Round(time.Millisecond))
 		host = strings.TrimPrefix(k.Host, "https://")
 		ctx := context.Background()
@@ -81,22 +83,19 @@ func TestStartKube(t *testing.T) {
 	if host == "" {
 		return // skipped
 	}
-	waitClosed(t, host, "kube-apiserver")
+	testenv.WaitClosed(t, host, "kube-apiserver")
 }
 
 func TestStartKubeMissingBinary(t *testing.T) {
 	t.Setenv("EPOCHFS_TOOLS_BIN", t.TempDir())
 	t.Setenv("PATH", t.TempDir())
-	emptyRoot := t.TempDir()
-	repoRoot = func() (string, error) { return emptyRoot, nil }
-	t.Cleanup(func() { repoRoot = RepoRoot })
+	t.Chdir(t.TempDir()) // no repository root: no .tools/bin
 	for _, ci := range []string{"true", ""} {
 		t.Setenv("CI", ci)
-		tb := &fakeTB{TB: t}
-		runHelper(tb, func(tb testing.TB) { StartKube(tb) })
-		if tb.fatal != (ci == "true") || tb.skip == (ci == "true") ||
-			!strings.Contains(tb.msg, "kube-apiserver not found: run `make tools`") {
-			t.Errorf("CI=%q: fatal=%v skip=%v msg=%q", ci, tb.fatal, tb.skip, tb.msg)
+		end := testenv.RunHelper(t, func(tb testing.TB) { Start(tb) })
+		if end.Fatal != (ci == "true") || end.Skip == (ci == "true") ||
+			!strings.Contains(end.Msg, "kube-apiserver not found: run `make tools`") {
+			t.Errorf("CI=%q: fatal=%v skip=%v msg=%q", ci, end.Fatal, end.Skip, end.Msg)
 		}
 	}
 }

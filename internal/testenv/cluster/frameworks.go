@@ -1,4 +1,4 @@
-package testenv
+package cluster
 
 // TFConfig is TF_CONFIG as TensorFlow's TFConfigClusterResolver reads it:
 // decode it with unknown fields disallowed to read a pod's environment as

@@ -1,4 +1,4 @@
-package testenv
+package cluster
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
 // Containerd is a throw-away containerd (Debian's) without its CRI plugin:
@@ -27,13 +29,13 @@ type Containerd struct {
 func StartContainerd(t testing.TB) *Containerd {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		RequireOrSkip(t, "containerd: not root", "run the test as root")
+		testenv.RequireOrSkip(t, "containerd: not root", "run the test as root")
 	}
 	bins := map[string]string{}
 	for _, name := range []string{"containerd", "ctr", "runc", "containerd-shim-runc-v2"} {
 		p, err := exec.LookPath(name)
 		if err != nil {
-			RequireOrSkip(t, name+" not found", "run scripts/cluster-deps.sh (Debian's containerd and runc)")
+			testenv.RequireOrSkip(t, name+" not found", "run scripts/cluster-deps.sh (Debian's containerd and runc)")
 		}
 		bins[name] = p
 	}
@@ -58,7 +60,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	proc, err := startChild("containerd", bins["containerd"], "--config", filepath.Join(dir, "config.toml"))
+	proc, err := testenv.StartProc("containerd", exec.Command(bins["containerd"], "--config", filepath.Join(dir, "config.toml")), &testenv.SyncBuffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,14 +71,14 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 			_ = exec.Command(c.ctr, "--address", c.Socket, "tasks", "kill", "-s", "SIGKILL", id).Run()
 			_ = exec.Command(c.ctr, "--address", c.Socket, "tasks", "delete", "-f", id).Run()
 		}
-		proc.stop()
+		proc.Kill()
 		_ = unmountUnder(dir)
 		// The shims' socket dir is fixed in containerd 1.6; a test
 		// cluster may use it too: removed only when empty.
 		_ = os.Remove("/run/containerd/s")
 		_ = os.Remove("/run/containerd")
 		if err := os.RemoveAll(dir); err != nil {
-			t.Logf("testenv: containerd dir: %v", err)
+			t.Logf("cluster: containerd dir: %v", err)
 		}
 	})
 	deadline := time.Now().Add(time.Minute)
@@ -85,12 +87,12 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 			return c
 		}
 		select {
-		case <-proc.exited:
-			t.Fatalf("testenv: containerd exited (%v): %s", proc.err, proc.tail(3000))
+		case <-proc.Done:
+			t.Fatalf("cluster: containerd exited (%v): %s", proc.Err(), proc.Tail(3000))
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testenv: containerd not ready after a minute: %s", proc.tail(3000))
+			t.Fatalf("cluster: containerd not ready after a minute: %s", proc.Tail(3000))
 		}
 	}
 }

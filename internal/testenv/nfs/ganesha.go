@@ -1,4 +1,4 @@
-package testenv
+package nfs
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
 // Ganesha is an NFS-Ganesha server (NFSv3, VFS FSAL, its own rpcbind)
@@ -38,14 +40,14 @@ type Ganesha struct {
 func StartGanesha(t testing.TB, dir string) *Ganesha {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		RequireOrSkip(t, "NFS-Ganesha needs root", "run the test as root (network namespace, veth pair)")
+		testenv.RequireOrSkip(t, "NFS-Ganesha needs root", "run the test as root (network namespace, veth pair)")
 	}
 	for _, bin := range []string{"ganesha.nfsd", "rpcbind", "rpcinfo", "ip", "unshare"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			RequireOrSkip(t, bin+" not found", "run `make nfs-deps` (scripts/nfs-deps.sh: nfs-ganesha, nfs-ganesha-vfs, rpcbind)")
+			testenv.RequireOrSkip(t, bin+" not found", "run `make nfs-deps` (scripts/nfs-deps.sh: nfs-ganesha, nfs-ganesha-vfs, rpcbind)")
 		}
 	}
-	root, err := repoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func StartGanesha(t testing.TB, dir string) *Ganesha {
 	cmd := exec.Command("bash", script, "start", dir, strconv.Itoa(os.Getpid()))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("testenv: start NFS-Ganesha: %v\n%s%s", err, stdout.String(), stderr.String())
+		t.Fatalf("nfs: start NFS-Ganesha: %v\n%s%s", err, stdout.String(), stderr.String())
 	}
 	g := &Ganesha{Export: dir}
 	sc := bufio.NewScanner(&stdout)
@@ -74,7 +76,7 @@ func StartGanesha(t testing.TB, dir string) *Ganesha {
 		}
 	}
 	if g.Name == "" || g.Addr == "" {
-		t.Fatalf("testenv: start NFS-Ganesha: unexpected output %q", stdout.String())
+		t.Fatalf("nfs: start NFS-Ganesha: unexpected output %q", stdout.String())
 	}
 	g.URL = "nfs://" + g.Addr + dir
 	t.Cleanup(func() {
@@ -84,7 +86,7 @@ func StartGanesha(t testing.TB, dir string) *Ganesha {
 			}
 		}
 		if out, err := exec.Command("bash", script, "stop", g.Name).CombinedOutput(); err != nil {
-			t.Errorf("testenv: stop NFS-Ganesha %s: %v\n%s", g.Name, err, out)
+			t.Errorf("nfs: stop NFS-Ganesha %s: %v\n%s", g.Name, err, out)
 		}
 	})
 	return g

@@ -1,4 +1,4 @@
-package testenv
+package nfs
 
 import (
 	"os"
@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
 // TestGaneshaSweep: a server whose owner died (a test killed before its
@@ -17,7 +19,7 @@ func TestGaneshaSweep(t *testing.T) {
 		t.Skip("real server: not in -short mode")
 	}
 	live := StartGanesha(t, t.TempDir())
-	root, err := repoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

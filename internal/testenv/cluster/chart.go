@@ -1,4 +1,4 @@
-package testenv
+package cluster
 
 import (
 	"archive/tar"
@@ -51,7 +51,7 @@ func (c *Cluster) ChartValues(s ChartSetup) ([]string, error) {
 	hostPort := strings.TrimPrefix(c.Config.Host, "https://")
 	i := strings.LastIndexByte(hostPort, ':')
 	if i < 0 {
-		return nil, fmt.Errorf("testenv: API server address %q has no port", c.Config.Host)
+		return nil, fmt.Errorf("cluster: API server address %q has no port", c.Config.Host)
 	}
 	apiHost, apiPort := hostPort[:i], hostPort[i+1:]
 	return []string{
@@ -81,7 +81,7 @@ func (c *Cluster) InstallChart(helm, chartDir string, s ChartSetup, extra ...str
 	args = append(args, "--kubeconfig", c.Kubeconfig)
 	out, err := exec.Command(helm, args...).CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("testenv: helm install: %v\n%s", err, out)
+		return string(out), fmt.Errorf("cluster: helm install: %v\n%s", err, out)
 	}
 	return string(out), nil
 }
@@ -90,7 +90,7 @@ func (c *Cluster) InstallChart(helm, chartDir string, s ChartSetup, extra ...str
 // (the node plugin registered through the kubelet's plugin registration).
 func (c *Cluster) WaitCSIDriver(ctx context.Context, driver string) error {
 	for {
-		n, err := c.Client.StorageV1().CSINodes().Get(ctx, ClusterNodeName, metav1.GetOptions{})
+		n, err := c.Client.StorageV1().CSINodes().Get(ctx, NodeName, metav1.GetOptions{})
 		if err == nil {
 			for _, d := range n.Spec.Drivers {
 				if d.Name == driver {
@@ -100,7 +100,7 @@ func (c *Cluster) WaitCSIDriver(ctx context.Context, driver string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testenv: %s not registered in CSINode %s: %w (last error: %v)", driver, ClusterNodeName, ctx.Err(), err)
+			return fmt.Errorf("cluster: %s not registered in CSINode %s: %w (last error: %v)", driver, NodeName, ctx.Err(), err)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -118,7 +118,7 @@ func ImageRef(tarPath string) (string, error) {
 	for {
 		h, err := tr.Next()
 		if err != nil {
-			return "", fmt.Errorf("testenv: %s: no manifest.json: %w", tarPath, err)
+			return "", fmt.Errorf("cluster: %s: no manifest.json: %w", tarPath, err)
 		}
 		if filepath.Clean(h.Name) != "manifest.json" {
 			continue
@@ -129,7 +129,7 @@ func ImageRef(tarPath string) (string, error) {
 			err = json.Unmarshal(b, &manifest)
 		}
 		if err != nil || len(manifest) != 1 || len(manifest[0].RepoTags) != 1 {
-			return "", fmt.Errorf("testenv: %s: manifest.json %s: want one image with one tag (%v)", tarPath, b, err)
+			return "", fmt.Errorf("cluster: %s: manifest.json %s: want one image with one tag (%v)", tarPath, b, err)
 		}
 		return "docker.io/" + manifest[0].RepoTags[0], nil
 	}

@@ -1,4 +1,4 @@
-package testenv
+package cluster
 
 import (
 	"fmt"
