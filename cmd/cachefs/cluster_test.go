@@ -1,6 +1,6 @@
 package main_test
 
-// The cluster-wide cache (issue 15) with real processes: three `cachefs
+// The cluster-wide cache with real processes: three `cachefs
 // mount --cache-scope cluster` processes on this machine (separate cache
 // directories, loopback peer ports), each with C = D/3, over MinIO behind a
 // counting proxy, every mount a real FUSE mount read by real epochs.

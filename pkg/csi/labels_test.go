@@ -33,7 +33,7 @@ import (
 // node, renewed at each sync), drops a dataset's entry when it is
 // unstaged, and never reads or writes a Node (the driver runs as a user
 // whose only rights are on Leases of its namespace, as the chart's Role
-// grants: before issue 22 it patched its Node's labels and failed here).
+// grants: it used to patch its Node's labels, and failed here).
 func TestNodeCacheLabels(t *testing.T) {
 	const ns = "epochfs-system"
 	kube, admin := startKubeWithNamespaces(t, ns)
@@ -163,8 +163,8 @@ func leaseOnlyKubeconfig(t *testing.T, kube *testenv.Kube, admin kubernetes.Inte
 // access), starts against a real kube-apiserver, and its start deletes its
 // own peer Lease of a group it no longer mounts (left by a withdraw that
 // failed, or a plugin killed mid-unstage) while another node's Lease of
-// that group stays. Before issue 22 nothing removed a stale entry, and the
-// plugin needed list/watch on Nodes to start at all.
+// that group stays. Nothing used to remove a stale entry, and the plugin
+// needed list/watch on Nodes to start at all.
 func TestPeerLeasesAtStart(t *testing.T) {
 	const ns = "epochfs-system"
 	kube, admin := startKubeWithNamespaces(t, ns)

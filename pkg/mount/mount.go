@@ -111,7 +111,7 @@ type Config struct {
 	// 0 (the default): every missed open waits for its cache file.
 	WriteBehind int64
 	// Peer is the cache scope: node (the default) or the cluster-wide
-	// cache of issue 15 (peer.go, pkg/peer).
+	// cache (peer.go, pkg/peer).
 	Peer PeerConfig
 	// Backend options (credentials, retries); zero takes the defaults.
 	Backend backend.Options
