@@ -21,6 +21,7 @@ import (
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 var bucketSeq atomic.Int64
@@ -49,7 +50,7 @@ func creds(m *testenv.S3) backend.Credentials {
 // openS3 opens s3://bucket/prefix on m; opts.Credentials default to m's.
 func openS3(t *testing.T, m *testenv.S3, bucket, prefix string, opts backend.Options) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(s3URL(m, bucket, prefix))
+	src, err := source.Parse(s3URL(m, bucket, prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +232,7 @@ func testS3CredentialsFromEnv(t *testing.T, m *testenv.S3) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
 	t.Setenv("AWS_SESSION_TOKEN", "")
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-	src, err := backend.Parse(s3URL(m, bucket, ""))
+	src, err := source.Parse(s3URL(m, bucket, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +263,7 @@ func testS3WrongCredentials(t *testing.T, m *testenv.S3) {
 		{"wrong secret", backend.Credentials{AccessKey: m.AccessKey, SecretKey: "wrong-secret-0123456789"}, "SignatureDoesNotMatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src, err := backend.Parse(s3URL(m, bucket, ""))
+			src, err := source.Parse(s3URL(m, bucket, ""))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +288,7 @@ func TestS3OpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, &testenv
 func TestRGWOpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, testenv.RequireRGW(t)) }
 
 func testS3OpenMissingBucket(t *testing.T, m *testenv.S3) {
-	src, err := backend.Parse(s3URL(m, "no-such-bucket", "x"))
+	src, err := source.Parse(s3URL(m, "no-such-bucket", "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
