@@ -30,8 +30,7 @@ import (
 )
 
 // TestClusterScopeVolumeOnKubelet: the cluster-wide cache's discovery
-// through the Kubernetes API on a real kubelet (issue 15; Leases since
-// issue 22). The chart is installed with node.clusterCache on; its node
+// through the Kubernetes API on a real kubelet (peer Leases). The chart is installed with node.clusterCache on; its node
 // plugin may not touch any Node (no `nodes patch`: checked with a
 // SubjectAccessReview) and writes Leases in the driver's namespace only.
 // A PV with cacheScope: cluster is staged by a holder pod; the node plugin
@@ -216,7 +215,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 }
 
 // checkNodeRBAC: the node plugin's ServiceAccount may not get, patch or
-// update Nodes (issue 22 finding 7), and may write Leases in the driver's
+// update Nodes, and may write Leases in the driver's
 // namespace only.
 func checkNodeRBAC(ctx context.Context, t *testing.T, in *install) {
 	t.Helper()

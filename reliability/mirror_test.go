@@ -27,7 +27,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
-// Mirror tests (issue 14, "Mirrors under fire"): two MinIO servers stand for
+// Mirror tests ("Mirrors under fire"): two MinIO servers stand for
 // two clouds holding the same dataset (bucket "mirror", prefix "ds/"), one
 // reached through internal/benchproc's latency proxy, under a real FUSE
 // mount of `mirror:s3://…,s3://…`.

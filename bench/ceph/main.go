@@ -1,6 +1,6 @@
 //go:build ceph
 
-// Command ceph benchmarks a cold epoch over Ceph (issue 14): files/s through
+// Command ceph benchmarks a cold epoch over Ceph: files/s through
 // a cachefs mount (built with -tags ceph,pacific) with an empty cache vs the
 // same dataset read directly with the same concurrency — CephFS through
 // go-ceph (one libcephfs mount, open/read/close per file), and S3 from Ceph

@@ -1,5 +1,5 @@
 // Command bench-cluster (make bench-cluster) measures the cluster-wide
-// cache of issue 15: N = 3 `cachefs mount` processes on this machine
+// cache: N = 3 `cachefs mount` processes on this machine
 // (separate cache directories, loopback peer ports), each with C = D/3 and
 // then C = D/6, over MinIO behind the latency proxy, cluster scope and node
 // scope side by side. Each epoch a distributed-sampler-like reader gives
@@ -56,7 +56,7 @@ func main() {
 	rounds := flag.Int("peer-rounds", 1, "rounds of the every-node-reads-every-file runs (peer reads vs local reads), interleaved")
 	onlyPeer := flag.Bool("only-peer-reads", false, "run only the every-node-reads-every-file runs")
 	peerFloor := flag.Bool("peer-floor", false, "the every-node-reads-every-file runs also read through mounts that cache nothing over a local copy of the dataset: what a peer read would cost with a free network and a free owner")
-	// The scale run (issue 15 item 6): a local directory instead of MinIO,
+	// The scale run: a local directory instead of MinIO,
 	// many tiny files.
 	posix := flag.Bool("posix", false, "the dataset in a local directory (posix source) instead of MinIO; backend bytes are the mounts' cache miss bytes less the bytes peers sent")
 	classes := flag.Int("classes", 30, "class directories")

@@ -1,4 +1,4 @@
-// Command nfs measures a cold epoch over NFS (issue 14): files/s through a
+// Command nfs measures a cold epoch over NFS: files/s through a
 // `cachefs mount` of an nfs:// source with an empty cache vs the same NFS
 // server read directly through the nfs backend (the pure-Go client the mount
 // uses, no cache, no FUSE) with the same number of parallel readers. The
