@@ -37,7 +37,7 @@ func init() {
 // options a benchmark sets; any other is an error rather than ignored.
 func childConfig(opts mountapi.CommandOptions) (mount.Config, error) {
 	cfg := mount.Config{Source: opts.Source, Mountpoint: opts.Mountpoint, CacheDir: opts.CacheDir, CacheSize: opts.CacheSize,
-		Policy: opts.Policy, Manifest: opts.Manifest, MetricsAddr: opts.MetricsAddr, WriteBehind: opts.WriteBehind,
+		Policy: opts.Policy, Manifest: opts.Manifest, MetricsAddr: opts.MetricsAddr,
 		Debug: opts.FuseDebug, AllowOther: true}
 	var err error
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(cmp.Or(opts.ReadaheadFiles, mountapi.ReadaheadFilesAuto)); err != nil {
@@ -45,7 +45,7 @@ func childConfig(opts mountapi.CommandOptions) (mount.Config, error) {
 	}
 	rest := opts
 	rest.Source, rest.Mountpoint, rest.CacheDir, rest.CacheSize, rest.Policy, rest.Manifest = "", "", "", 0, "", ""
-	rest.MetricsAddr, rest.WriteBehind, rest.FuseDebug, rest.ReadaheadFiles = "", 0, false, ""
+	rest.MetricsAddr, rest.FuseDebug, rest.ReadaheadFiles = "", false, ""
 	if !reflect.ValueOf(rest).IsZero() {
 		return cfg, fmt.Errorf("options the mount child does not take: %+v", rest)
 	}

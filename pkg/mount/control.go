@@ -22,10 +22,10 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/prefetch"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 const (
@@ -194,7 +194,7 @@ func (c *controlServer) split() (whole, block int64) {
 func (c *controlServer) checkPrefetch(req mountapi.ControlRequest) error {
 	m := c.m
 	if req.Source != "" {
-		src, err := backend.Parse(req.Source)
+		src, err := source.Parse(req.Source)
 		if err != nil {
 			return fmt.Errorf("control: %w", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestExitCode: each sentinel, wrapped as the packages wrap them, gives its
@@ -27,7 +28,7 @@ func TestExitCode(t *testing.T) {
 		{wrap(manifest.ErrCorrupt), exitcode.Internal},
 		{wrap(mount.ErrInvalidConfig), exitcode.Usage},
 		{wrap(mountapi.ErrCredentials), exitcode.Usage},
-		{wrap(backend.ErrInvalidURL), exitcode.Usage},
+		{wrap(source.ErrInvalidURL), exitcode.Usage},
 		{wrap(backend.ErrUnsupported), exitcode.Usage},
 		{wrap(cache.ErrInvalidOptions), exitcode.Usage},
 		{wrap(backend.ErrNotExist), exitcode.NotFound},

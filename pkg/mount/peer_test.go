@@ -19,6 +19,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestPeerConfig: the cluster scope's flags are checked before anything
@@ -127,7 +128,7 @@ func TestClusterGroups(t *testing.T) {
 		}
 	}
 
-	source, err := backend.Parse(src)
+	source, err := source.Parse(src)
 	if err != nil {
 		t.Fatal(err)
 	}

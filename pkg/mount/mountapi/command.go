@@ -62,8 +62,6 @@ type CommandOptions struct {
 	// MaxDirEntries is the --max-dir-entries value; 0 leaves the mount's
 	// default (fusefs.DefaultMaxDirEntries).
 	MaxDirEntries int
-	// WriteBehind in bytes; 0 leaves it off (the mount's default).
-	WriteBehind int64
 	// FuseDebug logs every FUSE request; CPUProfile writes a CPU profile
 	// of the mount to that file (benchmarks).
 	FuseDebug  bool
@@ -125,7 +123,6 @@ func (o CommandOptions) Args() []string {
 	boolean(FlagRestrictEgress, o.RestrictEgress)
 	add(FlagEgressRules, o.EgressRules)
 	num(FlagMaxDirEntries, int64(o.MaxDirEntries))
-	num(FlagWriteBehind, o.WriteBehind)
 	boolean(FlagFuseDebug, o.FuseDebug)
 	add(FlagCPUProfile, o.CPUProfile)
 	return append(args, o.Extra...)

@@ -26,7 +26,6 @@ const (
 	FlagMaxDirEntries    = "max-dir-entries"
 	FlagMaxListingMemory = "max-listing-memory"
 	FlagReadTimeout      = "read-timeout"
-	FlagWriteBehind      = "write-behind"
 	FlagFuseDebug        = "fuse-debug"
 	// FlagCPUProfile writes a CPU profile of the whole mount (benchmarks).
 	FlagCPUProfile = "cpu-profile"
