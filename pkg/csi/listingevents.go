@@ -16,7 +16,6 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/metrics"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
@@ -53,9 +52,9 @@ const (
 // listingCaps are the cap label values of cachefs_listing_refusals_total
 // and the mount flag each one is set by: the only cap text an event carries.
 var listingCaps = map[string]string{
-	backend.CapDirEntries:    "--" + mountapi.FlagMaxDirEntries,
-	backend.CapListingMemory: "--" + mountapi.FlagMaxListingMemory,
-	backend.CapListingPages:  "--" + mountapi.FlagMaxDirEntries + " (the page cap: its value / 100 + 100 requests)",
+	metrics.CapDirEntries:    "--" + mountapi.FlagMaxDirEntries,
+	metrics.CapListingMemory: "--" + mountapi.FlagMaxListingMemory,
+	metrics.CapListingPages:  "--" + mountapi.FlagMaxDirEntries + " (the page cap: its value / 100 + 100 requests)",
 	"page-size":              "none (an S3 listing page over 8 MiB)",
 }
 

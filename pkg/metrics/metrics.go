@@ -64,6 +64,16 @@ const LabelReplica = "replica"
 // LabelCap is the label of cachefs_listing_refusals_total naming the cap.
 const LabelCap = "cap"
 
+// Values of LabelCap: the mount flag that set the cap (the names of the
+// caps in pkg/backend, which its errors spell), the page cap, and an S3
+// listing page over 8 MiB.
+const (
+	CapDirEntries    = "max-dir-entries"
+	CapListingMemory = "max-listing-memory"
+	CapListingPages  = "listing-pages"
+	CapPageSize      = "page-size"
+)
+
 // RegisterListings adds cachefs_listing_refusals_total{cap=…} to reg, read
 // from state at scrape time; cap is the mount flag that set the cap
 // (max-dir-entries, max-listing-memory), listing-pages (the page cap,
@@ -73,10 +83,10 @@ func RegisterListings(reg *prometheus.Registry, state func() Listings) {
 		cap string
 		f   func(Listings) int64
 	}{
-		{"max-dir-entries", func(l Listings) int64 { return l.Entries }},
-		{"max-listing-memory", func(l Listings) int64 { return l.Memory }},
-		{"listing-pages", func(l Listings) int64 { return l.Pages }},
-		{"page-size", func(l Listings) int64 { return l.PageSize }},
+		{CapDirEntries, func(l Listings) int64 { return l.Entries }},
+		{CapListingMemory, func(l Listings) int64 { return l.Memory }},
+		{CapListingPages, func(l Listings) int64 { return l.Pages }},
+		{CapPageSize, func(l Listings) int64 { return l.PageSize }},
 	} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "cachefs_listing_refusals_total",
