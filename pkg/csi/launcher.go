@@ -137,13 +137,13 @@ func mountEnv(env []string, ownCredentials bool) []string {
 }
 
 // credentialsPipe returns the read end of a pipe holding creds (KEY=VALUE
-// lines) and closed for writing. They fit the pipe's buffer (64 KiB; the
-// mount process reads at most mountapi.MaxCredentialsSize), so the write does
-// not wait for the reader.
+// lines, mountapi.EncodeCredentials) and closed for writing. They fit the
+// pipe's buffer (64 KiB; the mount process reads at most
+// mountapi.MaxCredentialsSize), so the write does not wait for the reader.
 func credentialsPipe(creds []string) (*os.File, error) {
-	b := []byte(strings.Join(creds, "\n") + "\n")
-	if len(b) > mountapi.MaxCredentialsSize {
-		return nil, fmt.Errorf("csi: credentials are %d bytes, over the %d-byte limit", len(b), mountapi.MaxCredentialsSize)
+	b, err := mountapi.EncodeCredentials(creds)
+	if err != nil {
+		return nil, fmt.Errorf("csi: %w", err)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -269,15 +269,26 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	if err != nil {
 		return err
 	}
-	// ours is the socket file this mounter serves, guarded by mu.
-	var mu sync.Mutex
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if cur, err := os.Stat(cfg.Socket); err == nil && os.SameFile(ours, cur) {
-			_ = os.Remove(cfg.Socket)
-		}
+	sock := &mounterSocket{path: cfg.Socket, ours: ours, log: cfg.Logger}
+	defer sock.removeIfOurs()
+	srv := &http.Server{Handler: mounterHandler(cfg, logDir), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sock.mu.Lock()
+		_ = srv.Close()
+		sock.mu.Unlock()
 	}()
+	go sock.keep(ctx, srv)
+	cfg.Logger.Info("mounter serving", "socket", cfg.Socket, "cachefs", cfg.CachefsBinary)
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("csi: mounter: %w", err)
+	}
+	cfg.Logger.Info("mounter stopped; mount processes keep running")
+	return nil
+}
+
+// mounterHandler serves the mounter's health and launch requests.
+func mounterHandler(cfg MounterConfig, logDir string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("POST /v1/launch", func(w http.ResponseWriter, r *http.Request) {
@@ -299,49 +310,57 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 		}
 		_ = json.NewEncoder(w).Encode(resp)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		mu.Lock()
-		_ = srv.Close()
-		mu.Unlock()
-	}()
-	// A mounter of an older version removes the socket path when it stops,
-	// whoever's socket it is then (an older node plugin pod's mounter
-	// container, deleted after this DaemonSet's mounter took over): serve
-	// a new socket when ours is gone. One that is there but not ours is a
-	// newer mounter's: leave it.
-	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if _, err := os.Stat(cfg.Socket); !errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			mu.Lock()
-			if ctx.Err() == nil {
-				if ln2, fi, err := listenSocket(cfg.Socket); err != nil {
-					cfg.Logger.Warn("mounter socket removed; cannot serve a new one", "err", err)
-				} else {
-					ours = fi
-					cfg.Logger.Warn("mounter socket removed by someone else; serving a new one", "socket", cfg.Socket)
-					go func() { _ = srv.Serve(ln2) }()
-				}
-			}
-			mu.Unlock()
-		}
-	}()
-	cfg.Logger.Info("mounter serving", "socket", cfg.Socket, "cachefs", cfg.CachefsBinary)
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("csi: mounter: %w", err)
+	return mux
+}
+
+// mounterSocket is the socket path a mounter serves. path and log are
+// immutable; mu guards ours, the socket file this mounter serves, and
+// serializes serving a new one with closing the server.
+type mounterSocket struct {
+	path string
+	log  *slog.Logger
+	mu   sync.Mutex
+	ours os.FileInfo
+}
+
+// removeIfOurs removes the socket path if it is still this mounter's.
+func (s *mounterSocket) removeIfOurs() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, err := os.Stat(s.path); err == nil && os.SameFile(s.ours, cur) {
+		_ = os.Remove(s.path)
 	}
-	cfg.Logger.Info("mounter stopped; mount processes keep running")
-	return nil
+}
+
+// keep serves a new socket when ours is gone, until ctx ends. A mounter of
+// an older version removes the socket path when it stops, whoever's socket
+// it is then (an older node plugin pod's mounter container, deleted after
+// this DaemonSet's mounter took over). One that is there but not ours is a
+// newer mounter's: it is left alone.
+func (s *mounterSocket) keep(ctx context.Context, srv *http.Server) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := os.Stat(s.path); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		s.mu.Lock()
+		if ctx.Err() == nil {
+			if ln2, fi, err := listenSocket(s.path); err != nil {
+				s.log.Warn("mounter socket removed; cannot serve a new one", "err", err)
+			} else {
+				s.ours = fi
+				s.log.Warn("mounter socket removed by someone else; serving a new one", "socket", s.path)
+				go func() { _ = srv.Serve(ln2) }()
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // listenSocket serves path, a unix socket only root may use, and returns

@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // TestCheckLaunch: what a mounter accepts to start. The credentials
 // descriptor is the mounter's own to name.
 func TestCheckLaunch(t *testing.T) {
 	logDir := "/state/node/logs"
-	ok := launchRequest{Args: []string{"mount", "/src", "/state/node/mnt/ds-a", "--cache-dir", "/c"}, Log: filepath.Join(logDir, "ds-a.log")}
+	ok := launchRequest{Args: mountapi.CommandOptions{Source: "/src", Mountpoint: "/state/node/mnt/ds-a", CacheDir: "/c"}.Args(), Log: filepath.Join(logDir, "ds-a.log")}
 	for _, tc := range []struct {
 		name    string
 		mutate  func(*launchRequest)
@@ -22,8 +24,8 @@ func TestCheckLaunch(t *testing.T) {
 		{"mount with credentials", func(r *launchRequest) { r.Env = []string{"AWS_ACCESS_KEY_ID=a", "AWS_SECRET_ACCESS_KEY=s"} }, ""},
 		{"another command", func(r *launchRequest) { r.Args[0] = "prefetch" }, "only `cachefs mount"},
 		{"unknown variable", func(r *launchRequest) { r.Env = []string{"LD_PRELOAD=/x.so"} }, `"LD_PRELOAD" is not allowed`},
-		{"credentials fd", func(r *launchRequest) { r.Args = append(r.Args, "--credentials-fd", "0") }, "--credentials-fd is set by the mounter"},
-		{"credentials fd=", func(r *launchRequest) { r.Args = append(r.Args, "--credentials-fd=4") }, "--credentials-fd is set by the mounter"},
+		{"credentials fd", func(r *launchRequest) { r.Args = append(r.Args, "--"+mountapi.FlagCredentialsFD, "0") }, "--credentials-fd is set by the mounter"},
+		{"credentials fd=", func(r *launchRequest) { r.Args = append(r.Args, "--"+mountapi.FlagCredentialsFD+"=4") }, "--credentials-fd is set by the mounter"},
 		{"log elsewhere", func(r *launchRequest) { r.Log = "/etc/x.log" }, "must be a .log file in"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,7 +69,7 @@ func TestMounterLauncherWaitsForMounter(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	pid, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, filepath.Join(stateDir, "node", "logs", "k.log"))
+	pid, err := ml.launch(mountapi.CommandOptions{Source: "/src", Mountpoint: "/mnt"}.Args(), nil, filepath.Join(stateDir, "node", "logs", "k.log"))
 	if err != nil || pid <= 0 {
 		t.Fatalf("launch = %d, %v; want a pid once the mounter listens", pid, err)
 	}
@@ -81,7 +83,7 @@ func TestMounterLauncherWaitsForMounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	done <- nil
-	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, filepath.Join(stateDir, "node", "logs", "k.log")); err == nil {
+	if _, err := ml.launch(mountapi.CommandOptions{Source: "/src", Mountpoint: "/mnt"}.Args(), nil, filepath.Join(stateDir, "node", "logs", "k.log")); err == nil {
 		t.Fatal("launch with no mounter and no wait succeeded")
 	}
 }
@@ -106,7 +108,7 @@ func TestMounterLeavesNewerSocket(t *testing.T) {
 	}
 	log := filepath.Join(stateDir, "node", "logs", "k.log")
 	stopOld, oldDone := start()
-	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, log); err != nil {
+	if _, err := ml.launch(mountapi.CommandOptions{Source: "/src", Mountpoint: "/mnt"}.Args(), nil, log); err != nil {
 		t.Fatal(err)
 	}
 	old, err := os.Stat(sock)
@@ -128,7 +130,7 @@ func TestMounterLeavesNewerSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	ml.wait = 0
-	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, log); err != nil {
+	if _, err := ml.launch(mountapi.CommandOptions{Source: "/src", Mountpoint: "/mnt"}.Args(), nil, log); err != nil {
 		t.Fatalf("launch after the older mounter stopped: %v (it removed the newer one's socket)", err)
 	}
 	stopNew()
@@ -157,13 +159,13 @@ func TestMounterServesRemovedSocketAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := filepath.Join(stateDir, "node", "logs", "k.log")
-	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, log); err != nil {
+	if _, err := ml.launch(mountapi.CommandOptions{Source: "/src", Mountpoint: "/mnt"}.Args(), nil, log); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(sock); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ml.launch([]string{"mount", "/src", "/mnt"}, nil, log); err != nil {
+	if _, err := ml.launch(mountapi.CommandOptions{Source: "/src", Mountpoint: "/mnt"}.Args(), nil, log); err != nil {
 		t.Fatalf("launch after the socket was removed: %v", err)
 	}
 	cancel()

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // ambientCredentials are variables through which a process on a node may
@@ -87,7 +89,7 @@ func TestMountEnvironment(t *testing.T) {
 		{"mounter, no credentials", ml, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pid, err := tc.l.launch([]string{"mount", "/src", "/mnt"}, tc.creds, filepath.Join(logDir, "k.log"))
+			pid, err := tc.l.launch(mountapi.CommandOptions{Source: "/src", Mountpoint: "/mnt"}.Args(), tc.creds, filepath.Join(logDir, "k.log"))
 			if err != nil {
 				t.Fatal(err)
 			}
