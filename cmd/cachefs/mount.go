@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
@@ -21,21 +22,7 @@ import (
 )
 
 func newMountCmd(g *globalFlags) *cobra.Command {
-	var (
-		cfg            mount.Config
-		cacheSize      string
-		wholeFileMax   string
-		blockSize      string
-		readaheadFiles string
-		cpuProfile     string
-		manifestMax    string
-		credsFD        int
-		peers          string
-		peersFile      string
-		maxListingMem  string
-		restrictEgress bool
-		egressRules    string
-	)
+	var mf mountFlags
 	cmd := &cobra.Command{
 		Use:   mountapi.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
 		Short: "Mount a dataset read-only through the cache, in the foreground",
@@ -82,90 +69,121 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := units.ParseSize(manifestMax)
-			if err != nil {
-				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mountapi.FlagManifestMaxMemory, err)))
+			if err := mf.complete(cmd); err != nil {
+				return g.mountFailed(err)
 			}
-			cfg.ManifestMaxMemory = n
-			n, err = units.ParseSize(maxListingMem)
-			if err != nil {
-				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mountapi.FlagMaxListingMemory, err)))
-			}
-			cfg.MaxListingMemory = n
-			if cfg.MaxDirEntries <= 0 {
-				return g.mountFailed(usageError(fmt.Errorf("--%s: %d must be at least 1", mountapi.FlagMaxDirEntries, cfg.MaxDirEntries)))
-			}
-			if cmd.Flags().Changed(mountapi.FlagCredentialsFD) {
-				creds, err := mountapi.ReadCredentialsFD(credsFD)
-				if err != nil {
-					return g.mountFailed(err)
-				}
-				cfg.Backend.Credentials = backend.Credentials(creds)
-			}
-			if restrictEgress || egressRules != "" {
-				d, err := mount.NewEgress(mount.SplitRules(egressRules))
-				if err != nil {
-					return g.mountFailed(usageError(err))
-				}
-				cfg.Backend.Egress = d
-			}
-			if peers != "" {
-				list, err := peer.ParsePeers(peers)
-				if err != nil {
-					return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mountapi.FlagPeers, err)))
-				}
-				cfg.Peer.Peers = list
-			}
-			if peersFile != "" {
-				if peers != "" {
-					return g.mountFailed(usageError(fmt.Errorf("--%s and --%s: give one", mountapi.FlagPeers, mountapi.FlagPeersFile)))
-				}
-				if cfg.Peer.Scope != mountapi.ScopeCluster {
-					return g.mountFailed(usageError(fmt.Errorf("--%s needs --%s %s", mountapi.FlagPeersFile, mountapi.FlagCacheScope, mountapi.ScopeCluster)))
-				}
-				fm, err := peer.OpenFile(cmd.Context(), peersFile, 0)
-				if err != nil {
-					return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mountapi.FlagPeersFile, err)))
-				}
-				cfg.Peer.Membership = fm
-			}
-			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize, readaheadFiles, cpuProfile))
+			return g.mountFailed(runMount(cmd.Context(), g, mf.cfg, args, mf.cacheSize, mf.wholeFileMax, mf.blockSize, mf.readaheadFiles, mf.cpuProfile))
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return g.mountFailed(usageError(err)) })
-	f := cmd.Flags()
-	f.StringVar(&cfg.CacheDir, mountapi.FlagCacheDir, "", "cache directory (created if missing; one mount process per directory) (required)")
-	f.StringVar(&cacheSize, mountapi.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
-	f.StringVar(&cfg.Policy, mountapi.FlagPolicy, "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
-	f.StringVar(&cfg.Manifest, mountapi.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
-	f.StringVar(&manifestMax, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "the most memory the manifest may take, estimated from its header before it is decompressed (about 30-40 B per file, +32 with checksums); a larger manifest fails the mount")
-	f.StringVar(&cfg.MetricsAddr, mountapi.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
-	f.BoolVar(&cfg.AllowOther, mountapi.FlagAllowOther, true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
-	f.StringVar(&wholeFileMax, mountapi.FlagWholeFileMax, fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
-	f.StringVar(&blockSize, mountapi.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
-	f.IntVar(&cfg.Readahead, mountapi.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
-	f.StringVar(&readaheadFiles, mountapi.FlagReadaheadFiles, mountapi.ReadaheadFilesAuto, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background: 'auto' follows the backend's measured latency (on for a far store, off for a local one), a number pins it (0: off); raises a cold epoch's backend concurrency above the loader's workers")
-	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (runtime/pprof) of the whole mount to this file, for benchmarks")
-	_ = f.MarkHidden("cpu-profile")
-	f.IntVar(&cfg.ListingCacheEntries, mountapi.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
-	f.IntVar(&cfg.MaxDirEntries, mountapi.FlagMaxDirEntries, fusefs.DefaultMaxDirEntries, "without a manifest: most entries of one directory; a larger directory reads as EFBIG (\"File too large\"), with an error line in the log naming it, and the rest of the mount serves on (a listing also stops after this/100 + 100 requests)")
-	f.StringVar(&maxListingMem, mountapi.FlagMaxListingMemory, "256MiB", "without a manifest: most memory of the listings the mount holds and fetches, together; the least recently used are dropped to make room, and a listing that still does not fit reads as EFBIG")
-	f.DurationVar(&cfg.ReadTimeout, mountapi.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
-	f.IntVar(&credsFD, mountapi.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
-	f.StringVar(&cfg.Peer.Scope, mountapi.FlagCacheScope, mountapi.ScopeNode, "node: a node-local cache; cluster: the cache peers of the dataset (--peers) split its files, each cached by its owner only, and a miss of another peer's file asks that owner before the backend")
-	f.StringVar(&peers, mountapi.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (this mount included, or it is added as --peer-id=--peer-listen); with a manifest, capacities make ownership byte-balanced")
-	f.StringVar(&peersFile, mountapi.FlagPeersFile, "", "cluster scope: instead of --peers, a file with the cache peers (id=host:port[;capacity=BYTES], one a line; this mount included) that another program rewrites and the mount reloads every second: the CSI node plugin keeps it from Kubernetes discovery")
-	f.StringVar(&cfg.Peer.Listen, mountapi.FlagPeerListen, "", "cluster scope: serve peers at HOST:PORT (a host is required: 0.0.0.0 only when written out)")
-	f.StringVar(&cfg.Peer.ID, mountapi.FlagPeerID, "", "cluster scope: this mount's peer id (default: the --peer-listen address)")
-	f.StringVar(&cfg.Peer.TokenFile, mountapi.FlagPeerTokenFile, "", "cluster scope: file holding the token shared by the peers (at least 16 bytes; peers without it are refused)")
-	f.StringVar(&cfg.Peer.Group, mountapi.FlagPeerGroup, "", "cluster scope: this mount's peer group: requests carry it with its key (an HMAC of the token and the group) and the peer server serves this group only (default: derived from the source ID, so every mount of one source is one group; the CSI driver passes one that includes the volume's credentials)")
-	f.DurationVar(&cfg.Peer.Timeout, mountapi.FlagPeerTimeout, peer.DefaultTimeout, "cluster scope: deadline of one request to a peer; then the read goes to the backend")
-	f.BoolVar(&restrictEgress, mountapi.FlagRestrictEgress, false, "refuse connections of the source (and a manifest URL) to loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), unspecified and multicast addresses and this node's own, judged on the resolved IP that is dialed, unless --"+mountapi.FlagEgressRules+" names the endpoint; the CSI driver sets it on every mount it starts (off: a mount run by hand is the admin's)")
-	f.StringVar(&egressRules, mountapi.FlagEgressRules, "", "comma-separated network rules (s3://bucket?endpoint=URL, nfs://host/export, cephfs://mon/path, as the driver's --network-rules) whose endpoints a restricted mount may reach anyway; implies --"+mountapi.FlagRestrictEgress)
-	f.BoolVar(&cfg.Debug, mountapi.FlagFuseDebug, false, "log every FUSE request (very verbose)")
+	mf.register(cmd.Flags())
 	_ = cmd.MarkFlagRequired(mountapi.FlagCacheDir)
 	_ = cmd.MarkFlagRequired(mountapi.FlagCacheSize)
 	return cmd
+}
+
+// mountFlags are the flags of `cachefs mount`: cfg takes the values that
+// need no parsing, the other fields the rest until complete.
+type mountFlags struct {
+	cfg            mount.Config
+	cacheSize      string
+	wholeFileMax   string
+	blockSize      string
+	readaheadFiles string
+	cpuProfile     string
+	manifestMax    string
+	credsFD        int
+	peers          string
+	peersFile      string
+	maxListingMem  string
+	restrictEgress bool
+	egressRules    string
+}
+
+// complete parses the flags that need it into cfg; errors are usage
+// errors, but for the credentials fd's.
+func (mf *mountFlags) complete(cmd *cobra.Command) error {
+	n, err := units.ParseSize(mf.manifestMax)
+	if err != nil {
+		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagManifestMaxMemory, err))
+	}
+	mf.cfg.ManifestMaxMemory = n
+	n, err = units.ParseSize(mf.maxListingMem)
+	if err != nil {
+		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagMaxListingMemory, err))
+	}
+	mf.cfg.MaxListingMemory = n
+	if mf.cfg.MaxDirEntries <= 0 {
+		return usageError(fmt.Errorf("--%s: %d must be at least 1", mountapi.FlagMaxDirEntries, mf.cfg.MaxDirEntries))
+	}
+	if cmd.Flags().Changed(mountapi.FlagCredentialsFD) {
+		creds, err := mountapi.ReadCredentialsFD(mf.credsFD)
+		if err != nil {
+			return err
+		}
+		mf.cfg.Backend.Credentials = backend.Credentials(creds)
+	}
+	if mf.restrictEgress || mf.egressRules != "" {
+		d, err := mount.NewEgress(mount.SplitRules(mf.egressRules))
+		if err != nil {
+			return usageError(err)
+		}
+		mf.cfg.Backend.Egress = d
+	}
+	if mf.peers != "" {
+		list, err := peer.ParsePeers(mf.peers)
+		if err != nil {
+			return usageError(fmt.Errorf("--%s: %w", mountapi.FlagPeers, err))
+		}
+		mf.cfg.Peer.Peers = list
+	}
+	if mf.peersFile != "" {
+		if mf.peers != "" {
+			return usageError(fmt.Errorf("--%s and --%s: give one", mountapi.FlagPeers, mountapi.FlagPeersFile))
+		}
+		if mf.cfg.Peer.Scope != mountapi.ScopeCluster {
+			return usageError(fmt.Errorf("--%s needs --%s %s", mountapi.FlagPeersFile, mountapi.FlagCacheScope, mountapi.ScopeCluster))
+		}
+		fm, err := peer.OpenFile(cmd.Context(), mf.peersFile, 0)
+		if err != nil {
+			return usageError(fmt.Errorf("--%s: %w", mountapi.FlagPeersFile, err))
+		}
+		mf.cfg.Peer.Membership = fm
+	}
+	return nil
+}
+
+// register defines the flags on f.
+func (mf *mountFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&mf.cfg.CacheDir, mountapi.FlagCacheDir, "", "cache directory (created if missing; one mount process per directory) (required)")
+	f.StringVar(&mf.cacheSize, mountapi.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
+	f.StringVar(&mf.cfg.Policy, mountapi.FlagPolicy, "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
+	f.StringVar(&mf.cfg.Manifest, mountapi.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
+	f.StringVar(&mf.manifestMax, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "the most memory the manifest may take, estimated from its header before it is decompressed (about 30-40 B per file, +32 with checksums); a larger manifest fails the mount")
+	f.StringVar(&mf.cfg.MetricsAddr, mountapi.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
+	f.BoolVar(&mf.cfg.AllowOther, mountapi.FlagAllowOther, true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
+	f.StringVar(&mf.wholeFileMax, mountapi.FlagWholeFileMax, fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
+	f.StringVar(&mf.blockSize, mountapi.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
+	f.IntVar(&mf.cfg.Readahead, mountapi.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
+	f.StringVar(&mf.readaheadFiles, mountapi.FlagReadaheadFiles, mountapi.ReadaheadFilesAuto, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background: 'auto' follows the backend's measured latency (on for a far store, off for a local one), a number pins it (0: off); raises a cold epoch's backend concurrency above the loader's workers")
+	f.StringVar(&mf.cpuProfile, mountapi.FlagCPUProfile, "", "write a CPU profile (runtime/pprof) of the whole mount to this file, for benchmarks")
+	_ = f.MarkHidden(mountapi.FlagCPUProfile)
+	f.IntVar(&mf.cfg.ListingCacheEntries, mountapi.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
+	f.IntVar(&mf.cfg.MaxDirEntries, mountapi.FlagMaxDirEntries, fusefs.DefaultMaxDirEntries, "without a manifest: most entries of one directory; a larger directory reads as EFBIG (\"File too large\"), with an error line in the log naming it, and the rest of the mount serves on (a listing also stops after this/100 + 100 requests)")
+	f.StringVar(&mf.maxListingMem, mountapi.FlagMaxListingMemory, "256MiB", "without a manifest: most memory of the listings the mount holds and fetches, together; the least recently used are dropped to make room, and a listing that still does not fit reads as EFBIG")
+	f.DurationVar(&mf.cfg.ReadTimeout, mountapi.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
+	f.IntVar(&mf.credsFD, mountapi.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
+	f.StringVar(&mf.cfg.Peer.Scope, mountapi.FlagCacheScope, mountapi.ScopeNode, "node: a node-local cache; cluster: the cache peers of the dataset (--peers) split its files, each cached by its owner only, and a miss of another peer's file asks that owner before the backend")
+	f.StringVar(&mf.peers, mountapi.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (this mount included, or it is added as --peer-id=--peer-listen); with a manifest, capacities make ownership byte-balanced")
+	f.StringVar(&mf.peersFile, mountapi.FlagPeersFile, "", "cluster scope: instead of --peers, a file with the cache peers (id=host:port[;capacity=BYTES], one a line; this mount included) that another program rewrites and the mount reloads every second: the CSI node plugin keeps it from Kubernetes discovery")
+	f.StringVar(&mf.cfg.Peer.Listen, mountapi.FlagPeerListen, "", "cluster scope: serve peers at HOST:PORT (a host is required: 0.0.0.0 only when written out)")
+	f.StringVar(&mf.cfg.Peer.ID, mountapi.FlagPeerID, "", "cluster scope: this mount's peer id (default: the --peer-listen address)")
+	f.StringVar(&mf.cfg.Peer.TokenFile, mountapi.FlagPeerTokenFile, "", "cluster scope: file holding the token shared by the peers (at least 16 bytes; peers without it are refused)")
+	f.StringVar(&mf.cfg.Peer.Group, mountapi.FlagPeerGroup, "", "cluster scope: this mount's peer group: requests carry it with its key (an HMAC of the token and the group) and the peer server serves this group only (default: derived from the source ID, so every mount of one source is one group; the CSI driver passes one that includes the volume's credentials)")
+	f.DurationVar(&mf.cfg.Peer.Timeout, mountapi.FlagPeerTimeout, peer.DefaultTimeout, "cluster scope: deadline of one request to a peer; then the read goes to the backend")
+	f.BoolVar(&mf.restrictEgress, mountapi.FlagRestrictEgress, false, "refuse connections of the source (and a manifest URL) to loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), unspecified and multicast addresses and this node's own, judged on the resolved IP that is dialed, unless --"+mountapi.FlagEgressRules+" names the endpoint; the CSI driver sets it on every mount it starts (off: a mount run by hand is the admin's)")
+	f.StringVar(&mf.egressRules, mountapi.FlagEgressRules, "", "comma-separated network rules (s3://bucket?endpoint=URL, nfs://host/export, cephfs://mon/path, as the driver's --network-rules) whose endpoints a restricted mount may reach anyway; implies --"+mountapi.FlagRestrictEgress)
+	f.BoolVar(&mf.cfg.Debug, mountapi.FlagFuseDebug, false, "log every FUSE request (very verbose)")
 }
 
 // exitCodesHelp documents the exit codes, from package exitcode (also in
