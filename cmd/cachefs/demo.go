@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -67,7 +70,7 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 	if c.cacheFraction <= 0 || math.IsNaN(c.cacheFraction) {
 		return errors.New("demo: --cache-fraction must be positive")
 	}
-	if !cmd.Flags().Changed("log-level") {
+	if !cmd.Flags().Changed(mountapi.FlagLogLevel) {
 		g.logLevel = "warn" // the demo prints its own report; logs only for trouble
 	}
 	log, err := g.logger()
@@ -94,7 +97,6 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 		return err
 	}
 	total := datagen.TotalSize(files)
-	paths, want := datagen.Paths(files), datagen.Sums(files)
 	capacity := int64(float64(total) * c.cacheFraction)
 	fmt.Fprintf(out, "dataset: %d files, %s in %s (generated in %.1fs)\n", len(files), units.FormatSize(total), data, time.Since(start).Seconds())
 	fmt.Fprintf(out, "cache:   %s = %.2f of the dataset, policy %s\n", units.FormatSize(capacity), c.cacheFraction, c.policy)
@@ -116,9 +118,27 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 	}()
 	fmt.Fprintf(out, "mounted: %s\n\n", mnt)
 
+	bad, err := demoEpochs(ctx, out, m, c, mnt, files)
+	if err != nil {
+		return err
+	}
+	st := m.Stats()
+	fmt.Fprintf(out, "\ncache holds %d entries, %s of %s; every file's sha256 checked: ", st.Entries, units.FormatSize(st.UsedBytes), units.FormatSize(st.CapacityBytes))
+	if bad > 0 {
+		fmt.Fprintf(out, "%d MISMATCHES\n", bad)
+		return &exitError{code: 1, err: fmt.Errorf("demo: %d files read wrong bytes", bad)}
+	}
+	fmt.Fprintln(out, "all match")
+	return nil
+}
+
+// demoEpochs reads every file of the dataset through the mount in c.epochs
+// shuffled epochs, printing each one's speed and byte hit ratio, and
+// returns the number of files that read wrong bytes.
+func demoEpochs(ctx context.Context, out io.Writer, m *mount.Mount, c demoConfig, mnt string, files []datagen.File) (bad int, err error) {
+	paths, want := datagen.Paths(files), datagen.Sums(files)
 	expect := min(c.cacheFraction, 1)
 	dropWarned := false
-	var bad int
 	for e := 1; e <= c.epochs; e++ {
 		if !c.noDrop {
 			if derr := epoch.DropPageCache(); derr != nil && !dropWarned {
@@ -129,7 +149,7 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 		before := m.Stats()
 		res, err := epoch.Run(ctx, epoch.Options{Root: mnt, Paths: paths, Workers: c.workers, Seed: c.seed*1000 + uint64(e), Want: want})
 		if err != nil {
-			return err
+			return bad, err
 		}
 		after := m.Stats()
 		hit := after.HitBytes - before.HitBytes
@@ -146,12 +166,5 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 			e, res.Files, units.FormatSize(res.Bytes), res.FilesPerSec(), ratio, exp, len(res.Mismatches))
 		bad += len(res.Mismatches)
 	}
-	st := m.Stats()
-	fmt.Fprintf(out, "\ncache holds %d entries, %s of %s; every file's sha256 checked: ", st.Entries, units.FormatSize(st.UsedBytes), units.FormatSize(st.CapacityBytes))
-	if bad > 0 {
-		fmt.Fprintf(out, "%d MISMATCHES\n", bad)
-		return &exitError{code: 1, err: fmt.Errorf("demo: %d files read wrong bytes", bad)}
-	}
-	fmt.Fprintln(out, "all match")
-	return nil
+	return bad, nil
 }

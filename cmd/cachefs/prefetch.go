@@ -104,30 +104,9 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 	if err != nil {
 		return err
 	}
-	switch {
-	case c.policy != cache.PolicyNR:
-		return fmt.Errorf("prefetch: --policy %q: only %q (a replacing policy would evict what it prefetched)", c.policy, cache.PolicyNR)
-	case c.workers < 1:
-		return fmt.Errorf("prefetch: --workers %d: want at least 1", c.workers)
-	case c.progress != "auto" && c.progress != "lines" && c.progress != "none":
-		return fmt.Errorf("prefetch: --progress %q: want auto, lines or none", c.progress)
-	}
-	var members []peer.Peer
-	switch c.scope {
-	case mountapi.ScopeNode, "":
-	case mountapi.ScopeCluster:
-		if members, err = peer.ParsePeers(c.peers); err != nil {
-			return fmt.Errorf("prefetch: --%s: %w", mountapi.FlagPeers, err)
-		}
-		found := false
-		for _, p := range members {
-			found = found || p.ID == c.peerID
-		}
-		if !found {
-			return fmt.Errorf("prefetch: --%s %q is not one of --%s", mountapi.FlagPeerID, c.peerID, mountapi.FlagPeers)
-		}
-	default:
-		return fmt.Errorf("prefetch: --%s %q: want %s or %s", mountapi.FlagCacheScope, c.scope, mountapi.ScopeNode, mountapi.ScopeCluster)
+	members, err := c.check()
+	if err != nil {
+		return err
 	}
 	whole, err := units.ParseSize(c.wholeFileMax)
 	if err != nil {
@@ -141,82 +120,110 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 	if err != nil {
 		return err
 	}
-
 	var capacity int64
 	if c.cacheSize != "" {
 		if capacity, err = units.ParseSize(c.cacheSize); err != nil {
 			return fmt.Errorf("--cache-size: %w", err)
 		}
 	}
-	var (
-		sum prefetch.Summary
-		via string
-	)
 	remote := func() error {
-		req := mountapi.ControlRequest{Source: src.String(), Workers: c.workers}
-		if c.splitSet {
-			req.WholeFileMax, req.BlockSize = whole, block
+		sum, err := prefetchRemote(ctx, c, src, whole, block, stderr)
+		if err != nil {
+			return err
 		}
-		var latest atomic.Pointer[prefetch.Progress]
-		stop := func() {}
-		var rsum mountapi.PrefetchSummary
-		rsum, err = mountapi.RemotePrefetch(ctx, c.cacheDir, req, func(ev mountapi.ControlEvent) {
-			switch ev.Type {
-			case mountapi.EventStarted:
-				s := ev.Started
-				fmt.Fprintf(stderr, "%s is in use by a running mount (pid %d): prefetching through its control socket (capacity %s)\n",
-					c.cacheDir, s.Pid, units.FormatSize(s.CapacityBytes))
-				stop = showPrefetchProgress(stderr, c.progress, func() prefetch.Progress {
-					if p := latest.Load(); p != nil {
-						return *p
-					}
-					return prefetch.Progress{Phase: prefetch.PhaseListing, ETASeconds: -1}
-				})
-			case mountapi.EventProgress:
-				latest.Store((*prefetch.Progress)(ev.Progress))
-			}
-		})
-		sum = prefetch.Summary(rsum)
-		stop()
-		via = "mount"
-		if err != nil && ctx.Err() != nil {
-			return &exitError{code: exitInterrupted, err: err}
+		return reportPrefetch(stdout, c.json, "mount", sum)
+	}
+	if capacity == 0 {
+		if err := remote(); errors.Is(err, mountapi.ErrNoControl) {
+			return errors.New("prefetch: --cache-size is required (no mount is running on --cache-dir)")
+		} else if err != nil {
+			return err
 		}
+		return nil
+	}
+	store, err := cache.Open(cache.Options{Dir: c.cacheDir, Capacity: capacity, Policy: c.policy,
+		KeyScheme: src.VersionScheme(), Logger: log})
+	switch {
+	case errors.Is(err, cache.ErrLocked):
+		if rerr := remote(); errors.Is(rerr, mountapi.ErrNoControl) {
+			return fmt.Errorf("prefetch: %w, and no mount serves %s: %v", err, mountapi.ControlSocket(c.cacheDir), rerr)
+		} else if rerr != nil {
+			return rerr
+		}
+		return nil
+	case err != nil:
 		return err
 	}
+	sum, err := prefetchLocal(ctx, log, c, src, store, whole, block, members, stderr)
+	if cerr := store.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return reportPrefetch(stdout, c.json, "local", sum)
+}
 
-	if capacity == 0 {
-		if err := remote(); err != nil {
-			if errors.Is(err, mountapi.ErrNoControl) {
-				return errors.New("prefetch: --cache-size is required (no mount is running on --cache-dir)")
-			}
-			return err
-		}
-	} else {
-		store, err := cache.Open(cache.Options{Dir: c.cacheDir, Capacity: capacity, Policy: c.policy,
-			KeyScheme: src.VersionScheme(), Logger: log})
-		switch {
-		case errors.Is(err, cache.ErrLocked):
-			if rerr := remote(); rerr != nil {
-				if errors.Is(rerr, mountapi.ErrNoControl) {
-					return fmt.Errorf("prefetch: %w, and no mount serves %s: %v", err, mountapi.ControlSocket(c.cacheDir), rerr)
-				}
-				return rerr
-			}
-		case err != nil:
-			return err
-		default:
-			sum, err = prefetchLocal(ctx, log, c, src, store, whole, block, members, stderr)
-			if cerr := store.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-			via = "local"
+// check validates the flags and returns the cluster scope's members (none
+// in node scope).
+func (c prefetchConfig) check() ([]peer.Peer, error) {
+	switch {
+	case c.policy != cache.PolicyNR:
+		return nil, fmt.Errorf("prefetch: --policy %q: only %q (a replacing policy would evict what it prefetched)", c.policy, cache.PolicyNR)
+	case c.workers < 1:
+		return nil, fmt.Errorf("prefetch: --workers %d: want at least 1", c.workers)
+	case c.progress != "auto" && c.progress != "lines" && c.progress != "none":
+		return nil, fmt.Errorf("prefetch: --progress %q: want auto, lines or none", c.progress)
+	}
+	switch c.scope {
+	case mountapi.ScopeNode, "":
+		return nil, nil
+	case mountapi.ScopeCluster:
+	default:
+		return nil, fmt.Errorf("prefetch: --%s %q: want %s or %s", mountapi.FlagCacheScope, c.scope, mountapi.ScopeNode, mountapi.ScopeCluster)
+	}
+	members, err := peer.ParsePeers(c.peers)
+	if err != nil {
+		return nil, fmt.Errorf("prefetch: --%s: %w", mountapi.FlagPeers, err)
+	}
+	for _, p := range members {
+		if p.ID == c.peerID {
+			return members, nil
 		}
 	}
-	return reportPrefetch(stdout, c.json, via, sum)
+	return nil, fmt.Errorf("prefetch: --%s %q is not one of --%s", mountapi.FlagPeerID, c.peerID, mountapi.FlagPeers)
+}
+
+// prefetchRemote prefetches through the control socket of the mount that
+// holds the cache directory, showing its progress on stderr.
+func prefetchRemote(ctx context.Context, c prefetchConfig, src source.Source, whole, block int64, stderr io.Writer) (prefetch.Summary, error) {
+	req := mountapi.ControlRequest{Source: src.String(), Workers: c.workers}
+	if c.splitSet {
+		req.WholeFileMax, req.BlockSize = whole, block
+	}
+	var latest atomic.Pointer[prefetch.Progress]
+	stop := func() {}
+	sum, err := mountapi.RemotePrefetch(ctx, c.cacheDir, req, func(ev mountapi.ControlEvent) {
+		switch ev.Type {
+		case mountapi.EventStarted:
+			s := ev.Started
+			fmt.Fprintf(stderr, "%s is in use by a running mount (pid %d): prefetching through its control socket (capacity %s)\n",
+				c.cacheDir, s.Pid, units.FormatSize(s.CapacityBytes))
+			stop = showPrefetchProgress(stderr, c.progress, func() prefetch.Progress {
+				if p := latest.Load(); p != nil {
+					return *p
+				}
+				return prefetch.Progress{Phase: prefetch.PhaseListing, ETASeconds: -1}
+			})
+		case mountapi.EventProgress:
+			latest.Store((*prefetch.Progress)(ev.Progress))
+		}
+	})
+	stop()
+	if err != nil && ctx.Err() != nil {
+		return prefetch.Summary{}, &exitError{code: exitInterrupted, err: err}
+	}
+	return prefetch.Summary(sum), err
 }
 
 // prefetchLocal runs the prefetch in this process against store.
