@@ -215,7 +215,7 @@ func TestClusterScopeArgs(t *testing.T) {
 		t.Fatal("acquire succeeded with a failing launcher")
 	}
 	for _, a := range l.args {
-		if strings.HasPrefix(a, "--peer") || a == "--cache-scope" {
+		if strings.HasPrefix(a, "--peer") || a == "--"+mountapi.FlagCacheScope {
 			t.Errorf("node-scope args %q hold %s", l.args, a)
 		}
 	}
