@@ -24,6 +24,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // Mirror tests (issue 14, "Mirrors under fire"): two MinIO servers stand for
@@ -419,7 +420,7 @@ func TestMirrorSlowReplica(t *testing.T) {
 // index writes a manifest of src (with sha256s) and returns its path.
 func (c *mirrorClouds) index(t *testing.T, src string) string {
 	t.Helper()
-	s, err := backend.Parse(src)
+	s, err := source.Parse(src)
 	if err != nil {
 		t.Fatal(err)
 	}

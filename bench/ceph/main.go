@@ -34,6 +34,7 @@ import (
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func main() {
@@ -44,7 +45,7 @@ func main() {
 	workers := flag.Int("workers", 8, "parallel readers, for the mount and the direct reads alike")
 	rounds := flag.Int("rounds", 3, "interleaved rounds")
 	mflags := flag.String("mount-flags", "", "extra flags for every `cachefs mount` (space-separated)")
-	bflags := flag.String("mount-flags-b", "", "also read every mounted backend through a second mount with these extra flags instead (rows \"… mount cold B\", e.g. \"--write-behind 0\": a change compared in the same run)")
+	bflags := flag.String("mount-flags-b", "", "also read every mounted backend through a second mount with these extra flags instead (rows \"… mount cold B\", e.g. \"--readahead-files 0\": a change compared in the same run)")
 	flag.Parse()
 	mountFlags, mountFlagsB := strings.Fields(*mflags), strings.Fields(*bflags)
 	dir := os.Getenv("EPOCHFS_CEPH_DIR")
@@ -162,7 +163,7 @@ func main() {
 	cephBackend := func(seed uint64) {
 		// The cephfs backend itself (what the mount reads through): Stat,
 		// then one whole-file ReadAt with the version, as a cache fill does.
-		src, err := backend.Parse(cephURL)
+		src, err := source.Parse(cephURL)
 		if err != nil {
 			fatal(err)
 		}

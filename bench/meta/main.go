@@ -44,6 +44,7 @@ import (
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func main() {
@@ -86,7 +87,7 @@ func main() {
 // code of `cachefs index`, 16 listing workers) and returns how long the
 // listing took (opening the backend not included).
 func index(ctx context.Context, url string) (*manifest.Manifest, manifest.IndexStats, time.Duration, error) {
-	src, err := backend.Parse(url)
+	src, err := source.Parse(url)
 	if err != nil {
 		return nil, manifest.IndexStats{}, 0, err
 	}

@@ -129,11 +129,6 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		if err := cold(mountCol, "cold", readAhead(mountCol)); err != nil {
 			return err
 		}
-		// A1: with write-behind (--write-behind 128MiB): a miss's open
-		// returns the bytes from memory while its cache file is written.
-		if err := cold(mountWB, "wb", nil, "-write-behind", "128MiB"); err != nil {
-			return err
-		}
 		// A2 (-p3-floor): the same mount admitting nothing (a one-byte
 		// cache): every miss read through and served from memory in READ
 		// replies, no cache file written. What a cold epoch costs without

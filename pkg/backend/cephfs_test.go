@@ -29,6 +29,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 var cephSeq atomic.Int64
@@ -96,7 +97,7 @@ func isExist(err error) bool {
 
 func openCeph(t testing.TB, c *ceph.Cluster, dir string, opts backend.Options) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(c.URL(dir))
+	src, err := source.Parse(c.URL(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func TestCephFSCredentials(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 
-	src, _ := backend.Parse(c.URL(dir))
+	src, _ := source.Parse(c.URL(dir))
 	gen, err := exec.Command("ceph-authtool", "--gen-print-key").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +302,7 @@ func TestCephFSUnavailable(t *testing.T) {
 	c := ceph.Start(t)
 	c.SetEnv(t)
 	port := testenv.FreePort(t)
-	src, err := backend.Parse(fmt.Sprintf("cephfs://admin@127.0.0.1:%d/?fs=%s", port, c.FS))
+	src, err := source.Parse(fmt.Sprintf("cephfs://admin@127.0.0.1:%d/?fs=%s", port, c.FS))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,9 +319,9 @@ func TestCephFSUnavailable(t *testing.T) {
 	}
 }
 
-func mustParse(t testing.TB, u string) backend.Source {
+func mustParse(t testing.TB, u string) source.Source {
 	t.Helper()
-	src, err := backend.Parse(u)
+	src, err := source.Parse(u)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // mirrorModifiers rewrites a file in every replica of a mirror a test made.
@@ -21,7 +22,7 @@ var mirrorModifiers sync.Map // backend.Backend → func(t, path, data)
 
 func openMirror(t *testing.T, raw string, opts backend.Options) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(raw)
+	src, err := source.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestMirrorOpen(t *testing.T) {
 		{"mirror:" + missing + "," + missing + "2", backend.ErrNotExist},
 		{"mirror:" + dir + ",cephfs://mon/export", backend.ErrUnsupported},
 	} {
-		src, err := backend.Parse(tc.raw)
+		src, err := source.Parse(tc.raw)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/internal/testenv/nfs"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // nfsDirMaker builds each dataset in a temporary directory served by
@@ -28,7 +29,7 @@ func nfsDirMaker(serve func(t *testing.T, dir string) string, opts backend.Optio
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		dir := t.TempDir()
 		writeFiles(t, dir, files)
-		src, err := backend.Parse(serve(t, dir))
+		src, err := source.Parse(serve(t, dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 
 func openURL(t testing.TB, raw string, opts backend.Options) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(raw)
+	src, err := source.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestNFSIDAndOpenErrors(t *testing.T) {
 	}
 	// Nothing listens: ErrUnavailable after the retries, quickly.
 	port := testenv.FreePort(t)
-	src, _ := backend.Parse("nfs://127.0.0.1:" + strconv.Itoa(port) + "/export?mountport=" + strconv.Itoa(port))
+	src, _ := source.Parse("nfs://127.0.0.1:" + strconv.Itoa(port) + "/export?mountport=" + strconv.Itoa(port))
 	start := time.Now()
 	_, err := backend.Open(context.Background(), src, backend.Options{Retry: backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}})
 	if !errors.Is(err, backend.ErrUnavailable) {
@@ -389,7 +390,7 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	g := nfs.StartGanesha(t, dir)
 	ctx := context.Background()
 
-	src, err := backend.Parse("nfs://" + g.Addr + "/not/exported")
+	src, err := source.Parse("nfs://" + g.Addr + "/not/exported")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 var bucketSeq atomic.Int64
@@ -50,7 +51,7 @@ func creds(m *s3.Server) backend.Credentials {
 // openS3 opens s3://bucket/prefix on m; opts.Credentials default to m's.
 func openS3(t *testing.T, m *s3.Server, bucket, prefix string, opts backend.Options) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(s3URL(m, bucket, prefix))
+	src, err := source.Parse(s3URL(m, bucket, prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func testS3CredentialsFromEnv(t *testing.T, m *s3.Server) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
 	t.Setenv("AWS_SESSION_TOKEN", "")
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-	src, err := backend.Parse(s3URL(m, bucket, ""))
+	src, err := source.Parse(s3URL(m, bucket, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ func testS3WrongCredentials(t *testing.T, m *s3.Server) {
 		{"wrong secret", backend.Credentials{AccessKey: m.AccessKey, SecretKey: "wrong-secret-0123456789"}, "SignatureDoesNotMatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src, err := backend.Parse(s3URL(m, bucket, ""))
+			src, err := source.Parse(s3URL(m, bucket, ""))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -288,7 +289,7 @@ func TestS3OpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, &s3.Star
 func TestRGWOpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, ceph.RequireRGW(t)) }
 
 func testS3OpenMissingBucket(t *testing.T, m *s3.Server) {
-	src, err := backend.Parse(s3URL(m, "no-such-bucket", "x"))
+	src, err := source.Parse(s3URL(m, "no-such-bucket", "x"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -25,6 +24,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestNodeCacheLabels: the node plugin records, against a real
@@ -48,7 +48,7 @@ func TestNodeCacheLabels(t *testing.T) {
 	td := startDriver(t, func(c *csi.Config) { c.NodeLabels, c.Kubeconfig, c.Namespace = true, kubeconfig, ns })
 
 	data, files := dataset(t)
-	src, _ := backend.Parse(data)
+	src, _ := source.Parse(data)
 	b, err := backend.Open(ctx, src, backend.Options{})
 	if err != nil {
 		t.Fatal(err)

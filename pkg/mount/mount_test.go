@@ -17,6 +17,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -32,9 +33,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		is     error
 		substr string
 	}{
-		{"relative source", func(c *mount.Config) { c.Source = "data/x" }, backend.ErrInvalidURL, "absolute"},
-		{"s3 without bucket", func(c *mount.Config) { c.Source = "s3:///x" }, backend.ErrInvalidURL, "bucket"},
-		{"credentials in URL", func(c *mount.Config) { c.Source = "s3://AKIAKEY:s3cr3tv4lue@bucket/x" }, backend.ErrInvalidURL, "credentials"},
+		{"relative source", func(c *mount.Config) { c.Source = "data/x" }, source.ErrInvalidURL, "absolute"},
+		{"s3 without bucket", func(c *mount.Config) { c.Source = "s3:///x" }, source.ErrInvalidURL, "bucket"},
+		{"credentials in URL", func(c *mount.Config) { c.Source = "s3://AKIAKEY:s3cr3tv4lue@bucket/x" }, source.ErrInvalidURL, "credentials"},
 		{"no mount point", func(c *mount.Config) { c.Mountpoint = "" }, nil, "mount point is required"},
 		{"mount point missing", func(c *mount.Config) { c.Mountpoint = filepath.Join(dir, "nope") }, os.ErrNotExist, "mount point"},
 		{"mount point is a file", func(c *mount.Config) { c.Mountpoint = file }, nil, "not a directory"},

@@ -1,4 +1,4 @@
-package backend_test
+package source_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // FuzzParse checks that Parse never panics, that every error wraps
@@ -21,20 +21,20 @@ func FuzzParse(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		src, err := backend.Parse(raw)
+		src, err := source.Parse(raw)
 		if err != nil {
-			if !errors.Is(err, backend.ErrInvalidURL) {
+			if !errors.Is(err, source.ErrInvalidURL) {
 				t.Fatalf("Parse(%q) error %v does not wrap ErrInvalidURL", raw, err)
 			}
 			return
 		}
 		s := src.String()
-		if src.Kind == backend.KindS3 || src.Kind == backend.KindNFS {
+		if src.Kind == source.KindS3 || src.Kind == source.KindNFS {
 			if u, err := url.Parse(s); err != nil || u.User != nil {
 				t.Fatalf("String() = %q: unparsable or contains userinfo (%v)", s, err)
 			}
 		}
-		again, err := backend.Parse(s)
+		again, err := source.Parse(s)
 		if err != nil {
 			t.Fatalf("Parse(%q) ok, but Parse(String() = %q): %v", raw, s, err)
 		}

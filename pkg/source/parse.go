@@ -1,10 +1,9 @@
-package backend
+package source
 
 import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/url"
 	"path"
 	"slices"
@@ -13,70 +12,6 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/units"
 )
-
-// Kind names the type of a dataset source.
-type Kind string
-
-// Source kinds.
-const (
-	KindPosix  Kind = "posix"  // a local or kernel-mounted directory
-	KindS3     Kind = "s3"     // a bucket prefix on any S3-compatible server
-	KindCephFS Kind = "cephfs" // CephFS through libcephfs (builds with the ceph tag)
-	KindNFS    Kind = "nfs"    // NFSv3 through a pure-Go client
-	KindMirror Kind = "mirror" // the same dataset in several places
-)
-
-// Source is a parsed dataset source URL. Which fields are set depends on
-// Kind; the others are zero. A Source never holds credentials: Parse rejects
-// URLs that carry them, and credentials reach Open only through Options.
-//
-// Source is comparable with reflect.DeepEqual, and Parse(s.String()) yields
-// a Source equal to s for every s returned by Parse.
-type Source struct {
-	Kind Kind
-
-	// Path is the absolute, cleaned directory for posix; the absolute path
-	// inside the file system for cephfs; the absolute export path for nfs.
-	Path string
-
-	// Bucket and Prefix locate an s3 dataset. Prefix is a clean relative
-	// path (see CleanPath) without a trailing slash; "" is the whole bucket.
-	Bucket string
-	Prefix string
-	// Endpoint is the S3 server as "scheme://host[:port]"; empty means AWS.
-	Endpoint string
-	// Region is the S3 region; empty lets the client discover it.
-	Region string
-	// PathStyle selects path-style requests (http://host/bucket/key) over
-	// virtual-host style. It defaults to true when Endpoint is set.
-	PathStyle bool
-
-	// Host is "host[:port]" of the cephfs monitor or the nfs server.
-	Host string
-	// User is the cephfs client name (e.g. "admin"); never a secret.
-	User string
-	// FS is the cephfs file system name; empty means the default one.
-	FS string
-
-	// UID and GID are the AUTH_UNIX identity of nfs requests (the uid and
-	// gid options; default 0, root, which servers may squash).
-	UID, GID uint32
-	// MountPort is the nfs server's MOUNT port (the mountport option); 0
-	// means the port of Host when the server serves MOUNT there, else the
-	// portmapper's answer.
-	MountPort int
-	// Conns is the number of nfs connections reads are spread over (the
-	// conns option, 1 to MaxNFSConns); 0 means DefaultNFSConns.
-	Conns int
-	// ReadSize caps one nfs READ in bytes (the rsize option, MinNFSReadSize
-	// to MaxNFSReadSize); 0 means DefaultNFSReadSize. The server's rtmax
-	// lowers it.
-	ReadSize int
-
-	// Replicas are the places of a mirror, in the order given (at least 2,
-	// none of them a mirror).
-	Replicas []Source
-}
 
 // Parse parses a dataset source URL:
 //
@@ -101,7 +36,7 @@ type Source struct {
 func Parse(raw string) (Source, error) {
 	src, err := parse(raw, false)
 	if err != nil {
-		return Source{}, fmt.Errorf("backend: source %q: %w", redact(raw), err)
+		return Source{}, fmt.Errorf("source %q: %w", redact(raw), err)
 	}
 	return src, nil
 }
@@ -206,7 +141,7 @@ func parseS3(u *url.URL) (Source, error) {
 	prefix := strings.TrimPrefix(u.Path, "/")
 	prefix = strings.TrimSuffix(prefix, "/")
 	if prefix != "" {
-		if _, err := CleanPath(prefix); err != nil {
+		if !validPrefix(prefix) {
 			return Source{}, invalid("prefix %q: not a clean relative path (no empty, \".\" or \"..\" components, no control characters, components up to %d bytes)", prefix, MaxNameLen)
 		}
 	}
@@ -432,264 +367,4 @@ func parseMirror(list string) (Source, error) {
 		src.Replicas = append(src.Replicas, r)
 	}
 	return src, nil
-}
-
-// String returns the canonical URL of the source; it never contains
-// credentials (a Source cannot hold any). Parse(s.String()) returns s.
-func (s Source) String() string {
-	switch s.Kind {
-	case KindPosix:
-		if strings.ContainsFunc(s.Path, needsFileURL) {
-			return "file://" + escapePath(s.Path)
-		}
-		return s.Path
-	case KindS3:
-		var b strings.Builder
-		b.WriteString("s3://")
-		b.WriteString(s.Bucket)
-		if s.Prefix != "" {
-			b.WriteString("/")
-			b.WriteString(escapePath(s.Prefix))
-		}
-		q := url.Values{}
-		if s.Endpoint != "" {
-			q.Set("endpoint", s.Endpoint)
-		}
-		if s.Region != "" {
-			q.Set("region", s.Region)
-		}
-		if s.PathStyle != (s.Endpoint != "") {
-			q.Set("pathStyle", strconv.FormatBool(s.PathStyle))
-		}
-		if len(q) > 0 {
-			b.WriteString("?")
-			b.WriteString(q.Encode())
-		}
-		return b.String()
-	case KindCephFS:
-		var b strings.Builder
-		b.WriteString("cephfs://")
-		if s.User != "" {
-			b.WriteString(s.User)
-			b.WriteString("@")
-		}
-		b.WriteString(s.Host)
-		b.WriteString(escapePath(s.Path))
-		if s.FS != "" {
-			b.WriteString("?fs=")
-			b.WriteString(url.QueryEscape(s.FS))
-		}
-		return b.String()
-	case KindNFS:
-		q := url.Values{}
-		if s.UID != 0 {
-			q.Set("uid", strconv.FormatUint(uint64(s.UID), 10))
-		}
-		if s.GID != 0 {
-			q.Set("gid", strconv.FormatUint(uint64(s.GID), 10))
-		}
-		if s.MountPort != 0 {
-			q.Set("mountport", strconv.Itoa(s.MountPort))
-		}
-		if s.Conns != 0 {
-			q.Set("conns", strconv.Itoa(s.Conns))
-		}
-		if s.ReadSize != 0 {
-			q.Set("rsize", strconv.Itoa(s.ReadSize))
-		}
-		out := "nfs://" + s.Host + escapePath(s.Path)
-		if len(q) > 0 {
-			out += "?" + q.Encode()
-		}
-		return out
-	case KindMirror:
-		parts := make([]string, len(s.Replicas))
-		for i, r := range s.Replicas {
-			parts[i] = r.String()
-		}
-		return "mirror:" + strings.Join(parts, ",")
-	default:
-		return "invalid:" + string(s.Kind)
-	}
-}
-
-// needsFileURL reports runes that a plain path cannot carry through Parse
-// (a comma splits mirror replicas; control characters are rejected).
-func needsFileURL(r rune) bool { return r == ',' || r < 0x20 || r == 0x7f }
-
-// escapePath percent-encodes everything in p except unreserved characters
-// and '/', so that the result survives url.Parse and mirror splitting.
-func escapePath(p string) string {
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if c == '/' || c == '-' || c == '.' || c == '_' || c == '~' ||
-			('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
-	}
-	return b.String()
-}
-
-// validBucket applies the S3 bucket naming rules.
-func validBucket(b string) error {
-	if len(b) < 3 || len(b) > 63 {
-		return errors.New("must be 3 to 63 characters long")
-	}
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if !(('a' <= c && c <= 'z') || ('0' <= c && c <= '9') || c == '.' || c == '-') {
-			return errors.New("only lowercase letters, digits, '.' and '-' are allowed")
-		}
-	}
-	if !isAlnum(b[0]) || !isAlnum(b[len(b)-1]) {
-		return errors.New("must begin and end with a letter or digit")
-	}
-	if strings.Contains(b, "..") {
-		return errors.New("must not contain \"..\"")
-	}
-	if net.ParseIP(b) != nil {
-		return errors.New("must not be formatted as an IP address")
-	}
-	for _, p := range []string{"xn--", "sthree-", "amzn-s3-demo-"} {
-		if strings.HasPrefix(b, p) {
-			return fmt.Errorf("must not start with %q", p)
-		}
-	}
-	for _, s := range []string{"-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"} {
-		if strings.HasSuffix(b, s) {
-			return fmt.Errorf("must not end with %q", s)
-		}
-	}
-	return nil
-}
-
-func isAlnum(c byte) bool { return ('a' <= c && c <= 'z') || ('0' <= c && c <= '9') }
-
-func validRegion(r string) bool {
-	if r == "" || len(r) > 64 {
-		return false
-	}
-	for i := 0; i < len(r); i++ {
-		c := r[i]
-		if !(isAlnum(c) || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func validIdent(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(isAlnum(c) || ('A' <= c && c <= 'Z') || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// validHostPort checks "host", "host:port" or "[ipv6]:port".
-func validHostPort(hp string) error {
-	host, port := hp, ""
-	if h, p, err := net.SplitHostPort(hp); err == nil {
-		host, port = h, p
-		if port == "" {
-			return errors.New("port is empty")
-		}
-	} else if strings.HasPrefix(hp, "[") && strings.HasSuffix(hp, "]") {
-		host = hp[1 : len(hp)-1]
-	} else if strings.Contains(hp, ":") {
-		return errors.New("want host[:port]")
-	}
-	if host == "" {
-		return errors.New("host is empty")
-	}
-	if strings.Contains(hp, "[") && net.ParseIP(host) == nil {
-		return errors.New("bad IPv6 address")
-	}
-	for i := 0; i < len(host); i++ {
-		c := host[i]
-		if !(isAlnum(c) || ('A' <= c && c <= 'Z') || c == '.' || c == '-' || c == ':' || c == '_' || c == '%') {
-			return fmt.Errorf("bad character %q in host", c)
-		}
-	}
-	if port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 || port[0] == '0' || port[0] == '+' {
-			return fmt.Errorf("port %q must be 1-65535", port)
-		}
-	}
-	return nil
-}
-
-// redact hides the password of any "scheme://user:password@" authority in
-// raw, including percent-encoded ones inside query values, so that error
-// messages never echo a secret.
-func redact(raw string) string {
-	out := raw
-	for _, sep := range []string{"://", "%3A%2F%2F", "%3a%2f%2f"} {
-		var b strings.Builder
-		rest := out
-		for {
-			i := strings.Index(rest, sep)
-			if i < 0 {
-				b.WriteString(rest)
-				break
-			}
-			b.WriteString(rest[:i+len(sep)])
-			rest = rest[i+len(sep):]
-			end := strings.IndexAny(rest, "/?#&,")
-			if sep != "://" {
-				if j := strings.Index(strings.ToUpper(rest), "%2F"); j >= 0 && (end < 0 || j < end) {
-					end = j
-				}
-			}
-			if end < 0 {
-				end = len(rest)
-			}
-			auth := rest[:end]
-			at := max(strings.LastIndex(auth, "@"), strings.LastIndex(strings.ToUpper(auth), "%40"))
-			if at >= 0 {
-				b.WriteString("REDACTED")
-				rest = rest[at:]
-			}
-		}
-		out = b.String()
-	}
-	return out
-}
-
-// PosixVersionScheme is Source.VersionScheme of a posix directory: its
-// versions are "MTIMENANOS-SIZE-CTIMENANOS-INO" (see Entry.Version).
-const PosixVersionScheme = "posix-mtime-size-ctime-ino"
-
-// VersionScheme names the format of the versions the source's backend
-// reports, for whoever keys data by them (the cache records it and drops
-// entries keyed under another scheme, rather than keeping them unreachable
-// and holding their room). It is "" for the formats of the first release
-// (S3 ETags), PosixVersionScheme for a posix directory since its versions
-// gained the ctime and inode, and for a mirror "mirror:" + that when a
-// replica is posix (mirror versions embed the replica's own), whichever
-// replicas are up.
-func (s Source) VersionScheme() string {
-	switch s.Kind {
-	case KindPosix:
-		return PosixVersionScheme
-	case KindMirror:
-		for _, r := range s.Replicas {
-			if r.Kind == KindPosix {
-				return "mirror:" + PosixVersionScheme
-			}
-		}
-	}
-	return ""
 }
