@@ -96,6 +96,7 @@ func startController(t *testing.T, kube *testenv.Kube, cfg *rest.Config) *env {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                  CacheOptions(),
 	})
 	if err != nil {
 		t.Fatal(err)
