@@ -22,9 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/job/controller"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
@@ -471,7 +471,7 @@ func parseDatasetFlag(v string) (v1alpha1.Dataset, error) {
 		ds.ExistingClaim = claim
 		return ds, nil
 	}
-	if _, err := backend.Parse(src); err != nil {
+	if _, err := source.Parse(src); err != nil {
 		return v1alpha1.Dataset{}, fmt.Errorf("--dataset %s: %s", name, strings.TrimPrefix(err.Error(), "backend: "))
 	}
 	ds.Source = src

@@ -6,7 +6,7 @@ package controller
 import (
 	"fmt"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
@@ -30,14 +30,14 @@ func (r *Reconciler) checkSources(p *plan) error {
 		if d.id == "" {
 			continue
 		}
-		src, err := backend.Parse(d.spec.Source)
+		src, err := source.Parse(d.spec.Source)
 		if err != nil { // newPlan has parsed it
 			return fmt.Errorf("dataset %q: %w", d.spec.Name, err)
 		}
 		err = r.sources.CheckVolumeLexically(sourcepolicy.Volume{
 			Source:      src,
 			Manifest:    d.attrs[volattr.Manifest],
-			Credentials: func(backend.Source) bool { return true },
+			Credentials: func(source.Source) bool { return true },
 			Tenant:      true,
 		})
 		if err != nil {
