@@ -29,9 +29,11 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/peer"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // countingProxy forwards to MinIO and counts object GETs per path and
@@ -204,7 +206,7 @@ type clusterEnv struct {
 
 func newClusterEnv(t *testing.T, spec datagen.Spec) *clusterEnv {
 	testenv.RequireFUSE(t)
-	m := testenv.StartMinIO(t)
+	m := s3.StartMinIO(t)
 	m.MakeBucket(t, "datasets")
 	ce := &clusterEnv{files: spec.Plan()}
 	m.PutFiles(t, "datasets", "train/", ce.files)
@@ -545,7 +547,7 @@ func TestClusterScopeBadPeer(t *testing.T) {
 func TestPrefetchClusterScope(t *testing.T) {
 	dir, files := testenv.WriteDataset(t, datagen.Spec{Files: 200, Classes: 4, MedianSize: 5000, MinSize: 100, MaxSize: 40_000, Seed: 17})
 	bin := testenv.GoBuild(t, "./cmd/cachefs")
-	src, err := backend.Parse(dir)
+	src, err := source.Parse(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // nodeLabeler records which datasets this node's caches hold, for the job
@@ -83,7 +84,7 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 		return size
 	}
 	size = -1
-	src, err := backend.Parse(ds.Params.Source)
+	src, err := source.Parse(ds.Params.Source)
 	if err != nil {
 		return size
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -18,13 +17,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/csi"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestNodeCacheLabels: the node plugin records, against a real
@@ -48,7 +48,7 @@ func TestNodeCacheLabels(t *testing.T) {
 	td := startDriver(t, func(c *csi.Config) { c.NodeLabels, c.Kubeconfig, c.Namespace = true, kubeconfig, ns })
 
 	data, files := dataset(t)
-	src, _ := backend.Parse(data)
+	src, _ := source.Parse(data)
 	b, err := backend.Open(ctx, src, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func locationLease(t *testing.T, client kubernetes.Interface, ns string) *coordi
 // leaseOnlyKubeconfig writes a kubeconfig for a ServiceAccount that may
 // only get, list, watch, create, update and delete Leases in ns (the
 // chart's Role for the node plugin), no Nodes.
-func leaseOnlyKubeconfig(t *testing.T, kube *testenv.Kube, admin kubernetes.Interface, ns string) string {
+func leaseOnlyKubeconfig(t *testing.T, kube *kube.Server, admin kubernetes.Interface, ns string) string {
 	t.Helper()
 	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "epochfs-node"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -197,9 +197,9 @@ func TestPeerLeasesAtStart(t *testing.T) {
 
 // startKubeWithNamespaces starts a real kube-apiserver and returns it with
 // an admin client, the given namespaces created.
-func startKubeWithNamespaces(t *testing.T, namespaces ...string) (*testenv.Kube, *kubernetes.Clientset) {
+func startKubeWithNamespaces(t *testing.T, namespaces ...string) (*kube.Server, *kubernetes.Clientset) {
 	t.Helper()
-	kube := testenv.StartKube(t)
+	kube := kube.Start(t)
 	admin, err := kubernetes.NewForConfig(kube.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/csi"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestManifestPolicy: the hostile manifest attributes that the driver once
@@ -113,7 +114,7 @@ func TestManifestNoHostFileOracle(t *testing.T) {
 func TestManifestAllowed(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
-	src, _ := backend.Parse(data)
+	src, _ := source.Parse(data)
 	b, err := backend.Open(ctx, src, backend.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -63,7 +63,7 @@ type bodyParser struct {
 	pathLen   []uint32 // by directory: the length of its path
 	// prev is the previous entry's name (the previous sibling's when it
 	// is not a directory's first).
-	prev    [backend.MaxNameLen]byte
+	prev    [source.MaxNameLen]byte
 	prevLen int
 }
 
@@ -166,7 +166,7 @@ func (p *bodyParser) name(d int, k uint64) (name []byte, common int, err error) 
 	s := p.s
 	shared := s.uvarint()
 	suffixLen := s.uvarint()
-	if s.err == nil && suffixLen > backend.MaxNameLen {
+	if s.err == nil && suffixLen > source.MaxNameLen {
 		return nil, 0, corrupt("directory %d entry %d: bad name lengths", d, k)
 	}
 	suffix := s.bytes(suffixLen) // valid until the next read of s
@@ -177,7 +177,7 @@ func (p *bodyParser) name(d int, k uint64) (name []byte, common int, err error) 
 	if k == 0 {
 		sibLen = 0 // a directory's first name shares nothing
 	}
-	if shared > uint64(sibLen) || shared+uint64(len(suffix)) > backend.MaxNameLen {
+	if shared > uint64(sibLen) || shared+uint64(len(suffix)) > source.MaxNameLen {
 		return nil, 0, corrupt("directory %d entry %d: bad name lengths", d, k)
 	}
 	// Compare the name with the previous entry's before writing it over
@@ -191,7 +191,7 @@ func (p *bodyParser) name(d int, k uint64) (name []byte, common int, err error) 
 	nameLen := int(shared) + copy(p.prev[shared:], suffix)
 	name = p.prev[:nameLen]
 	p.prevLen = nameLen
-	if !backend.ValidName(string(name)) {
+	if !source.ValidName(string(name)) {
 		return nil, 0, corrupt("directory %d: invalid name %q", d, name)
 	}
 	if k > 0 && !less {

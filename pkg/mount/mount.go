@@ -34,6 +34,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/metrics"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -62,7 +63,7 @@ var (
 
 // Config of one mount. Validated by New.
 type Config struct {
-	Source     string // dataset URL (see backend.Parse); required
+	Source     string // dataset URL (see source.Parse); required
 	Mountpoint string // existing empty directory; required
 	CacheDir   string // cache directory; required
 	CacheSize  int64  // cache capacity in bytes; required, > 0
@@ -105,11 +106,6 @@ type Config struct {
 	// EFBIG; the rest of the mount serves on.
 	MaxDirEntries    int
 	MaxListingMemory int64
-	// WriteBehind, when > 0, bounds the bytes of missed entries held in
-	// memory while their cache files are written in the background, the
-	// readers served from those bytes meanwhile (cache.Options.WriteBehind);
-	// 0 (the default): every missed open waits for its cache file.
-	WriteBehind int64
 	// Peer is the cache scope: node (the default) or the cluster-wide
 	// cache (peer.go, pkg/peer).
 	Peer PeerConfig
@@ -129,7 +125,7 @@ type Config struct {
 // after it returns.
 type Mount struct {
 	cfg Config
-	src backend.Source
+	src source.Source
 	log *slog.Logger
 
 	backend     backend.Backend
@@ -149,7 +145,7 @@ func New(cfg Config) (*Mount, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	src, err := backend.Parse(cfg.Source)
+	src, err := source.Parse(cfg.Source)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +228,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	}
 
 	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy,
-		KeyScheme: m.src.VersionScheme(), WriteBehind: m.cfg.WriteBehind, Logger: m.log})
+		KeyScheme: m.src.VersionScheme(), Logger: m.log})
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) || errors.Is(err, cache.ErrInvalidOptions) {
 			return err

@@ -18,8 +18,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -121,12 +120,12 @@ func (e *invalidError) Unwrap() error { return ErrInvalid }
 // defaultCacheSize; a missing policy is NR. Keys under KubernetesPrefix are
 // ignored; any other unknown key is an error naming it.
 func Parse(in map[string]string, defaultCacheSize int64) (Params, error) {
-	p := Params{Policy: cache.PolicyNR, CacheSize: defaultCacheSize}
+	p := Params{Policy: source.PolicyNR, CacheSize: defaultCacheSize}
 	var unknown []string
 	for k, v := range in {
 		switch k {
 		case Source:
-			src, err := backend.Parse(v)
+			src, err := source.Parse(v)
 			if err != nil {
 				return p, invalid("parameter %q: %v", Source, err)
 			}
@@ -168,8 +167,8 @@ func Parse(in map[string]string, defaultCacheSize int64) (Params, error) {
 				return p, invalid("parameter %q: %q is neither %q nor %q", CacheScope, v, CacheScopeNode, CacheScopeCluster)
 			}
 		case Policy:
-			if !slices.Contains(cache.Policies(), v) {
-				return p, invalid("parameter %q: unknown policy %q (want one of %s)", Policy, v, strings.Join(cache.Policies(), ", "))
+			if !slices.Contains(source.Policies(), v) {
+				return p, invalid("parameter %q: unknown policy %q (want one of %s)", Policy, v, strings.Join(source.Policies(), ", "))
 			}
 			p.Policy = v
 		default:
