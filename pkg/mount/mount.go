@@ -3,13 +3,15 @@
 // by default SOURCE/.epochfs/manifest), mounts the read-only FUSE tree, serves Prometheus metrics, and
 // unmounts cleanly when its context ends or the mount goes away. It also
 // serves a control socket in the cache directory (control.go) through which
-// `cachefs prefetch` runs pkg/prefetch against the mount's own store. It is what
-// `cachefs mount` runs in the foreground and what the CSI node plugin starts,
-// one process per staged volume.
+// `cachefs prefetch` runs pkg/prefetch against the mount's own store and the
+// node plugin reads its metrics and dataset size. It is what `cachefs mount`
+// runs in the foreground and what the CSI node plugin starts, one process
+// per staged volume.
 //
 // ExitCode classifies its errors (and those of the packages it wires) into
-// the exit codes of `cachefs mount` (package exitcode); CommandOptions
-// builds that command line for the programs that start it.
+// the exit codes of `cachefs mount` (package exitcode). What other programs
+// need to start and ask a mount (its flags, command line, credential pipe
+// and control client) is package mountapi, which imports none of this.
 //
 // It wires backend, cache, fusefs and metrics together and knows nothing of
 // CSI.
