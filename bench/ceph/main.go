@@ -33,6 +33,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -164,7 +165,7 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		b, err := backend.Open(ctx, src, backend.Options{})
+		b, err := all.Open(ctx, src, backend.Options{})
 		if err != nil {
 			fatal(err)
 		}

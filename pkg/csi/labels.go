@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/manifest"
@@ -95,7 +96,7 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 			opts.Credentials = c
 		}
 	}
-	b, err := backend.Open(ctx, src, opts)
+	b, err := all.Open(ctx, src, opts)
 	if err != nil {
 		n.cfg.log.Warn("node labels: cannot open the dataset to find its manifest", "key", ds.Key, "err", err)
 		return size // not remembered: retried next time

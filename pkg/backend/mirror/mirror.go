@@ -1,4 +1,4 @@
-package backend
+package mirror
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -107,7 +108,7 @@ type excludeKey struct {
 }
 
 type replica struct {
-	b     Backend
+	b     backend.Backend
 	index int
 	name  string // the replica's source URL (no credentials)
 	kind  source.Kind
@@ -186,75 +187,31 @@ func (r *replica) observe(d time.Duration, ok bool) {
 
 func (r *replica) down(now int64) bool { return r.downUntil.Load() > now }
 
-// ReplicaStat is one mirror replica's counters since the backend was opened
-// (see ReplicaStats).
-type ReplicaStat struct {
-	Index int  // the replica's position in the mirror URL, from 0
-	Up    bool // not marked down after a failure
-
-	Requests      int64 // calls sent to it (stat, list, reads, hedges)
-	Errors        int64 // calls that failed with an I/O error (not canceled losers)
-	Hedges        int64 // hedge reads sent to it because another replica was slow
-	HedgeWins     int64 // hedge reads it answered first
-	Served        int64 // reads whose answer came from it
-	Disagreements int64 // files it disagreed on (size or checksum), never read from it again
-
-	// The read latency histogram: LatencyCounts[i] reads took at most
-	// LatencyBuckets[i] seconds (cumulative), of LatencyCount in all,
-	// LatencySum seconds together. Canceled hedge losers are left out.
-	LatencyBuckets []float64
-	LatencyCounts  []uint64
-	LatencyCount   uint64
-	LatencySum     float64
-}
-
-// ReplicaStatser is the optional ability of a mirror to report per-replica
-// counters. Use the ReplicaStats helper to find it through wrappers.
-type ReplicaStatser interface {
-	ReplicaStats() []ReplicaStat
-}
-
-// ReplicaStats returns the per-replica counters of b, or of the first
-// Backend it wraps that has them (a mirror), or nil.
-func ReplicaStats(b Backend) []ReplicaStat {
-	if rs, ok := as[ReplicaStatser](b); ok {
-		return rs.ReplicaStats()
-	}
-	return nil
-}
-
-// ChecksumSetter is the optional ability of a backend to check whole-file
-// reads against known checksums (a mirror: a manifest's sha256s).
-type ChecksumSetter interface {
-	// SetChecksums gives the backend a function returning a file's
-	// sha256, or nil when unknown. Safe to call once before serving.
-	SetChecksums(sum func(path string) []byte)
-}
-
-// SetChecksums hands sum to b or to the first Backend it wraps that can
-// use it, and reports whether one could.
-func SetChecksums(b Backend, sum func(path string) []byte) bool {
-	if cs, ok := as[ChecksumSetter](b); ok {
-		cs.SetChecksums(sum)
-		return true
-	}
-	return false
-}
-
 var (
-	_ Backend      = (*mirrorBackend)(nil)
-	_ RetryCounter = (*mirrorBackend)(nil)
-	_ SkipCounter  = (*mirrorBackend)(nil)
+	_ backend.Backend      = (*mirrorBackend)(nil)
+	_ backend.RetryCounter = (*mirrorBackend)(nil)
+	_ backend.SkipCounter  = (*mirrorBackend)(nil)
 
-	_ ReplicaStatser = (*mirrorBackend)(nil)
-	_ ChecksumSetter = (*mirrorBackend)(nil)
+	_ backend.ReplicaStatser = (*mirrorBackend)(nil)
+	_ backend.ChecksumSetter = (*mirrorBackend)(nil)
 )
 
-// openMirror opens every replica. A replica that cannot be reached is
-// logged and left out, as long as at least one opens: a mirror exists to
-// survive the loss of a place. A replica of a kind this build cannot open
-// (ErrUnsupported) fails the whole open: that is a configuration error.
-func openMirror(ctx context.Context, src source.Source, opts Options) (Backend, error) {
+// OpenFunc opens one replica of a mirror (package all passes its Open: this
+// package cannot import the other backends' wiring without a cycle).
+type OpenFunc func(ctx context.Context, src source.Source, opts backend.Options) (backend.Backend, error)
+
+// Open opens every replica of src with open. A replica that cannot be
+// reached is logged and left out, as long as at least one opens: a mirror
+// exists to survive the loss of a place. A replica of a kind this build
+// cannot open (ErrUnsupported) fails the whole open: that is a
+// configuration error. The Backend serves every call from the fastest
+// healthy replica and fails over on I/O errors; a replica that disagrees on
+// a file's size is never used for that file.
+func Open(ctx context.Context, src source.Source, opts backend.Options, open OpenFunc) (backend.Backend, error) {
+	opts, err := opts.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
 	if len(src.Replicas) < 2 {
 		return nil, fmt.Errorf("backend: open %s: %w: a mirror needs at least 2 replicas", src, source.ErrInvalidURL)
 	}
@@ -264,9 +221,9 @@ func openMirror(ctx context.Context, src source.Source, opts Options) (Backend, 
 		if rs.Kind == source.KindMirror {
 			return nil, fmt.Errorf("backend: open %s: %w: a mirror cannot contain another mirror", src, source.ErrInvalidURL)
 		}
-		b, err := Open(ctx, rs, opts)
+		b, err := open(ctx, rs, opts)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ErrUnsupported) || errors.Is(err, source.ErrInvalidURL) {
+			if ctx.Err() != nil || errors.Is(err, backend.ErrUnsupported) || errors.Is(err, source.ErrInvalidURL) {
 				// A canceled open or a configuration error: fail loudly.
 				m.Close()
 				return nil, fmt.Errorf("backend: open %s: replica %d: %w", src, i, err)
@@ -298,7 +255,7 @@ func (m *mirrorBackend) Close() error {
 func (m *mirrorBackend) Retries() int64 {
 	var n int64
 	for _, r := range m.replicas {
-		n += Retries(r.b)
+		n += backend.Retries(r.b)
 	}
 	return n
 }
@@ -307,7 +264,7 @@ func (m *mirrorBackend) Retries() int64 {
 func (m *mirrorBackend) Skipped() int64 {
 	var n int64
 	for _, r := range m.replicas {
-		n += Skipped(r.b)
+		n += backend.Skipped(r.b)
 	}
 	return n
 }
@@ -427,9 +384,9 @@ func (r *replica) failed() {
 // holds the same directory, and listing it again would double what the
 // caller's caps allow.
 func authoritative(err error) bool {
-	return err == io.EOF || errors.Is(err, ErrNotExist) || errors.Is(err, ErrNotDir) ||
-		errors.Is(err, ErrIsDir) || errors.Is(err, ErrInvalidPath) || errors.Is(err, ErrChanged) ||
-		errors.Is(err, ErrListTooLarge)
+	return err == io.EOF || errors.Is(err, backend.ErrNotExist) || errors.Is(err, backend.ErrNotDir) ||
+		errors.Is(err, backend.ErrIsDir) || errors.Is(err, backend.ErrInvalidPath) || errors.Is(err, backend.ErrChanged) ||
+		errors.Is(err, backend.ErrListTooLarge)
 }
 
 // try runs fn on the replicas in order until one gives an authoritative
@@ -461,15 +418,15 @@ func (m *mirrorBackend) try(ctx context.Context, op, p string, fn func(r *replic
 	return fmt.Errorf("mirror: %s %q: every replica failed: %w", op, p, errors.Join(errs...))
 }
 
-func mirrorVersion(r *replica, e Entry) string {
+func mirrorVersion(r *replica, e backend.Entry) string {
 	if e.IsDir {
 		return ""
 	}
 	return strconv.Itoa(r.index) + ":" + strconv.FormatInt(e.Size, 10) + ":" + e.Version
 }
 
-func (m *mirrorBackend) Stat(ctx context.Context, p string) (Entry, error) {
-	var e Entry
+func (m *mirrorBackend) Stat(ctx context.Context, p string) (backend.Entry, error) {
+	var e backend.Entry
 	err := m.try(ctx, "stat", p, func(r *replica) error {
 		var err error
 		e, err = r.b.Stat(ctx, p)
@@ -481,8 +438,8 @@ func (m *mirrorBackend) Stat(ctx context.Context, p string) (Entry, error) {
 	return e, err
 }
 
-func (m *mirrorBackend) List(ctx context.Context, p string) ([]Entry, error) {
-	var es []Entry
+func (m *mirrorBackend) List(ctx context.Context, p string) ([]backend.Entry, error) {
+	var es []backend.Entry
 	err := m.try(ctx, "list", p, func(r *replica) error {
 		var err error
 		es, err = r.b.List(ctx, p)
@@ -550,7 +507,7 @@ func (m *mirrorBackend) ReadAt(ctx context.Context, p, version string, buf []byt
 	if version != "" {
 		var ok bool
 		if rv.origin, rv.size, rv.native, ok = parseMirrorVersion(version); !ok {
-			return 0, fmt.Errorf("mirror: read %q: %w (version %q is not a mirror version)", p, ErrChanged, version)
+			return 0, fmt.Errorf("mirror: read %q: %w (version %q is not a mirror version)", p, backend.ErrChanged, version)
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -726,9 +683,9 @@ func (m *mirrorBackend) readOne(ctx context.Context, r *replica, p string, rv re
 		// differs (or the file changed), and the Stat below decides.
 		n, err := r.b.ReadAt(ctx, p, rv.native, b, off)
 		switch {
-		case errors.Is(err, ErrChanged):
+		case errors.Is(err, backend.ErrChanged):
 			r.versionsDiffer.Add(1)
-		case errors.Is(err, ErrNotExist):
+		case errors.Is(err, backend.ErrNotExist):
 			return 0, fmt.Errorf("%w: %q is missing", errDisagree, p)
 		default:
 			if err == nil || err == io.EOF {
@@ -742,7 +699,7 @@ func (m *mirrorBackend) readOne(ctx context.Context, r *replica, p string, rv re
 		// current version so that the read is consistent.
 		e, err := r.b.Stat(ctx, p)
 		if err != nil {
-			if errors.Is(err, ErrNotExist) {
+			if errors.Is(err, backend.ErrNotExist) {
 				return 0, fmt.Errorf("%w: %q is missing", errDisagree, p)
 			}
 			return 0, err
@@ -805,11 +762,11 @@ func (m *mirrorBackend) SetChecksums(sum func(path string) []byte) {
 }
 
 // ReplicaStats implements ReplicaStatser, in the order of the mirror URL.
-func (m *mirrorBackend) ReplicaStats() []ReplicaStat {
+func (m *mirrorBackend) ReplicaStats() []backend.ReplicaStat {
 	now := time.Now().UnixNano()
-	out := make([]ReplicaStat, 0, len(m.replicas))
+	out := make([]backend.ReplicaStat, 0, len(m.replicas))
 	for _, r := range m.replicas {
-		s := ReplicaStat{
+		s := backend.ReplicaStat{
 			Index: r.index, Up: !r.down(now),
 			Requests: r.requests.Load(), Errors: r.errCount.Load(), Hedges: r.hedges.Load(),
 			HedgeWins: r.hedgeWins.Load(), Served: r.served.Load(), Disagreements: r.disagreements.Load(),
