@@ -1,4 +1,4 @@
-// Command nfs measures a cold epoch over NFS (issue 14): files/s through a
+// Command nfs measures a cold epoch over NFS: files/s through a
 // `cachefs mount` of an nfs:// source with an empty cache vs the same NFS
 // server read directly through the nfs backend (the pure-Go client the mount
 // uses, no cache, no FUSE) with the same number of parallel readers. The
@@ -51,7 +51,7 @@ func main() {
 	dirFlag := flag.String("dir", "", "work directory (default: a temporary one under /var/tmp, removed afterwards)")
 	mflags := flag.String("mount-flags", "", "extra flags for `cachefs mount` (space-separated), e.g. \"--readahead-files 8\"")
 	posix := flag.Bool("posix", true, "also read a cold epoch through a mount of the local directory (posix), for scale")
-	bflags := flag.String("mount-flags-b", "", "also read a cold epoch through a second mount of nfs:// with these extra flags instead of -mount-flags, interleaved with the others (e.g. \"--write-behind 0\", to compare a change in the same run)")
+	bflags := flag.String("mount-flags-b", "", "also read a cold epoch through a second mount of nfs:// with these extra flags instead of -mount-flags, interleaved with the others (e.g. \"--readahead-files 0\", to compare a change in the same run)")
 	flag.Parse()
 	withPosix = *posix
 	mountFlags = strings.Fields(*mflags)

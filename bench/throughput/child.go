@@ -41,18 +41,11 @@ func childMain(args []string) {
 	fl.StringVar(&cfg.Manifest, "manifest", mount.ManifestNone, "")
 	fl.BoolVar(&cfg.Debug, "fuse-debug", false, "")
 	readaheadFiles := fl.String("readahead-files", mount.ReadaheadFilesAuto, "") // cachefs mount's default
-	writeBehind := fl.String("write-behind", "", "")                             // "": cachefs mount's default (off)
 	_ = fl.Parse(args)
 	var err error
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(*readaheadFiles); err != nil {
 		fmt.Fprintln(os.Stderr, "mount child:", err)
 		os.Exit(2)
-	}
-	if *writeBehind != "" {
-		if cfg.WriteBehind, err = mount.ParseWriteBehind(*writeBehind); err != nil {
-			fmt.Fprintln(os.Stderr, "mount child:", err)
-			os.Exit(2)
-		}
 	}
 	if fl.NArg() != 2 {
 		fmt.Fprintln(os.Stderr, "mount child: want SOURCE MOUNTPOINT")

@@ -185,7 +185,7 @@ func numCPU() int {
 
 // cpuTable renders the medians over rounds of every reader's CPU use.
 func (rep *Report) cpuTable(b *strings.Builder) {
-	order := []string{native, epochfs, epochfsMan, rcloneR, mountCol, mountWB, mountNone, mountOff, mountRA, mountMan, getLoop, prefetch, prefetchMan}
+	order := []string{native, epochfs, epochfsMan, rcloneR, mountCol, mountNone, mountOff, mountRA, mountMan, getLoop, prefetch, prefetchMan}
 	parts := []string{"mount", "rclone", "prefetch", "minio"}
 	b.WriteString("\n### Where the CPU went: CPU seconds (and disk reads) per 1000 files, medians over the rounds\n\n")
 	b.WriteString("\"readers\" is the benchmark process (the 8 readers with their sha256, or the GET loop); \"other\" is the " +

@@ -59,7 +59,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 	}
 	fmt.Fprintf(logw, "P3 uploaded %d objects in %.1fs\n", len(ds.paths), time.Since(start).Seconds())
 	capacity := capacityFor(ds.bytes)
-	minioPid := srv.Cmd.Process.Pid
+	minioPid := srv.Pid()
 	if cfg.S3Latency > 0 {
 		lp, err := benchproc.StartLatencyProxy(srv.Host, cfg.S3Latency)
 		if err != nil {
@@ -71,7 +71,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		srv = &far
 		rep.S3Latency = cfg.S3Latency
 	}
-	client, err := benchproc.NewClient(srv.Host, srv.Access, srv.Secret, cfg.Workers)
+	client, err := benchproc.NewClient(srv.Host, srv.AccessKey, srv.SecretKey, cfg.Workers)
 	if err != nil {
 		return err
 	}
@@ -127,11 +127,6 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		}
 		// A: the default flags (--readahead-files auto).
 		if err := cold(mountCol, "cold", readAhead(mountCol)); err != nil {
-			return err
-		}
-		// A1: with write-behind (--write-behind 128MiB): a miss's open
-		// returns the bytes from memory while its cache file is written.
-		if err := cold(mountWB, "wb", nil, "-write-behind", "128MiB"); err != nil {
 			return err
 		}
 		// A2 (-p3-floor): the same mount admitting nothing (a one-byte

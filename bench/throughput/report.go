@@ -27,9 +27,9 @@ func (rep *Report) Markdown(header string) string {
 		} else {
 			b.WriteString("\n### P3: cold epoch from MinIO on 127.0.0.1, files/s\n\n")
 		}
-		cols := present(rep.P3, mountCol, mountWB, mountNone, mountOff, mountRA, mountMan, getLoop, prefetch, prefetchMan)
-		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {mountWB, getLoop}, {mountNone, getLoop}, {mountOff, getLoop}, {mountRA, getLoop}, {mountMan, getLoop},
-			{prefetch, getLoop}, {prefetchMan, getLoop}, {mountCol, mountOff}, {mountWB, mountCol}})
+		cols := present(rep.P3, mountCol, mountNone, mountOff, mountRA, mountMan, getLoop, prefetch, prefetchMan)
+		table(&b, rep.P3, cols, [][2]string{{mountCol, getLoop}, {mountNone, getLoop}, {mountOff, getLoop}, {mountRA, getLoop}, {mountMan, getLoop},
+			{prefetch, getLoop}, {prefetchMan, getLoop}, {mountCol, mountOff}})
 		b.WriteString("\n\"mount cold\" has the default flags (`--readahead-files auto`); \"readahead off\" is `--readahead-files 0` " +
 			"(the default before auto); \"readahead\" pins the window (`--readahead-files N`).\n")
 		if len(rep.ReadAhead) > 0 {

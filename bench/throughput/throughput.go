@@ -119,7 +119,6 @@ const (
 	mountCol   = "mount cold"
 	mountRA    = "mount cold, readahead"
 	mountOff   = "mount cold, readahead off"
-	mountWB    = "mount cold, write-behind"
 	mountNone  = "mount cold, nothing cached"
 	mountMan   = "mount cold, manifest"
 	getLoop    = "GET loop"

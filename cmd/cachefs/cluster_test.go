@@ -1,6 +1,6 @@
 package main_test
 
-// The cluster-wide cache (issue 15) with real processes: three `cachefs
+// The cluster-wide cache with real processes: three `cachefs
 // mount --cache-scope cluster` processes on this machine (separate cache
 // directories, loopback peer ports), each with C = D/3, over MinIO behind a
 // counting proxy, every mount a real FUSE mount read by real epochs.
@@ -29,6 +29,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cache"
@@ -206,7 +207,7 @@ type clusterEnv struct {
 
 func newClusterEnv(t *testing.T, spec datagen.Spec) *clusterEnv {
 	testenv.RequireFUSE(t)
-	m := testenv.StartMinIO(t)
+	m := s3.StartMinIO(t)
 	m.MakeBucket(t, "datasets")
 	ce := &clusterEnv{files: spec.Plan()}
 	m.PutFiles(t, "datasets", "train/", ce.files)

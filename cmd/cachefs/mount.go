@@ -25,7 +25,6 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		wholeFileMax   string
 		blockSize      string
 		readaheadFiles string
-		writeBehind    string
 		cpuProfile     string
 		manifestMax    string
 		credsFD        int
@@ -128,7 +127,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 				}
 				cfg.Peer.Membership = fm
 			}
-			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize, readaheadFiles, writeBehind, cpuProfile))
+			return g.mountFailed(runMount(cmd.Context(), g, cfg, args, cacheSize, wholeFileMax, blockSize, readaheadFiles, cpuProfile))
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return g.mountFailed(usageError(err)) })
@@ -144,7 +143,6 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f.StringVar(&blockSize, mount.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
 	f.IntVar(&cfg.Readahead, mount.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
 	f.StringVar(&readaheadFiles, mount.FlagReadaheadFiles, mount.ReadaheadFilesAuto, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background: 'auto' follows the backend's measured latency (on for a far store, off for a local one), a number pins it (0: off); raises a cold epoch's backend concurrency above the loader's workers")
-	f.StringVar(&writeBehind, mount.FlagWriteBehind, "0", "serve a missed file from memory while its cache file is written in the background, holding at most this many bytes so, e.g. 128MiB (past it, the open waits for the write); shortens a miss's open by the cache write, but the reader's bytes then cross /dev/fuse instead of passthrough (more CPU: slower on a CPU-bound node, bench/RESULTS.md); 0: off, every missed open waits for its cache file")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (runtime/pprof) of the whole mount to this file, for benchmarks")
 	_ = f.MarkHidden("cpu-profile")
 	f.IntVar(&cfg.ListingCacheEntries, mount.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
@@ -183,7 +181,7 @@ and error (one JSON object with --log-format json), and it exits with:`)
 	return b.String()
 }()
 
-func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize, readaheadFiles, writeBehind, cpuProfile string) error {
+func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize, readaheadFiles, cpuProfile string) error {
 	log, err := g.logger()
 	if err != nil {
 		return usageError(err)
@@ -199,9 +197,6 @@ func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []stri
 		return usageError(fmt.Errorf("--%s: %w", mount.FlagBlockSize, err))
 	}
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(readaheadFiles); err != nil {
-		return usageError(err)
-	}
-	if cfg.WriteBehind, err = mount.ParseWriteBehind(writeBehind); err != nil {
 		return usageError(err)
 	}
 	m, err := mount.New(cfg)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/fakes3"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/nfs"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -193,7 +193,7 @@ func TestNFSListCaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := backendtest.OpenOptions(t, testenv.StartGoNFS(t, dir, 4096).URL, backend.Options{})
+	b := backendtest.OpenOptions(t, nfs.StartGoNFS(t, dir, 4096).URL, backend.Options{})
 	mem := &recordingMemory{ListMemory: backend.NewListMemory(1 << 30)}
 	_, err := b.List(limited(backend.ListLimits{MaxEntries: 1000, Memory: mem}), "big")
 	wantCap(t, err, "big", backend.CapDirEntries)

@@ -55,11 +55,12 @@
 // asked for again, and under NR would hold their room forever. Builds from
 // before the field record none (""); an Open without a scheme drops nothing.
 //
-// Files: store.go is the Store (index, policy calls, Get and Fill);
-// disk.go every read and write of the directory's files (entries, records,
-// temporary files, the rescan, the lock and metadata); writebehind.go the
-// optional background writes of admitted misses (Options.WriteBehind);
-// info.go ReadInfo.
+// Files: store.go is the Store (its index, Open, Stats, Close); get.go the
+// lookups (Get, GetNoAdmit, Fill); flight.go the one shared fill of a
+// missed entry; admit.go admission, eviction and the end of an entry's
+// write; disk.go every read and write of the directory's files (entries,
+// records, temporary files, the rescan, the lock and metadata); info.go
+// ReadInfo.
 //
 // This package must not know about FUSE, CSI, Kubernetes or any storage
 // backend: bytes come in only through the Loader, and leave as an *os.File

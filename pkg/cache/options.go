@@ -40,13 +40,6 @@ type Options struct {
 	// would hold their room forever. An empty KeyScheme names none: Open
 	// drops nothing and keeps the recorded scheme (tools that only look).
 	KeyScheme string
-	// WriteBehind is the most bytes of admitted entries whose files a
-	// Get's misses may leave to be written in the background, returning
-	// the bytes from memory meanwhile (Result.Data with WriteBehind set;
-	// see writebehind.go). A miss past the budget writes its entry before
-	// Get returns. 0 (the default): every admitted miss is written before
-	// Get returns and is served as Result.File. Fills always write first.
-	WriteBehind int64
 	// Logger receives warnings (write failures, corrupt entries) and an
 	// Info line at Open. Default: discard.
 	Logger *slog.Logger
@@ -66,9 +59,6 @@ func (o Options) validate() (Options, error) {
 	}
 	if o.Capacity <= 0 {
 		return o, fmt.Errorf("%w: Capacity must be > 0, got %d", ErrInvalidOptions, o.Capacity)
-	}
-	if o.WriteBehind < 0 {
-		return o, fmt.Errorf("%w: WriteBehind must be >= 0, got %d", ErrInvalidOptions, o.WriteBehind)
 	}
 	if o.Policy == "" {
 		o.Policy = PolicyNR

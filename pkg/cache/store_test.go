@@ -758,37 +758,51 @@ func TestLoadError(t *testing.T) {
 }
 
 // TestWaiterOutlivesLeader: when the caller whose load is shared goes away,
-// the callers coalesced with it still get their bytes.
+// the callers coalesced with it try again and get their bytes, for Get as
+// for GetNoAdmit.
 func TestWaiterOutlivesLeader(t *testing.T) {
-	s := testStore(t, Options{Capacity: 1 << 20})
-	k := key("f")
-	leaderCtx, cancelLeader := context.WithCancel(context.Background())
-	started := make(chan struct{})
-	leaderErr := make(chan error, 1)
-	go func() {
-		_, err := s.Get(leaderCtx, k, 100, func(ctx context.Context, p []byte) error {
-			close(started)
-			<-ctx.Done()
-			return ctx.Err()
+	for _, tc := range []struct {
+		name string
+		get  func(*Store, context.Context, Key, int64, Loader) (Result, error)
+	}{
+		{"Get", (*Store).Get},
+		{"GetNoAdmit", (*Store).GetNoAdmit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testStore(t, Options{Capacity: 1 << 20})
+			k := key("f")
+			leaderCtx, cancelLeader := context.WithCancel(context.Background())
+			started := make(chan struct{})
+			leaderErr := make(chan error, 1)
+			go func() {
+				_, err := tc.get(s, leaderCtx, k, 100, func(ctx context.Context, p []byte) error {
+					close(started)
+					<-ctx.Done()
+					return ctx.Err()
+				})
+				leaderErr <- err
+			}()
+			<-started
+			waiter := make(chan Result, 1)
+			var ld countingLoader
+			go func() {
+				r, err := tc.get(s, context.Background(), k, 100, ld.load(k))
+				if err != nil {
+					t.Errorf("waiter: %v", err)
+				}
+				waiter <- r
+			}()
+			time.Sleep(50 * time.Millisecond) // let the waiter join the flight
+			cancelLeader()
+			if err := <-leaderErr; !errors.Is(err, context.Canceled) {
+				t.Fatalf("leader: %v, want context.Canceled", err)
+			}
+			checkBytes(t, k, readResult(t, <-waiter), 100)
+			if n := ld.calls.Load(); n != 1 {
+				t.Errorf("the waiter loaded %d times, want 1 (its own retry)", n)
+			}
 		})
-		leaderErr <- err
-	}()
-	<-started
-	waiter := make(chan Result, 1)
-	var ld countingLoader
-	go func() {
-		r, err := s.Get(context.Background(), k, 100, ld.load(k))
-		if err != nil {
-			t.Errorf("waiter: %v", err)
-		}
-		waiter <- r
-	}()
-	time.Sleep(50 * time.Millisecond) // let the waiter join the flight
-	cancelLeader()
-	if err := <-leaderErr; !errors.Is(err, context.Canceled) {
-		t.Fatalf("leader: %v, want context.Canceled", err)
 	}
-	checkBytes(t, k, readResult(t, <-waiter), 100)
 }
 
 // TestWriteFailure: when the cache disk fails the reader still gets its

@@ -6,7 +6,7 @@
 // percent ("0".."100"). The job controller reads the live ones
 // (Locations) to prefer nodes that already hold a job's datasets.
 //
-// Why Leases, not Node labels (issue 22 item 5): writing labels needs
+// Why Leases, not Node labels: writing labels needs
 // `nodes patch`, with which any compromised node plugin could relabel,
 // annotate or taint every Node; a Lease in the driver's namespace needs a
 // Role there only, and one nobody renews (a dead node) expires by itself.

@@ -32,7 +32,7 @@ import (
 // annotations `cache.epochfs.io/<dataset-id>` = the cached percent of the
 // dataset, rewritten and renewed at every sync (the health loop). It
 // expires by itself when the node plugin stops renewing it; no Node object
-// is written (issue 22 item 5). The percent needs the dataset's size, which
+// is written. The percent needs the dataset's size, which
 // comes from its manifest; a dataset without one is not recorded.
 // Datasets no longer mounted here drop out at the next sync.
 //

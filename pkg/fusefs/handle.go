@@ -62,7 +62,7 @@ func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", n.path, err)
 	}
-	if auto != nil && !res.Hit && (res.File != nil || res.WriteBehind) {
+	if auto != nil && !res.Hit && res.File != nil {
 		if d := time.Duration(fetch.Load()); d > 0 {
 			// This miss's own fetch, admitted: the rest is the local cost.
 			auto.localCost(time.Since(start) - d)
@@ -77,7 +77,7 @@ func (n file) openWhole() (fs.FileHandle, uint32, syscall.Errno) {
 	if res.File != nil {
 		return &cachedFile{f: res.File, size: n.size}, flags, 0
 	}
-	return &memFile{data: res.Data, res: res}, flags, 0
+	return &memFile{data: res.Data}, flags, 0
 }
 
 // cachedFile serves a cache entry. The kernel reads it directly when
@@ -106,49 +106,19 @@ func (h *cachedFile) Release(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-// memFile serves bytes from memory: read through without being cached, or
-// those of a cache entry still being written in the background (the file
-// is then passthrough-capable from the next open on).
+// memFile serves bytes read through without being cached.
 type memFile struct {
-	data []byte       // immutable, shared with coalesced readers
-	res  cache.Result // released by Release (returns a write-behind buffer)
+	data []byte // immutable, shared with coalesced readers
 }
 
-var (
-	_ = (fs.FileReader)((*memFile)(nil))
-	_ = (fs.FileReleaser)((*memFile)(nil))
-)
-
-func (h *memFile) Release(ctx context.Context) syscall.Errno {
-	h.res.Release()
-	return 0
-}
+var _ = (fs.FileReader)((*memFile)(nil))
 
 func (h *memFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	b := sliceAt(h.data, off, len(dest))
 	counters.memReads.Add(1)
 	counters.readBytes.Add(uint64(len(b)))
-	if h.res.WriteBehind {
-		// The reply is written after Read returns, and the kernel may
-		// release the handle meanwhile: hold the buffer until it is sent.
-		if held, ok := h.res.Hold(); ok {
-			return &heldReply{data: b, res: held}, 0
-		}
-		return nil, syscall.EBADF // released: the kernel reads no more of it
-	}
 	return fuse.ReadResultData(b), 0
 }
-
-// heldReply is a READ reply of bytes of a cache entry being written behind,
-// holding them (cache.Result.Hold) until go-fuse has sent it.
-type heldReply struct {
-	data []byte
-	res  cache.Result
-}
-
-func (r *heldReply) Bytes([]byte) ([]byte, fuse.Status) { return r.data, fuse.OK }
-func (r *heldReply) Size() int                          { return len(r.data) }
-func (r *heldReply) Done()                              { r.res.Release() }
 
 func sliceAt(b []byte, off int64, n int) []byte {
 	if off >= int64(len(b)) {
@@ -184,7 +154,6 @@ func (b *block) release() {
 	if b.res.File != nil {
 		b.res.File.Close()
 	}
-	b.res.Release()
 }
 
 var (

@@ -3,11 +3,9 @@ package mount
 import (
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
-	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // Command is the cachefs subcommand that runs a mount in the foreground:
@@ -35,12 +33,11 @@ const (
 	FlagMaxDirEntries    = backend.CapDirEntries
 	FlagMaxListingMemory = backend.CapListingMemory
 	FlagReadTimeout      = "read-timeout"
-	FlagWriteBehind      = "write-behind"
 	FlagFuseDebug        = "fuse-debug"
 	// FlagCredentialsFD names an inherited file descriptor (a pipe) to read
 	// S3 credentials from (ReadCredentials) instead of the environment.
 	FlagCredentialsFD = "credentials-fd"
-	// Cluster scope (issue 15, pkg/peer).
+	// Cluster scope (pkg/peer).
 	FlagCacheScope    = "cache-scope"
 	FlagPeers         = "peers"
 	FlagPeersFile     = "peers-file"
@@ -53,7 +50,7 @@ const (
 	FlagLogFormat = "log-format"
 )
 
-// Egress flags (issue 22, package egress): the CSI driver's mounts are
+// Egress flags (package egress): the CSI driver's mounts are
 // restricted; a mount run by hand is not, unless asked.
 const (
 	// FlagRestrictEgress makes every connection of the source's backend
@@ -71,19 +68,6 @@ const (
 // latency (fusefs.ReadaheadFilesAuto); a number pins the window, 0 turns it
 // off.
 const ReadaheadFilesAuto = "auto"
-
-// ParseWriteBehind parses a --write-behind value: a size (units.ParseSize),
-// or 0 for off.
-func ParseWriteBehind(v string) (int64, error) {
-	if strings.TrimSpace(v) == "0" {
-		return 0, nil
-	}
-	n, err := units.ParseSize(v)
-	if err != nil {
-		return 0, fmt.Errorf("--%s: %w (0 turns it off)", FlagWriteBehind, err)
-	}
-	return n, nil
-}
 
 // ParseReadaheadFiles parses a --readahead-files value: ReadaheadFilesAuto
 // (fusefs.ReadaheadFilesAuto) or a number of files, 0 or more.

@@ -107,13 +107,8 @@ type Config struct {
 	// EFBIG; the rest of the mount serves on.
 	MaxDirEntries    int
 	MaxListingMemory int64
-	// WriteBehind, when > 0, bounds the bytes of missed entries held in
-	// memory while their cache files are written in the background, the
-	// readers served from those bytes meanwhile (cache.Options.WriteBehind);
-	// 0 (the default): every missed open waits for its cache file.
-	WriteBehind int64
 	// Peer is the cache scope: node (the default) or the cluster-wide
-	// cache of issue 15 (peer.go, pkg/peer).
+	// cache (peer.go, pkg/peer).
 	Peer PeerConfig
 	// Backend options (credentials, retries); zero takes the defaults.
 	Backend backend.Options
@@ -234,7 +229,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	}
 
 	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy,
-		KeyScheme: m.src.VersionScheme(), WriteBehind: m.cfg.WriteBehind, Logger: m.log})
+		KeyScheme: m.src.VersionScheme(), Logger: m.log})
 	if err != nil {
 		if errors.Is(err, cache.ErrLocked) || errors.Is(err, cache.ErrInvalidOptions) {
 			return err

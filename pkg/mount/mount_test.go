@@ -12,6 +12,8 @@ import (
 
 	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount"
@@ -86,16 +88,16 @@ func TestStartFailsCleanlyOnMissingSource(t *testing.T) {
 // unicode, with credentials from the environment only.
 func TestS3NamesThroughMount(t *testing.T) {
 	testenv.RequireFUSE(t)
-	testS3NamesThroughMount(t, &testenv.StartMinIO(t).S3, "names")
+	testS3NamesThroughMount(t, &s3.StartMinIO(t).Server, "names")
 }
 
 // TestRGWNamesThroughMount is TestS3NamesThroughMount against Ceph RGW.
 func TestRGWNamesThroughMount(t *testing.T) {
 	testenv.RequireFUSE(t)
-	testS3NamesThroughMount(t, testenv.RequireRGW(t), fmt.Sprintf("names-%d", os.Getpid()))
+	testS3NamesThroughMount(t, ceph.RequireRGW(t), fmt.Sprintf("names-%d", os.Getpid()))
 }
 
-func testS3NamesThroughMount(t *testing.T, mi *testenv.S3, bucket string) {
+func testS3NamesThroughMount(t *testing.T, mi *s3.Server, bucket string) {
 	mi.MakeBucket(t, bucket)
 	objects := map[string]string{
 		"ds/with space.jpg":       "a",

@@ -418,6 +418,3 @@ func within(p, dir string) bool {
 	}
 	return p == dir || strings.HasPrefix(p, dir+"/")
 }
-
-// Roots reports the resolved allowed local roots (for logs and docs).
-func (c *Checker) Roots() []string { return append([]string(nil), c.roots...) }

@@ -16,7 +16,7 @@ import (
 // secrets: any s3 place has them, nothing else does.
 func s3Only(p source.Source) bool { return p.Kind == source.KindS3 }
 
-// hostileManifests are the manifest attributes of issue 22 that were
+// hostileManifests are the manifest attributes that were once
 // accepted with strict rules and the pod's own keys, and the rule each
 // refusal names under the strict policy of TestManifestHostile.
 var hostileManifests = []struct{ name, manifest, rule string }{
@@ -24,14 +24,14 @@ var hostileManifests = []struct{ name, manifest, rule string }{
 	{"dev zero", "/dev/zero", "overlaps /dev"},
 	{"internal filer", "nfs://internal-filer/x", "matches none of the node's network rules"},
 	{"other team bucket", "s3://other-team-bucket/m", "matches none of the node's network rules"},
-	// Issue 22 wrote s3://b/…: "b" is no valid bucket name, which is
+	// Not s3://b/…: "b" is no valid bucket name, which is
 	// InvalidManifest before any policy (TestManifestMalformed).
 	{"metadata endpoint", "s3://bkt/m?endpoint=http://169.254.169.254", "matches none of the node's network rules"},
 	{"ceph admin", "cephfs://admin@mon/x", "has no credentials of its own"},
 }
 
 // TestManifestHostile: with strict rules and the volume's own S3 keys,
-// every hostile manifest of issue 22 is refused, naming the rule, for an
+// every hostile manifest is refused, naming the rule, for an
 // admin's volume and a tenant's alike; a manifest within the source passes
 // and is handed on in canonical form.
 func TestManifestHostile(t *testing.T) {

@@ -3,7 +3,7 @@
 package cephfs_test
 
 // The cephfs backend against a real single-node Ceph 16 cluster
-// (testenv.StartCeph, scripts/ceph-server.sh), through go-ceph: run with
+// (ceph.Start, scripts/ceph-server.sh), through go-ceph: run with
 // `go test -tags ceph,pacific ./pkg/backend/cephfs` (make test does).
 
 import (
@@ -27,6 +27,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	cephfsbackend "github.com/epochfs/epochfs/pkg/backend/cephfs"
@@ -42,7 +43,7 @@ func cephDir(prefix string) string {
 
 // adminMount mounts the whole CephFS as client.admin with go-ceph, for test
 // setup the backend (read-only) cannot do.
-func adminMount(t testing.TB, c *testenv.Ceph) *cephfs.MountInfo {
+func adminMount(t testing.TB, c *ceph.Cluster) *cephfs.MountInfo {
 	t.Helper()
 	m, err := cephfs.CreateMount()
 	if err != nil {
@@ -96,7 +97,7 @@ func isExist(err error) bool {
 	return errors.As(err, &ec) && (ec.ErrorCode() == -int(syscall.EEXIST) || ec.ErrorCode() == int(syscall.EEXIST))
 }
 
-func openCeph(t testing.TB, c *testenv.Ceph, dir string, opts backend.Options) backend.Backend {
+func openCeph(t testing.TB, c *ceph.Cluster, dir string, opts backend.Options) backend.Backend {
 	t.Helper()
 	src, err := source.Parse(c.URL(dir))
 	if err != nil {
@@ -110,7 +111,7 @@ func openCeph(t testing.TB, c *testenv.Ceph, dir string, opts backend.Options) b
 }
 
 func TestCephFSConformance(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	m := adminMount(t, c)
 	dirs := sync.Map{} // backend.Backend → CephFS dir
@@ -137,9 +138,9 @@ func TestCephFSConformance(t *testing.T) {
 }
 
 // TestCephFSPopulatedByPython: a dataset written through python3-cephfs
-// (testenv.Ceph.CopyIn, what the mount tests use) reads back the same.
+// (ceph.Cluster.CopyIn, what the mount tests use) reads back the same.
 func TestCephFSPopulatedByPython(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	dir := cephDir("python")
 	files := backendtest.Dataset()
@@ -159,7 +160,7 @@ func TestCephFSPopulatedByPython(t *testing.T) {
 // followed, names that could escape are skipped and counted, and nothing
 // above the dataset directory is reachable.
 func TestCephFSConfinement(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	m := adminMount(t, c)
 	dir := cephDir("confine")
@@ -199,7 +200,7 @@ func TestCephFSConfinement(t *testing.T) {
 }
 
 // adminKey returns client.admin's key from the cluster (ceph auth get-key).
-func cephKey(t *testing.T, c *testenv.Ceph, client string) string {
+func cephKey(t *testing.T, c *ceph.Cluster, client string) string {
 	t.Helper()
 	cmd := exec.Command("ceph", "auth", "get-key", "client."+client)
 	cmd.Env = append(os.Environ(), "CEPH_CONF="+c.Conf)
@@ -215,7 +216,7 @@ func cephKey(t *testing.T, c *testenv.Ceph, client string) string {
 // ErrPermission and no message carries a key; the ID carries neither the
 // user nor a key.
 func TestCephFSCredentials(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	m := adminMount(t, c)
 	dir := cephDir("creds")
 	writeCeph(t, m, dir+"/f", []byte("data"))
@@ -300,7 +301,7 @@ func TestCephFSCredentials(t *testing.T) {
 // TestCephFSUnavailable: a monitor that does not answer is ErrUnavailable
 // within the request timeout, not libcephfs's 300 s.
 func TestCephFSUnavailable(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	port := testenv.FreePort(t)
 	src, err := source.Parse(fmt.Sprintf("cephfs://admin@127.0.0.1:%d/?fs=%s", port, c.FS))
@@ -338,7 +339,7 @@ func TestCephFSParallelReads(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing test")
 	}
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	m := adminMount(t, c)
 	dir := cephDir("parallel")
@@ -418,7 +419,7 @@ func parallelReadRate(t testing.TB, b backend.Backend, nfiles, size, workers int
 // OSD runs; a Close while a call hangs returns in bounded time without
 // releasing the client under it. The OSD is stopped for about 8 s.
 func TestCephFSHungOSD(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	m := adminMount(t, c)
 	dir := cephDir("hung")

@@ -1,6 +1,8 @@
 package mirror
 
-import "time"
+import (
+	"time"
+)
 
 // SetRemeasure changes how long a replica's latency measure lasts, for one
 // test; the returned func restores it.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/internal/backendtest"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/mirror"
 )
@@ -53,15 +53,15 @@ func sumStats(b backend.Backend) (s backend.ReplicaStat) {
 // read sent first stalls; the hedge to the other replica answers, the
 // stalled request is canceled, and the bytes are right.
 func TestMirrorHedgedRead(t *testing.T) {
-	m := testenv.StartMinIO(t)
-	a, b := newBucket(t, &m.S3), newBucket(t, &m.S3)
+	m := s3.StartMinIO(t)
+	a, b := newBucket(t, &m.Server), newBucket(t, &m.Server)
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	for _, bk := range []string{a, b} {
 		m.Put(t, bk, "ds/f", data)
 	}
 	st := &stallOnce{}
-	mb := backendtest.OpenOptions(t, "mirror:"+s3URL(&m.S3, a, "ds")+","+s3URL(&m.S3, b, "ds"), backend.Options{
-		Credentials: creds(&m.S3), Transport: st, Retry: backend.RetryPolicy{MaxAttempts: 1},
+	mb := backendtest.OpenOptions(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
+		Credentials: creds(&m.Server), Transport: st, Retry: backend.RetryPolicy{MaxAttempts: 1},
 	})
 	ctx := context.Background()
 	e, err := mb.Stat(ctx, "f")
@@ -192,15 +192,15 @@ func (s *slowBucket) RoundTrip(req *http.Request) (*http.Response, error) {
 // old measure has expired (it is probed again).
 func TestMirrorSlowReplicaComesBack(t *testing.T) {
 	t.Cleanup(mirror.SetRemeasure(300 * time.Millisecond))
-	m := testenv.StartMinIO(t)
-	a, b := newBucket(t, &m.S3), newBucket(t, &m.S3)
+	m := s3.StartMinIO(t)
+	a, b := newBucket(t, &m.Server), newBucket(t, &m.Server)
 	data := bytes.Repeat([]byte("x"), 8192)
 	for _, bk := range []string{a, b} {
 		m.Put(t, bk, "ds/f", data)
 	}
 	sb := &slowBucket{bucket: a, delay: 40 * time.Millisecond}
-	mb := backendtest.OpenOptions(t, "mirror:"+s3URL(&m.S3, a, "ds")+","+s3URL(&m.S3, b, "ds"), backend.Options{
-		Credentials: creds(&m.S3), Transport: sb,
+	mb := backendtest.OpenOptions(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
+		Credentials: creds(&m.Server), Transport: sb,
 	})
 	ctx := context.Background()
 	e, err := mb.Stat(ctx, "f")

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/epochfs/epochfs/internal/backendtest"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -45,7 +45,7 @@ func TestMirrorPosixConformance(t *testing.T) {
 }
 
 func TestMirrorS3PosixConformance(t *testing.T) {
-	m := &testenv.StartMinIO(t).S3
+	m := &s3.StartMinIO(t).Server
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		bucket := newBucket(t, m)
 		dir := t.TempDir()
@@ -91,7 +91,7 @@ func (s *switchTransport) set(broken bool) (calls int) {
 }
 
 func TestMirrorFailover(t *testing.T) {
-	m := &testenv.StartMinIO(t).S3
+	m := &s3.StartMinIO(t).Server
 	bucket := newBucket(t, m)
 	dir := t.TempDir()
 	same := bytes.Repeat([]byte("abc"), 1000)

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -22,7 +22,7 @@ import (
 var bucketSeq atomic.Int64
 
 // newBucket creates a uniquely named bucket on m.
-func newBucket(t *testing.T, m *testenv.S3) string {
+func newBucket(t *testing.T, m *s3.Server) string {
 	t.Helper()
 	// The pid keeps names apart on a Ceph cluster reused across runs.
 	name := fmt.Sprintf("epochfs-test-%d-%d", os.Getpid(), bucketSeq.Add(1))
@@ -30,7 +30,7 @@ func newBucket(t *testing.T, m *testenv.S3) string {
 	return name
 }
 
-func s3URL(m *testenv.S3, bucket, prefix string) string {
+func s3URL(m *s3.Server, bucket, prefix string) string {
 	u := "s3://" + bucket
 	if prefix != "" {
 		u += "/" + prefix
@@ -38,12 +38,12 @@ func s3URL(m *testenv.S3, bucket, prefix string) string {
 	return u + "?endpoint=" + url.QueryEscape(m.Endpoint) + "&region=us-east-1"
 }
 
-func creds(m *testenv.S3) backend.Credentials {
+func creds(m *s3.Server) backend.Credentials {
 	return backend.Credentials{AccessKey: m.AccessKey, SecretKey: m.SecretKey}
 }
 
 // openS3 opens s3://bucket/prefix on m; opts.Credentials default to m's.
-func openS3(t *testing.T, m *testenv.S3, bucket, prefix string, opts backend.Options) backend.Backend {
+func openS3(t *testing.T, m *s3.Server, bucket, prefix string, opts backend.Options) backend.Backend {
 	t.Helper()
 	src, err := source.Parse(s3URL(m, bucket, prefix))
 	if err != nil {

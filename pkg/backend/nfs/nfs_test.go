@@ -16,6 +16,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/nfs"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -53,7 +54,7 @@ func nfsDirMaker(serve func(t *testing.T, dir string) string, opts backend.Optio
 	return mk, modify
 }
 
-func goNFS(t *testing.T, dir string) string { return testenv.StartGoNFS(t, dir, 4096).URL }
+func goNFS(t *testing.T, dir string) string { return nfs.StartGoNFS(t, dir, 4096).URL }
 
 // TestNFSConformanceGoNFS runs the conformance suite against go-nfs
 // in-process.
@@ -100,7 +101,7 @@ func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	b := backendtest.OpenOptions(t, testenv.StartGoNFS(t, dir, 1024).URL, backend.Options{Logger: backendtest.Logger(&logs)})
+	b := backendtest.OpenOptions(t, nfs.StartGoNFS(t, dir, 1024).URL, backend.Options{Logger: backendtest.Logger(&logs)})
 	ctx := context.Background()
 	es, err := b.List(ctx, "")
 	if err != nil {
@@ -129,7 +130,7 @@ func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 
 func TestNFSIDAndOpenErrors(t *testing.T) {
 	dir := t.TempDir()
-	srv := testenv.StartGoNFS(t, dir, 1024)
+	srv := nfs.StartGoNFS(t, dir, 1024)
 	b := backendtest.OpenOptions(t, srv.URL+"?uid=1000&gid=1000&conns=2", backend.Options{})
 	if want := "nfs://" + srv.Host + "/export"; b.ID() != want {
 		t.Errorf("ID = %q, want %q (no options, no credentials)", b.ID(), want)
@@ -169,7 +170,7 @@ func TestNFSParallelReads(t *testing.T) {
 		files["d"+strconv.Itoa(i%7)+"/f"+strconv.Itoa(i)] = data
 	}
 	backendtest.WriteFiles(t, dir, files)
-	b := backendtest.OpenOptions(t, testenv.StartGoNFS(t, dir, 4096).URL+"?conns=4&rsize=65536", backend.Options{})
+	b := backendtest.OpenOptions(t, nfs.StartGoNFS(t, dir, 4096).URL+"?conns=4&rsize=65536", backend.Options{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(files))
@@ -214,7 +215,7 @@ func TestNFSConformanceGanesha(t *testing.T) {
 		t.Skip("real server: not in -short mode")
 	}
 	mk, modify := nfsDirMaker(func(t *testing.T, dir string) string {
-		return testenv.StartGanesha(t, dir).URL
+		return nfs.StartGanesha(t, dir).URL
 	}, backend.Options{})
 	backendtest.Run(t, mk, backendtest.WithModify(modify))
 }
@@ -304,7 +305,7 @@ func TestNFSReconnects(t *testing.T) {
 		files["d/f"+strconv.Itoa(i)] = bytes.Repeat([]byte{byte(i)}, 10_000+i)
 	}
 	backendtest.WriteFiles(t, dir, files)
-	srv1 := testenv.StartGoNFS(t, dir, 4096)
+	srv1 := nfs.StartGoNFS(t, dir, 4096)
 	px := startTCPProxy(t, srv1.Host)
 	b := backendtest.OpenOptions(t, "nfs://"+px.addr()+"/export?conns=4", backend.Options{
 		RequestTimeout: 500 * time.Millisecond,
@@ -324,7 +325,7 @@ func TestNFSReconnects(t *testing.T) {
 	px.cut()
 	readAll("after the connections were cut")
 
-	srv2 := testenv.StartGoNFS(t, dir, 4096) // new handles: the old ones are stale
+	srv2 := nfs.StartGoNFS(t, dir, 4096) // new handles: the old ones are stale
 	px.set(srv2.Host, false)
 	px.cut()
 	readAll("after a server restart")
@@ -373,7 +374,7 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	if err := os.Chown(filepath.Join(dir, "group0"), 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	g := testenv.StartGanesha(t, dir)
+	g := nfs.StartGanesha(t, dir)
 	ctx := context.Background()
 
 	src, err := source.Parse("nfs://" + g.Addr + "/not/exported")
@@ -433,7 +434,7 @@ func TestNFSGaneshaReplacedByRename(t *testing.T) {
 	}
 	dir := t.TempDir()
 	backendtest.WriteFiles(t, dir, map[string][]byte{"f": []byte("old bytes")})
-	g := testenv.StartGanesha(t, dir)
+	g := nfs.StartGanesha(t, dir)
 	ctx := context.Background()
 	b := backendtest.OpenOptions(t, g.URL, backend.Options{})
 	other := backendtest.OpenOptions(t, g.URL, backend.Options{}) // its own handle cache
@@ -499,7 +500,7 @@ func TestMirrorNFSPosixConformance(t *testing.T) {
 	files := map[string][]byte{"x/f": []byte("same bytes")}
 	backendtest.WriteFiles(t, a, files)
 	backendtest.WriteFiles(t, dir, files)
-	px := startTCPProxy(t, testenv.StartGoNFS(t, a, 1024).Host)
+	px := startTCPProxy(t, nfs.StartGoNFS(t, a, 1024).Host)
 	m := backendtest.OpenOptions(t, "mirror:nfs://"+px.addr()+"/export,"+dir, backend.Options{
 		RequestTimeout: 300 * time.Millisecond,
 		Retry:          backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond},
@@ -527,9 +528,9 @@ func TestNFSLargeDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	urls := []string{testenv.StartGoNFS(t, dir, 2*n).URL}
+	urls := []string{nfs.StartGoNFS(t, dir, 2*n).URL}
 	if !testing.Short() {
-		urls = append(urls, testenv.StartGanesha(t, dir).URL)
+		urls = append(urls, nfs.StartGanesha(t, dir).URL)
 	}
 	for _, u := range urls {
 		b := backendtest.OpenOptions(t, u, backend.Options{})
