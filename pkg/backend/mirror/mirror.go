@@ -40,7 +40,7 @@ const (
 // A healthy replica whose latency was last measured longer ago than
 // mirrorRemeasure (because faster ones served every read) gets the next
 // read as a probe, so that a replica that was slow for a while is used
-// again once it is fast. A variable for tests (SetMirrorRemeasure).
+// again once it is fast. A variable for tests (SetRemeasure).
 var mirrorRemeasure = time.Second
 
 // mirrorBuckets are the upper bounds, in seconds, of the per-replica read
@@ -83,7 +83,7 @@ var mirrorBuckets = func() []float64 {
 // sha256), is never asked for that file again by this backend: logged
 // once, counted in its Disagreements.
 //
-// replicas and id are immutable after openMirror; the health fields of
+// replicas and id are immutable after Open; the health fields of
 // each replica are atomics, so no lock is needed.
 type mirrorBackend struct {
 	replicas []*replica

@@ -66,7 +66,7 @@ const nfs3ErrJukebox = 10008
 // "MTIMENANOS-SIZE-CTIMENANOS-FILEID", the posix format with the server's
 // fileid as the inode number.
 //
-// Fields are immutable after openNFS except the guarded root handle, the
+// Fields are immutable after Open except the guarded root handle, the
 // handle cache and the atomic counters.
 type nfsBackend struct {
 	src       source.Source

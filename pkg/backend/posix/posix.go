@@ -24,7 +24,7 @@ import (
 // escaping ones are invisible (skipped in listings, ErrNotExist on Stat).
 // Only regular files and directories are served.
 //
-// root and the other fields are immutable after openPosix (os.Root is safe
+// root and the other fields are immutable after Open (os.Root is safe
 // for concurrent use); skipped is atomic.
 type posixBackend struct {
 	root *os.Root

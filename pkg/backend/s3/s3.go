@@ -27,7 +27,7 @@ import (
 
 // s3Backend serves a bucket prefix of an S3-compatible server.
 //
-// All fields are immutable after openS3 except the atomic counters, so the
+// All fields are immutable after Open except the atomic counters, so the
 // backend is safe for concurrent use without a lock.
 type s3Backend struct {
 	core   *minio.Core
@@ -67,31 +67,9 @@ func Open(ctx context.Context, src source.Source, opts backend.Options) (backend
 		}
 		host, secure = u.Host, u.Scheme == "https"
 	}
-	base := opts.Transport
-	if base == nil {
-		t, err := minio.DefaultTransport(secure)
-		if err != nil {
-			return nil, fmt.Errorf("s3: open %s: transport: %w", src, err)
-		}
-		if eg := opts.Egress; eg != nil {
-			// Every connection, a redirect's included, is checked on the
-			// IP it goes to (package egress).
-			t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return eg.DialFrom(ctx, network, addr, nil)
-			}
-		}
-		base = t
-	}
-	var creds *credentials.Credentials
-	if opts.Credentials.AccessKey != "" {
-		c := opts.Credentials
-		creds = credentials.NewStaticV4(c.AccessKey, c.SecretKey, c.SessionToken)
-	} else {
-		creds = credentials.NewChainCredentials([]credentials.Provider{
-			&credentials.EnvAWS{},
-			&credentials.FileAWSCredentials{},
-			&credentials.IAM{},
-		})
+	base, err := baseTransport(opts, secure)
+	if err != nil {
+		return nil, fmt.Errorf("s3: open %s: transport: %w", src, err)
 	}
 	lookup := minio.BucketLookupAuto
 	switch {
@@ -104,7 +82,7 @@ func Open(ctx context.Context, src source.Source, opts backend.Options) (backend
 	// sleeps up to minio.DefaultRetryUnit, ctx-aware, after a transient
 	// failure before returning it to us.
 	core, err := minio.NewCore(host, &minio.Options{
-		Creds:        creds,
+		Creds:        chainCredentials(opts.Credentials),
 		Secure:       secure,
 		Transport:    &listPageTransport{base: &timeoutTransport{base: base, d: opts.RequestTimeout}},
 		Region:       src.Region,
@@ -137,6 +115,38 @@ func Open(ctx context.Context, src source.Source, opts backend.Options) (backend
 		return nil, b.mapErr("open", "", err)
 	}
 	return b, nil
+}
+
+// baseTransport is opts.Transport, else minio-go's transport dialing
+// through opts.Egress when set: every connection, a redirect's included, is
+// checked on the IP it goes to (package egress).
+func baseTransport(opts backend.Options, secure bool) (http.RoundTripper, error) {
+	if opts.Transport != nil {
+		return opts.Transport, nil
+	}
+	t, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, err
+	}
+	if eg := opts.Egress; eg != nil {
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return eg.DialFrom(ctx, network, addr, nil)
+		}
+	}
+	return t, nil
+}
+
+// chainCredentials are c when set, else the environment, the shared
+// credentials file and then the instance/pod IAM role.
+func chainCredentials(c backend.Credentials) *credentials.Credentials {
+	if c.AccessKey != "" {
+		return credentials.NewStaticV4(c.AccessKey, c.SecretKey, c.SessionToken)
+	}
+	return credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{},
+	})
 }
 
 func (b *s3Backend) ID() string { return b.id }
