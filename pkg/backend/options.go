@@ -1,18 +1,15 @@
 package backend
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/epochfs/epochfs/pkg/source"
 )
 
-// Defaults applied by Open to zero Options fields.
+// Defaults applied by Options.WithDefaults to zero Options fields.
 const (
 	DefaultMaxAttempts    = 4
 	DefaultBaseDelay      = 50 * time.Millisecond
@@ -20,8 +17,9 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 )
 
-// Options configures Open. The zero value is ready to use; zero fields take
-// the documented defaults. Options are validated in one place, by Open.
+// Options configures the Open of every backend (pkg/backend/all.Open). The
+// zero value is ready to use; zero fields take the documented defaults.
+// Options are validated in one place, WithDefaults, which each Open calls.
 type Options struct {
 	// Credentials override the standard credential chain of network
 	// backends (s3), e.g. with values from CSI node-stage secrets. When
@@ -126,8 +124,8 @@ type RetryPolicy struct {
 	MaxDelay time.Duration
 }
 
-// withDefaults validates o and fills in the defaults.
-func (o Options) withDefaults() (Options, error) {
+// WithDefaults validates o and fills in the defaults.
+func (o Options) WithDefaults() (Options, error) {
 	if o.Retry.MaxAttempts < 0 || o.Retry.BaseDelay < 0 || o.Retry.MaxDelay < 0 || o.RequestTimeout < 0 {
 		return o, fmt.Errorf("backend: options: negative retry or timeout setting")
 	}
@@ -153,43 +151,4 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("backend: options: credentials need both an access key and a secret key")
 	}
 	return o, nil
-}
-
-// Open returns a Backend for src. It checks that the dataset is reachable
-// (the posix directory exists, the s3 bucket answers a listing with these
-// credentials) so that a bad source fails here, before anything is mounted.
-//
-// An nfs source MOUNTs its export path (through the server's portmapper
-// unless the URL names the ports) and reads it over NFSv3 with a pure-Go
-// client: no kernel NFS client and no mount on the node; it reads over
-// Source.Conns connections. cephfs opens through libcephfs in builds with
-// the ceph tag (make build-ceph) and returns ErrUnsupported in the default
-// cgo-free build. A
-// mirror opens each replica and returns a Backend that serves every call
-// from the fastest healthy replica and fails over on I/O errors; a replica
-// that disagrees on a file's size is never used for that file.
-func Open(ctx context.Context, src source.Source, opts Options) (Backend, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	switch src.Kind {
-	case source.KindPosix:
-		return openPosix(src.Path, opts)
-	case source.KindS3:
-		return openS3(ctx, src, opts)
-	case source.KindCephFS:
-		if opts.Egress != nil {
-			if err := checkCephMonitors(ctx, src, opts.Egress); err != nil {
-				return nil, err
-			}
-		}
-		return openCephFS(ctx, src, opts)
-	case source.KindNFS:
-		return openNFS(ctx, src, opts)
-	case source.KindMirror:
-		return openMirror(ctx, src, opts)
-	default:
-		return nil, fmt.Errorf("backend: open: %w: unknown source kind %q", source.ErrInvalidURL, src.Kind)
-	}
 }

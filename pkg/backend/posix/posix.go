@@ -1,4 +1,4 @@
-package backend
+package posix
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -23,7 +24,7 @@ import (
 // escaping ones are invisible (skipped in listings, ErrNotExist on Stat).
 // Only regular files and directories are served.
 //
-// root and the other fields are immutable after openPosix (os.Root is safe
+// root and the other fields are immutable after Open (os.Root is safe
 // for concurrent use); skipped is atomic.
 type posixBackend struct {
 	root *os.Root
@@ -35,19 +36,30 @@ type posixBackend struct {
 }
 
 var (
-	_ Backend     = (*posixBackend)(nil)
-	_ SkipCounter = (*posixBackend)(nil)
+	_ backend.Backend     = (*posixBackend)(nil)
+	_ backend.SkipCounter = (*posixBackend)(nil)
 )
 
 // readChunk bounds one pread so that a large ReadAt notices ctx between
 // chunks.
 const readChunk = 1 << 20
 
-func openPosix(dir string, opts Options) (Backend, error) {
+// Open returns the Backend of the posix directory src.Path, which must
+// exist. The directory is served through os.OpenRoot, so symlinks and ".."
+// cannot escape it.
+func Open(_ context.Context, src source.Source, opts backend.Options) (backend.Backend, error) {
+	opts, err := opts.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return openDir(src.Path, opts)
+}
+
+func openDir(dir string, opts backend.Options) (backend.Backend, error) {
 	if fi, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("posix: open %s: %w", dir, mapPosixErr(err))
 	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("posix: open %s: %w", dir, ErrNotDir)
+		return nil, fmt.Errorf("posix: open %s: %w", dir, backend.ErrNotDir)
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -60,7 +72,7 @@ func openPosix(dir string, opts Options) (Backend, error) {
 	}
 	if !fi.IsDir() {
 		root.Close()
-		return nil, fmt.Errorf("posix: open %s: %w", dir, ErrNotDir)
+		return nil, fmt.Errorf("posix: open %s: %w", dir, backend.ErrNotDir)
 	}
 	return &posixBackend{
 		root: root,
@@ -110,36 +122,36 @@ func posixVersion(fi fs.FileInfo) string {
 	return string(b)
 }
 
-func posixEntry(name string, fi fs.FileInfo) Entry {
+func posixEntry(name string, fi fs.FileInfo) backend.Entry {
 	if fi.IsDir() {
-		return Entry{Name: name, IsDir: true, ModTime: fi.ModTime()}
+		return backend.Entry{Name: name, IsDir: true, ModTime: fi.ModTime()}
 	}
-	return Entry{Name: name, Size: fi.Size(), ModTime: fi.ModTime(), Version: posixVersion(fi)}
+	return backend.Entry{Name: name, Size: fi.Size(), ModTime: fi.ModTime(), Version: posixVersion(fi)}
 }
 
 func servable(fi fs.FileInfo) bool { return fi.IsDir() || fi.Mode().IsRegular() }
 
-func (b *posixBackend) Stat(ctx context.Context, p string) (Entry, error) {
-	p, err := CleanPath(p)
+func (b *posixBackend) Stat(ctx context.Context, p string) (backend.Entry, error) {
+	p, err := backend.CleanPath(p)
 	if err != nil {
-		return Entry{}, err
+		return backend.Entry{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Entry{}, fmt.Errorf("posix: stat %q: %w", p, err)
+		return backend.Entry{}, fmt.Errorf("posix: stat %q: %w", p, err)
 	}
 	fi, err := b.root.Stat(rel(p)) // follows symlinks, within the root only
 	if err != nil {
-		return Entry{}, fmt.Errorf("posix: stat %q: %w", p, mapPosixErr(err))
+		return backend.Entry{}, fmt.Errorf("posix: stat %q: %w", p, mapPosixErr(err))
 	}
 	if !servable(fi) {
-		return Entry{}, fmt.Errorf("posix: stat %q: %w: not a regular file or directory", p, ErrNotExist)
+		return backend.Entry{}, fmt.Errorf("posix: stat %q: %w: not a regular file or directory", p, backend.ErrNotExist)
 	}
 	name := p[strings.LastIndexByte(p, '/')+1:]
 	return posixEntry(name, fi), nil
 }
 
-func (b *posixBackend) List(ctx context.Context, p string) ([]Entry, error) {
-	p, err := CleanPath(p)
+func (b *posixBackend) List(ctx context.Context, p string) ([]backend.Entry, error) {
+	p, err := backend.CleanPath(p)
 	if err != nil {
 		return nil, err
 	}
@@ -156,13 +168,13 @@ func (b *posixBackend) List(ctx context.Context, p string) ([]Entry, error) {
 		return nil, fmt.Errorf("posix: list %q: %w", p, mapPosixErr(err))
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("posix: list %q: %w", p, ErrNotDir)
+		return nil, fmt.Errorf("posix: list %q: %w", p, backend.ErrNotDir)
 	}
 	// In batches, so that a directory over a cap (listlimit.go) is
 	// refused before all of it is read.
-	g := newListGuard(ctx, p)
-	defer g.release()
-	out := []Entry{}
+	g := backend.NewListGuard(ctx, p)
+	defer g.Release()
+	out := []backend.Entry{}
 	for {
 		des, rerr := f.ReadDir(1024)
 		if rerr != nil && rerr != io.EOF {
@@ -179,7 +191,7 @@ func (b *posixBackend) List(ctx context.Context, p string) ([]Entry, error) {
 			if !ok {
 				continue
 			}
-			if err := g.entry(e.Name, e.Version); err != nil {
+			if err := g.Entry(e.Name, e.Version); err != nil {
 				return nil, fmt.Errorf("posix: list: %w", err)
 			}
 			out = append(out, e)
@@ -188,13 +200,13 @@ func (b *posixBackend) List(ctx context.Context, p string) ([]Entry, error) {
 			break
 		}
 	}
-	slices.SortFunc(out, func(x, y Entry) int { return strings.Compare(x.Name, y.Name) })
+	slices.SortFunc(out, func(x, y backend.Entry) int { return strings.Compare(x.Name, y.Name) })
 	return out, nil
 }
 
 // child is the entry of one directory entry of the directory at p; ok is
 // false for a name skipped (and counted) or one removed since it was read.
-func (b *posixBackend) child(p string, de fs.DirEntry) (e Entry, ok bool, err error) {
+func (b *posixBackend) child(p string, de fs.DirEntry) (e backend.Entry, ok bool, err error) {
 	name := de.Name()
 	if !source.ValidName(name) {
 		b.skip(p, name, "not a valid file name")
@@ -202,7 +214,7 @@ func (b *posixBackend) child(p string, de fs.DirEntry) (e Entry, ok bool, err er
 	}
 	var info fs.FileInfo
 	if de.Type()&fs.ModeSymlink != 0 {
-		info, err = b.root.Stat(joinPath(p, name))
+		info, err = b.root.Stat(backend.JoinPath(p, name))
 		if err != nil {
 			b.skip(p, name, "symlink is dangling or points outside the dataset")
 			return e, false, nil
@@ -222,11 +234,11 @@ func (b *posixBackend) child(p string, de fs.DirEntry) (e Entry, ok bool, err er
 
 func (b *posixBackend) skip(dir, name, why string) {
 	b.skipped.Add(1)
-	b.log.Warn("skipping directory entry", slog.String("path", strconv.Quote(joinPath(dir, name))), slog.String("reason", why))
+	b.log.Warn("skipping directory entry", slog.String("path", strconv.Quote(backend.JoinPath(dir, name))), slog.String("reason", why))
 }
 
 func (b *posixBackend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	p, err := checkRead(ctx, source.KindPosix, p, off)
+	p, err := backend.CheckRead(ctx, source.KindPosix, p, off)
 	if err != nil {
 		return 0, err
 	}
@@ -241,11 +253,11 @@ func (b *posixBackend) ReadAt(ctx context.Context, p, version string, buf []byte
 	}
 	switch {
 	case fi.IsDir():
-		return 0, fmt.Errorf("posix: read %q: %w", p, ErrIsDir)
+		return 0, fmt.Errorf("posix: read %q: %w", p, backend.ErrIsDir)
 	case !fi.Mode().IsRegular():
-		return 0, fmt.Errorf("posix: read %q: %w: not a regular file", p, ErrNotExist)
+		return 0, fmt.Errorf("posix: read %q: %w: not a regular file", p, backend.ErrNotExist)
 	case version != "" && posixVersion(fi) != version:
-		return 0, fmt.Errorf("posix: read %q: %w (version %s, now %s)", p, ErrChanged, version, posixVersion(fi))
+		return 0, fmt.Errorf("posix: read %q: %w (version %s, now %s)", p, backend.ErrChanged, version, posixVersion(fi))
 	}
 	n := 0
 	for n < len(buf) {
@@ -265,7 +277,7 @@ func (b *posixBackend) ReadAt(ctx context.Context, p, version string, buf []byte
 	if version != "" {
 		// The file may have been rewritten while we read it.
 		if fi2, err := f.Stat(); err != nil || posixVersion(fi2) != version {
-			return 0, fmt.Errorf("posix: read %q: %w during the read", p, ErrChanged)
+			return 0, fmt.Errorf("posix: read %q: %w during the read", p, backend.ErrChanged)
 		}
 	}
 	if n < len(buf) {
@@ -279,11 +291,11 @@ func (b *posixBackend) ReadAt(ctx context.Context, p, version string, buf []byte
 func mapPosixErr(err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ELOOP):
-		return fmt.Errorf("%w (%v)", ErrNotExist, err)
+		return fmt.Errorf("%w (%v)", backend.ErrNotExist, err)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%w (%v)", ErrPermission, err)
+		return fmt.Errorf("%w (%v)", backend.ErrPermission, err)
 	case isEscape(err):
-		return fmt.Errorf("%w: symlink points outside the dataset", ErrNotExist)
+		return fmt.Errorf("%w: symlink points outside the dataset", backend.ErrNotExist)
 	}
 	return err
 }

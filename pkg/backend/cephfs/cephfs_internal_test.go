@@ -1,6 +1,6 @@
 //go:build ceph
 
-package backend
+package cephfs
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package backend_test
+package nfs_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/internal/testenv/nfs"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -28,12 +29,12 @@ func nfsDirMaker(serve func(t *testing.T, dir string) string, opts backend.Optio
 	dirs := map[backend.Backend]string{}
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		dir := t.TempDir()
-		writeFiles(t, dir, files)
+		backendtest.WriteFiles(t, dir, files)
 		src, err := source.Parse(serve(t, dir))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := backend.Open(context.Background(), src, opts)
+		b, err := all.Open(context.Background(), src, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,9 +83,9 @@ func TestNFSChunkedReads(t *testing.T) {
 
 func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string][]byte{"a": []byte("a"), "sub/b": []byte("b")})
+	backendtest.WriteFiles(t, dir, map[string][]byte{"a": []byte("a"), "sub/b": []byte("b")})
 	outside := t.TempDir()
-	writeFiles(t, outside, map[string][]byte{"secret": []byte("secret")})
+	backendtest.WriteFiles(t, outside, map[string][]byte{"secret": []byte("secret")})
 	for name, target := range map[string]string{
 		"link-in":      "a",
 		"link-dir":     "sub",
@@ -100,7 +101,7 @@ func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	b := openURL(t, nfs.StartGoNFS(t, dir, 1024).URL, backend.Options{Logger: newTestLogger(&logs)})
+	b := backendtest.OpenOptions(t, nfs.StartGoNFS(t, dir, 1024).URL, backend.Options{Logger: backendtest.Logger(&logs)})
 	ctx := context.Background()
 	es, err := b.List(ctx, "")
 	if err != nil {
@@ -127,24 +128,10 @@ func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 	}
 }
 
-func openURL(t testing.TB, raw string, opts backend.Options) backend.Backend {
-	t.Helper()
-	src, err := source.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(context.Background(), src, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
 func TestNFSIDAndOpenErrors(t *testing.T) {
 	dir := t.TempDir()
 	srv := nfs.StartGoNFS(t, dir, 1024)
-	b := openURL(t, srv.URL+"?uid=1000&gid=1000&conns=2", backend.Options{})
+	b := backendtest.OpenOptions(t, srv.URL+"?uid=1000&gid=1000&conns=2", backend.Options{})
 	if want := "nfs://" + srv.Host + "/export"; b.ID() != want {
 		t.Errorf("ID = %q, want %q (no options, no credentials)", b.ID(), want)
 	}
@@ -152,7 +139,7 @@ func TestNFSIDAndOpenErrors(t *testing.T) {
 	port := testenv.FreePort(t)
 	src, _ := source.Parse("nfs://127.0.0.1:" + strconv.Itoa(port) + "/export?mountport=" + strconv.Itoa(port))
 	start := time.Now()
-	_, err := backend.Open(context.Background(), src, backend.Options{Retry: backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}})
+	_, err := all.Open(context.Background(), src, backend.Options{Retry: backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}})
 	if !errors.Is(err, backend.ErrUnavailable) {
 		t.Errorf("Open of a closed port = %v, want ErrUnavailable", err)
 	}
@@ -163,7 +150,7 @@ func TestNFSIDAndOpenErrors(t *testing.T) {
 		t.Errorf("Open of a closed port took %v", d)
 	}
 	// Lazy: the error comes at the first call.
-	lazy, err := backend.Open(context.Background(), src, backend.Options{Lazy: true, Retry: backend.RetryPolicy{MaxAttempts: 1}})
+	lazy, err := all.Open(context.Background(), src, backend.Options{Lazy: true, Retry: backend.RetryPolicy{MaxAttempts: 1}})
 	if err != nil {
 		t.Fatalf("lazy Open: %v", err)
 	}
@@ -182,8 +169,8 @@ func TestNFSParallelReads(t *testing.T) {
 		data := bytes.Repeat([]byte{byte(i)}, 1000+i*997)
 		files["d"+strconv.Itoa(i%7)+"/f"+strconv.Itoa(i)] = data
 	}
-	writeFiles(t, dir, files)
-	b := openURL(t, nfs.StartGoNFS(t, dir, 4096).URL+"?conns=4&rsize=65536", backend.Options{})
+	backendtest.WriteFiles(t, dir, files)
+	b := backendtest.OpenOptions(t, nfs.StartGoNFS(t, dir, 4096).URL+"?conns=4&rsize=65536", backend.Options{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(files))
@@ -317,10 +304,10 @@ func TestNFSReconnects(t *testing.T) {
 	for i := range 40 {
 		files["d/f"+strconv.Itoa(i)] = bytes.Repeat([]byte{byte(i)}, 10_000+i)
 	}
-	writeFiles(t, dir, files)
+	backendtest.WriteFiles(t, dir, files)
 	srv1 := nfs.StartGoNFS(t, dir, 4096)
 	px := startTCPProxy(t, srv1.Host)
-	b := openURL(t, "nfs://"+px.addr()+"/export?conns=4", backend.Options{
+	b := backendtest.OpenOptions(t, "nfs://"+px.addr()+"/export?conns=4", backend.Options{
 		RequestTimeout: 500 * time.Millisecond,
 		Retry:          backend.RetryPolicy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond},
 	})
@@ -371,7 +358,7 @@ func TestNFSGaneshaErrors(t *testing.T) {
 		t.Skip("real server: not in -short mode")
 	}
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string][]byte{"open": []byte("anyone"), "secret": []byte("root only"), "private/x": []byte("x")})
+	backendtest.WriteFiles(t, dir, map[string][]byte{"open": []byte("anyone"), "secret": []byte("root only"), "private/x": []byte("x")})
 	if err := os.Chmod(filepath.Join(dir, "secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +367,7 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	}
 	// Readable by the root group only: a uid that is not root must not
 	// claim that group.
-	writeFiles(t, dir, map[string][]byte{"group0": []byte("root group")})
+	backendtest.WriteFiles(t, dir, map[string][]byte{"group0": []byte("root group")})
 	if err := os.Chmod(filepath.Join(dir, "group0"), 0o640); err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +381,7 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := backend.Open(ctx, src, backend.Options{}); !errors.Is(err, backend.ErrNotExist) && !errors.Is(err, backend.ErrPermission) {
+	if _, err := all.Open(ctx, src, backend.Options{}); !errors.Is(err, backend.ErrNotExist) && !errors.Is(err, backend.ErrPermission) {
 		t.Errorf("Open of a path the server does not export = %v, want ErrNotExist or ErrPermission", err)
 	} else {
 		t.Logf("Open of a path the server does not export: %v", err)
@@ -403,13 +390,13 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	// The ports named in the URL: NFS only (MOUNT on 2049 or through the
 	// portmapper), and both.
 	for _, u := range []string{"nfs://" + g.Addr + ":2049" + g.Export, "nfs://" + g.Addr + ":2049" + g.Export + "?mountport=20048"} {
-		pb := openURL(t, u, backend.Options{})
+		pb := backendtest.OpenOptions(t, u, backend.Options{})
 		if _, err := pb.Stat(ctx, "open"); err != nil {
 			t.Errorf("%s: Stat: %v", u, err)
 		}
 	}
 
-	b := openURL(t, g.URL+"?uid=1000&gid=1000", backend.Options{})
+	b := backendtest.OpenOptions(t, g.URL+"?uid=1000&gid=1000", backend.Options{})
 	buf := make([]byte, 64)
 	if n, err := b.ReadAt(ctx, "open", "", buf, 0); err != io.EOF || string(buf[:n]) != "anyone" {
 		t.Errorf("ReadAt(open) as uid 1000 = %q, %v", buf[:n], err)
@@ -420,14 +407,14 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	if _, err := b.ReadAt(ctx, "group0", "", buf, 0); !errors.Is(err, backend.ErrPermission) {
 		t.Errorf("ReadAt(group0) as uid 1000 gid 1000 = %v, want ErrPermission (no supplementary group 0)", err)
 	}
-	gid0 := openURL(t, g.URL+"?uid=1000&gid=0", backend.Options{})
+	gid0 := backendtest.OpenOptions(t, g.URL+"?uid=1000&gid=0", backend.Options{})
 	if n, err := gid0.ReadAt(ctx, "group0", "", buf, 0); err != io.EOF || string(buf[:n]) != "root group" {
 		t.Errorf("ReadAt(group0) as uid 1000 gid 0 = %q, %v", buf[:n], err)
 	}
 	if _, err := b.List(ctx, "private"); !errors.Is(err, backend.ErrPermission) {
 		t.Errorf("List(private) as uid 1000 = %v, want ErrPermission", err)
 	}
-	root := openURL(t, g.URL, backend.Options{}) // uid 0, No_Root_Squash
+	root := backendtest.OpenOptions(t, g.URL, backend.Options{}) // uid 0, No_Root_Squash
 	if n, err := root.ReadAt(ctx, "secret", "", buf, 0); err != io.EOF || string(buf[:n]) != "root only" {
 		t.Errorf("ReadAt(secret) as root = %q, %v", buf[:n], err)
 	}
@@ -446,11 +433,11 @@ func TestNFSGaneshaReplacedByRename(t *testing.T) {
 		t.Skip("real server: not in -short mode")
 	}
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string][]byte{"f": []byte("old bytes")})
+	backendtest.WriteFiles(t, dir, map[string][]byte{"f": []byte("old bytes")})
 	g := nfs.StartGanesha(t, dir)
 	ctx := context.Background()
-	b := openURL(t, g.URL, backend.Options{})
-	other := openURL(t, g.URL, backend.Options{}) // its own handle cache
+	b := backendtest.OpenOptions(t, g.URL, backend.Options{})
+	other := backendtest.OpenOptions(t, g.URL, backend.Options{}) // its own handle cache
 	old, err := b.Stat(ctx, "f")
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +449,7 @@ func TestNFSGaneshaReplacedByRename(t *testing.T) {
 	if err := os.Link(filepath.Join(dir, "f"), filepath.Join(dir, "keep")); err != nil {
 		t.Fatal(err)
 	}
-	writeFiles(t, dir, map[string][]byte{".new": []byte("new bytes!")})
+	backendtest.WriteFiles(t, dir, map[string][]byte{".new": []byte("new bytes!")})
 	if err := os.Rename(filepath.Join(dir, ".new"), filepath.Join(dir, "f")); err != nil {
 		t.Fatal(err)
 	}
@@ -481,18 +468,29 @@ func TestNFSGaneshaReplacedByRename(t *testing.T) {
 	}
 }
 
+// mirrorModifiers rewrites a file in every replica of a mirror a test made.
+var mirrorModifiers sync.Map // backend.Backend → func(t, path, data)
+
+func modifyMirror(t *testing.T, b backend.Backend, p string, data []byte) {
+	fn, ok := mirrorModifiers.Load(b)
+	if !ok {
+		t.Fatal("unknown mirror backend")
+	}
+	fn.(func(*testing.T, string, []byte))(t, p, data)
+}
+
 // TestMirrorNFSPosixConformance: an nfs replica (go-nfs) and a posix one
 // make a mirror that passes the suite, and its reads still succeed once
 // the nfs server is gone.
 func TestMirrorNFSPosixConformance(t *testing.T) {
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		a, b := t.TempDir(), t.TempDir()
-		writeFiles(t, a, files)
-		writeFiles(t, b, files)
-		m := openMirror(t, "mirror:"+goNFS(t, a)+","+b, backend.Options{})
+		backendtest.WriteFiles(t, a, files)
+		backendtest.WriteFiles(t, b, files)
+		m := backendtest.OpenOptions(t, "mirror:"+goNFS(t, a)+","+b, backend.Options{})
 		mirrorModifiers.Store(m, func(t *testing.T, p string, data []byte) {
-			writeFiles(t, a, map[string][]byte{p: data})
-			writeFiles(t, b, map[string][]byte{p: data})
+			backendtest.WriteFiles(t, a, map[string][]byte{p: data})
+			backendtest.WriteFiles(t, b, map[string][]byte{p: data})
 		})
 		return m
 	}
@@ -500,10 +498,10 @@ func TestMirrorNFSPosixConformance(t *testing.T) {
 
 	a, dir := t.TempDir(), t.TempDir()
 	files := map[string][]byte{"x/f": []byte("same bytes")}
-	writeFiles(t, a, files)
-	writeFiles(t, dir, files)
+	backendtest.WriteFiles(t, a, files)
+	backendtest.WriteFiles(t, dir, files)
 	px := startTCPProxy(t, nfs.StartGoNFS(t, a, 1024).Host)
-	m := openMirror(t, "mirror:nfs://"+px.addr()+"/export,"+dir, backend.Options{
+	m := backendtest.OpenOptions(t, "mirror:nfs://"+px.addr()+"/export,"+dir, backend.Options{
 		RequestTimeout: 300 * time.Millisecond,
 		Retry:          backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond},
 	})
@@ -535,7 +533,7 @@ func TestNFSLargeDirectory(t *testing.T) {
 		urls = append(urls, nfs.StartGanesha(t, dir).URL)
 	}
 	for _, u := range urls {
-		b := openURL(t, u, backend.Options{})
+		b := backendtest.OpenOptions(t, u, backend.Options{})
 		start := time.Now()
 		es, err := b.List(context.Background(), "")
 		if err != nil {

@@ -1,4 +1,4 @@
-package backend
+package s3
 
 import (
 	"context"
@@ -21,12 +21,13 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // s3Backend serves a bucket prefix of an S3-compatible server.
 //
-// All fields are immutable after openS3 except the atomic counters, so the
+// All fields are immutable after Open except the atomic counters, so the
 // backend is safe for concurrent use without a lock.
 type s3Backend struct {
 	core   *minio.Core
@@ -34,7 +35,7 @@ type s3Backend struct {
 	prefix string // "" or "dir/sub/" (always a trailing slash)
 	id     string
 	log    *slog.Logger
-	retry  *retrier
+	retry  *backend.Retrier
 	// transport is the base HTTP transport (for Close).
 	transport http.RoundTripper
 
@@ -42,15 +43,22 @@ type s3Backend struct {
 }
 
 var (
-	_ Backend      = (*s3Backend)(nil)
-	_ RetryCounter = (*s3Backend)(nil)
-	_ SkipCounter  = (*s3Backend)(nil)
+	_ backend.Backend      = (*s3Backend)(nil)
+	_ backend.RetryCounter = (*s3Backend)(nil)
+	_ backend.SkipCounter  = (*s3Backend)(nil)
 )
 
 // errShortBody: a response body ended before the requested range did.
 var errShortBody = errors.New("response body shorter than the requested range")
 
-func openS3(ctx context.Context, src source.Source, opts Options) (Backend, error) {
+// Open returns the Backend of the bucket prefix src names. Unless
+// opts.Lazy, it probes the prefix with one one-key listing, so that a
+// missing bucket or bad credentials fail here.
+func Open(ctx context.Context, src source.Source, opts backend.Options) (backend.Backend, error) {
+	opts, err := opts.WithDefaults()
+	if err != nil {
+		return nil, err
+	}
 	host, secure := "s3.amazonaws.com", true
 	if src.Endpoint != "" {
 		u, err := url.Parse(src.Endpoint)
@@ -59,31 +67,9 @@ func openS3(ctx context.Context, src source.Source, opts Options) (Backend, erro
 		}
 		host, secure = u.Host, u.Scheme == "https"
 	}
-	base := opts.Transport
-	if base == nil {
-		t, err := minio.DefaultTransport(secure)
-		if err != nil {
-			return nil, fmt.Errorf("s3: open %s: transport: %w", src, err)
-		}
-		if eg := opts.Egress; eg != nil {
-			// Every connection, a redirect's included, is checked on the
-			// IP it goes to (package egress).
-			t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return eg.DialFrom(ctx, network, addr, nil)
-			}
-		}
-		base = t
-	}
-	var creds *credentials.Credentials
-	if opts.Credentials.AccessKey != "" {
-		c := opts.Credentials
-		creds = credentials.NewStaticV4(c.AccessKey, c.SecretKey, c.SessionToken)
-	} else {
-		creds = credentials.NewChainCredentials([]credentials.Provider{
-			&credentials.EnvAWS{},
-			&credentials.FileAWSCredentials{},
-			&credentials.IAM{},
-		})
+	base, err := baseTransport(opts, secure)
+	if err != nil {
+		return nil, fmt.Errorf("s3: open %s: transport: %w", src, err)
 	}
 	lookup := minio.BucketLookupAuto
 	switch {
@@ -96,7 +82,7 @@ func openS3(ctx context.Context, src source.Source, opts Options) (Backend, erro
 	// sleeps up to minio.DefaultRetryUnit, ctx-aware, after a transient
 	// failure before returning it to us.
 	core, err := minio.NewCore(host, &minio.Options{
-		Creds:        creds,
+		Creds:        chainCredentials(opts.Credentials),
 		Secure:       secure,
 		Transport:    &listPageTransport{base: &timeoutTransport{base: base, d: opts.RequestTimeout}},
 		Region:       src.Region,
@@ -116,7 +102,7 @@ func openS3(ctx context.Context, src source.Source, opts Options) (Backend, erro
 		prefix: prefix,
 		id:     "s3://" + host + "/" + src.Bucket + "/" + prefix,
 		log:    opts.Logger.With(slog.String("backend", "s3"), slog.String("bucket", src.Bucket)),
-		retry:  &retrier{policy: opts.Retry, log: opts.Logger},
+		retry:  backend.NewRetrier(opts.Retry, opts.Logger),
 
 		transport: base,
 	}
@@ -131,6 +117,38 @@ func openS3(ctx context.Context, src source.Source, opts Options) (Backend, erro
 	return b, nil
 }
 
+// baseTransport is opts.Transport, else minio-go's transport dialing
+// through opts.Egress when set: every connection, a redirect's included, is
+// checked on the IP it goes to (package egress).
+func baseTransport(opts backend.Options, secure bool) (http.RoundTripper, error) {
+	if opts.Transport != nil {
+		return opts.Transport, nil
+	}
+	t, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, err
+	}
+	if eg := opts.Egress; eg != nil {
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return eg.DialFrom(ctx, network, addr, nil)
+		}
+	}
+	return t, nil
+}
+
+// chainCredentials are c when set, else the environment, the shared
+// credentials file and then the instance/pod IAM role.
+func chainCredentials(c backend.Credentials) *credentials.Credentials {
+	if c.AccessKey != "" {
+		return credentials.NewStaticV4(c.AccessKey, c.SecretKey, c.SessionToken)
+	}
+	return credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{},
+	})
+}
+
 func (b *s3Backend) ID() string { return b.id }
 
 func (b *s3Backend) Close() error {
@@ -142,7 +160,7 @@ func (b *s3Backend) Close() error {
 }
 
 // Retries implements RetryCounter.
-func (b *s3Backend) Retries() int64 { return b.retry.retries.Load() }
+func (b *s3Backend) Retries() int64 { return b.retry.Retries() }
 
 // Skipped implements SkipCounter.
 func (b *s3Backend) Skipped() int64 { return b.skipped.Load() }
@@ -158,43 +176,43 @@ func (b *s3Backend) dirPrefix(p string) string {
 	return b.prefix + p + "/"
 }
 
-func (b *s3Backend) Stat(ctx context.Context, p string) (Entry, error) {
-	p, err := CleanPath(p)
+func (b *s3Backend) Stat(ctx context.Context, p string) (backend.Entry, error) {
+	p, err := backend.CleanPath(p)
 	if err != nil {
-		return Entry{}, err
+		return backend.Entry{}, err
 	}
 	if p == "" {
-		return Entry{IsDir: true}, nil
+		return backend.Entry{IsDir: true}, nil
 	}
 	e, err := b.statObject(ctx, p)
 	if err == nil {
 		return e, nil
 	}
 	if !isNotFound(err) {
-		return Entry{}, b.mapErr("stat", p, err)
+		return backend.Entry{}, b.mapErr("stat", p, err)
 	}
 	isDir, err := b.isDir(ctx, p)
 	if err != nil {
-		return Entry{}, b.mapErr("stat", p, err)
+		return backend.Entry{}, b.mapErr("stat", p, err)
 	}
 	if !isDir {
-		return Entry{}, fmt.Errorf("s3: stat %q: %w", p, ErrNotExist)
+		return backend.Entry{}, fmt.Errorf("s3: stat %q: %w", p, backend.ErrNotExist)
 	}
-	return Entry{Name: path.Base(p), IsDir: true}, nil
+	return backend.Entry{Name: path.Base(p), IsDir: true}, nil
 }
 
 // statObject HEADs the object at p; errors are returned unwrapped.
-func (b *s3Backend) statObject(ctx context.Context, p string) (Entry, error) {
+func (b *s3Backend) statObject(ctx context.Context, p string) (backend.Entry, error) {
 	var info minio.ObjectInfo
-	_, err := b.retry.do(ctx, "stat", b.retryable, func(ctx context.Context) error {
+	_, err := b.retry.Do(ctx, "stat", b.retryable, func(ctx context.Context) error {
 		var err error
 		info, err = b.core.StatObject(ctx, b.bucket, b.key(p), minio.StatObjectOptions{})
 		return err
 	})
 	if err != nil {
-		return Entry{}, err
+		return backend.Entry{}, err
 	}
-	return Entry{
+	return backend.Entry{
 		Name:    path.Base(p),
 		Size:    info.Size,
 		ModTime: info.LastModified,
@@ -212,9 +230,9 @@ func (b *s3Backend) isDir(ctx context.Context, p string) (bool, error) {
 // returned unwrapped.
 func (b *s3Backend) firstKey(ctx context.Context, prefix string) (string, error) {
 	var key string
-	g := &listGuard{lim: ListLimits{MaxPages: probeMaxPages}, path: prefix, pageCap: CapProbePages}
+	g := backend.NewProbeGuard(prefix)
 	ctx = context.WithValue(ctx, listGuardKey{}, g) // pages counted by listPageTransport
-	_, err := b.retry.do(ctx, "probe", b.retryable, func(ctx context.Context) error {
+	_, err := b.retry.Do(ctx, "probe", b.retryable, func(ctx context.Context) error {
 		for obj := range b.core.Client.ListObjectsIter(ctx, b.bucket, minio.ListObjectsOptions{
 			Prefix: prefix, Recursive: true, MaxKeys: 1,
 		}) {
@@ -229,21 +247,21 @@ func (b *s3Backend) firstKey(ctx context.Context, prefix string) (string, error)
 	return key, err
 }
 
-func (b *s3Backend) List(ctx context.Context, p string) ([]Entry, error) {
-	p, err := CleanPath(p)
+func (b *s3Backend) List(ctx context.Context, p string) ([]backend.Entry, error) {
+	p, err := backend.CleanPath(p)
 	if err != nil {
 		return nil, err
 	}
 	prefix := b.dirPrefix(p)
-	byName := make(map[string]Entry)
+	byName := make(map[string]backend.Entry)
 	seen := false    // any key at all under prefix (even a marker or a bad name)
 	startAfter := "" // resume point after a failed page
 	// The caps (listlimit.go): entries and memory as items arrive, pages
 	// by listPageTransport, which finds g in the requests' ctx.
-	g := newListGuard(ctx, p)
-	defer g.release()
+	g := backend.NewListGuard(ctx, p)
+	defer g.Release()
 	lctx := context.WithValue(ctx, listGuardKey{}, g)
-	_, err = b.retry.do(lctx, "list", b.retryable, func(ctx context.Context) error {
+	_, err = b.retry.Do(lctx, "list", b.retryable, func(ctx context.Context) error {
 		for obj := range b.core.Client.ListObjectsIter(ctx, b.bucket, minio.ListObjectsOptions{
 			Prefix:     prefix,
 			Recursive:  false, // ListObjectsV2 with Delimiter "/", paginated by minio-go
@@ -255,7 +273,7 @@ func (b *s3Backend) List(ctx context.Context, p string) ([]Entry, error) {
 			seen = true
 			startAfter = max(startAfter, obj.Key)
 			if e, added := b.addChild(byName, prefix, obj); added {
-				if err := g.entry(e.Name, e.Version); err != nil {
+				if err := g.Entry(e.Name, e.Version); err != nil {
 					return err // breaking out stops minio-go's pagination
 				}
 			}
@@ -268,31 +286,31 @@ func (b *s3Backend) List(ctx context.Context, p string) ([]Entry, error) {
 	if !seen && p != "" {
 		// Nothing under the prefix: either a file or nothing at all.
 		if _, err := b.statObject(ctx, p); err == nil {
-			return nil, fmt.Errorf("s3: list %q: %w", p, ErrNotDir)
+			return nil, fmt.Errorf("s3: list %q: %w", p, backend.ErrNotDir)
 		} else if !isNotFound(err) {
 			return nil, b.mapErr("list", p, err)
 		}
-		return nil, fmt.Errorf("s3: list %q: %w", p, ErrNotExist)
+		return nil, fmt.Errorf("s3: list %q: %w", p, backend.ErrNotExist)
 	}
-	out := make([]Entry, 0, len(byName))
+	out := make([]backend.Entry, 0, len(byName))
 	for _, e := range byName {
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(x, y Entry) int { return strings.Compare(x.Name, y.Name) })
+	slices.SortFunc(out, func(x, y backend.Entry) int { return strings.Compare(x.Name, y.Name) })
 	return out, nil
 }
 
 // addChild turns one listing item (an object or a common prefix) into a
 // child entry of the directory at prefix, skipping invalid names; added
 // reports a name not held before.
-func (b *s3Backend) addChild(byName map[string]Entry, prefix string, obj minio.ObjectInfo) (e Entry, added bool) {
+func (b *s3Backend) addChild(byName map[string]backend.Entry, prefix string, obj minio.ObjectInfo) (e backend.Entry, added bool) {
 	rel := strings.TrimPrefix(obj.Key, prefix)
 	if rel == "" {
 		return e, false // a "directory marker" object for the directory itself
 	}
-	e = Entry{Name: rel}
+	e = backend.Entry{Name: rel}
 	if strings.HasSuffix(rel, "/") {
-		e = Entry{Name: strings.TrimSuffix(rel, "/"), IsDir: true}
+		e = backend.Entry{Name: strings.TrimSuffix(rel, "/"), IsDir: true}
 	} else {
 		e.Size, e.ModTime, e.Version = obj.Size, obj.LastModified, trimETag(obj.ETag)
 	}
@@ -320,12 +338,12 @@ func (b *s3Backend) skip(key, why string) {
 }
 
 func (b *s3Backend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	p, err := CleanPath(p)
+	p, err := backend.CleanPath(p)
 	if err != nil {
 		return 0, err
 	}
 	if p == "" {
-		return 0, fmt.Errorf("s3: read %q: %w", p, ErrIsDir)
+		return 0, fmt.Errorf("s3: read %q: %w", p, backend.ErrIsDir)
 	}
 	if off < 0 {
 		return 0, fmt.Errorf("s3: read %q: negative offset %d", p, off)
@@ -335,7 +353,7 @@ func (b *s3Backend) ReadAt(ctx context.Context, p, version string, buf []byte, o
 	}
 	var n int
 	var eof bool
-	_, err = b.retry.do(ctx, "read", b.retryable, func(ctx context.Context) error {
+	_, err = b.retry.Do(ctx, "read", b.retryable, func(ctx context.Context) error {
 		var err error
 		n, eof, err = b.readOnce(ctx, p, version, buf, off)
 		return err
@@ -351,14 +369,14 @@ func (b *s3Backend) ReadAt(ctx context.Context, p, version string, buf []byte, o
 					return 0, b.mapErr("read", p, serr)
 				}
 				if e.Version != version {
-					return 0, fmt.Errorf("s3: read %q: %w (version %q, now %q)", p, ErrChanged, version, e.Version)
+					return 0, fmt.Errorf("s3: read %q: %w (version %q, now %q)", p, backend.ErrChanged, version, e.Version)
 				}
 			}
 			return 0, io.EOF
 		case isNotFound(err):
 			isDir, derr := b.isDir(ctx, p)
 			if derr == nil && isDir {
-				return 0, fmt.Errorf("s3: read %q: %w", p, ErrIsDir)
+				return 0, fmt.Errorf("s3: read %q: %w", p, backend.ErrIsDir)
 			}
 		}
 		return 0, b.mapErr("read", p, err)
@@ -456,10 +474,10 @@ func parseContentRange(s string) (start, end, total int64, err error) {
 // throttling codes, timeouts, connection failures and short bodies are
 // transient; any other 4xx or API error is permanent.
 func (b *s3Backend) retryable(err error) bool {
-	if errors.Is(err, ErrListTooLarge) {
+	if errors.Is(err, backend.ErrListTooLarge) {
 		return false // a cap (listlimit.go): listing again would pass it again
 	}
-	if refusedEgress(err) {
+	if backend.RefusedEgress(err) {
 		return false // a refused destination stays refused
 	}
 	if errors.Is(err, errShortBody) {
@@ -480,10 +498,10 @@ func (b *s3Backend) retryable(err error) bool {
 		return false
 	}
 	if errors.Is(err, context.Canceled) {
-		return false // the caller's ctx (checked by the retrier) or ours: stop
+		return false // the caller's ctx (checked by the Retrier) or ours: stop
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return true // the per-attempt timeout (the retrier checks the caller's ctx)
+		return true // the per-attempt timeout (the Retrier checks the caller's ctx)
 	}
 	var certErr *tls.CertificateVerificationError
 	var unknownAuth x509.UnknownAuthorityError
@@ -513,7 +531,7 @@ func (b *s3Backend) mapErr(op, p string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("s3: %s %q: %w", op, p, err)
 	}
-	var lim *ListLimitError
+	var lim *backend.ListLimitError
 	switch {
 	case errors.As(err, &lim): // without minio-go's and net/http's wrapping (the request URL)
 		return fmt.Errorf("s3: %s: %w", op, lim)
@@ -523,24 +541,24 @@ func (b *s3Backend) mapErr(op, p string, err error) error {
 	resp := minio.ToErrorResponse(err)
 	switch {
 	case resp.Code == "NoSuchBucket":
-		return fmt.Errorf("s3: %s %q: %w: bucket %q does not exist", op, p, ErrNotExist, b.bucket)
+		return fmt.Errorf("s3: %s %q: %w: bucket %q does not exist", op, p, backend.ErrNotExist, b.bucket)
 	case isNotFound(err):
-		return fmt.Errorf("s3: %s %q: %w", op, p, ErrNotExist)
+		return fmt.Errorf("s3: %s %q: %w", op, p, backend.ErrNotExist)
 	case resp.StatusCode == http.StatusPreconditionFailed || resp.Code == "PreconditionFailed":
-		return fmt.Errorf("s3: %s %q: %w", op, p, ErrChanged)
+		return fmt.Errorf("s3: %s %q: %w", op, p, backend.ErrChanged)
 	case resp.StatusCode == http.StatusForbidden || resp.Code == "AccessDenied" ||
 		resp.Code == "InvalidAccessKeyId" || resp.Code == "SignatureDoesNotMatch":
-		return fmt.Errorf("s3: %s %q: %w: %s (%s): check the credentials (Options.Credentials, "+
+		return fmt.Errorf("s3: %s %q: %w: %s (%s): check the credentials (backend.Options.Credentials, "+
 			"AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the shared credentials file, IAM role) "+
-			"and the bucket policy", op, p, ErrPermission, resp.Code, strings.TrimSuffix(resp.Message, "."))
+			"and the bucket policy", op, p, backend.ErrPermission, resp.Code, strings.TrimSuffix(resp.Message, "."))
 	case errors.Is(err, errShortBody):
 		return fmt.Errorf("s3: %s %q: %w", op, p, io.ErrUnexpectedEOF)
-	case refusedEgress(err):
-		return fmt.Errorf("s3: %s %q: %w: %w", op, p, ErrPermission, err)
+	case backend.RefusedEgress(err):
+		return fmt.Errorf("s3: %s %q: %w: %w", op, p, backend.ErrPermission, err)
 	case b.retryable(err) && resp.Code != "":
-		return fmt.Errorf("s3: %s %q: %w: %s (%s, HTTP %d): %w", op, p, ErrUnavailable, resp.Code, strings.TrimSuffix(resp.Message, "."), resp.StatusCode, err)
+		return fmt.Errorf("s3: %s %q: %w: %s (%s, HTTP %d): %w", op, p, backend.ErrUnavailable, resp.Code, strings.TrimSuffix(resp.Message, "."), resp.StatusCode, err)
 	case b.retryable(err):
-		return fmt.Errorf("s3: %s %q: %w: %w", op, p, ErrUnavailable, err)
+		return fmt.Errorf("s3: %s %q: %w: %w", op, p, backend.ErrUnavailable, err)
 	case resp.Code != "":
 		return fmt.Errorf("s3: %s %q: %s (%s, HTTP %d): %w", op, p, resp.Code, strings.TrimSuffix(resp.Message, "."), resp.StatusCode, err)
 	}

@@ -1,4 +1,4 @@
-package backend_test
+package posix_test
 
 import (
 	"context"
@@ -14,24 +14,12 @@ import (
 
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // posixDirs remembers the directory behind each posix Backend a test made.
 var posixDirs sync.Map // backend.Backend → string
-
-func writeFiles(t *testing.T, dir string, files map[string][]byte) {
-	t.Helper()
-	for p, data := range files {
-		full := filepath.Join(dir, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func openPosix(t *testing.T, dir string) backend.Backend {
 	t.Helper()
@@ -39,7 +27,7 @@ func openPosix(t *testing.T, dir string) backend.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := backend.Open(context.Background(), src, backend.Options{})
+	b, err := all.Open(context.Background(), src, backend.Options{})
 	if err != nil {
 		t.Fatalf("Open(%s): %v", dir, err)
 	}
@@ -48,7 +36,7 @@ func openPosix(t *testing.T, dir string) backend.Backend {
 
 func makePosix(t *testing.T, files map[string][]byte) backend.Backend {
 	dir := t.TempDir()
-	writeFiles(t, dir, files)
+	backendtest.WriteFiles(t, dir, files)
 	b := openPosix(t, dir)
 	posixDirs.Store(b, dir)
 	return b
@@ -76,9 +64,9 @@ func TestPosixConformance(t *testing.T) {
 
 func TestPosixSymlinksStayInRoot(t *testing.T) {
 	outside := t.TempDir()
-	writeFiles(t, outside, map[string][]byte{"secret": []byte("do not serve")})
+	backendtest.WriteFiles(t, outside, map[string][]byte{"secret": []byte("do not serve")})
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string][]byte{"real/f": []byte("inside"), "bad\\name": nil})
+	backendtest.WriteFiles(t, dir, map[string][]byte{"real/f": []byte("inside"), "bad\\name": nil})
 	for name, target := range map[string]string{
 		"link-file":    "real/f",
 		"link-dir":     "real",
@@ -136,7 +124,7 @@ func TestPosixSymlinksStayInRoot(t *testing.T) {
 
 func TestPosixOpenErrors(t *testing.T) {
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string][]byte{"file": nil})
+	backendtest.WriteFiles(t, dir, map[string][]byte{"file": nil})
 	for _, tc := range []struct {
 		dir  string
 		want error
@@ -144,7 +132,7 @@ func TestPosixOpenErrors(t *testing.T) {
 		{filepath.Join(dir, "missing"), backend.ErrNotExist},
 		{filepath.Join(dir, "file"), backend.ErrNotDir},
 	} {
-		_, err := backend.Open(context.Background(), source.Source{Kind: source.KindPosix, Path: tc.dir}, backend.Options{})
+		_, err := all.Open(context.Background(), source.Source{Kind: source.KindPosix, Path: tc.dir}, backend.Options{})
 		if !errors.Is(err, tc.want) {
 			t.Errorf("Open(%s) = %v, want %v", tc.dir, err, tc.want)
 		}
@@ -170,7 +158,7 @@ func TestPosixVersionSeesRewrites(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
-	writeFiles(t, dir, map[string][]byte{"f": []byte("one!")})
+	backendtest.WriteFiles(t, dir, map[string][]byte{"f": []byte("one!")})
 	b := openPosix(t, dir)
 	defer b.Close()
 	stat := func() (backend.Entry, syscall.Stat_t) {

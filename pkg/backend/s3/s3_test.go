@@ -1,4 +1,4 @@
-package backend_test
+package s3_test
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -58,7 +59,7 @@ func openS3(t *testing.T, m *s3.Server, bucket, prefix string, opts backend.Opti
 	if opts.Credentials.IsZero() {
 		opts.Credentials = creds(m)
 	}
-	b, err := backend.Open(context.Background(), src, opts)
+	b, err := all.Open(context.Background(), src, opts)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", src, err)
 	}
@@ -139,16 +140,16 @@ func testS3PrefixBoundary(t *testing.T, m *s3.Server) {
 	b := openS3(t, m, bucket, "data", backend.Options{})
 	for _, p := range []string{"data2", "2/c", "base", "c"} {
 		if _, err := b.Stat(ctx, p); !errors.Is(err, backend.ErrNotExist) {
-			t.Errorf("prefix data: Stat(%q) = %v, want ErrNotExist", p, err)
+			t.Errorf("prefix data: Stat(%q) = %v, want backend.ErrNotExist", p, err)
 		}
 	}
 	// "dat" is a key prefix of every key but not a directory.
 	root := openS3(t, m, bucket, "", backend.Options{})
 	if _, err := root.Stat(ctx, "dat"); !errors.Is(err, backend.ErrNotExist) {
-		t.Errorf("Stat(dat) = %v, want ErrNotExist", err)
+		t.Errorf("Stat(dat) = %v, want backend.ErrNotExist", err)
 	}
 	if _, err := root.List(ctx, "dat"); !errors.Is(err, backend.ErrNotExist) {
-		t.Errorf("List(dat) = %v, want ErrNotExist", err)
+		t.Errorf("List(dat) = %v, want backend.ErrNotExist", err)
 	}
 	if want := "s3://" + m.Host + "/" + bucket + "/data/"; b.ID() != want {
 		t.Errorf("ID() = %q, want %q", b.ID(), want)
@@ -237,7 +238,7 @@ func testS3CredentialsFromEnv(t *testing.T, m *s3.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := backend.Open(context.Background(), src, backend.Options{})
+	b, err := all.Open(context.Background(), src, backend.Options{})
 	if err != nil {
 		t.Fatalf("Open with env credentials: %v", err)
 	}
@@ -268,9 +269,9 @@ func testS3WrongCredentials(t *testing.T, m *s3.Server) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = backend.Open(context.Background(), src, backend.Options{Credentials: tc.creds})
+			_, err = all.Open(context.Background(), src, backend.Options{Credentials: tc.creds})
 			if !errors.Is(err, backend.ErrPermission) {
-				t.Fatalf("Open = %v, want ErrPermission", err)
+				t.Fatalf("Open = %v, want backend.ErrPermission", err)
 			}
 			msg := err.Error()
 			if !strings.Contains(msg, tc.code) || !strings.Contains(msg, "check the credentials") {
@@ -293,9 +294,9 @@ func testS3OpenMissingBucket(t *testing.T, m *s3.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = backend.Open(context.Background(), src, backend.Options{Credentials: creds(m)})
+	_, err = all.Open(context.Background(), src, backend.Options{Credentials: creds(m)})
 	if !errors.Is(err, backend.ErrNotExist) || !strings.Contains(err.Error(), `bucket "no-such-bucket" does not exist`) {
-		t.Fatalf("Open = %v, want ErrNotExist naming the bucket", err)
+		t.Fatalf("Open = %v, want backend.ErrNotExist naming the bucket", err)
 	}
 }
 
@@ -591,7 +592,7 @@ func TestS3SkipsKeysThatEscape(t *testing.T) {
 	var logs bytes.Buffer
 	b := openS3(t, m, bucket, "ds", backend.Options{
 		Transport: &badKeys{base: http.DefaultTransport, extra: extra},
-		Logger:    newTestLogger(&logs),
+		Logger:    backendtest.Logger(&logs),
 	})
 	es, err := b.List(context.Background(), "")
 	if err != nil {

@@ -1,20 +1,14 @@
 //go:build ceph
 
-package backend
-
-// The cephfs backend: CephFS through libcephfs (github.com/ceph/go-ceph,
-// cgo). Built only with `-tags ceph,pacific` (make build-ceph); the default
-// cgo-free build has cephfs_stub.go instead.
+package cephfs
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -25,13 +19,13 @@ import (
 	"time"
 
 	"github.com/ceph/go-ceph/cephfs"
-	"github.com/ceph/go-ceph/rados"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
-// CephFSBuilt reports whether this build can open cephfs:// sources.
-const CephFSBuilt = true
+// Built reports whether this build can open cephfs:// sources.
+const Built = true
 
 // cephMountsDefault is the number of libcephfs mounts (each its own client
 // session) a cephfs backend spreads its calls over, by directory (see
@@ -66,11 +60,11 @@ type cephfsBackend struct {
 }
 
 var (
-	_ Backend     = (*cephfsBackend)(nil)
-	_ SkipCounter = (*cephfsBackend)(nil)
+	_ backend.Backend     = (*cephfsBackend)(nil)
+	_ backend.SkipCounter = (*cephfsBackend)(nil)
 )
 
-func openCephFS(ctx context.Context, src source.Source, opts Options) (Backend, error) {
+func openCephFS(ctx context.Context, src source.Source, opts backend.Options) (backend.Backend, error) {
 	b := &cephfsBackend{
 		slots: make(chan struct{}, maxCephCalls),
 		id:    cephfsID(src),
@@ -98,7 +92,7 @@ func openCephFS(ctx context.Context, src source.Source, opts Options) (Backend, 
 	}
 	if !isDir(sx) {
 		b.Close()
-		return nil, fmt.Errorf("cephfs: open %s: %w", b.src, ErrNotDir)
+		return nil, fmt.Errorf("cephfs: open %s: %w", b.src, backend.ErrNotDir)
 	}
 	return b, nil
 }
@@ -112,159 +106,6 @@ func cephfsID(src source.Source) string {
 		id += "?fs=" + src.FS
 	}
 	return id
-}
-
-// cephClient is one libcephfs mount and the RADOS connection it was made
-// from.
-type cephClient struct {
-	conn  *rados.Conn
-	mount *cephfs.MountInfo
-}
-
-func (c *cephClient) close() error {
-	var errs []error
-	if c.mount != nil {
-		if c.mount.IsMounted() {
-			if err := c.mount.Unmount(); err != nil {
-				errs = append(errs, mapCephErr(err))
-			}
-		}
-		if err := c.mount.Release(); err != nil {
-			errs = append(errs, mapCephErr(err))
-		}
-	}
-	if c.conn != nil {
-		c.conn.Shutdown()
-	}
-	return errors.Join(errs...)
-}
-
-// cephMount connects, configures and mounts one client rooted at the
-// dataset directory. The configuration comes, in order, from the Ceph
-// config file (CEPH_CONF, else the default search path; optional when the
-// URL names the monitor), CEPH_ARGS, CEPH_KEYRING, then the URL (monitor,
-// file system) and Options.Credentials (client name, key). The key is set
-// in-process with conf_set and never appears in argv, logs or errors.
-//
-// The client authenticates through a RADOS connection first
-// (ceph_create_from_rados): librados reports a refused key at once as
-// EACCES, where libcephfs's own init keeps hunting for a monitor until its
-// mount timeout.
-func cephMount(src source.Source, opts Options) (_ *cephClient, err error) {
-	user := src.User
-	if opts.Credentials.CephUser != "" {
-		user = opts.Credentials.CephUser
-	}
-	if user == "" {
-		user = "admin"
-	}
-	user = strings.TrimPrefix(user, "client.")
-	conn, err := rados.NewConnWithUser(user)
-	if err != nil {
-		return nil, fmt.Errorf("create client %q: %w", user, mapCephErr(err))
-	}
-	c := &cephClient{conn: conn}
-	defer func() {
-		if err != nil {
-			_ = c.close()
-		}
-	}()
-	if conf := os.Getenv("CEPH_CONF"); conf != "" {
-		if err := conn.ReadConfigFile(conf); err != nil {
-			return nil, fmt.Errorf("read config file %s (CEPH_CONF): %w", conf, mapCephErr(err))
-		}
-	} else if err := conn.ReadDefaultConfigFile(); err != nil && src.Host == "" {
-		return nil, fmt.Errorf("read the default Ceph config file: %w", mapCephErr(err))
-	}
-	if err := conn.ParseDefaultConfigEnv(); err != nil {
-		return nil, fmt.Errorf("parse CEPH_ARGS: %w", mapCephErr(err))
-	}
-	set := func(k, v string) error {
-		if err := conn.SetConfigOption(k, v); err != nil {
-			return fmt.Errorf("set config option %s: %w", k, mapCephErr(err))
-		}
-		return nil
-	}
-	if kr := os.Getenv("CEPH_KEYRING"); kr != "" {
-		if err := set("keyring", kr); err != nil {
-			return nil, err
-		}
-	}
-	if src.Host != "" {
-		if err := set("mon_host", monAddr(src.Host)); err != nil {
-			return nil, err
-		}
-	}
-	if key := opts.Credentials.CephKey; key != "" {
-		// A key that is not base64 would leave the client hunting for a
-		// monitor until the timeout; say so at once instead.
-		if _, err := base64.StdEncoding.DecodeString(key); err != nil {
-			return nil, fmt.Errorf("the key of client.%s is not a Ceph key (base64): %w", user, ErrPermission)
-		}
-		if err := conn.SetConfigOption("key", key); err != nil {
-			// The value is never quoted: it is the secret.
-			return nil, fmt.Errorf("set the key of client.%s: %w", user, ErrPermission)
-		}
-	}
-	// Bounded waits instead of Ceph's 300 s: a monitor that does not
-	// answer surfaces as ErrUnavailable.
-	secs := strconv.Itoa(max(1, int(opts.RequestTimeout/time.Second)))
-	for _, kv := range [][2]string{{"client_mount_timeout", secs}, {"rados_mon_op_timeout", secs},
-		{"log_to_stderr", "false"}, {"err_to_stderr", "false"}} {
-		if err := set(kv[0], kv[1]); err != nil {
-			return nil, err
-		}
-	}
-	if err := conn.Connect(); err != nil {
-		err = mapCephErr(err)
-		if errors.Is(err, ErrUnavailable) {
-			// Over msgr1 (port 6789) a refused key also ends in a timeout.
-			return nil, fmt.Errorf("connect as client.%s: %w: no monitor answered within %ss (or, over the v1 protocol, one refused the key)", user, err, secs)
-		}
-		if opts.Credentials.CephKey != "" && isErrno(err, syscall.EINVAL) {
-			// librados refuses a key that decodes but is no Ceph key with
-			// EINVAL; the value is never quoted.
-			return nil, fmt.Errorf("connect as client.%s: %w: the key is not a valid Ceph key (want the output of `ceph auth get-key client.%s`)", user, ErrPermission, user)
-		}
-		return nil, fmt.Errorf("connect as client.%s: %w", user, err)
-	}
-	m, err := cephfs.CreateFromRados(conn)
-	if err != nil {
-		return nil, fmt.Errorf("create cephfs client: %w", mapCephErr(err))
-	}
-	c.mount = m
-	if err := m.Init(); err != nil {
-		return nil, fmt.Errorf("init cephfs client: %w", mapCephErr(err))
-	}
-	if src.FS != "" {
-		if err := m.SelectFilesystem(src.FS); err != nil {
-			return nil, fmt.Errorf("select file system %q: %w", src.FS, mapCephErr(err))
-		}
-	}
-	root := src.Path
-	if root == "" {
-		root = "/"
-	}
-	if err := m.MountWithRoot(root); err != nil {
-		return nil, fmt.Errorf("mount %s as client.%s: %w", root, user, mapCephErr(err))
-	}
-	return c, nil
-}
-
-// monAddr turns the URL's "host[:port]" into a Ceph mon_host value: port
-// 6789 is the v1 (msgr1) port, any other port is a v2 (msgr2) one (3300 by
-// default), and without a port Ceph tries both defaults. msgr2 matters: a
-// monitor refuses a wrong key over it at once (ErrPermission), where over
-// msgr1 the client retries until its timeout.
-func monAddr(host string) string {
-	h, port, err := net.SplitHostPort(host)
-	if err != nil {
-		return host
-	}
-	if port == "6789" {
-		return "v1:" + net.JoinHostPort(h, port)
-	}
-	return "v2:" + net.JoinHostPort(h, port)
 }
 
 func (b *cephfsBackend) ID() string { return b.id }
@@ -288,7 +129,7 @@ func (b *cephfsBackend) Close() error {
 		case b.slots <- struct{}{}:
 		case <-deadline:
 			return fmt.Errorf("cephfs: close %s: %w: %d calls to Ceph still unanswered after %v; its client sessions are left open",
-				b.src, ErrUnavailable, cap(b.slots)-taken, closeWait)
+				b.src, backend.ErrUnavailable, cap(b.slots)-taken, closeWait)
 		}
 	}
 	var errs []error
@@ -331,11 +172,13 @@ func cpath(p string) string { return "/" + p }
 
 const cephStatxWant = cephfs.StatxBasicStats
 
-func isDir(sx *cephfs.CephStatx) bool  { return sx.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+func isDir(sx *cephfs.CephStatx) bool { return sx.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+
 func isFile(sx *cephfs.CephStatx) bool { return sx.Mode&syscall.S_IFMT == syscall.S_IFREG }
 
 func tsTime(ts cephfs.Timespec) time.Time { return time.Unix(ts.Sec, ts.Nsec) }
-func tsNanos(ts cephfs.Timespec) int64    { return ts.Sec*1e9 + ts.Nsec }
+
+func tsNanos(ts cephfs.Timespec) int64 { return ts.Sec*1e9 + ts.Nsec }
 
 // cephVersion is "MTIMENANOS-SIZE-CTIMENANOS-INO" from statx, the posix
 // backend's version for the same reasons (see posixVersion).
@@ -351,11 +194,11 @@ func cephVersion(sx *cephfs.CephStatx) string {
 	return string(v)
 }
 
-func cephEntry(name string, sx *cephfs.CephStatx) Entry {
+func cephEntry(name string, sx *cephfs.CephStatx) backend.Entry {
 	if isDir(sx) {
-		return Entry{Name: name, IsDir: true, ModTime: tsTime(sx.Mtime)}
+		return backend.Entry{Name: name, IsDir: true, ModTime: tsTime(sx.Mtime)}
 	}
-	return Entry{Name: name, Size: int64(sx.Size), ModTime: tsTime(sx.Mtime), Version: cephVersion(sx)}
+	return backend.Entry{Name: name, Size: int64(sx.Size), ModTime: tsTime(sx.Mtime), Version: cephVersion(sx)}
 }
 
 // statx stats the dataset path p on m without following a final symlink.
@@ -367,11 +210,11 @@ func statx(m *cephfs.MountInfo, p string) (*cephfs.CephStatx, error) {
 		return sx, nil
 	}
 	err = mapCephErr(err)
-	if errors.Is(err, ErrPermission) {
+	if errors.Is(err, backend.ErrPermission) {
 		for dir := p; strings.Contains(dir, "/"); {
 			dir = dir[:strings.LastIndexByte(dir, '/')]
 			if psx, perr := m.Statx(cpath(dir), cephStatxWant, cephfs.AtSymlinkNofollow); perr == nil && !isDir(psx) {
-				return nil, fmt.Errorf("%w: %q is not a directory", ErrNotExist, dir)
+				return nil, fmt.Errorf("%w: %q is not a directory", backend.ErrNotExist, dir)
 			}
 		}
 	}
@@ -385,6 +228,10 @@ const closeWait = 5 * time.Second
 // abandoned ones included (see call).
 const maxCephCalls = 256
 
+// readChunk bounds one read so that a large ReadAt notices ctx between
+// chunks.
+const readChunk = 1 << 20
+
 // call runs f, a libcephfs call that no deadline interrupts (a stopped OSD
 // or MDS blocks it for good: Ceph has no client-side op timeout by
 // default), in a goroutine of its own and waits for it or for ctx. When ctx
@@ -394,12 +241,12 @@ const maxCephCalls = 256
 // cluster cannot pile up threads without bound.
 func (b *cephfsBackend) call(ctx context.Context, f func()) error {
 	if b.closed.Load() {
-		return fmt.Errorf("%w: the backend is closed", ErrUnavailable)
+		return fmt.Errorf("%w: the backend is closed", backend.ErrUnavailable)
 	}
 	select {
 	case b.slots <- struct{}{}:
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %d calls to Ceph still unanswered (%w)", ErrUnavailable, maxCephCalls, ctx.Err())
+		return fmt.Errorf("%w: %d calls to Ceph still unanswered (%w)", backend.ErrUnavailable, maxCephCalls, ctx.Err())
 	}
 	done := make(chan struct{})
 	go func() {
@@ -411,41 +258,41 @@ func (b *cephfsBackend) call(ctx context.Context, f func()) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: no answer from Ceph in time (%w)", ErrUnavailable, ctx.Err())
+		return fmt.Errorf("%w: no answer from Ceph in time (%w)", backend.ErrUnavailable, ctx.Err())
 	}
 }
 
-func (b *cephfsBackend) Stat(ctx context.Context, p string) (Entry, error) {
-	p, err := CleanPath(p)
+func (b *cephfsBackend) Stat(ctx context.Context, p string) (backend.Entry, error) {
+	p, err := backend.CleanPath(p)
 	if err != nil {
-		return Entry{}, err
+		return backend.Entry{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
+		return backend.Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
 	}
 	var (
-		e    Entry
+		e    backend.Entry
 		serr error
 	)
 	if err := b.call(ctx, func() { e, serr = b.stat(p) }); err != nil {
-		return Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
+		return backend.Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
 	}
 	return e, serr
 }
 
-func (b *cephfsBackend) stat(p string) (Entry, error) {
+func (b *cephfsBackend) stat(p string) (backend.Entry, error) {
 	sx, err := statx(b.mount(parent(p)), p)
 	if err != nil {
-		return Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
+		return backend.Entry{}, fmt.Errorf("cephfs: stat %q: %w", p, err)
 	}
 	if !isDir(sx) && !isFile(sx) {
-		return Entry{}, fmt.Errorf("cephfs: stat %q: %w: not a regular file or directory", p, ErrNotExist)
+		return backend.Entry{}, fmt.Errorf("cephfs: stat %q: %w: not a regular file or directory", p, backend.ErrNotExist)
 	}
 	return cephEntry(p[strings.LastIndexByte(p, '/')+1:], sx), nil
 }
 
-func (b *cephfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
-	p, err := CleanPath(p)
+func (b *cephfsBackend) List(ctx context.Context, p string) ([]backend.Entry, error) {
+	p, err := backend.CleanPath(p)
 	if err != nil {
 		return nil, err
 	}
@@ -453,7 +300,7 @@ func (b *cephfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 		return nil, fmt.Errorf("cephfs: list %q: %w", p, err)
 	}
 	var (
-		es   []Entry
+		es   []backend.Entry
 		lerr error
 	)
 	if err := b.call(ctx, func() { es, lerr = b.list(ctx, p) }); err != nil {
@@ -462,7 +309,7 @@ func (b *cephfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 	return es, lerr
 }
 
-func (b *cephfsBackend) list(ctx context.Context, p string) ([]Entry, error) {
+func (b *cephfsBackend) list(ctx context.Context, p string) ([]backend.Entry, error) {
 	m := b.mount(p)
 	sx, err := statx(m, p)
 	if err != nil {
@@ -470,18 +317,18 @@ func (b *cephfsBackend) list(ctx context.Context, p string) ([]Entry, error) {
 	}
 	if !isDir(sx) {
 		if isFile(sx) {
-			return nil, fmt.Errorf("cephfs: list %q: %w", p, ErrNotDir)
+			return nil, fmt.Errorf("cephfs: list %q: %w", p, backend.ErrNotDir)
 		}
-		return nil, fmt.Errorf("cephfs: list %q: %w: not a directory", p, ErrNotExist)
+		return nil, fmt.Errorf("cephfs: list %q: %w: not a directory", p, backend.ErrNotExist)
 	}
 	d, err := m.OpenDir(cpath(p))
 	if err != nil {
 		return nil, fmt.Errorf("cephfs: list %q: %w", p, mapCephErr(err))
 	}
 	defer d.Close()
-	g := newListGuard(ctx, p) // the caps (listlimit.go)
-	defer g.release()
-	var out []Entry
+	g := backend.NewListGuard(ctx, p) // the caps (listlimit.go)
+	defer g.Release()
+	var out []backend.Entry
 	for i := 0; ; i++ {
 		if i%256 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -509,22 +356,22 @@ func (b *cephfsBackend) list(ctx context.Context, p string) ([]Entry, error) {
 			continue
 		}
 		e := cephEntry(name, esx)
-		if err := g.entry(e.Name, e.Version); err != nil {
+		if err := g.Entry(e.Name, e.Version); err != nil {
 			return nil, fmt.Errorf("cephfs: list: %w", err)
 		}
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(x, y Entry) int { return strings.Compare(x.Name, y.Name) })
+	slices.SortFunc(out, func(x, y backend.Entry) int { return strings.Compare(x.Name, y.Name) })
 	return out, nil
 }
 
 func (b *cephfsBackend) skip(dir, name, why string) {
 	b.skipped.Add(1)
-	b.log.Warn("skipping directory entry", slog.String("path", strconv.Quote(joinPath(dir, name))), slog.String("reason", why))
+	b.log.Warn("skipping directory entry", slog.String("path", strconv.Quote(backend.JoinPath(dir, name))), slog.String("reason", why))
 }
 
 func (b *cephfsBackend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	p, err := checkRead(ctx, source.KindCephFS, p, off)
+	p, err := backend.CheckRead(ctx, source.KindCephFS, p, off)
 	if err != nil {
 		return 0, err
 	}
@@ -562,7 +409,7 @@ func (b *cephfsBackend) readAt(ctx context.Context, p, version string, buf []byt
 	// directory or another non-file apart.
 	f, err := m.Open(cpath(p), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		if errors.Is(mapCephErr(err), ErrPermission) {
+		if errors.Is(mapCephErr(err), backend.ErrPermission) {
 			if _, serr := statx(m, p); serr != nil {
 				return 0, fmt.Errorf("cephfs: read %q: %w", p, serr)
 			}
@@ -575,13 +422,13 @@ func (b *cephfsBackend) readAt(ctx context.Context, p, version string, buf []byt
 		return 0, fmt.Errorf("cephfs: read %q: %w", p, mapCephErr(err))
 	}
 	if isDir(fsx) {
-		return 0, fmt.Errorf("cephfs: read %q: %w", p, ErrIsDir)
+		return 0, fmt.Errorf("cephfs: read %q: %w", p, backend.ErrIsDir)
 	}
 	if !isFile(fsx) {
-		return 0, fmt.Errorf("cephfs: read %q: %w: not a regular file", p, ErrNotExist)
+		return 0, fmt.Errorf("cephfs: read %q: %w: not a regular file", p, backend.ErrNotExist)
 	}
 	if version != "" && cephVersion(fsx) != version {
-		return 0, fmt.Errorf("cephfs: read %q: %w (version %s, now %s)", p, ErrChanged, version, cephVersion(fsx))
+		return 0, fmt.Errorf("cephfs: read %q: %w (version %s, now %s)", p, backend.ErrChanged, version, cephVersion(fsx))
 	}
 	n := 0
 	for n < len(buf) {
@@ -600,7 +447,7 @@ func (b *cephfsBackend) readAt(ctx context.Context, p, version string, buf []byt
 	}
 	if version != "" {
 		if fsx2, err := f.Fstatx(cephStatxWant, 0); err != nil || cephVersion(fsx2) != version {
-			return 0, fmt.Errorf("cephfs: read %q: %w during the read", p, ErrChanged)
+			return 0, fmt.Errorf("cephfs: read %q: %w during the read", p, backend.ErrChanged)
 		}
 	}
 	if n < len(buf) {
@@ -635,14 +482,14 @@ func mapCephErr(err error) error {
 	}
 	switch syscall.Errno(code) {
 	case syscall.ENOENT, syscall.ENOTDIR, syscall.ELOOP:
-		return fmt.Errorf("%w (%v)", ErrNotExist, err)
+		return fmt.Errorf("%w (%v)", backend.ErrNotExist, err)
 	case syscall.EACCES, syscall.EPERM:
-		return fmt.Errorf("%w (%v)", ErrPermission, err)
+		return fmt.Errorf("%w (%v)", backend.ErrPermission, err)
 	case syscall.EISDIR:
-		return fmt.Errorf("%w (%v)", ErrIsDir, err)
+		return fmt.Errorf("%w (%v)", backend.ErrIsDir, err)
 	case syscall.ETIMEDOUT, syscall.ENOTCONN, syscall.ESHUTDOWN, syscall.ECONNREFUSED,
 		syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EAGAIN, syscall.EIO:
-		return fmt.Errorf("%w (%v)", ErrUnavailable, err)
+		return fmt.Errorf("%w (%v)", backend.ErrUnavailable, err)
 	}
 	return err
 }

@@ -1,10 +1,10 @@
 //go:build ceph
 
-package backend_test
+package cephfs_test
 
 // The cephfs backend against a real single-node Ceph 16 cluster
 // (ceph.Start, scripts/ceph-server.sh), through go-ceph: run with
-// `go test -tags ceph,pacific ./pkg/backend` (make test does).
+// `go test -tags ceph,pacific ./pkg/backend/cephfs` (make test does).
 
 import (
 	"bytes"
@@ -29,6 +29,8 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
+	cephfsbackend "github.com/epochfs/epochfs/pkg/backend/cephfs"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -101,7 +103,7 @@ func openCeph(t testing.TB, c *ceph.Cluster, dir string, opts backend.Options) b
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := backend.Open(context.Background(), src, opts)
+	b, err := all.Open(context.Background(), src, opts)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", src, err)
 	}
@@ -262,7 +264,7 @@ func TestCephFSCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrong := strings.TrimSpace(string(gen))
-	_, err = backend.Open(context.Background(), src, backend.Options{
+	_, err = all.Open(context.Background(), src, backend.Options{
 		Credentials:    backend.Credentials{CephUser: "epochfs-ro", CephKey: wrong},
 		RequestTimeout: 10 * time.Second,
 	})
@@ -274,7 +276,7 @@ func TestCephFSCredentials(t *testing.T) {
 	}
 	// A key that is not base64 fails at once, not after the mount timeout.
 	start := time.Now()
-	_, err = backend.Open(context.Background(), src, backend.Options{
+	_, err = all.Open(context.Background(), src, backend.Options{
 		Credentials: backend.Credentials{CephUser: "epochfs-ro", CephKey: "not a key!"},
 	})
 	if !errors.Is(err, backend.ErrPermission) || strings.Contains(err.Error(), "not a key!") || time.Since(start) > 5*time.Second {
@@ -283,7 +285,7 @@ func TestCephFSCredentials(t *testing.T) {
 
 	// Base64 that is no Ceph key (librados: EINVAL) is a refused key too.
 	notCeph := "QVFBd3JvbmdrZXl3cm9uZ2tleXdyb25na2V5d3JvbmdrZXk9PQ=="
-	_, err = backend.Open(context.Background(), src, backend.Options{
+	_, err = all.Open(context.Background(), src, backend.Options{
 		Credentials: backend.Credentials{CephUser: "epochfs-ro", CephKey: notCeph}, RequestTimeout: 10 * time.Second,
 	})
 	if !errors.Is(err, backend.ErrPermission) || strings.Contains(err.Error(), notCeph) || !strings.Contains(err.Error(), "not a valid Ceph key") {
@@ -307,14 +309,14 @@ func TestCephFSUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = backend.Open(context.Background(), src, backend.Options{RequestTimeout: 3 * time.Second})
+	_, err = all.Open(context.Background(), src, backend.Options{RequestTimeout: 3 * time.Second})
 	if !errors.Is(err, backend.ErrUnavailable) {
 		t.Errorf("Open with no monitor = %v, want ErrUnavailable", err)
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("Open with no monitor took %v", d)
 	}
-	if _, err := backend.Open(context.Background(), mustParse(t, c.URL("/no/such/dir")), backend.Options{}); !errors.Is(err, backend.ErrNotExist) {
+	if _, err := all.Open(context.Background(), mustParse(t, c.URL("/no/such/dir")), backend.Options{}); !errors.Is(err, backend.ErrNotExist) {
 		t.Errorf("Open of a missing directory = %v, want ErrNotExist", err)
 	}
 }
@@ -347,7 +349,7 @@ func TestCephFSParallelReads(t *testing.T) {
 		writeCeph(t, m, dir+"/"+parallelPath(i), data)
 	}
 	rate := func(mounts, workers int) float64 {
-		defer backend.SetCephMounts(mounts)()
+		defer cephfsbackend.SetCephMounts(mounts)()
 		b := openCeph(t, c, dir, backend.Options{})
 		defer b.Close()
 		return parallelReadRate(t, b, nfiles, size, workers)
@@ -480,4 +482,17 @@ func TestCephFSHungOSD(t *testing.T) {
 	if n, err := b.ReadAt(ctx2, "f", "", buf, 0); (err != nil && err != io.EOF) || !bytes.Equal(buf[:n], data) {
 		t.Errorf("ReadAt once the OSD runs again = %d, %v", n, err)
 	}
+}
+
+// names returns the names of es, directories with a trailing slash.
+func names(es []backend.Entry) []string {
+	var out []string
+	for _, e := range es {
+		if e.IsDir {
+			out = append(out, e.Name+"/")
+		} else {
+			out = append(out, e.Name)
+		}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package backend
+package nfs
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/willscott/go-nfs-client/nfs/rpc"
+
+	"github.com/epochfs/epochfs/pkg/backend"
 )
 
 // The ONC RPC transport of the nfs backend: one synchronous call at a time
@@ -71,7 +73,7 @@ type rpcConn struct {
 // servers refuse other ports by default ("secure" exports; Ganesha's
 // PrivilegedPort); elsewhere any port. A refusal of eg is returned as it is
 // (a permission failure), not as errTransport.
-func dialRPC(ctx context.Context, addr string, timeout time.Duration, eg Egress) (*rpcConn, error) {
+func dialRPC(ctx context.Context, addr string, timeout time.Duration, eg backend.Egress) (*rpcConn, error) {
 	dial := func(local *net.TCPAddr) (net.Conn, error) {
 		if eg != nil {
 			dctx, cancel := ctx, context.CancelFunc(func() {})
@@ -106,7 +108,7 @@ func dialRPC(ctx context.Context, addr string, timeout time.Duration, eg Egress)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}
-		if refusedEgress(err) {
+		if backend.RefusedEgress(err) {
 			return nil, fmt.Errorf("dial %s: %w", addr, err)
 		}
 		return nil, fmt.Errorf("%w: dial %s: %w", errTransport, addr, err)
@@ -145,23 +147,7 @@ func (c *rpcConn) call(ctx context.Context, timeout time.Duration, auth rpc.Auth
 	}
 	c.xid++
 	xid := c.xid
-	e := xdrEnc{b: c.wbuf[:0]}
-	e.u32(0) // record mark, filled in below
-	e.u32(xid)
-	e.u32(0) // CALL
-	e.u32(2) // RPC version
-	e.u32(prog)
-	e.u32(vers)
-	e.u32(proc)
-	e.u32(auth.Flavor)
-	e.opaque(auth.Body)
-	e.u32(0) // verifier AUTH_NONE
-	e.u32(0)
-	if args != nil {
-		args(&e)
-	}
-	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4)|0x80000000)
-	c.wbuf = e.b
+	c.encodeCall(xid, auth, prog, vers, proc, args)
 
 	deadline := time.Now().Add(timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -178,7 +164,7 @@ func (c *rpcConn) call(ctx context.Context, timeout time.Duration, auth rpc.Auth
 		}
 		return fmt.Errorf("%w: %w", errTransport, err)
 	}
-	if _, err := c.c.Write(e.b); err != nil {
+	if _, err := c.c.Write(c.wbuf); err != nil {
 		return fail(err)
 	}
 	for {
@@ -197,49 +183,86 @@ func (c *rpcConn) call(ctx context.Context, timeout time.Duration, auth rpc.Auth
 		if hdr[1] != 1 {
 			return fail(fmt.Errorf("message type %d is not a reply", hdr[1]))
 		}
-		if hdr[2] != 0 { // MSG_DENIED
-			var why [2]uint32
-			_ = binary.Read(r, binary.BigEndian, &why)
-			if why[0] == 1 {
-				return &rpcError{msg: "authentication error " + strconv.Itoa(int(why[1])) + " (check the uid and gid options and the export's security settings)", auth: true}
-			}
-			return &rpcError{msg: "RPC version mismatch"}
-		}
-		var verf [2]uint32 // flavor, body length
-		if err := binary.Read(r, binary.BigEndian, &verf); err != nil {
-			return fail(fmt.Errorf("short reply: %w", err))
-		}
-		if _, err := r.Seek(int64((verf[1]+3)&^3), io.SeekCurrent); err != nil {
+		rejected, err := readAccepted(r, hdr[2], prog, vers, proc)
+		if err != nil {
 			return fail(err)
 		}
-		var acceptStat uint32
-		if err := binary.Read(r, binary.BigEndian, &acceptStat); err != nil {
-			return fail(fmt.Errorf("short reply: %w", err))
-		}
-		switch acceptStat {
-		case 0:
-		case 1:
-			return &rpcError{msg: fmt.Sprintf("program %d is not served on this port", prog), progUnavail: true}
-		case 2:
-			return &rpcError{msg: fmt.Sprintf("program %d version %d is not served", prog, vers), progUnavail: true}
-		case 3:
-			return &rpcError{msg: fmt.Sprintf("procedure %d of program %d is not served", proc, prog)}
-		case 4:
-			return &rpcError{msg: "the server could not decode the arguments (GARBAGE_ARGS)"}
-		case 5:
-			return &rpcError{msg: "server system error (SYSTEM_ERR)", transient: true}
-		default:
-			return fail(fmt.Errorf("unknown accept status %d", acceptStat))
+		if rejected != nil {
+			return rejected
 		}
 		if err := decode(r); err != nil {
 			var se *nfsStatError
-			if errors.As(err, &se) || errors.Is(err, ErrListTooLarge) {
+			if errors.As(err, &se) || errors.Is(err, backend.ErrListTooLarge) {
 				return err // a status the server sent, or a listing cap: the stream is fine
 			}
 			c.broken = true // a reply we cannot parse: do not trust the stream
 			return fmt.Errorf("%w: decode reply: %w", errTransport, err)
 		}
 		return nil
+	}
+}
+
+// encodeCall writes the record of one call into c.wbuf: record mark, RPC
+// header with auth, then args.
+func (c *rpcConn) encodeCall(xid uint32, auth rpc.Auth, prog, vers, proc uint32, args func(*xdrEnc)) {
+	e := xdrEnc{b: c.wbuf[:0]}
+	e.u32(0) // record mark, filled in below
+	e.u32(xid)
+	e.u32(0) // CALL
+	e.u32(2) // RPC version
+	e.u32(prog)
+	e.u32(vers)
+	e.u32(proc)
+	e.u32(auth.Flavor)
+	e.opaque(auth.Body)
+	e.u32(0) // verifier AUTH_NONE
+	e.u32(0)
+	if args != nil {
+		args(&e)
+	}
+	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4)|0x80000000)
+	c.wbuf = e.b
+}
+
+// readAccepted reads a reply's status after its header (replyStat is
+// reply_stat) and leaves r at the result body. It returns the *rpcError of
+// a call the server refused (the stream is fine), or an error that breaks
+// the stream.
+func readAccepted(r *bytes.Reader, replyStat, prog, vers, proc uint32) (rejected, broken error) {
+	if replyStat != 0 { // MSG_DENIED
+		var why [2]uint32
+		_ = binary.Read(r, binary.BigEndian, &why)
+		if why[0] == 1 {
+			return &rpcError{msg: "authentication error " + strconv.Itoa(int(why[1])) + " (check the uid and gid options and the export's security settings)", auth: true}, nil
+		}
+		return &rpcError{msg: "RPC version mismatch"}, nil
+	}
+	var verf [2]uint32 // flavor, body length
+	if err := binary.Read(r, binary.BigEndian, &verf); err != nil {
+		return nil, fmt.Errorf("short reply: %w", err)
+	}
+	if _, err := r.Seek(int64((verf[1]+3)&^3), io.SeekCurrent); err != nil {
+		return nil, err
+	}
+	var acceptStat uint32
+	if err := binary.Read(r, binary.BigEndian, &acceptStat); err != nil {
+		return nil, fmt.Errorf("short reply: %w", err)
+	}
+	switch acceptStat {
+	case 0:
+		return nil, nil
+	case 1:
+		return &rpcError{msg: fmt.Sprintf("program %d is not served on this port", prog), progUnavail: true}, nil
+	case 2:
+		return &rpcError{msg: fmt.Sprintf("program %d version %d is not served", prog, vers), progUnavail: true}, nil
+	case 3:
+		return &rpcError{msg: fmt.Sprintf("procedure %d of program %d is not served", proc, prog)}, nil
+	case 4:
+		return &rpcError{msg: "the server could not decode the arguments (GARBAGE_ARGS)"}, nil
+	case 5:
+		return &rpcError{msg: "server system error (SYSTEM_ERR)", transient: true}, nil
+	default:
+		return nil, fmt.Errorf("unknown accept status %d", acceptStat)
 	}
 }
 
@@ -279,7 +302,7 @@ func (c *rpcConn) readRecord() ([]byte, error) {
 type rpcPool struct {
 	addr    string
 	timeout time.Duration
-	egress  Egress
+	egress  backend.Egress
 	slots   chan *rpcConn // n slots; nil means "dial at next use"
 
 	mu     sync.Mutex
@@ -288,7 +311,7 @@ type rpcPool struct {
 	dials  atomic.Int64
 }
 
-func newRPCPool(addr string, n int, timeout time.Duration, eg Egress) *rpcPool {
+func newRPCPool(addr string, n int, timeout time.Duration, eg backend.Egress) *rpcPool {
 	p := &rpcPool{addr: addr, timeout: timeout, egress: eg, slots: make(chan *rpcConn, n), live: map[*rpcConn]struct{}{}}
 	for range n {
 		p.slots <- nil

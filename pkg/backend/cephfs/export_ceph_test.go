@@ -1,6 +1,6 @@
 //go:build ceph
 
-package backend
+package cephfs
 
 // SetCephMounts sets the number of libcephfs mounts each cephfs backend
 // opens from now on and returns a func restoring the previous number.

@@ -1,4 +1,4 @@
-package backend_test
+package mirror_test
 
 import (
 	"bytes"
@@ -14,25 +14,12 @@ import (
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // mirrorModifiers rewrites a file in every replica of a mirror a test made.
 var mirrorModifiers sync.Map // backend.Backend → func(t, path, data)
-
-func openMirror(t *testing.T, raw string, opts backend.Options) backend.Backend {
-	t.Helper()
-	src, err := source.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(context.Background(), src, opts)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", raw, err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
 
 func modifyMirror(t *testing.T, b backend.Backend, p string, data []byte) {
 	fn, ok := mirrorModifiers.Load(b)
@@ -45,12 +32,12 @@ func modifyMirror(t *testing.T, b backend.Backend, p string, data []byte) {
 func TestMirrorPosixConformance(t *testing.T) {
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		a, b := t.TempDir(), t.TempDir()
-		writeFiles(t, a, files)
-		writeFiles(t, b, files)
-		m := openMirror(t, "mirror:"+a+","+b, backend.Options{})
+		backendtest.WriteFiles(t, a, files)
+		backendtest.WriteFiles(t, b, files)
+		m := backendtest.OpenOptions(t, "mirror:"+a+","+b, backend.Options{})
 		mirrorModifiers.Store(m, func(t *testing.T, p string, data []byte) {
-			writeFiles(t, a, map[string][]byte{p: data})
-			writeFiles(t, b, map[string][]byte{p: data})
+			backendtest.WriteFiles(t, a, map[string][]byte{p: data})
+			backendtest.WriteFiles(t, b, map[string][]byte{p: data})
 		})
 		return m
 	}
@@ -65,11 +52,11 @@ func TestMirrorS3PosixConformance(t *testing.T) {
 		for p, data := range files {
 			m.Put(t, bucket, "ds/"+p, data)
 		}
-		writeFiles(t, dir, files)
-		mb := openMirror(t, "mirror:"+s3URL(m, bucket, "ds")+","+dir, backend.Options{Credentials: creds(m)})
+		backendtest.WriteFiles(t, dir, files)
+		mb := backendtest.OpenOptions(t, "mirror:"+s3URL(m, bucket, "ds")+","+dir, backend.Options{Credentials: creds(m)})
 		mirrorModifiers.Store(mb, func(t *testing.T, p string, data []byte) {
 			m.Put(t, bucket, "ds/"+p, data)
-			writeFiles(t, dir, map[string][]byte{p: data})
+			backendtest.WriteFiles(t, dir, map[string][]byte{p: data})
 		})
 		return mb
 	}
@@ -110,11 +97,11 @@ func TestMirrorFailover(t *testing.T) {
 	same := bytes.Repeat([]byte("abc"), 1000)
 	m.Put(t, bucket, "same", same)
 	m.Put(t, bucket, "differs", []byte("ten bytes!"))
-	writeFiles(t, dir, map[string][]byte{"same": same, "differs": []byte("eleven byte")})
+	backendtest.WriteFiles(t, dir, map[string][]byte{"same": same, "differs": []byte("eleven byte")})
 	st := &switchTransport{}
 	var logs bytes.Buffer
-	b := openMirror(t, "mirror:"+s3URL(m, bucket, "")+","+dir, backend.Options{
-		Credentials: creds(m), Transport: st, Logger: newTestLogger(&logs),
+	b := backendtest.OpenOptions(t, "mirror:"+s3URL(m, bucket, "")+","+dir, backend.Options{
+		Credentials: creds(m), Transport: st, Logger: backendtest.Logger(&logs),
 		Retry: backend.RetryPolicy{MaxAttempts: 1},
 	})
 	ctx := context.Background()
@@ -162,10 +149,10 @@ func TestMirrorFailover(t *testing.T) {
 
 func TestMirrorOpen(t *testing.T) {
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string][]byte{"f": []byte("x")})
+	backendtest.WriteFiles(t, dir, map[string][]byte{"f": []byte("x")})
 	missing := filepath.Join(t.TempDir(), "gone")
 
-	b := openMirror(t, "mirror:"+missing+","+dir, backend.Options{})
+	b := backendtest.OpenOptions(t, "mirror:"+missing+","+dir, backend.Options{})
 	if e, err := b.Stat(context.Background(), "f"); err != nil || e.Size != 1 {
 		t.Errorf("Stat through a half-available mirror = %+v, %v", e, err)
 	}
@@ -181,7 +168,7 @@ func TestMirrorOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := backend.Open(context.Background(), src, backend.Options{}); !errors.Is(err, tc.want) {
+		if _, err := all.Open(context.Background(), src, backend.Options{}); !errors.Is(err, tc.want) {
 			t.Errorf("Open(%s) = %v, want %v", tc.raw, err, tc.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package backend_test
+package mirror_test
 
 import (
 	"bytes"
@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/mirror"
 )
 
 // stallOnce holds the next ranged GET it sees (any replica) until its
@@ -58,7 +60,7 @@ func TestMirrorHedgedRead(t *testing.T) {
 		m.Put(t, bk, "ds/f", data)
 	}
 	st := &stallOnce{}
-	mb := openMirror(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
+	mb := backendtest.OpenOptions(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
 		Credentials: creds(&m.Server), Transport: st, Retry: backend.RetryPolicy{MaxAttempts: 1},
 	})
 	ctx := context.Background()
@@ -122,10 +124,10 @@ func TestMirrorDisagreement(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := t.TempDir(), t.TempDir()
-			writeFiles(t, a, map[string][]byte{"f": good, "g": good})
-			writeFiles(t, b, map[string][]byte{"f": []byte(tc.other), "g": good})
+			backendtest.WriteFiles(t, a, map[string][]byte{"f": good, "g": good})
+			backendtest.WriteFiles(t, b, map[string][]byte{"f": []byte(tc.other), "g": good})
 			var logs bytes.Buffer
-			mb := openMirror(t, "mirror:"+a+","+b, backend.Options{Logger: newTestLogger(&logs)})
+			mb := backendtest.OpenOptions(t, "mirror:"+a+","+b, backend.Options{Logger: backendtest.Logger(&logs)})
 			if tc.sums {
 				want := sha256.Sum256(good)
 				if !backend.SetChecksums(mb, func(string) []byte { return want[:] }) {
@@ -189,7 +191,7 @@ func (s *slowBucket) RoundTrip(req *http.Request) (*http.Response, error) {
 // reads to the other one, and gets them back once it is fast again and its
 // old measure has expired (it is probed again).
 func TestMirrorSlowReplicaComesBack(t *testing.T) {
-	t.Cleanup(backend.SetMirrorRemeasure(300 * time.Millisecond))
+	t.Cleanup(mirror.SetRemeasure(300 * time.Millisecond))
 	m := s3.StartMinIO(t)
 	a, b := newBucket(t, &m.Server), newBucket(t, &m.Server)
 	data := bytes.Repeat([]byte("x"), 8192)
@@ -197,7 +199,7 @@ func TestMirrorSlowReplicaComesBack(t *testing.T) {
 		m.Put(t, bk, "ds/f", data)
 	}
 	sb := &slowBucket{bucket: a, delay: 40 * time.Millisecond}
-	mb := openMirror(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
+	mb := backendtest.OpenOptions(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
 		Credentials: creds(&m.Server), Transport: sb,
 	})
 	ctx := context.Background()
