@@ -36,7 +36,6 @@ func childMain(args []string) {
 	var cfg mount.Config
 	fl.StringVar(&cfg.CacheDir, "cache-dir", "", "")
 	fl.Int64Var(&cfg.CacheSize, "cache-size", 0, "")
-	fl.StringVar(&cfg.Policy, "policy", "nr", "")
 	fl.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "")
 	fl.StringVar(&cfg.Manifest, "manifest", mount.ManifestNone, "")
 	fl.BoolVar(&cfg.Debug, "fuse-debug", false, "")
