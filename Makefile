@@ -64,8 +64,8 @@ test-fast: tools nfs-deps ceph-deps
 test-short:
 	$(GO) test -race -count=1 -short ./...
 
-## demo: mount a generated dataset through a half-size NR cache, read 3 shuffled epochs.
-demo: build
+## demo: mount a generated dataset through a half-size NR cache, read 3 shuffled epochs (builds bin/cachefs only).
+demo: bin/cachefs
 	bin/cachefs demo
 
 ## tools: build the pinned test tools once per machine into the tool cache (mk/tools.mk) and link them into .tools/bin.
@@ -77,7 +77,8 @@ vet:
 	$(GO) vet ./...
 
 ## lint: go vet, gofmt and staticcheck of the default (cgo-free) build; also of the ceph-tagged files when
-## libcephfs-dev is installed (scripts/ceph-deps.sh), else it says it skipped them.
+## libcephfs-dev is installed (scripts/ceph-deps.sh), else it says it skipped them. Then the tests of the
+## tree's shape (internal/archtest): the size rule and DESIGN.md's layout block.
 lint: vet $(TOOLS_BIN)/staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(TOOLS_BIN)/staticcheck ./...
@@ -86,6 +87,7 @@ lint: vet $(TOOLS_BIN)/staticcheck
 		CGO_ENABLED=1 $(GO) vet -tags $(CEPH_TAGS) $(CEPH_LINT_PKGS) && \
 		CGO_ENABLED=1 $(TOOLS_BIN)/staticcheck -tags $(CEPH_TAGS) $(CEPH_LINT_PKGS); \
 	else echo "lint: ceph-tagged files not checked (libcephfs-dev missing: scripts/ceph-deps.sh)"; fi
+	$(GO) test -count=1 ./internal/archtest
 
 ## bench: Go benchmarks (results go in bench/RESULTS.md by hand, with the machine and command).
 bench:

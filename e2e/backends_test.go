@@ -14,7 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
+	"github.com/epochfs/epochfs/internal/testenv/nfs"
 )
 
 // TestNFSVolumeOnKubelet: a static PV whose source is an nfs:// export of a
@@ -33,7 +34,7 @@ func TestNFSVolumeOnKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := datagen.TotalSize(files)
-	g := testenv.StartGanesha(t, dir)
+	g := nfs.StartGanesha(t, dir)
 	in := installChart(t, "--set-string", "node.networkRules[0]="+g.URL)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -81,7 +82,7 @@ func TestNFSVolumeOnKubelet(t *testing.T) {
 }
 
 // TestMain stops the Ceph cluster a test of this binary started.
-func TestMain(m *testing.M) { os.Exit(testenv.CephMain(m)) }
+func TestMain(m *testing.M) { os.Exit(ceph.Main(m)) }
 
 // TestCephFSVolumeOnKubelet: a static PV whose source is a cephfs:// path of
 // a real Ceph cluster mounts through the chart's node plugin, whose image
@@ -93,7 +94,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.CephMain(m)) }
 // the second pass from the NR cache.
 func TestCephFSVolumeOnKubelet(t *testing.T) {
 	requireE2E(t)
-	ceph := testenv.StartCeph(t)
+	ceph := ceph.Start(t)
 	dir := t.TempDir()
 	files, err := datagen.Write(dir, datagen.Spec{Files: 60, Classes: 3, MedianSize: 20_000, MinSize: 500, MaxSize: 200_000, Seed: 43})
 	if err != nil {

@@ -22,14 +22,15 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/cluster"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
 )
 
 // TestClusterScopeVolumeOnKubelet: the cluster-wide cache's discovery
-// through the Kubernetes API on a real kubelet (issue 15; Leases since
-// issue 22). The chart is installed with node.clusterCache on; its node
+// through the Kubernetes API on a real kubelet (peer Leases). The chart is installed with node.clusterCache on; its node
 // plugin may not touch any Node (no `nodes patch`: checked with a
 // SubjectAccessReview) and writes Leases in the driver's namespace only.
 // A PV with cacheScope: cluster is staged by a holder pod; the node plugin
@@ -45,7 +46,7 @@ import (
 func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	requireE2E(t)
 	const token = "e2e-peer-token-0123456789abcdef"
-	prepare := func(c *testenv.Cluster) {
+	prepare := func(c *cluster.Cluster) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cs := c.Client.CoreV1()
@@ -58,7 +59,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	in := installChartPrepared(t, prepare, append(minioRules(mi, "shared"), "--set", "node.clusterCache.enabled=true",
 		"--set", "node.clusterCache.tokenSecretName=peer-token")...)
 	mi.MakeBucket(t, "shared")
@@ -79,7 +80,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	in.readerPod(ctx, t, v, "holder", "sleep", "3600")
 	in.waitPod(ctx, t, ns, "holder", corev1.PodRunning)
 	checkNodeRBAC(ctx, t, in)
-	group, value := waitPeerLease(ctx, t, in, testenv.ClusterNodeName)
+	group, value := waitPeerLease(ctx, t, in, cluster.NodeName)
 	if strings.Contains(group+value, token) {
 		t.Fatal("the peer Lease carries the peer token")
 	}
@@ -87,7 +88,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	if err != nil || len(nodePeers) != 1 {
 		t.Fatalf("the node's peer Lease of %s holds %q, not one peer: %v", group, value, err)
 	}
-	fmt.Printf("cluster scope: the node plugin advertises %s = %s (Lease %s/%s)\n", group, value, chartNamespace, kubepeer.LeaseName(group, testenv.ClusterNodeName))
+	fmt.Printf("cluster scope: the node plugin advertises %s = %s (Lease %s/%s)\n", group, value, chartNamespace, kubepeer.LeaseName(group, cluster.NodeName))
 
 	// The second peer: a cachefs mount on the host, same source, same token,
 	// same peer group (the node plugin's, from its Lease: peer servers
@@ -189,8 +190,8 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 
 	// The node's cache-location Lease (for the job controller's
 	// placement) is there, held by the node.
-	if l, err := in.c.Client.CoordinationV1().Leases(chartNamespace).Get(ctx, cachelabel.LeaseName(testenv.ClusterNodeName), metav1.GetOptions{}); err != nil ||
-		l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != testenv.ClusterNodeName {
+	if l, err := in.c.Client.CoordinationV1().Leases(chartNamespace).Get(ctx, cachelabel.LeaseName(cluster.NodeName), metav1.GetOptions{}); err != nil ||
+		l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != cluster.NodeName {
 		t.Errorf("the node's cache-location Lease: %v", err)
 	}
 
@@ -199,7 +200,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	in.deleteVolume(ctx, t, v)
 	in.waitNoMounts(t, 2*time.Minute)
 	// The last unstage deletes the node's Lease of the dataset's group.
-	name := kubepeer.LeaseName(group, testenv.ClusterNodeName)
+	name := kubepeer.LeaseName(group, cluster.NodeName)
 	for {
 		_, err := in.c.Client.CoordinationV1().Leases(chartNamespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -214,7 +215,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 }
 
 // checkNodeRBAC: the node plugin's ServiceAccount may not get, patch or
-// update Nodes (issue 22 finding 7), and may write Leases in the driver's
+// update Nodes, and may write Leases in the driver's
 // namespace only.
 func checkNodeRBAC(ctx context.Context, t *testing.T, in *install) {
 	t.Helper()
@@ -223,9 +224,9 @@ func checkNodeRBAC(ctx context.Context, t *testing.T, in *install) {
 		attr authorizationv1.ResourceAttributes
 		want bool
 	}{
-		{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Name: testenv.ClusterNodeName}, false},
-		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes", Name: testenv.ClusterNodeName}, false},
-		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Name: testenv.ClusterNodeName}, false},
+		{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Name: cluster.NodeName}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes", Name: cluster.NodeName}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Name: cluster.NodeName}, false},
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: chartNamespace}, true},
 		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: chartNamespace}, true},
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-node-lease"}, false},

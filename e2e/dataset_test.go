@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -31,7 +31,7 @@ type s3Volume struct {
 
 // createS3Volume creates namespace ns, a Secret with mi's keys, a PV over
 // source and a PVC bound to it.
-func (in *install) createS3Volume(ctx context.Context, t *testing.T, ns, name, source string, mi *testenv.MinIO) s3Volume {
+func (in *install) createS3Volume(ctx context.Context, t *testing.T, ns, name, source string, mi *s3.MinIO) s3Volume {
 	t.Helper()
 	cs := in.c.Client.CoreV1()
 	if _, err := cs.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
@@ -44,7 +44,7 @@ func (in *install) createS3Volume(ctx context.Context, t *testing.T, ns, name, s
 
 // createS3Secret creates Secret ns/name with mi's keys, as docs/CSI.md
 // tells users to write one, and returns its name.
-func (in *install) createS3Secret(ctx context.Context, t *testing.T, ns, name string, mi *testenv.MinIO) string {
+func (in *install) createS3Secret(ctx context.Context, t *testing.T, ns, name string, mi *s3.MinIO) string {
 	t.Helper()
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		StringData: map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey}}
@@ -214,7 +214,7 @@ func sumSamples(body, name string) (float64, bool) {
 // and no mount is left on the node.
 func TestStaticPVOverMinIO(t *testing.T) {
 	requireE2E(t)
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	in := installChart(t, minioRules(mi, "training")...)
 	mi.MakeBucket(t, "training")
 	files := datagen.Spec{Files: 60, Classes: 3, MedianSize: 30_000, MinSize: 500, MaxSize: 300_000, Seed: 13}.Plan()
@@ -289,7 +289,7 @@ func TestStaticPVOverMinIO(t *testing.T) {
 // MinIO listens on the node's loopback, which the mounts the driver starts
 // reach only where a rule names the endpoint (docs/SECURITY.md, "Egress"),
 // so MinIO starts before the chart is installed.
-func minioRules(mi *testenv.MinIO, buckets ...string) []string {
+func minioRules(mi *s3.MinIO, buckets ...string) []string {
 	var out []string
 	for i, b := range buckets {
 		out = append(out, "--set-string", fmt.Sprintf("node.networkRules[%d]=s3://%s?endpoint=%s", i, b, mi.Endpoint))
@@ -298,7 +298,7 @@ func minioRules(mi *testenv.MinIO, buckets ...string) []string {
 }
 
 // s3Source is the MinIO dataset URL of bucket/prefix.
-func s3Source(mi *testenv.MinIO, bucket, prefix string) string {
+func s3Source(mi *s3.MinIO, bucket, prefix string) string {
 	return "s3://" + bucket + "/" + prefix + "?endpoint=" + mi.Endpoint + "&region=us-east-1"
 }
 
@@ -493,7 +493,7 @@ func (in *install) waitEvent(ctx context.Context, t *testing.T, ns, pod, want st
 //     it, and a pod reading meanwhile sees no error.
 func TestVolumeLifecycle(t *testing.T) {
 	requireE2E(t)
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	// The missing bucket too: its volume must reach MinIO to fail there.
 	in := installChart(t, append(minioRules(mi, "shared", "no-such-bucket"), "--set", "node.inlineVolumes=true")...)
 	mi.MakeBucket(t, "shared")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/cluster"
 )
 
 // requireE2E skips the test unless EPOCHFS_E2E=1 or CI=true
@@ -46,7 +47,7 @@ func imageArchive(t *testing.T, name string) (path, ref string) {
 			t.Fatalf("%s is older than %s: run `make images` (make e2e does)", path, newer.Name())
 		}
 	}
-	ref, err = testenv.ImageRef(path)
+	ref, err = cluster.ImageRef(path)
 	if err != nil {
 		t.Fatal(err)
 	}

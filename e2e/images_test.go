@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/cluster"
 )
 
 // TestImagesRun imports the images `make images` wrote into a throw-away
@@ -24,7 +24,7 @@ func TestImagesRun(t *testing.T) {
 	requireE2E(t)
 	epochfsTar, epochfsRef := imageArchive(t, "epochfs")
 	readerTar, readerRef := imageArchive(t, "test-reader")
-	c := testenv.StartContainerd(t)
+	c := cluster.StartContainerd(t)
 	for _, tarPath := range []string{epochfsTar, readerTar} {
 		start := time.Now()
 		names, err := c.Import(tarPath)

@@ -15,19 +15,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/cluster"
 )
 
 // The chart's namespace and release in the end-to-end tests.
 const (
-	chartNamespace = testenv.ChartNamespace
-	chartRelease   = testenv.ChartRelease
+	chartNamespace = cluster.ChartNamespace
+	chartRelease   = cluster.ChartRelease
 )
 
 // install is the chart installed on a test cluster as a user would
 // (`helm install` of deploy/helm/epochfs), with the images imported from
 // bin/images.
 type install struct {
-	c           *testenv.Cluster
+	c           *cluster.Cluster
 	stateDir    string // the node's --state-dir (a host dir of the test)
 	cacheRoot   string // the node's --cache-root
 	metricsPort int    // csi-driver's /metrics on the node
@@ -50,7 +51,7 @@ func installChart(t *testing.T, extra ...string) *install {
 
 // installChartPrepared is installChart with prepare run on the cluster
 // before `helm install` (e.g. to create a Secret the chart's pods mount).
-func installChartPrepared(t *testing.T, prepare func(c *testenv.Cluster), extra ...string) *install {
+func installChartPrepared(t *testing.T, prepare func(c *cluster.Cluster), extra ...string) *install {
 	t.Helper()
 	requireE2E(t)
 	driverTar, driverRef := imageArchive(t, "epochfs")
@@ -63,7 +64,7 @@ func installChartPrepared(t *testing.T, prepare func(c *testenv.Cluster), extra 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := testenv.StartCluster(t)
+	c := cluster.Start(t)
 	dir := c.HostDir // shared, like a node's /: the chart mounts the state dir Bidirectional
 	for _, tar := range []string{driverTar, readerTar} {
 		if err := c.ImportImage(tar); err != nil {
@@ -72,14 +73,14 @@ func installChartPrepared(t *testing.T, prepare func(c *testenv.Cluster), extra 
 	}
 	in := &install{c: c, stateDir: filepath.Join(dir, "state"), cacheRoot: filepath.Join(dir, "cache"),
 		metricsPort: testenv.FreePort(t), readerImage: readerRef, helm: helm}
-	setup := testenv.ChartSetup{ImageTag: driverRef[strings.LastIndexByte(driverRef, ':')+1:],
+	setup := cluster.ChartSetup{ImageTag: driverRef[strings.LastIndexByte(driverRef, ':')+1:],
 		StateDir: in.stateDir, CacheRoot: in.cacheRoot, MetricsPort: in.metricsPort, RegistrarHealthPort: testenv.FreePort(t)}
 	start := time.Now()
 	t.Cleanup(func() { in.teardown(t) })
 	if prepare != nil {
 		prepare(c)
 	}
-	// The same values as `make cluster-up` (testenv.Cluster.ChartValues).
+	// The same values as `make cluster-up` (cluster.Cluster.ChartValues).
 	if _, err := c.InstallChart(helm, filepath.Join(root, "deploy", "helm", "epochfs"), setup, extra...); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func installChartPrepared(t *testing.T, prepare func(c *testenv.Cluster), extra 
 
 // apiServerAddress is the API server's host and port from the cluster's
 // config (the in-cluster clients' KUBERNETES_SERVICE_HOST/PORT).
-func apiServerAddress(t *testing.T, c *testenv.Cluster) (string, string) {
+func apiServerAddress(t *testing.T, c *cluster.Cluster) (string, string) {
 	t.Helper()
 	hostPort := strings.TrimPrefix(c.Config.Host, "https://")
 	i := strings.LastIndexByte(hostPort, ':')

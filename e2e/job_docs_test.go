@@ -17,7 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/cluster"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -38,7 +39,7 @@ import (
 func TestTrainingJobDocTensorFlow(t *testing.T) {
 	requireE2E(t)
 	tj := &v1alpha1.TrainingJob{}
-	if err := yaml.UnmarshalStrict(testenv.DocExample(t, "docs/JOB.md", "TrainingJob", "tf-wide"), tj); err != nil {
+	if err := yaml.UnmarshalStrict(kube.DocExample(t, "docs/JOB.md", "TrainingJob", "tf-wide"), tj); err != nil {
 		t.Fatalf("docs/JOB.md example tf-wide: %v", err)
 	}
 	if tj.Spec.Mode != v1alpha1.ModeTensorFlow || tj.Spec.ParameterServers == 0 || tj.Spec.TensorFlow == nil || !tj.Spec.TensorFlow.Chief {
@@ -82,7 +83,7 @@ func TestTrainingJobDocTensorFlow(t *testing.T) {
 	// Every pod's TF_CONFIG, from `cachefs job logs` (--chief, --ps).
 	type podConfig struct {
 		what, hostname string
-		c              testenv.TFConfig
+		c              cluster.TFConfig
 	}
 	var got []podConfig
 	read := func(what string, args ...string) {

@@ -28,6 +28,9 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/cluster"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -106,7 +109,7 @@ func installJobController(t *testing.T, extra ...string) *jobEnv {
 	start := time.Now()
 	e.waitControllerAvailable(ctx, t)
 	fmt.Printf("job controller Deployment Available %.1fs after helm upgrade\n", time.Since(start).Seconds())
-	(&testenv.Kube{Config: in.c.Config}).InstallCRDs(t, filepath.Join(root, "pkg", "job", "testdata", "crds", "volcano-podgroup.yaml"))
+	(&kube.Server{Config: in.c.Config}).InstallCRDs(t, filepath.Join(root, "pkg", "job", "testdata", "crds", "volcano-podgroup.yaml"))
 	in.createNamespace(ctx, t, jobNamespace)
 	return e
 }
@@ -206,7 +209,7 @@ func (e *jobEnv) waitPhaseFunc(ctx context.Context, t *testing.T, name string, p
 
 // kubeletLogLines counts the lines of the cluster's kubelet log that
 // contain every one of words.
-func kubeletLogLines(t *testing.T, c *testenv.Cluster, words ...string) int {
+func kubeletLogLines(t *testing.T, c *cluster.Cluster, words ...string) int {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(c.Dir, "logs", "kubelet.log"))
 	if err != nil {
@@ -249,7 +252,7 @@ func workerLog(t *testing.T, out string, i, workers int) []map[string]string {
 // kubelet unstages the dataset (no mount process or FUSE mount is left).
 func TestTrainingJobEndToEnd(t *testing.T) {
 	requireE2E(t)
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "training")
 	files := datagen.Spec{Files: 40, Classes: 3, MedianSize: 20_000, MinSize: 500, MaxSize: 200_000, Seed: 17}.Plan()
 	mi.PutFiles(t, "training", "imagenet/", files)
@@ -307,7 +310,7 @@ func TestTrainingJobEndToEnd(t *testing.T) {
 	}
 	for _, p := range pods.Items {
 		if p.Spec.SchedulerName != corev1.DefaultSchedulerName || p.Annotations["scheduling.k8s.io/group-name"] != name ||
-			p.Spec.NodeName != testenv.ClusterNodeName || p.Status.Phase != corev1.PodSucceeded {
+			p.Spec.NodeName != cluster.NodeName || p.Status.Phase != corev1.PodSucceeded {
 			t.Errorf("pod %s: scheduler %q, group %q, node %q, phase %s", p.Name, p.Spec.SchedulerName,
 				p.Annotations["scheduling.k8s.io/group-name"], p.Spec.NodeName, p.Status.Phase)
 		}
@@ -413,7 +416,7 @@ func TestTrainingJobCapacityHeld(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cs := e.c.Client
-	node, err := cs.CoreV1().Nodes().Get(ctx, testenv.ClusterNodeName, metav1.GetOptions{})
+	node, err := cs.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -30,7 +30,7 @@ import (
 func TestTrainingJobDocTorchrun(t *testing.T) {
 	requireE2E(t)
 	tj := &v1alpha1.TrainingJob{}
-	if err := yaml.UnmarshalStrict(testenv.DocExample(t, "docs/JOB.md", "TrainingJob", "torch-ddp"), tj); err != nil {
+	if err := yaml.UnmarshalStrict(kube.DocExample(t, "docs/JOB.md", "TrainingJob", "torch-ddp"), tj); err != nil {
 		t.Fatalf("docs/JOB.md example torch-ddp: %v", err)
 	}
 	if tj.Spec.Mode != v1alpha1.ModePyTorch || tj.Spec.NprocPerNode == nil || tj.Spec.ShmSize == nil ||

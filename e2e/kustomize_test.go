@@ -21,6 +21,8 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/cluster"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -36,7 +38,7 @@ const (
 )
 
 // overlaySetup is what the test cluster needs besides the base's defaults:
-// the same list as testenv.ChartSetup / ChartValues (docs/CLUSTER.md, "The
+// the same list as cluster.ChartSetup / ChartValues (docs/CLUSTER.md, "The
 // chart on the test cluster").
 type overlaySetup struct {
 	imageName, imageTag              string // the imported image (epochfs/epochfs, the tag of make images)
@@ -238,7 +240,7 @@ func stringOps(v any, ptr string, repl *strings.Replacer, ops *[]jsonOp) {
 // aside: the overlay keeps the base's IfNotPresent, the chart's
 // global.localImages sets Never. The chart's Namespace comes from
 // `helm install --create-namespace`, the base's from namespace.yaml.
-func checkOverlayMatchesChart(t *testing.T, c *testenv.Cluster, kubectl, helm, dir, chart string, s testenv.ChartSetup) {
+func checkOverlayMatchesChart(t *testing.T, c *cluster.Cluster, kubectl, helm, dir, chart string, s cluster.ChartSetup) {
 	t.Helper()
 	values, err := c.ChartValues(s)
 	if err != nil {
@@ -298,7 +300,7 @@ func policies(v any) {
 }
 
 // kubectlRun runs kubectl against the cluster.
-func kubectlRun(c *testenv.Cluster, kubectl string, args ...string) (string, error) {
+func kubectlRun(c *cluster.Cluster, kubectl string, args ...string) (string, error) {
 	var out bytes.Buffer
 	cmd := exec.Command(kubectl, append(args, "--kubeconfig", c.Kubeconfig)...)
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -324,7 +326,7 @@ func TestKustomizeInstall(t *testing.T) {
 		testenv.RequireOrSkip(t, "kubectl", "install kubectl (it renders the kustomize overlay)")
 	}
 	root := repoRoot(t)
-	c := testenv.StartCluster(t)
+	c := cluster.Start(t)
 	for _, tar := range []string{driverTar, readerTar} {
 		if err := c.ImportImage(tar); err != nil {
 			t.Fatal(err)
@@ -345,7 +347,7 @@ func TestKustomizeInstall(t *testing.T) {
 	// The overlay is the Helm e2e's install (docs/CLUSTER.md's values
 	// table), object for object.
 	if helm, err := testenv.FindTool("helm"); err == nil {
-		checkOverlayMatchesChart(t, c, kubectl, helm, dir, filepath.Join(root, "deploy", "helm", "epochfs"), testenv.ChartSetup{
+		checkOverlayMatchesChart(t, c, kubectl, helm, dir, filepath.Join(root, "deploy", "helm", "epochfs"), cluster.ChartSetup{
 			ImageTag: s.imageTag, StateDir: s.stateDir, CacheRoot: s.cacheRoot,
 			MetricsPort: s.metricsPort, RegistrarHealthPort: s.registrarHealthPort})
 	} else {
@@ -354,7 +356,7 @@ func TestKustomizeInstall(t *testing.T) {
 	// MinIO listens on the node's loopback: the overlay applied names it
 	// in a network rule (the admin's part), which the chart comparison
 	// above left out.
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	s.networkRules = "s3://training?endpoint=" + mi.Endpoint
 	kustomization := writeKustomizeOverlay(t, kubectl, dir, filepath.Join(root, "deploy", "kustomize", "base"), s)
 

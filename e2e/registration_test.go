@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/cluster"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -26,7 +27,7 @@ import (
 // removes its socket and the kubelet drops the driver again.
 func TestKubeletRegistersDriver(t *testing.T) {
 	requireE2E(t)
-	c := testenv.StartCluster(t)
+	c := cluster.Start(t)
 	bin := testenv.GoBuild(t, "./cmd/csi-driver")
 	dir := t.TempDir()
 	csiSock := filepath.Join(c.KubeletDir, "plugins", csi.DriverName, "csi.sock")
@@ -44,7 +45,7 @@ func TestKubeletRegistersDriver(t *testing.T) {
 	})
 	start := time.Now()
 	startProc(t, "csi-driver node", bin, "--mode", "node", "--endpoint", "unix://"+csiSock,
-		"--nodeid", testenv.ClusterNodeName, "--state-dir", filepath.Join(dir, "state"),
+		"--nodeid", cluster.NodeName, "--state-dir", filepath.Join(dir, "state"),
 		"--cache-root", filepath.Join(dir, "cache"), "--cachefs-binary", "/bin/true",
 		"--kubelet-dir", c.KubeletDir, "--health-interval", "0", "--log-format", "text")
 	reg := startProc(t, "csi-driver registrar", bin, "--mode", "registrar", "--endpoint", "unix://"+csiSock,
@@ -55,7 +56,7 @@ func TestKubeletRegistersDriver(t *testing.T) {
 	csiNodes := c.Client.StorageV1().CSINodes()
 	var nodeID string
 	for nodeID == "" {
-		n, err := csiNodes.Get(ctx, testenv.ClusterNodeName, metav1.GetOptions{})
+		n, err := csiNodes.Get(ctx, cluster.NodeName, metav1.GetOptions{})
 		if err == nil {
 			for _, d := range n.Spec.Drivers {
 				if d.Name == csi.DriverName {
@@ -65,20 +66,20 @@ func TestKubeletRegistersDriver(t *testing.T) {
 		}
 		if nodeID == "" {
 			if ctx.Err() != nil {
-				t.Fatalf("CSINode %s never listed %s (last: %+v, %v)", testenv.ClusterNodeName, csi.DriverName, n, err)
+				t.Fatalf("CSINode %s never listed %s (last: %+v, %v)", cluster.NodeName, csi.DriverName, n, err)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	fmt.Printf("kubelet registered %s in %.1fs (CSINode node id %q)\n", csi.DriverName, time.Since(start).Seconds(), nodeID)
-	if nodeID != testenv.ClusterNodeName {
-		t.Fatalf("CSINode node id %q, want %q", nodeID, testenv.ClusterNodeName)
+	if nodeID != cluster.NodeName {
+		t.Fatalf("CSINode node id %q, want %q", nodeID, cluster.NodeName)
 	}
-	node, err := c.Client.CoreV1().Nodes().Get(ctx, testenv.ClusterNodeName, metav1.GetOptions{})
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ann := node.Annotations["csi.volume.kubernetes.io/nodeid"]; !strings.Contains(ann, `"`+csi.DriverName+`":"`+testenv.ClusterNodeName+`"`) {
+	if ann := node.Annotations["csi.volume.kubernetes.io/nodeid"]; !strings.Contains(ann, `"`+csi.DriverName+`":"`+cluster.NodeName+`"`) {
 		t.Errorf("Node annotation csi.volume.kubernetes.io/nodeid = %q", ann)
 	}
 	// The kubelet's NotifyRegistrationStatus(true) reached the registrar.
@@ -94,7 +95,7 @@ func TestKubeletRegistersDriver(t *testing.T) {
 	}
 	stopped := time.Now()
 	for {
-		n, err := csiNodes.Get(ctx, testenv.ClusterNodeName, metav1.GetOptions{})
+		n, err := csiNodes.Get(ctx, cluster.NodeName, metav1.GetOptions{})
 		listed := false
 		if err == nil {
 			for _, d := range n.Spec.Drivers {
@@ -124,7 +125,7 @@ func TestKubeletRegistersDriver(t *testing.T) {
 func TestNodePodRegistersDriver(t *testing.T) {
 	requireE2E(t)
 	imageTar, image := imageArchive(t, "epochfs")
-	c := testenv.StartCluster(t)
+	c := cluster.Start(t)
 	start := time.Now()
 	if err := c.ImportImage(imageTar); err != nil {
 		t.Fatal(err)
@@ -212,8 +213,8 @@ func TestNodePodRegistersDriver(t *testing.T) {
 	fmt.Printf("node pod Ready in %.1fs\n", time.Since(start).Seconds())
 	nodeID := waitCSINode(ctx, t, c, true)
 	fmt.Printf("kubelet registered %s from the pod (CSINode node id %q) %.1fs after create\n", csi.DriverName, nodeID, time.Since(start).Seconds())
-	if nodeID != testenv.ClusterNodeName {
-		t.Errorf("CSINode node id %q, want %q", nodeID, testenv.ClusterNodeName)
+	if nodeID != cluster.NodeName {
+		t.Errorf("CSINode node id %q, want %q", nodeID, cluster.NodeName)
 	}
 	// A few probe periods later: still Ready, nothing restarted.
 	time.Sleep(6 * time.Second)
@@ -260,10 +261,10 @@ func podReady(p *corev1.Pod) bool {
 
 // waitCSINode waits until the node's CSINode lists the driver (want) or
 // no longer does (!want), and returns its node id.
-func waitCSINode(ctx context.Context, t *testing.T, c *testenv.Cluster, want bool) string {
+func waitCSINode(ctx context.Context, t *testing.T, c *cluster.Cluster, want bool) string {
 	t.Helper()
 	for {
-		n, err := c.Client.StorageV1().CSINodes().Get(ctx, testenv.ClusterNodeName, metav1.GetOptions{})
+		n, err := c.Client.StorageV1().CSINodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
 		listed, nodeID := false, ""
 		if err == nil {
 			for _, d := range n.Spec.Drivers {
@@ -276,7 +277,7 @@ func waitCSINode(ctx context.Context, t *testing.T, c *testenv.Cluster, want boo
 			return nodeID
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("CSINode %s: listed %v, want %v (%v)", testenv.ClusterNodeName, listed, want, err)
+			t.Fatalf("CSINode %s: listed %v, want %v (%v)", cluster.NodeName, listed, want, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -284,7 +285,7 @@ func waitCSINode(ctx context.Context, t *testing.T, c *testenv.Cluster, want boo
 
 // describePod logs what `kubectl describe pod` and `kubectl logs
 // [--previous]` would show of pod name.
-func describePod(t *testing.T, c *testenv.Cluster, name string) {
+func describePod(t *testing.T, c *cluster.Cluster, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pods := c.Client.CoreV1().Pods("default")

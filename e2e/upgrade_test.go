@@ -19,6 +19,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 )
 
 // streamScript reads the dataset at /data forever, one read-dataset pass
@@ -87,7 +88,7 @@ func parseStream(log string, files []datagen.File) streamLog {
 // end the upgraded driver releases the mount when the last pod goes.
 func TestMountsSurviveDriverRestarts(t *testing.T) {
 	requireE2E(t)
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	in := installChart(t, minioRules(mi, "training")...)
 	_, driverRef := imageArchive(t, "epochfs")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -31,5 +31,5 @@ cluster-status:
 
 ## e2e: only the end-to-end tests (`make test` runs them too), on fresh test clusters with the images (needs root).
 e2e: cluster-tools images
-	EPOCHFS_E2E=1 $(GO) test -count=1 -v -timeout 20m -run 'TestCluster' ./internal/testenv/
+	EPOCHFS_E2E=1 $(GO) test -count=1 -v -timeout 20m -run 'TestCluster' ./internal/testenv/cluster/
 	EPOCHFS_E2E=1 $(GO) test -count=1 -v -timeout 20m ./e2e/

@@ -2,7 +2,7 @@
 #
 # kube-apiserver and etcd are built once from the Go module proxy into
 # .tools/bin (versions pinned in tools/k8s/*/go.mod) and reused; the tests in
-# pkg/job and cmd/cachefs start them on 127.0.0.1 (internal/testenv/kube.go).
+# pkg/job and cmd/cachefs start them on 127.0.0.1 (internal/testenv/kube).
 # controller-gen generates the TrainingJob deepcopy code and CRD.
 
 

@@ -1,5 +1,5 @@
 # NFS test servers (included by the main Makefile): NFS-Ganesha and rpcbind from Debian, run by the tests
-# (internal/testenv.StartGanesha) in private network namespaces through scripts/nfs-server.sh.
+# (internal/testenv/nfs.StartGanesha) in private network namespaces through scripts/nfs-server.sh.
 
 .PHONY: nfs-deps nfs-sweep
 

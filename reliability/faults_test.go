@@ -15,7 +15,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/faultproxy"
 	"github.com/epochfs/epochfs/internal/mounttest"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
 )
@@ -26,7 +26,7 @@ import (
 // EIO; none hangs past the read deadline.
 func TestBackendFaults(t *testing.T) {
 	reads := envInt("RELIABILITY_READS", 3000)
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "faults")
 	files := smallSpec(200, 21).Plan()
 	mi.PutFiles(t, "faults", "ds/", files)
@@ -115,7 +115,7 @@ func TestBackendFaults(t *testing.T) {
 // served, uncached reads fail fast with EIO and a log line, and everything
 // recovers when MinIO returns, with no remount.
 func TestBackendOutage(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "outage")
 	files := smallSpec(60, 5).Plan()
 	mi.PutFiles(t, "outage", "ds/", files)

@@ -20,20 +20,21 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/faultproxy"
 	"github.com/epochfs/epochfs/internal/mounttest"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
-// Mirror tests (issue 14, "Mirrors under fire"): two MinIO servers stand for
+// Mirror tests ("Mirrors under fire"): two MinIO servers stand for
 // two clouds holding the same dataset (bucket "mirror", prefix "ds/"), one
 // reached through internal/benchproc's latency proxy, under a real FUSE
 // mount of `mirror:s3://…,s3://…`.
 
 // mirrorClouds is the two servers and the dataset they both hold.
 type mirrorClouds struct {
-	m     [2]*testenv.MinIO
+	m     [2]*s3.MinIO
 	files []datagen.File
 	want  map[string][sha256.Size]byte
 	logs  *logBuffer
@@ -42,8 +43,8 @@ type mirrorClouds struct {
 func startMirrorClouds(t *testing.T, files int, seed uint64) *mirrorClouds {
 	t.Helper()
 	c := &mirrorClouds{logs: &logBuffer{}}
-	c.m[0] = testenv.StartMinIO(t)
-	c.m[1] = testenv.StartMinIOLike(t, c.m[0])
+	c.m[0] = s3.StartMinIO(t)
+	c.m[1] = s3.StartMinIOLike(t, c.m[0])
 	c.files = smallSpec(files, seed).Plan()
 	c.want = datagen.Sums(c.files)
 	for _, m := range c.m {
@@ -419,7 +420,7 @@ func TestMirrorSlowReplica(t *testing.T) {
 // index writes a manifest of src (with sha256s) and returns its path.
 func (c *mirrorClouds) index(t *testing.T, src string) string {
 	t.Helper()
-	s, err := backend.Parse(src)
+	s, err := source.Parse(src)
 	if err != nil {
 		t.Fatal(err)
 	}

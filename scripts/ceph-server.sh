@@ -11,7 +11,7 @@
 #   CEPH_DIR=/tmp/x scripts/ceph-server.sh stop   # signals only the daemons it started (pid files)
 #
 # start writes $CEPH_DIR/env (CEPH_CONF, the monitor address, the ports, and
-# RGW_ENDPOINT) for tests that reuse a cluster (internal/testenv, EPOCHFS_CEPH_DIR).
+# RGW_ENDPOINT) for tests that reuse a cluster (internal/testenv/ceph, EPOCHFS_CEPH_DIR).
 # The keys stay in $CEPH_DIR (keyring, s3.env), mode 0600, never in argv.
 set -euo pipefail
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # A throw-away NFS-Ganesha (NFSv3, VFS FSAL) with its own rpcbind, inside a
 # private network namespace, reachable from the host over a veth pair: the real
-# NFS server of the nfs:// backend's tests (internal/testenv.StartGanesha) and
+# NFS server of the nfs:// backend's tests (internal/testenv/nfs.StartGanesha) and
 # of `make bench-nfs`. Debian packages: scripts/nfs-deps.sh.
 #
 #   scripts/nfs-server.sh start EXPORT_DIR [OWNER_PID]

@@ -1,6 +1,6 @@
 //go:build ceph
 
-// Command ceph benchmarks a cold epoch over Ceph (issue 14): files/s through
+// Command ceph benchmarks a cold epoch over Ceph: files/s through
 // a cachefs mount (built with -tags ceph,pacific) with an empty cache vs the
 // same dataset read directly with the same concurrency — CephFS through
 // go-ceph (one libcephfs mount, open/read/close per file), and S3 from Ceph
@@ -32,7 +32,9 @@ import (
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func main() {
@@ -50,9 +52,14 @@ func main() {
 	if dir == "" {
 		fatal(fmt.Errorf("EPOCHFS_CEPH_DIR is not set: run under scripts/with-ceph.sh (make bench-ceph)"))
 	}
-	env := readEnv(filepath.Join(dir, "env"))
-	keys := readEnv(filepath.Join(dir, "s3.env"))
-	os.Setenv("CEPH_CONF", env["CEPH_CONF"])
+	cluster, err := ceph.Load(dir)
+	if err != nil {
+		fatal(err)
+	}
+	if cluster.RGW == nil {
+		fatal(fmt.Errorf("the Ceph cluster in %s runs no RGW (start it with WITH_RGW=1)", dir))
+	}
+	os.Setenv("CEPH_CONF", cluster.Conf)
 	work, err := os.MkdirTemp("/var/tmp", "epochfs-bench-ceph-")
 	if err != nil {
 		fatal(err)
@@ -72,39 +79,36 @@ func main() {
 	paths, want, total := datagen.Paths(fl), datagen.Sums(fl), datagen.TotalSize(fl)
 	fmt.Printf("dataset: %d files, %.1f MB, median %d B; %d readers; %d rounds\n", len(fl), float64(total)/1e6, *median, *workers, *rounds)
 
-	// CephFS: copy in with python3-cephfs (as testenv does).
+	// CephFS: copy in with python3-cephfs.
 	cephPath := fmt.Sprintf("/bench/%d", os.Getpid())
 	t0 := time.Now()
-	out, err := exec.Command("/usr/bin/python3", "-c", copyIn, env["CEPH_CONF"], env["FS_NAME"], local, cephPath).CombinedOutput()
-	if err != nil {
-		fatal(fmt.Errorf("copy into cephfs: %v: %s", err, out))
+	if err := cluster.CopyTree(local, cephPath); err != nil {
+		fatal(err)
 	}
 	fmt.Printf("copied into CephFS in %.1fs\n", time.Since(t0).Seconds())
-	cephURL := "cephfs://admin@" + env["CEPH_MON"] + cephPath + "?fs=" + env["FS_NAME"]
+	cephURL := cluster.URL(cephPath)
 
 	// RGW and MinIO.
-	rgwHost := strings.TrimPrefix(env["RGW_ENDPOINT"], "http://")
-	rgwClient, err := benchproc.NewClient(rgwHost, keys["RGW_ACCESS_KEY"], keys["RGW_SECRET_KEY"], *workers)
+	rgw, err := benchproc.OpenS3(cluster.RGW.Endpoint, cluster.RGW.AccessKey, cluster.RGW.SecretKey)
 	if err != nil {
 		fatal(err)
 	}
-	rgw := &benchproc.MinIO{Host: rgwHost, Access: keys["RGW_ACCESS_KEY"], Secret: keys["RGW_SECRET_KEY"], Client: rgwClient}
 	mi, err := benchproc.StartMinIO(*minioBin, filepath.Join(work, "minio"))
 	if err != nil {
 		fatal(err)
 	}
 	defer mi.Stop()
 	bucket := fmt.Sprintf("bench-%d", os.Getpid())
-	for _, s := range []*benchproc.MinIO{rgw, mi} {
+	for _, s := range []*benchproc.S3{rgw, mi} {
 		t0 := time.Now()
 		if err := s.Upload(ctx, bucket, local, paths, 16, nil); err != nil {
 			fatal(err)
 		}
 		fmt.Printf("uploaded to %s in %.1fs\n", s.Host, time.Since(t0).Seconds())
 	}
-	getClient := map[*benchproc.MinIO]*minio.Client{}
-	for _, s := range []*benchproc.MinIO{rgw, mi} {
-		c, err := benchproc.NewClient(s.Host, s.Access, s.Secret, *workers)
+	getClient := map[*benchproc.S3]*minio.Client{}
+	for _, s := range []*benchproc.S3{rgw, mi} {
+		c, err := benchproc.NewClient(s.Host, s.AccessKey, s.SecretKey, *workers)
 		if err != nil {
 			fatal(err)
 		}
@@ -149,7 +153,7 @@ func main() {
 	}
 	cephDirect := func(name string, seed uint64) {
 		// A fresh libcephfs mount per epoch: a cold client.
-		m := cephMount(env["CEPH_CONF"], env["FS_NAME"], cephPath)
+		m := cephMount(cluster.Conf, cluster.FS, cephPath)
 		run(name, epoch.Options{Seed: seed, Open: func(_ context.Context, p string) (io.ReadCloser, error) {
 			return m.Open("/"+p, os.O_RDONLY, 0)
 		}})
@@ -159,7 +163,7 @@ func main() {
 	cephBackend := func(seed uint64) {
 		// The cephfs backend itself (what the mount reads through): Stat,
 		// then one whole-file ReadAt with the version, as a cache fill does.
-		src, err := backend.Parse(cephURL)
+		src, err := source.Parse(cephURL)
 		if err != nil {
 			fatal(err)
 		}
@@ -180,7 +184,7 @@ func main() {
 			return io.NopCloser(bytes.NewReader(buf)), nil
 		}})
 	}
-	s3Runs := func(s *benchproc.MinIO, what string, round int, seed uint64) []func() {
+	s3Runs := func(s *benchproc.S3, what string, round int, seed uint64) []func() {
 		c := getClient[s]
 		src := "s3://" + bucket + "?endpoint=http://" + s.Host + "&region=us-east-1"
 		fs := []func(){
@@ -291,44 +295,7 @@ func cephMount(conf, fs, root string) *cephfs.MountInfo {
 	return m
 }
 
-func readEnv(p string) map[string]string {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		fatal(err)
-	}
-	out := map[string]string{}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, "="); ok {
-			out[k] = v
-		}
-	}
-	return out
-}
-
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "bench-ceph:", err)
 	os.Exit(1)
 }
-
-// copyIn is testenv's cephCopyIn: copy a local tree into CephFS with
-// python3-cephfs (Debian's /usr/bin/python3).
-const copyIn = `
-import os, sys, cephfs
-conf, fsname, src, dst = sys.argv[1:5]
-fs = cephfs.LibCephFS(conffile=conf)
-fs.mount(filesystem_name=fsname.encode())
-fs.mkdirs(dst.encode(), 0o755)
-for root, dirs, files in os.walk(src):
-    rel = os.path.relpath(root, src)
-    base = dst if rel == "." else dst + "/" + rel
-    for d in dirs:
-        fs.mkdir((base + "/" + d).encode(), 0o755)
-    for f in files:
-        fd = fs.open((base + "/" + f).encode(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        with open(os.path.join(root, f), "rb") as r:
-            b = r.read()
-        fs.write(fd, b, 0)
-        fs.close(fd)
-fs.unmount()
-fs.shutdown()
-`

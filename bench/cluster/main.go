@@ -1,5 +1,5 @@
 // Command bench-cluster (make bench-cluster) measures the cluster-wide
-// cache of issue 15: N = 3 `cachefs mount` processes on this machine
+// cache: N = 3 `cachefs mount` processes on this machine
 // (separate cache directories, loopback peer ports), each with C = D/3 and
 // then C = D/6, over MinIO behind the latency proxy, cluster scope and node
 // scope side by side. Each epoch a distributed-sampler-like reader gives
@@ -31,6 +31,7 @@ import (
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
 const nodes = 3
@@ -52,7 +53,7 @@ func main() {
 	rounds := flag.Int("peer-rounds", 1, "rounds of the every-node-reads-every-file runs (peer reads vs local reads), interleaved")
 	onlyPeer := flag.Bool("only-peer-reads", false, "run only the every-node-reads-every-file runs")
 	peerFloor := flag.Bool("peer-floor", false, "the every-node-reads-every-file runs also read through mounts that cache nothing over a local copy of the dataset: what a peer read would cost with a free network and a free owner")
-	// The scale run (issue 15 item 6): a local directory instead of MinIO,
+	// The scale run: a local directory instead of MinIO,
 	// many tiny files.
 	posix := flag.Bool("posix", false, "the dataset in a local directory (posix source) instead of MinIO; backend bytes are the mounts' cache miss bytes less the bytes peers sent")
 	classes := flag.Int("classes", 30, "class directories")
@@ -274,7 +275,7 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 		return "", nil, fmt.Errorf("cachefs index: %v\n%s", err, out)
 	}
 	tokenFile := filepath.Join(work, "token")
-	if err := os.WriteFile(tokenFile, []byte(benchproc.RandHex(16)), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(testenv.RandHex(16)), 0o600); err != nil {
 		return "", nil, err
 	}
 	cnt.take()
@@ -433,7 +434,7 @@ func runPosix(work, cachefs string, opt options, epochs, workers int) (string, [
 	}
 	log.Printf("indexed in %v", time.Since(start).Round(time.Second))
 	tokenFile := filepath.Join(work, "token")
-	if err := os.WriteFile(tokenFile, []byte(benchproc.RandHex(16)), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(testenv.RandHex(16)), 0o600); err != nil {
 		return "", nil, err
 	}
 	rows, err := samplerRuns(work, cachefs, data, man, tokenFile, os.Environ(), opt, total, paths, want, epochs, workers, nil)
@@ -495,8 +496,12 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 	var ns []*node
 	var list []string
 	for i := range nodes {
-		n := &node{id: fmt.Sprintf("n%d", i), metrics: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort()),
-			peer: fmt.Sprintf("127.0.0.1:%d", benchproc.FreePort())}
+		ports, err := testenv.FreePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		n := &node{id: fmt.Sprintf("n%d", i), metrics: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+			peer: fmt.Sprintf("127.0.0.1:%d", ports[1])}
 		ns = append(ns, n)
 		item := n.id + "=" + n.peer
 		if !v.plain {

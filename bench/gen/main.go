@@ -32,7 +32,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -168,11 +168,11 @@ func writeLocal(dir string, f datagen.File) error {
 // client with the standard credential chain, creating the bucket if it is
 // missing.
 func s3Client(ctx context.Context, raw string) (*minio.Client, string, string, error) {
-	src, err := backend.Parse(raw)
+	src, err := source.Parse(raw)
 	if err != nil {
 		return nil, "", "", err
 	}
-	if src.Kind != backend.KindS3 {
+	if src.Kind != source.KindS3 {
 		return nil, "", "", fmt.Errorf("--s3 %q: want an s3:// URL", raw)
 	}
 	host, secure := "s3.amazonaws.com", true

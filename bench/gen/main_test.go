@@ -14,7 +14,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 )
 
 var spec = datagen.Spec{Files: 60, Classes: 5, TotalBytes: 6_000_000, Seed: 42}
@@ -95,7 +95,7 @@ func TestBadFlags(t *testing.T) {
 }
 
 func TestUploadToMinIO(t *testing.T) {
-	m := testenv.StartMinIO(t)
+	m := s3.StartMinIO(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
 	var out bytes.Buffer

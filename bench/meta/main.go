@@ -37,11 +37,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/testenv"
+
 	"github.com/minio/minio-go/v7"
 
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func main() {
@@ -60,9 +63,9 @@ func main() {
 	if err := generate(data, *files, *perDir); err != nil {
 		log.Fatal(err)
 	}
-	bin := filepath.Join(*dir, "cachefs")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachefs").CombinedOutput(); err != nil {
-		log.Fatalf("go build: %v\n%s", err, out)
+	bin, err := testenv.Build("./cmd/cachefs", "", *dir)
+	if err != nil {
+		log.Fatal(err)
 	}
 	if *local {
 		if err := runLocal(bin, *dir, data, *walkers, *rounds); err != nil {
@@ -84,7 +87,7 @@ func main() {
 // code of `cachefs index`, 16 listing workers) and returns how long the
 // listing took (opening the backend not included).
 func index(ctx context.Context, url string) (*manifest.Manifest, manifest.IndexStats, time.Duration, error) {
-	src, err := backend.Parse(url)
+	src, err := source.Parse(url)
 	if err != nil {
 		return nil, manifest.IndexStats{}, 0, err
 	}
@@ -193,7 +196,7 @@ func runS3(bin, dir, data string, files, perDir, walkers, rounds int, minioBin, 
 	ctx := context.Background()
 	const bucket = "meta"
 	marker := fmt.Sprintf(".bench/uploaded-%d-%d", files, perDir)
-	if _, err := srv.Client.StatObject(ctx, bucket, marker, minio.StatObjectOptions{}); err != nil {
+	if _, err := srv.Client().StatObject(ctx, bucket, marker, minio.StatObjectOptions{}); err != nil {
 		var paths []string
 		for i := range files {
 			paths = append(paths, fmt.Sprintf("d%04d/f%07d.jpg", i/perDir, i))
@@ -207,7 +210,7 @@ func runS3(bin, dir, data string, files, perDir, walkers, rounds int, minioBin, 
 		if err != nil {
 			return err
 		}
-		if _, err := srv.Client.PutObject(ctx, bucket, marker, strings.NewReader(""), 0, minio.PutObjectOptions{}); err != nil {
+		if _, err := srv.Client().PutObject(ctx, bucket, marker, strings.NewReader(""), 0, minio.PutObjectOptions{}); err != nil {
 			return err
 		}
 		fmt.Printf("uploaded %d files to MinIO in %.1fs\n", files, time.Since(start).Seconds())
@@ -228,7 +231,7 @@ func runS3(bin, dir, data string, files, perDir, walkers, rounds int, minioBin, 
 	if err != nil {
 		return err
 	}
-	if _, err := srv.Client.PutObject(ctx, bucket, manifest.DefaultPath, bytes.NewReader(enc), int64(len(enc)), minio.PutObjectOptions{}); err != nil {
+	if _, err := srv.Client().PutObject(ctx, bucket, manifest.DefaultPath, bytes.NewReader(enc), int64(len(enc)), minio.PutObjectOptions{}); err != nil {
 		return err
 	}
 	fmt.Printf("\nS3 dataset: %d files in %d directories in MinIO\n", st.Files, st.Dirs)

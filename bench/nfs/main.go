@@ -1,4 +1,4 @@
-// Command nfs measures a cold epoch over NFS (issue 14): files/s through a
+// Command nfs measures a cold epoch over NFS: files/s through a
 // `cachefs mount` of an nfs:// source with an empty cache vs the same NFS
 // server read directly through the nfs backend (the pure-Go client the mount
 // uses, no cache, no FUSE) with the same number of parallel readers. The
@@ -37,6 +37,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func main() {
@@ -188,7 +189,7 @@ func orDash(v float64) string {
 
 func orDefault(n int) string {
 	if n == 0 {
-		return strconv.Itoa(backend.DefaultNFSConns) + " (default)"
+		return strconv.Itoa(source.DefaultNFSConns) + " (default)"
 	}
 	return strconv.Itoa(n)
 }
@@ -249,7 +250,7 @@ func mountEpoch(ctx context.Context, cachefs, src, cacheDir, mnt string, total i
 // the page cache and reads every file whole with one ReadAt at its listed
 // version, as the mount's cache misses do.
 func directEpoch(ctx context.Context, raw string, paths []string, want map[string][32]byte, workers int, seed uint64) (float64, error) {
-	src, err := backend.Parse(raw)
+	src, err := source.Parse(raw)
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // p2Reader is one way of reading the dataset in P2: a name, the directory
@@ -113,7 +114,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 
 // writeManifest indexes the directory root into a manifest file.
 func writeManifest(ctx context.Context, root, path string) error {
-	src, err := backend.Parse(root)
+	src, err := source.Parse(root)
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 	}
 	fmt.Fprintf(logw, "P3 uploaded %d objects in %.1fs\n", len(ds.paths), time.Since(start).Seconds())
 	capacity := capacityFor(ds.bytes)
-	minioPid := srv.Cmd.Process.Pid
+	minioPid := srv.Pid()
 	if cfg.S3Latency > 0 {
 		lp, err := benchproc.StartLatencyProxy(srv.Host, cfg.S3Latency)
 		if err != nil {
@@ -71,7 +71,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		srv = &far
 		rep.S3Latency = cfg.S3Latency
 	}
-	client, err := benchproc.NewClient(srv.Host, srv.Access, srv.Secret, cfg.Workers)
+	client, err := benchproc.NewClient(srv.Host, srv.AccessKey, srv.SecretKey, cfg.Workers)
 	if err != nil {
 		return err
 	}

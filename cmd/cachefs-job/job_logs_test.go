@@ -22,7 +22,7 @@ import (
 // fakeKubelet plays the one kubelet endpoint kube-apiserver proxies pod
 // logs to: GET /containerLogs/{namespace}/{pod}/{container} over HTTPS
 // (kube-apiserver skips verifying the kubelet's certificate when it has no
-// --kubelet-certificate-authority, as in testenv.StartKube). With
+// --kubelet-certificate-authority, as in kube.Start). With
 // follow=true it sends the logs, flushes, and keeps the stream open until
 // release is closed, then sends followTail and ends the stream.
 type fakeKubelet struct {

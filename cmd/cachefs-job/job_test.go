@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -391,7 +392,7 @@ func TestJobCLI(t *testing.T) {
 // startJobKube skips the test in -short mode; else it starts a
 // kube-apiserver with the TrainingJob CRD and the namespaces, and returns it
 // with a client that knows the job types.
-func startJobKube(t *testing.T, namespaces ...string) (*testenv.Kube, client.Client) {
+func startJobKube(t *testing.T, namespaces ...string) (*kube.Server, client.Client) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("kube-apiserver test skipped in -short mode")
@@ -400,7 +401,7 @@ func startJobKube(t *testing.T, namespaces ...string) (*testenv.Kube, client.Cli
 	if err != nil {
 		t.Fatal(err)
 	}
-	kube := testenv.StartKube(t, filepath.Join(root, "deploy", "crds", "jobs.epochfs.io_trainingjobs.yaml"))
+	kube := kube.Start(t, filepath.Join(root, "deploy", "crds", "jobs.epochfs.io_trainingjobs.yaml"))
 	c, err := client.New(kube.Config, client.Options{Scheme: jobScheme()})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
 )
 
 // cephSpec is the CephFS mount test's dataset: 2,000 files in 10 classes.
@@ -18,11 +19,11 @@ var cephSpec = datagen.Spec{Files: 2000, Classes: 10, MedianSize: 20_000, MinSiz
 // cachefs built with the ceph tag (go-ceph, libcephfs; no kernel mount),
 // reads it byte for byte through three shuffled epochs and checks the NR
 // byte hit ratio of each from /metrics (runE2EBin). The dataset is written
-// into CephFS with python3-cephfs (testenv.Ceph.CopyIn); the key comes
+// into CephFS with python3-cephfs (ceph.Cluster.CopyIn); the key comes
 // from the keyring that CEPH_CONF names.
 func TestMountBinaryCephFS(t *testing.T) {
 	testenv.RequireFUSE(t)
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	local, files := testenv.WriteDataset(t, cephSpec)
 	dir := fmt.Sprintf("/epochfs-e2e/%d/train", os.Getpid())
 	c.CopyIn(t, local, dir)

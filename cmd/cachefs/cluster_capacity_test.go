@@ -17,8 +17,8 @@ import (
 // file, each cache holds exactly its assigned bytes (within C) and no file
 // without an owner is cached anywhere; in the next epoch the backend serves
 // only the files without an owner, once per reader — none at C = D/3 but a
-// few small files' worth, about D/2 per reader at C = D/6 (the goals of
-// issue 15 for epoch ≥ 2 are in make bench-cluster: a distributed sampler
+// few small files' worth, about D/2 per reader at C = D/6 (the cluster
+// cache's goals for epoch ≥ 2 are in make bench-cluster: a distributed sampler
 // reads each file once per epoch).
 func TestClusterScopeCapacities(t *testing.T) {
 	spec := datagen.Spec{Files: 300, Classes: 5, MedianSize: 20_000, MinSize: 1000, MaxSize: 120_000, Seed: 17}

@@ -1,6 +1,6 @@
 package main_test
 
-// The cluster-wide cache (issue 15) with real processes: three `cachefs
+// The cluster-wide cache with real processes: three `cachefs
 // mount --cache-scope cluster` processes on this machine (separate cache
 // directories, loopback peer ports), each with C = D/3, over MinIO behind a
 // counting proxy, every mount a real FUSE mount read by real epochs.
@@ -29,9 +29,11 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/peer"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // countingProxy forwards to MinIO and counts object GETs per path and
@@ -204,7 +206,7 @@ type clusterEnv struct {
 
 func newClusterEnv(t *testing.T, spec datagen.Spec) *clusterEnv {
 	testenv.RequireFUSE(t)
-	m := testenv.StartMinIO(t)
+	m := s3.StartMinIO(t)
 	m.MakeBucket(t, "datasets")
 	ce := &clusterEnv{files: spec.Plan()}
 	m.PutFiles(t, "datasets", "train/", ce.files)
@@ -545,7 +547,7 @@ func TestClusterScopeBadPeer(t *testing.T) {
 func TestPrefetchClusterScope(t *testing.T) {
 	dir, files := testenv.WriteDataset(t, datagen.Spec{Files: 200, Classes: 4, MedianSize: 5000, MinSize: 100, MaxSize: 40_000, Seed: 17})
 	bin := testenv.GoBuild(t, "./cmd/cachefs")
-	src, err := backend.Parse(dir)
+	src, err := source.Parse(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,9 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
+	"github.com/epochfs/epochfs/internal/testenv/nfs"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 )
 
 var spec = datagen.Spec{Files: 400, Classes: 8, MedianSize: 30_000, MinSize: 1000, MaxSize: 400_000, Seed: 3}
@@ -34,7 +37,7 @@ func TestMountBinaryPosix(t *testing.T) {
 
 func TestMountBinaryS3(t *testing.T) {
 	testenv.RequireFUSE(t)
-	m := testenv.StartMinIO(t)
+	m := s3.StartMinIO(t)
 	m.MakeBucket(t, "datasets")
 	files := spec.Plan()
 	m.PutFiles(t, "datasets", "imagenet/train/", files)
@@ -54,7 +57,7 @@ var nfsSpec = datagen.Spec{Files: 2000, Classes: 10, MedianSize: 20_000, MinSize
 func TestMountBinaryNFSGanesha(t *testing.T) {
 	testenv.RequireFUSE(t)
 	dir, files := testenv.WriteDataset(t, nfsSpec)
-	g := testenv.StartGanesha(t, dir)
+	g := nfs.StartGanesha(t, dir)
 	runE2E(t, g.URL, files, nil)
 }
 
@@ -63,7 +66,7 @@ func TestMountBinaryNFSGanesha(t *testing.T) {
 func TestMountBinaryNFSGoNFS(t *testing.T) {
 	testenv.RequireFUSE(t)
 	dir, files := testenv.WriteDataset(t, nfsSpec)
-	srv := testenv.StartGoNFS(t, dir, 2*len(files)+1000)
+	srv := nfs.StartGoNFS(t, dir, 2*len(files)+1000)
 	runE2E(t, srv.URL+"?conns=8", files, nil)
 }
 
@@ -73,7 +76,7 @@ func TestMountBinaryNFSGoNFS(t *testing.T) {
 func TestMountBinaryNFSManifest(t *testing.T) {
 	testenv.RequireFUSE(t)
 	dir, files := testenv.WriteDataset(t, spec)
-	srv := testenv.StartGoNFS(t, dir, 2*len(files)+1000)
+	srv := nfs.StartGoNFS(t, dir, 2*len(files)+1000)
 	bin := testenv.GoBuild(t, "./cmd/cachefs")
 	man := filepath.Join(t.TempDir(), "manifest")
 	if out, err := exec.Command(bin, "index", srv.URL, "-o", man).CombinedOutput(); err != nil {
@@ -85,7 +88,7 @@ func TestMountBinaryNFSManifest(t *testing.T) {
 // TestMountBinaryRGW is TestMountBinaryS3 against Ceph RGW.
 func TestMountBinaryRGW(t *testing.T) {
 	testenv.RequireFUSE(t)
-	r := testenv.RequireRGW(t)
+	r := ceph.RequireRGW(t)
 	bucket := fmt.Sprintf("datasets-%d", os.Getpid())
 	r.MakeBucket(t, bucket)
 	files := spec.Plan()

@@ -15,6 +15,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -106,7 +107,7 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 			return fmt.Errorf("index: --verify: %w", err)
 		}
 	}
-	src, err := backend.Parse(c.source)
+	src, err := source.Parse(c.source)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
 )
@@ -155,7 +156,7 @@ func TestIndexFlags(t *testing.T) {
 // where a mount finds it by itself (manifest.Discover with the default
 // location), and -o URL stores it at any object.
 func TestIndexUploadS3(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "datasets")
 	files := datagen.Spec{Files: 40, Classes: 4, MedianSize: 500, MinSize: 1, MaxSize: 4000, Seed: 9}.Plan()
 	mi.PutFiles(t, "datasets", "set/", files)

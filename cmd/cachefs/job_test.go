@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
 // run runs bin with args and PATH=path, and returns stdout, stderr and the
@@ -34,9 +36,9 @@ func run(t *testing.T, path, bin string, args ...string) (stdout, stderr string,
 // clear error when it is nowhere.
 func TestJobDispatch(t *testing.T) {
 	alone, both := t.TempDir(), t.TempDir()
-	for _, b := range []struct{ dir, pkg string }{{alone, "."}, {both, "."}, {both, "../cachefs-job"}} {
-		if out, err := exec.Command("go", "build", "-o", b.dir+"/", b.pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
+	for _, b := range []struct{ dir, pkg string }{{alone, "./cmd/cachefs"}, {both, "./cmd/cachefs"}, {both, "./cmd/cachefs-job"}} {
+		if _, err := testenv.Build(b.pkg, "", b.dir); err != nil {
+			t.Fatal(err)
 		}
 	}
 	noPath := t.TempDir()

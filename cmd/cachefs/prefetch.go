@@ -19,6 +19,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/prefetch"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -136,7 +137,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 	if err != nil {
 		return fmt.Errorf("--block-size: %w", err)
 	}
-	src, err := backend.Parse(c.source)
+	src, err := source.Parse(c.source)
 	if err != nil {
 		return err
 	}
@@ -217,7 +218,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 }
 
 // prefetchLocal runs the prefetch in this process against store.
-func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src backend.Source, store *cache.Store, whole, block int64, members []peer.Peer, stderr io.Writer) (prefetch.Summary, error) {
+func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src source.Source, store *cache.Store, whole, block int64, members []peer.Peer, stderr io.Writer) (prefetch.Summary, error) {
 	bopts := backend.Options{Logger: log}
 	b, err := backend.Open(ctx, src, bopts)
 	if err != nil {

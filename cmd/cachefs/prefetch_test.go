@@ -20,6 +20,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/mount"
 )
 
@@ -145,7 +146,7 @@ func TestPrefetchBinaryResumeControlAndLaterMount(t *testing.T) {
 func TestPrefetchBinaryS3LaterMountHitsEverything(t *testing.T) {
 	testenv.RequireFUSE(t)
 	bin := testenv.GoBuild(t, "./cmd/cachefs")
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "datasets")
 	files := spec.Plan()
 	mi.PutFiles(t, "datasets", "imagenet/train/", files)

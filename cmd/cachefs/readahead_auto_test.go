@@ -21,11 +21,12 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 )
 
 func TestMountReadaheadAuto(t *testing.T) {
 	testenv.RequireFUSE(t)
-	m := testenv.StartMinIO(t)
+	m := s3.StartMinIO(t)
 	m.MakeBucket(t, "datasets")
 	spec := datagen.Spec{Files: 600, Classes: 4, MedianSize: 20_000, MinSize: 1000, MaxSize: 200_000, Seed: 5}
 	files := spec.Plan()

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // Open opens the dataset at url (a source URL, as `cachefs mount` takes it)
@@ -13,7 +14,7 @@ import (
 // prefetch or `cachefs index` made of a dataset.
 func Open(t testing.TB, url string) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(url)
+	src, err := source.Parse(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,16 @@
 // Package benchproc starts and stops the processes the benchmarks under
 // bench/ compare side by side: MinIO, rclone mounts, and mounts in general.
-// It is the benchmarks' counterpart of internal/testenv (which needs a
-// testing.TB): every process is stopped by its own PID only.
+// It is the benchmarks' side of internal/testenv: the same error-returning
+// cores (free ports, child processes, the MinIO start of package
+// testenv/s3) without a testing.TB. Every process is stopped by its own
+// PID only.
 package benchproc
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,32 +21,27 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 )
 
 // Proc is a child process a benchmark started (a mount or a server).
 type Proc struct {
-	Name  string
-	Cmd   *exec.Cmd
-	Mnt   string      // mount point it serves, "" for a server
-	Debug string      // a mount's /debug address, when known
-	Out   *SyncBuffer // its stdout and stderr, unless the caller set them
-	Done  chan struct{}
+	*testenv.Proc
+	Mnt   string // mount point it serves, "" for a server
+	Debug string // a mount's /debug address, when known
 }
 
 // Start starts cmd and returns it as a Proc; Done closes when it exits.
+// Its stdout and stderr, unless the caller set them, go to Out, which
+// keeps their last MiB.
 func Start(name string, cmd *exec.Cmd, mnt string) (*Proc, error) {
-	p := &Proc{Name: name, Cmd: cmd, Mnt: mnt, Out: &SyncBuffer{Max: 1 << 20}, Done: make(chan struct{})}
-	if cmd.Stderr == nil {
-		cmd.Stderr = p.Out
+	p, err := testenv.StartProc(name, cmd, &testenv.SyncBuffer{Max: 1 << 20})
+	if err != nil {
+		return nil, err
 	}
-	if cmd.Stdout == nil {
-		cmd.Stdout = p.Out
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	go func() { _ = cmd.Wait(); close(p.Done) }()
-	return p, nil
+	return &Proc{Proc: p, Mnt: mnt}, nil
 }
 
 // Stop sends SIGTERM, waits, kills after a grace period, and detaches the
@@ -120,67 +113,74 @@ func StartRclone(rclone, source, mnt, cacheDir string, capacity int64, env []str
 	return p, nil
 }
 
-// MinIO is a MinIO server started for a benchmark.
-type MinIO struct {
-	*Proc
-	Host, Access, Secret string
-	Client               *minio.Client
+// S3 is an S3 server a benchmark reads from: a MinIO it started
+// (StartMinIO) or another one, such as Ceph's RGW (OpenS3).
+type S3 struct {
+	*s3.Server
+	minio *s3.MinIO     // the server StartMinIO started; nil for OpenS3's
+	bulk  *minio.Client // with idle connections for parallel uploads
+}
+
+// OpenS3 is the S3 server at endpoint ("http://HOST:PORT") for the user
+// with these keys.
+func OpenS3(endpoint, accessKey, secretKey string) (*S3, error) {
+	srv, err := s3.NewServer(endpoint, accessKey, secretKey)
+	if err != nil {
+		return nil, err
+	}
+	bulk, err := NewClient(srv.Host, accessKey, secretKey, 64)
+	if err != nil {
+		return nil, err
+	}
+	return &S3{Server: srv, bulk: bulk}, nil
+}
+
+// Stop stops the MinIO that StartMinIO started (OpenS3's server is left
+// alone).
+func (m *S3) Stop() {
+	if m.minio != nil {
+		m.minio.Stop()
+	}
+}
+
+// Pid is the process id of the MinIO that StartMinIO started, else 0.
+func (m *S3) Pid() int {
+	if m.minio == nil {
+		return 0
+	}
+	return m.minio.Pid()
 }
 
 // Env is the credentials' environment for a client process.
-func (m *MinIO) Env() []string {
-	return []string{"AWS_ACCESS_KEY_ID=" + m.Access, "AWS_SECRET_ACCESS_KEY=" + m.Secret}
+func (m *S3) Env() []string {
+	return []string{"AWS_ACCESS_KEY_ID=" + m.AccessKey, "AWS_SECRET_ACCESS_KEY=" + m.SecretKey}
 }
 
 // URL is an EpochFS source URL of bucket (credentials come from Env).
-func (m *MinIO) URL(bucket string) string {
+func (m *S3) URL(bucket string) string {
 	return "s3://" + bucket + "?endpoint=http://" + m.Host + "&region=us-east-1"
 }
 
 // RcloneRemote is an rclone on-the-fly remote of bucket whose credentials
 // come from Env (env_auth), never from argv.
-func (m *MinIO) RcloneRemote(bucket string) string {
+func (m *S3) RcloneRemote(bucket string) string {
 	return `:s3,provider=Minio,env_auth=true,region=us-east-1,endpoint="http://` + m.Host + `":` + bucket
 }
 
-// StartMinIO starts `minio server` on dir, on a free port of 127.0.0.1 with
-// random credentials, like internal/testenv does for tests. dir may hold
-// the data of an earlier run; its buckets are served again.
-func StartMinIO(bin, dir string) (*MinIO, error) {
-	port, cport := FreePort(), FreePort()
-	m := &MinIO{Host: "127.0.0.1:" + strconv.Itoa(port), Access: "bench" + RandHex(6), Secret: RandHex(20)}
-	cmd := exec.Command(bin, "server", dir, "--address", m.Host, "--console-address", "127.0.0.1:"+strconv.Itoa(cport), "--quiet")
-	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+m.Access, "MINIO_ROOT_PASSWORD="+m.Secret, "MINIO_BROWSER=off", "MINIO_UPDATE=off")
-	p, err := Start("minio", cmd, "")
+// StartMinIO starts `minio server` on dir with s3.Launch, as the tests do,
+// with random credentials. dir may hold the data of an earlier run; its
+// buckets are served again. The caller stops it (Stop).
+func StartMinIO(bin, dir string) (*S3, error) {
+	srv, err := s3.Launch(bin, dir, "bench"+testenv.RandHex(6), testenv.RandHex(20))
 	if err != nil {
 		return nil, err
 	}
-	m.Proc = p
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + m.Host + "/minio/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case <-p.Done:
-			return nil, fmt.Errorf("minio exited: %s", p.Out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			p.Stop()
-			return nil, errors.New("minio not ready after 60s")
-		}
-	}
-	m.Client, err = NewClient(m.Host, m.Access, m.Secret, 64)
+	bulk, err := NewClient(srv.Host, srv.AccessKey, srv.SecretKey, 64)
 	if err != nil {
-		p.Stop()
+		srv.Stop()
 		return nil, err
 	}
-	return m, nil
+	return &S3{Server: &srv.Server, minio: srv, bulk: bulk}, nil
 }
 
 // NewClient is a minio-go client whose transport keeps enough idle
@@ -199,13 +199,13 @@ func NewClient(host, access, secret string, conns int) (*minio.Client, error) {
 // Upload puts every file under root (paths relative to it) into bucket,
 // creating the bucket if needed, with workers parallel PUTs. progress, when
 // not nil, is called with the count done after every 10,000 files.
-func (m *MinIO) Upload(ctx context.Context, bucket, root string, paths []string, workers int, progress func(done int)) error {
-	exists, err := m.Client.BucketExists(ctx, bucket)
+func (m *S3) Upload(ctx context.Context, bucket, root string, paths []string, workers int, progress func(done int)) error {
+	exists, err := m.bulk.BucketExists(ctx, bucket)
 	if err != nil {
 		return err
 	}
 	if !exists {
-		if err := m.Client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		if err := m.bulk.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
 			return err
 		}
 	}
@@ -223,7 +223,7 @@ func (m *MinIO) Upload(ctx context.Context, bucket, root string, paths []string,
 			for p := range next {
 				b, err := os.ReadFile(filepath.Join(root, p))
 				if err == nil {
-					_, err = m.Client.PutObject(ctx, bucket, p, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{ContentType: "application/octet-stream"})
+					_, err = m.bulk.PutObject(ctx, bucket, p, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{ContentType: "application/octet-stream"})
 				}
 				mu.Lock()
 				if err != nil {
@@ -245,16 +245,6 @@ func (m *MinIO) Upload(ctx context.Context, bucket, root string, paths []string,
 	return firstErr
 }
 
-// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func FreePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // WorkDir returns dir, or when dir is "" a new temporary directory under
 // /var/tmp named prefix*, and a func that removes the directory if WorkDir
 // created it (else does nothing).
@@ -267,39 +257,4 @@ func WorkDir(dir, prefix string) (string, func(), error) {
 		return "", nil, err
 	}
 	return tmp, func() { os.RemoveAll(tmp) }, nil
-}
-
-// RandHex returns n random bytes in hex.
-func RandHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// SyncBuffer is a bytes.Buffer safe for concurrent writers (a child's two
-// pipes, a logger shared by goroutines) and readers. The zero value is
-// ready and keeps everything written; internal/testenv uses it as is.
-type SyncBuffer struct {
-	// Max > 0 keeps only a process's tail: once the buffer holds more than
-	// Max bytes, the next write starts it afresh.
-	Max int
-
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *SyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.Max > 0 && b.buf.Len() > b.Max {
-		b.buf.Reset()
-	}
-	return b.buf.Write(p)
-}
-
-// String returns what the buffer holds.
-func (b *SyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,34 +1,64 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
-	mountutils "k8s.io/mount-utils"
+	"github.com/moby/sys/mountinfo"
 )
 
-// mountinfoUnescaper undoes the kernel's octal escapes of mount points in
-// mountinfo (space, tab, newline, backslash), which k8s.io/mount-utils
-// leaves in place.
-var mountinfoUnescaper = strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-
 // MountPoints lists the mount points of this process's mount namespace
-// (/proc/self/mountinfo), unescaped, in the table's order.
+// (/proc/self/mountinfo, unescaped), in the table's order.
 func MountPoints() ([]string, error) {
-	infos, err := mountutils.ParseMountInfo("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(nil)
 	if err != nil {
 		return nil, fmt.Errorf("testenv: mount table: %w", err)
 	}
 	out := make([]string, len(infos))
 	for i, m := range infos {
-		out[i] = mountinfoUnescaper.Replace(m.MountPoint)
+		out[i] = m.Mountpoint
 	}
 	return out, nil
+}
+
+// Mounted reports whether dir is a mount point in this process's mount
+// namespace (MountPoints).
+func Mounted(dir string) (bool, error) {
+	mounts, err := MountPoints()
+	return slices.Contains(mounts, dir), err
+}
+
+// ErrExited is WaitMounted's error when the mounting process ended first.
+var ErrExited = errors.New("testenv: the mounting process exited before the mount appeared")
+
+// WaitMounted waits until dir is a mount point (Mounted), polling every
+// 10ms. It returns an error when timeout passes first, or one wrapping
+// ErrExited when a value arrives on exited first (the mounting process's
+// Wait result; a nil channel is not watched).
+func WaitMounted(dir string, timeout time.Duration, exited <-chan error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := Mounted(dir)
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testenv: %s was not mounted within %v", dir, timeout)
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("%w: %v", ErrExited, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // MountsUnder lists the mount points at or below dir, deepest first (the

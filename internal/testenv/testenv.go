@@ -1,23 +1,29 @@
-// Package testenv starts the real servers that EpochFS tests run against
-// on 127.0.0.1 (MinIO in minio.go, kube-apiserver with etcd in kube.go,
-// NFS-Ganesha in a network namespace of its own in ganesha.go, go-nfs
-// in-process in gonfs.go; Ceph is not built yet), each owned by one test and
-// stopped in its t.Cleanup. It also holds the small helpers the tests of
-// several packages share (helpers.go): building a command, generating a
-// dataset, waiting for a FUSE mount, scraping /metrics.
+// Package testenv holds what the tests of every package share, with no
+// server client and nothing of Kubernetes, so that a unit test links only
+// what it uses: the CI=true rule (RequireOrSkip: a missing tool skips on a
+// developer's machine and fails under CI, so CI never passes by skipping),
+// the tools `make tools` installs (FindTool), free ports, `go build` of the
+// commands, child processes and their output, datasets, mount points and
+// FUSE, and a Prometheus scrape.
+//
+// Each real server has a subpackage of its own, so a test links only the
+// clients of the servers it starts: s3 (MinIO, and the S3 client the tests
+// use), nfs (NFS-Ganesha and the in-process go-nfs), ceph (a single-node
+// Ceph 16 with CephFS and RGW), kube (kube-apiserver with etcd) and cluster
+// (a single-node Kubernetes: containerd, kubelet, images, the chart).
 //
 // The servers are installed by the project itself (`make tools`) under
-// <repo>/.tools/bin, or in $EPOCHFS_TOOLS_BIN. A test whose server is
-// missing skips with a clear message on a developer's machine and fails
-// under CI=true (see RequireOrSkip), so CI never passes by skipping.
+// <repo>/.tools/bin, or in $EPOCHFS_TOOLS_BIN. Every helper that needs a
+// testing.TB is a thin wrapper over an error-returning core, which
+// internal/benchproc uses for the benchmarks.
 //
-// This package is for tests only; it knows nothing of EpochFS itself.
+// This package is for tests and benchmarks only; it knows nothing of
+// EpochFS itself.
 package testenv
 
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,14 +92,14 @@ func FindTool(name string) (string, error) {
 	var tried []string
 	if dir := os.Getenv("EPOCHFS_TOOLS_BIN"); dir != "" {
 		p := filepath.Join(dir, name)
-		if isExecutable(p) {
+		if Executable(p) {
 			return p, nil
 		}
 		tried = append(tried, p)
 	}
 	if root, err := repoRoot(); err == nil {
 		p := filepath.Join(root, ".tools", "bin", name)
-		if isExecutable(p) {
+		if Executable(p) {
 			return p, nil
 		}
 		tried = append(tried, p)
@@ -105,20 +111,8 @@ func FindTool(name string) (string, error) {
 	return "", fmt.Errorf("testenv: %s not found (looked in %v)", name, tried)
 }
 
-func isExecutable(p string) bool {
+// Executable reports whether p is a regular file with an execute bit.
+func Executable(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-// Another process may take it before the caller binds it; servers started
-// on it should be retried on a bind failure.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testenv: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -1,47 +1,12 @@
 package testenv
 
 import (
-	"context"
-	"fmt"
-	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/minio/minio-go/v7"
 )
-
-// fakeTB records how a helper ended the test.
-type fakeTB struct {
-	testing.TB
-	mu          sync.Mutex
-	fatal, skip bool
-	msg         string
-}
-
-func (f *fakeTB) Helper() {}
-func (f *fakeTB) Fatalf(format string, args ...any) {
-	f.mu.Lock()
-	f.fatal, f.msg = true, sprintf(format, args...)
-	f.mu.Unlock()
-	runtime.Goexit()
-}
-func (f *fakeTB) Skipf(format string, args ...any) {
-	f.mu.Lock()
-	f.skip, f.msg = true, sprintf(format, args...)
-	f.mu.Unlock()
-	runtime.Goexit()
-}
-
-func runHelper(tb *fakeTB, fn func(testing.TB)) {
-	done := make(chan struct{})
-	go func() { defer close(done); fn(tb) }()
-	<-done
-}
 
 func TestRequireOrSkip(t *testing.T) {
 	for _, tc := range []struct {
@@ -49,13 +14,12 @@ func TestRequireOrSkip(t *testing.T) {
 		wantFatal bool
 	}{{"true", true}, {"1", true}, {"", false}, {"false", false}} {
 		t.Setenv("CI", tc.ci)
-		tb := &fakeTB{TB: t}
-		runHelper(tb, func(tb testing.TB) { RequireOrSkip(tb, "minio not found", "run `make tools`") })
-		if tb.fatal != tc.wantFatal || tb.skip == tc.wantFatal {
-			t.Errorf("CI=%q: fatal=%v skip=%v, want fatal=%v", tc.ci, tb.fatal, tb.skip, tc.wantFatal)
+		end := RunHelper(t, func(tb testing.TB) { RequireOrSkip(tb, "minio not found", "run `make tools`") })
+		if end.Fatal != tc.wantFatal || end.Skip == tc.wantFatal {
+			t.Errorf("CI=%q: fatal=%v skip=%v, want fatal=%v", tc.ci, end.Fatal, end.Skip, tc.wantFatal)
 		}
-		if !strings.Contains(tb.msg, "minio not found: run `make tools`") {
-			t.Errorf("CI=%q: message %q", tc.ci, tb.msg)
+		if !strings.Contains(end.Msg, "minio not found: run `make tools`") {
+			t.Errorf("CI=%q: message %q", tc.ci, end.Msg)
 		}
 	}
 }
@@ -77,26 +41,11 @@ func TestRequireE2E(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("EPOCHFS_E2E", tc.e2e)
 			t.Setenv("CI", tc.ci)
-			tb := &fakeTB{TB: t}
-			runHelper(tb, func(tb testing.TB) { RequireE2E(tb) })
-			if tb.fatal || tb.skip == tc.wantRun {
-				t.Errorf("fatal=%v skip=%v (%q), want run=%v", tb.fatal, tb.skip, tb.msg, tc.wantRun)
+			end := RunHelper(t, func(tb testing.TB) { RequireE2E(tb) })
+			if end.Fatal || end.Skip == tc.wantRun {
+				t.Errorf("fatal=%v skip=%v (%q), want run=%v", end.Fatal, end.Skip, end.Msg, tc.wantRun)
 			}
 		})
-	}
-}
-
-func TestStartMinIOMissingBinary(t *testing.T) {
-	t.Setenv("EPOCHFS_TOOLS_BIN", t.TempDir())
-	t.Setenv("PATH", t.TempDir())
-	emptyRoot := t.TempDir()
-	repoRoot = func() (string, error) { return emptyRoot, nil }
-	t.Cleanup(func() { repoRoot = RepoRoot })
-	t.Setenv("CI", "true")
-	tb := &fakeTB{TB: t}
-	runHelper(tb, func(tb testing.TB) { StartMinIO(tb) })
-	if !tb.fatal || !strings.Contains(tb.msg, "minio not found: run `make tools`") {
-		t.Errorf("fatal=%v msg=%q", tb.fatal, tb.msg)
 	}
 }
 
@@ -115,46 +64,37 @@ func TestFindToolEnv(t *testing.T) {
 	}
 }
 
-func TestStartMinIO(t *testing.T) {
-	var host string
-	t.Run("running", func(t *testing.T) {
-		m := StartMinIO(t)
-		host = m.Host
-		m.MakeBucket(t, "smoke")
-		m.Put(t, "smoke", "dir/with space ✓", []byte("hello"))
-		obj, err := m.Client().GetObject(context.Background(), "smoke", "dir/with space ✓", minioGetOpts())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer obj.Close()
-		buf := make([]byte, 5)
-		if _, err := obj.Read(buf); string(buf) != "hello" {
-			t.Fatalf("read back %q, %v", buf, err)
-		}
-	})
-	if host == "" {
-		return // skipped
+// TestFreePorts: the n ports are distinct and free to bind.
+func TestFreePorts(t *testing.T) {
+	ports, err := FreePorts(8)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// After the subtest's cleanup the server is gone.
-	waitClosed(t, host, "minio")
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p <= 0 || seen[p] {
+			t.Fatalf("ports %v: %d repeats or is not a port", ports, p)
+		}
+		seen[p] = true
+	}
 }
 
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-
-func minioGetOpts() minio.GetObjectOptions { return minio.GetObjectOptions{} }
-
-// waitClosed fails the test unless nothing listens on host within 5 s: the
-// server a harness started is gone after its cleanup.
-func waitClosed(t *testing.T, host, what string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", host, 200*time.Millisecond)
-		if err != nil {
-			return
-		}
-		c.Close()
-		time.Sleep(50 * time.Millisecond)
+// TestMountPointsUnescaped: a mount point whose name has a space (which
+// mountinfo writes as \040) is listed as named, and Mounted finds it.
+func TestMountPointsUnescaped(t *testing.T) {
+	mnt := filepath.Join(t.TempDir(), "with space")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	t.Errorf("%s still listening on %s after cleanup", what, host)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		RequireOrSkip(t, "tmpfs", "cannot mount a tmpfs here (needs root): "+strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+	if ok, err := Mounted(mnt); err != nil || !ok {
+		t.Errorf("Mounted(%q) = %v, %v; want true", mnt, ok, err)
+	}
+	under, err := MountsUnder(filepath.Dir(mnt))
+	if err != nil || len(under) != 1 || under[0] != mnt {
+		t.Errorf("MountsUnder = %q, %v; want [%q]", under, err, mnt)
+	}
 }

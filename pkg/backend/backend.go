@@ -40,8 +40,6 @@ var (
 	// ErrInvalidPath: a path that is not a clean relative dataset path
 	// (absolute, "..", NUL, control characters, over-long component).
 	ErrInvalidPath = errors.New("invalid path")
-	// ErrInvalidURL: a malformed source URL; the message names the bad part.
-	ErrInvalidURL = errors.New("invalid source URL")
 	// ErrUnsupported: a source kind that this build cannot open.
 	ErrUnsupported = errors.New("unsupported source")
 	// ErrPermission: the backend refused access (bad or missing

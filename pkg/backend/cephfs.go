@@ -26,6 +26,8 @@ import (
 
 	"github.com/ceph/go-ceph/cephfs"
 	"github.com/ceph/go-ceph/rados"
+
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // CephFSBuilt reports whether this build can open cephfs:// sources.
@@ -68,7 +70,7 @@ var (
 	_ SkipCounter = (*cephfsBackend)(nil)
 )
 
-func openCephFS(ctx context.Context, src Source, opts Options) (Backend, error) {
+func openCephFS(ctx context.Context, src source.Source, opts Options) (Backend, error) {
 	b := &cephfsBackend{
 		slots: make(chan struct{}, maxCephCalls),
 		id:    cephfsID(src),
@@ -104,8 +106,8 @@ func openCephFS(ctx context.Context, src Source, opts Options) (Backend, error) 
 // cephfsID is "cephfs://MON/PATH[?fs=NAME]": the user is left out (two
 // clients reading the same directory read the same dataset) and there are
 // never keys in it.
-func cephfsID(src Source) string {
-	id := "cephfs://" + src.Host + escapePath(strings.TrimSuffix(src.Path, "/")) + "/"
+func cephfsID(src source.Source) string {
+	id := "cephfs://" + src.Host + source.EscapePath(strings.TrimSuffix(src.Path, "/")) + "/"
 	if src.FS != "" {
 		id += "?fs=" + src.FS
 	}
@@ -148,7 +150,7 @@ func (c *cephClient) close() error {
 // (ceph_create_from_rados): librados reports a refused key at once as
 // EACCES, where libcephfs's own init keeps hunting for a monitor until its
 // mount timeout.
-func cephMount(src Source, opts Options) (_ *cephClient, err error) {
+func cephMount(src source.Source, opts Options) (_ *cephClient, err error) {
 	user := src.User
 	if opts.Credentials.CephUser != "" {
 		user = opts.Credentials.CephUser
@@ -497,7 +499,7 @@ func (b *cephfsBackend) list(ctx context.Context, p string) ([]Entry, error) {
 		if name == "." || name == ".." {
 			continue
 		}
-		if !ValidName(name) {
+		if !source.ValidName(name) {
 			b.skip(p, name, "not a valid file name")
 			continue
 		}
@@ -522,7 +524,7 @@ func (b *cephfsBackend) skip(dir, name, why string) {
 }
 
 func (b *cephfsBackend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	p, err := checkRead(ctx, KindCephFS, p, off)
+	p, err := checkRead(ctx, source.KindCephFS, p, off)
 	if err != nil {
 		return 0, err
 	}

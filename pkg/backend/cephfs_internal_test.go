@@ -2,7 +2,11 @@
 
 package backend
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/epochfs/epochfs/pkg/source"
+)
 
 func TestCephFSMonAddr(t *testing.T) {
 	for in, want := range map[string]string{
@@ -21,7 +25,7 @@ func TestCephFSMonAddr(t *testing.T) {
 }
 
 func TestCephFSID(t *testing.T) {
-	src, err := Parse("cephfs://alice@mon1:3300/volumes/a b/ds/?fs=cephfs")
+	src, err := source.Parse("cephfs://alice@mon1:3300/volumes/a b/ds/?fs=cephfs")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@
 package backend_test
 
 // The cephfs backend against a real single-node Ceph 16 cluster
-// (testenv.StartCeph, scripts/ceph-server.sh), through go-ceph: run with
+// (ceph.Start, scripts/ceph-server.sh), through go-ceph: run with
 // `go test -tags ceph,pacific ./pkg/backend` (make test does).
 
 import (
@@ -27,7 +27,9 @@ import (
 
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 var cephSeq atomic.Int64
@@ -39,7 +41,7 @@ func cephDir(prefix string) string {
 
 // adminMount mounts the whole CephFS as client.admin with go-ceph, for test
 // setup the backend (read-only) cannot do.
-func adminMount(t testing.TB, c *testenv.Ceph) *cephfs.MountInfo {
+func adminMount(t testing.TB, c *ceph.Cluster) *cephfs.MountInfo {
 	t.Helper()
 	m, err := cephfs.CreateMount()
 	if err != nil {
@@ -93,9 +95,9 @@ func isExist(err error) bool {
 	return errors.As(err, &ec) && (ec.ErrorCode() == -int(syscall.EEXIST) || ec.ErrorCode() == int(syscall.EEXIST))
 }
 
-func openCeph(t testing.TB, c *testenv.Ceph, dir string, opts backend.Options) backend.Backend {
+func openCeph(t testing.TB, c *ceph.Cluster, dir string, opts backend.Options) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(c.URL(dir))
+	src, err := source.Parse(c.URL(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +109,7 @@ func openCeph(t testing.TB, c *testenv.Ceph, dir string, opts backend.Options) b
 }
 
 func TestCephFSConformance(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	m := adminMount(t, c)
 	dirs := sync.Map{} // backend.Backend → CephFS dir
@@ -134,9 +136,9 @@ func TestCephFSConformance(t *testing.T) {
 }
 
 // TestCephFSPopulatedByPython: a dataset written through python3-cephfs
-// (testenv.Ceph.CopyIn, what the mount tests use) reads back the same.
+// (ceph.Cluster.CopyIn, what the mount tests use) reads back the same.
 func TestCephFSPopulatedByPython(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	dir := cephDir("python")
 	files := backendtest.Dataset()
@@ -156,7 +158,7 @@ func TestCephFSPopulatedByPython(t *testing.T) {
 // followed, names that could escape are skipped and counted, and nothing
 // above the dataset directory is reachable.
 func TestCephFSConfinement(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	m := adminMount(t, c)
 	dir := cephDir("confine")
@@ -196,7 +198,7 @@ func TestCephFSConfinement(t *testing.T) {
 }
 
 // adminKey returns client.admin's key from the cluster (ceph auth get-key).
-func cephKey(t *testing.T, c *testenv.Ceph, client string) string {
+func cephKey(t *testing.T, c *ceph.Cluster, client string) string {
 	t.Helper()
 	cmd := exec.Command("ceph", "auth", "get-key", "client."+client)
 	cmd.Env = append(os.Environ(), "CEPH_CONF="+c.Conf)
@@ -212,7 +214,7 @@ func cephKey(t *testing.T, c *testenv.Ceph, client string) string {
 // ErrPermission and no message carries a key; the ID carries neither the
 // user nor a key.
 func TestCephFSCredentials(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	m := adminMount(t, c)
 	dir := cephDir("creds")
 	writeCeph(t, m, dir+"/f", []byte("data"))
@@ -254,7 +256,7 @@ func TestCephFSCredentials(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 
-	src, _ := backend.Parse(c.URL(dir))
+	src, _ := source.Parse(c.URL(dir))
 	gen, err := exec.Command("ceph-authtool", "--gen-print-key").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -297,10 +299,10 @@ func TestCephFSCredentials(t *testing.T) {
 // TestCephFSUnavailable: a monitor that does not answer is ErrUnavailable
 // within the request timeout, not libcephfs's 300 s.
 func TestCephFSUnavailable(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	port := testenv.FreePort(t)
-	src, err := backend.Parse(fmt.Sprintf("cephfs://admin@127.0.0.1:%d/?fs=%s", port, c.FS))
+	src, err := source.Parse(fmt.Sprintf("cephfs://admin@127.0.0.1:%d/?fs=%s", port, c.FS))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,9 +319,9 @@ func TestCephFSUnavailable(t *testing.T) {
 	}
 }
 
-func mustParse(t testing.TB, u string) backend.Source {
+func mustParse(t testing.TB, u string) source.Source {
 	t.Helper()
-	src, err := backend.Parse(u)
+	src, err := source.Parse(u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +337,7 @@ func TestCephFSParallelReads(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing test")
 	}
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	m := adminMount(t, c)
 	dir := cephDir("parallel")
@@ -415,7 +417,7 @@ func parallelReadRate(t testing.TB, b backend.Backend, nfiles, size, workers int
 // OSD runs; a Close while a call hangs returns in bounded time without
 // releasing the client under it. The OSD is stopped for about 8 s.
 func TestCephFSHungOSD(t *testing.T) {
-	c := testenv.StartCeph(t)
+	c := ceph.Start(t)
 	c.SetEnv(t)
 	m := adminMount(t, c)
 	dir := cephDir("hung")

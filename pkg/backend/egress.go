@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"net"
 	"strings"
+
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // Egress makes, or checks, the connections of network backends: the CSI
@@ -30,7 +32,7 @@ func refusedEgress(err error) bool { return err != nil && errors.Is(err, fs.ErrP
 // both default monitor ports (msgr2 3300, msgr1 6789) when it has no port.
 // What the monitor then hands out (other monitors, MDS and OSD addresses)
 // is dialed by libcephfs unchecked; see docs/SECURITY.md.
-func checkCephMonitors(ctx context.Context, src Source, eg Egress) error {
+func checkCephMonitors(ctx context.Context, src source.Source, eg Egress) error {
 	addrs := []string{src.Host}
 	if _, _, err := net.SplitHostPort(src.Host); err != nil {
 		h := strings.TrimSuffix(strings.TrimPrefix(src.Host, "["), "]")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/egress"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // egressRecorder is an egress.Dialer whose connect function records every
@@ -84,7 +85,7 @@ func TestEgressRefusesLocalSources(t *testing.T) {
 		{"cephfs monitor name to link-local", "cephfs://admin@metadata.example:3300/data"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src, err := backend.Parse(tc.source)
+			src, err := source.Parse(tc.source)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +120,7 @@ func TestEgressAllowsRuleEndpoint(t *testing.T) {
 	}))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
-	src, err := backend.Parse("s3://bucket?endpoint=" + srv.URL + "&region=us-east-1")
+	src, err := source.Parse("s3://bucket?endpoint=" + srv.URL + "&region=us-east-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestEgressCephMonitorAllowed(t *testing.T) {
 	if backend.CephFSBuilt {
 		t.Skip("a ceph build would connect to the monitor; this test only checks the check")
 	}
-	src, err := backend.Parse("cephfs://admin@127.0.0.1:3300/data")
+	src, err := source.Parse("cephfs://admin@127.0.0.1:3300/data")
 	if err != nil {
 		t.Fatal(err)
 	}

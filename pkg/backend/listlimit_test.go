@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/internal/fakes3"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/nfs"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // recordingMemory is a ListMemory that remembers the most it held.
@@ -63,7 +64,7 @@ func TestS3ListCaps(t *testing.T) {
 	s := &fakes3.Server{Bucket: "data", Objects: map[string][]byte{"ok/a": []byte("a"), "ok/b": []byte("bb")},
 		Endless: []string{"endless/"}, EmptyPages: []string{"empty/"}, Backstop: 200_000}
 	s.Start(t)
-	src, err := backend.Parse(s.Source())
+	src, err := source.Parse(s.Source())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestS3ListPageSizeCap(t *testing.T) {
 	defer backend.SetMaxListPageBytes(1 << 20)()
 	s := &fakes3.Server{Bucket: "data", Endless: []string{"big/"}, PageKeys: 2000, KeyLen: 1000, Backstop: 2000}
 	s.Start(t)
-	src, err := backend.Parse(s.Source())
+	src, err := source.Parse(s.Source())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestNFSListCaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := openURL(t, testenv.StartGoNFS(t, dir, 4096).URL, backend.Options{})
+	b := openURL(t, nfs.StartGoNFS(t, dir, 4096).URL, backend.Options{})
 	mem := &recordingMemory{ListMemory: backend.NewListMemory(1 << 30)}
 	_, err := b.List(limited(backend.ListLimits{MaxEntries: 1000, Memory: mem}), "big")
 	wantCap(t, err, "big", backend.CapDirEntries)

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // Mirror tuning.
@@ -108,7 +110,7 @@ type replica struct {
 	b     Backend
 	index int
 	name  string // the replica's source URL (no credentials)
-	kind  Kind
+	kind  source.Kind
 
 	// Reads with another replica's version that this one took as its own
 	// (versionsSame) or answered with ErrChanged (versionsDiffer).
@@ -252,19 +254,19 @@ var (
 // logged and left out, as long as at least one opens: a mirror exists to
 // survive the loss of a place. A replica of a kind this build cannot open
 // (ErrUnsupported) fails the whole open: that is a configuration error.
-func openMirror(ctx context.Context, src Source, opts Options) (Backend, error) {
+func openMirror(ctx context.Context, src source.Source, opts Options) (Backend, error) {
 	if len(src.Replicas) < 2 {
-		return nil, fmt.Errorf("backend: open %s: %w: a mirror needs at least 2 replicas", src, ErrInvalidURL)
+		return nil, fmt.Errorf("backend: open %s: %w: a mirror needs at least 2 replicas", src, source.ErrInvalidURL)
 	}
 	m := &mirrorBackend{id: src.String(), log: opts.Logger.With(slog.String("backend", "mirror"))}
 	var errs []error
 	for i, rs := range src.Replicas {
-		if rs.Kind == KindMirror {
-			return nil, fmt.Errorf("backend: open %s: %w: a mirror cannot contain another mirror", src, ErrInvalidURL)
+		if rs.Kind == source.KindMirror {
+			return nil, fmt.Errorf("backend: open %s: %w: a mirror cannot contain another mirror", src, source.ErrInvalidURL)
 		}
 		b, err := Open(ctx, rs, opts)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, ErrUnsupported) || errors.Is(err, ErrInvalidURL) {
+			if ctx.Err() != nil || errors.Is(err, ErrUnsupported) || errors.Is(err, source.ErrInvalidURL) {
 				// A canceled open or a configuration error: fail loudly.
 				m.Close()
 				return nil, fmt.Errorf("backend: open %s: replica %d: %w", src, i, err)

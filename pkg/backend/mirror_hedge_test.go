@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
@@ -51,15 +51,15 @@ func sumStats(b backend.Backend) (s backend.ReplicaStat) {
 // read sent first stalls; the hedge to the other replica answers, the
 // stalled request is canceled, and the bytes are right.
 func TestMirrorHedgedRead(t *testing.T) {
-	m := testenv.StartMinIO(t)
-	a, b := newBucket(t, &m.S3), newBucket(t, &m.S3)
+	m := s3.StartMinIO(t)
+	a, b := newBucket(t, &m.Server), newBucket(t, &m.Server)
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	for _, bk := range []string{a, b} {
 		m.Put(t, bk, "ds/f", data)
 	}
 	st := &stallOnce{}
-	mb := openMirror(t, "mirror:"+s3URL(&m.S3, a, "ds")+","+s3URL(&m.S3, b, "ds"), backend.Options{
-		Credentials: creds(&m.S3), Transport: st, Retry: backend.RetryPolicy{MaxAttempts: 1},
+	mb := openMirror(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
+		Credentials: creds(&m.Server), Transport: st, Retry: backend.RetryPolicy{MaxAttempts: 1},
 	})
 	ctx := context.Background()
 	e, err := mb.Stat(ctx, "f")
@@ -190,15 +190,15 @@ func (s *slowBucket) RoundTrip(req *http.Request) (*http.Response, error) {
 // old measure has expired (it is probed again).
 func TestMirrorSlowReplicaComesBack(t *testing.T) {
 	t.Cleanup(backend.SetMirrorRemeasure(300 * time.Millisecond))
-	m := testenv.StartMinIO(t)
-	a, b := newBucket(t, &m.S3), newBucket(t, &m.S3)
+	m := s3.StartMinIO(t)
+	a, b := newBucket(t, &m.Server), newBucket(t, &m.Server)
 	data := bytes.Repeat([]byte("x"), 8192)
 	for _, bk := range []string{a, b} {
 		m.Put(t, bk, "ds/f", data)
 	}
 	sb := &slowBucket{bucket: a, delay: 40 * time.Millisecond}
-	mb := openMirror(t, "mirror:"+s3URL(&m.S3, a, "ds")+","+s3URL(&m.S3, b, "ds"), backend.Options{
-		Credentials: creds(&m.S3), Transport: sb,
+	mb := openMirror(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
+		Credentials: creds(&m.Server), Transport: sb,
 	})
 	ctx := context.Background()
 	e, err := mb.Stat(ctx, "f")

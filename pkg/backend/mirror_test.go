@@ -12,8 +12,9 @@ import (
 	"testing"
 
 	"github.com/epochfs/epochfs/internal/backendtest"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // mirrorModifiers rewrites a file in every replica of a mirror a test made.
@@ -21,7 +22,7 @@ var mirrorModifiers sync.Map // backend.Backend → func(t, path, data)
 
 func openMirror(t *testing.T, raw string, opts backend.Options) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(raw)
+	src, err := source.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestMirrorPosixConformance(t *testing.T) {
 }
 
 func TestMirrorS3PosixConformance(t *testing.T) {
-	m := &testenv.StartMinIO(t).S3
+	m := &s3.StartMinIO(t).Server
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		bucket := newBucket(t, m)
 		dir := t.TempDir()
@@ -103,7 +104,7 @@ func (s *switchTransport) set(broken bool) (calls int) {
 }
 
 func TestMirrorFailover(t *testing.T) {
-	m := &testenv.StartMinIO(t).S3
+	m := &s3.StartMinIO(t).Server
 	bucket := newBucket(t, m)
 	dir := t.TempDir()
 	same := bytes.Repeat([]byte("abc"), 1000)
@@ -176,7 +177,7 @@ func TestMirrorOpen(t *testing.T) {
 		{"mirror:" + missing + "," + missing + "2", backend.ErrNotExist},
 		{"mirror:" + dir + ",cephfs://mon/export", backend.ErrUnsupported},
 	} {
-		src, err := backend.Parse(tc.raw)
+		src, err := source.Parse(tc.raw)
 		if err != nil {
 			t.Fatal(err)
 		}

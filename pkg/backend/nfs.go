@@ -19,21 +19,12 @@ import (
 	nfsc "github.com/willscott/go-nfs-client/nfs"
 	"github.com/willscott/go-nfs-client/nfs/rpc"
 	"github.com/willscott/go-nfs-client/nfs/xdr"
+
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // NFS defaults (see Source: the conns and rsize URL options).
 const (
-	// DefaultNFSConns is the number of TCP connections an nfs backend
-	// reads over in parallel (one call at a time on each).
-	DefaultNFSConns = 8
-	// MaxNFSConns bounds the conns option.
-	MaxNFSConns = 64
-	// DefaultNFSReadSize is the largest READ an nfs backend asks for; the
-	// server's rtmax (FSINFO) lowers it.
-	DefaultNFSReadSize = 1 << 20
-	// MinNFSReadSize and MaxNFSReadSize bound the rsize option.
-	MinNFSReadSize = 4 << 10
-	MaxNFSReadSize = 16 << 20
 	// nfsHandleTTL is how long a path's file handle is reused by ReadAt
 	// without a new LOOKUP (every List and Stat looks up afresh and
 	// refreshes it). Handles are persistent in NFSv3, and a read checks the
@@ -79,7 +70,7 @@ const nfs3ErrJukebox = 10008
 // Fields are immutable after openNFS except the guarded root handle, the
 // handle cache and the atomic counters.
 type nfsBackend struct {
-	src       Source
+	src       source.Source
 	id        string
 	host      string // without port
 	nfsAddr   string // host:port of the NFS service, "" until found
@@ -141,7 +132,7 @@ func (e *nfsStatError) Error() string {
 	return e.op + ": " + name
 }
 
-func openNFS(ctx context.Context, src Source, opts Options) (Backend, error) {
+func openNFS(ctx context.Context, src source.Source, opts Options) (Backend, error) {
 	host, _, err := net.SplitHostPort(src.Host)
 	if err != nil {
 		host = strings.TrimSuffix(strings.TrimPrefix(src.Host, "["), "]")
@@ -152,15 +143,15 @@ func openNFS(ctx context.Context, src Source, opts Options) (Backend, error) {
 	}
 	conns := src.Conns
 	if conns == 0 {
-		conns = DefaultNFSConns
+		conns = source.DefaultNFSConns
 	}
 	rsize := src.ReadSize
 	if rsize == 0 {
-		rsize = DefaultNFSReadSize
+		rsize = source.DefaultNFSReadSize
 	}
 	b := &nfsBackend{
 		src:       src,
-		id:        "nfs://" + src.Host + escapePath(src.Path),
+		id:        "nfs://" + src.Host + source.EscapePath(src.Path),
 		host:      host,
 		log:       opts.Logger.With(slog.String("backend", "nfs"), slog.String("server", src.Host), slog.String("export", src.Path)),
 		retry:     &retrier{policy: opts.Retry, log: opts.Logger},
@@ -801,7 +792,7 @@ func (b *nfsBackend) List(ctx context.Context, p string) ([]Entry, error) {
 						if name == "." || name == ".." {
 							continue
 						}
-						if !ValidName(name) {
+						if !source.ValidName(name) {
 							skipped = append(skipped, name+"\x00not a valid file name")
 							continue
 						}
@@ -906,7 +897,7 @@ type errNFSChanged struct{ now string }
 func (e *errNFSChanged) Error() string { return "changed, now " + e.now }
 
 func (b *nfsBackend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	p, err := checkRead(ctx, KindNFS, p, off)
+	p, err := checkRead(ctx, source.KindNFS, p, off)
 	if err != nil {
 		return 0, err
 	}
@@ -958,7 +949,7 @@ func (b *nfsBackend) readHandle(ctx context.Context, c *rpcConn, fh []byte, typ 
 	case typ != nfsc.NF3Reg:
 		return 0, &nfsStatError{op: "read", stat: nfsc.NFS3ErrNoEnt}
 	}
-	rsize = max(rsize, MinNFSReadSize)
+	rsize = max(rsize, source.MinNFSReadSize)
 	if len(buf) <= rsize {
 		return b.readSeq(ctx, c, fh, version, buf, off, rsize)
 	}

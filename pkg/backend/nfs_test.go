@@ -16,7 +16,9 @@ import (
 
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/nfs"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // nfsDirMaker builds each dataset in a temporary directory served by
@@ -27,7 +29,7 @@ func nfsDirMaker(serve func(t *testing.T, dir string) string, opts backend.Optio
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		dir := t.TempDir()
 		writeFiles(t, dir, files)
-		src, err := backend.Parse(serve(t, dir))
+		src, err := source.Parse(serve(t, dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +53,7 @@ func nfsDirMaker(serve func(t *testing.T, dir string) string, opts backend.Optio
 	return mk, modify
 }
 
-func goNFS(t *testing.T, dir string) string { return testenv.StartGoNFS(t, dir, 4096).URL }
+func goNFS(t *testing.T, dir string) string { return nfs.StartGoNFS(t, dir, 4096).URL }
 
 // TestNFSConformanceGoNFS runs the conformance suite against go-nfs
 // in-process.
@@ -98,7 +100,7 @@ func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	b := openURL(t, testenv.StartGoNFS(t, dir, 1024).URL, backend.Options{Logger: newTestLogger(&logs)})
+	b := openURL(t, nfs.StartGoNFS(t, dir, 1024).URL, backend.Options{Logger: newTestLogger(&logs)})
 	ctx := context.Background()
 	es, err := b.List(ctx, "")
 	if err != nil {
@@ -127,7 +129,7 @@ func TestNFSSymlinksAndSpecialNames(t *testing.T) {
 
 func openURL(t testing.TB, raw string, opts backend.Options) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(raw)
+	src, err := source.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,14 +143,14 @@ func openURL(t testing.TB, raw string, opts backend.Options) backend.Backend {
 
 func TestNFSIDAndOpenErrors(t *testing.T) {
 	dir := t.TempDir()
-	srv := testenv.StartGoNFS(t, dir, 1024)
+	srv := nfs.StartGoNFS(t, dir, 1024)
 	b := openURL(t, srv.URL+"?uid=1000&gid=1000&conns=2", backend.Options{})
 	if want := "nfs://" + srv.Host + "/export"; b.ID() != want {
 		t.Errorf("ID = %q, want %q (no options, no credentials)", b.ID(), want)
 	}
 	// Nothing listens: ErrUnavailable after the retries, quickly.
 	port := testenv.FreePort(t)
-	src, _ := backend.Parse("nfs://127.0.0.1:" + strconv.Itoa(port) + "/export?mountport=" + strconv.Itoa(port))
+	src, _ := source.Parse("nfs://127.0.0.1:" + strconv.Itoa(port) + "/export?mountport=" + strconv.Itoa(port))
 	start := time.Now()
 	_, err := backend.Open(context.Background(), src, backend.Options{Retry: backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}})
 	if !errors.Is(err, backend.ErrUnavailable) {
@@ -181,7 +183,7 @@ func TestNFSParallelReads(t *testing.T) {
 		files["d"+strconv.Itoa(i%7)+"/f"+strconv.Itoa(i)] = data
 	}
 	writeFiles(t, dir, files)
-	b := openURL(t, testenv.StartGoNFS(t, dir, 4096).URL+"?conns=4&rsize=65536", backend.Options{})
+	b := openURL(t, nfs.StartGoNFS(t, dir, 4096).URL+"?conns=4&rsize=65536", backend.Options{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(files))
@@ -226,7 +228,7 @@ func TestNFSConformanceGanesha(t *testing.T) {
 		t.Skip("real server: not in -short mode")
 	}
 	mk, modify := nfsDirMaker(func(t *testing.T, dir string) string {
-		return testenv.StartGanesha(t, dir).URL
+		return nfs.StartGanesha(t, dir).URL
 	}, backend.Options{})
 	backendtest.Run(t, mk, backendtest.WithModify(modify))
 }
@@ -316,7 +318,7 @@ func TestNFSReconnects(t *testing.T) {
 		files["d/f"+strconv.Itoa(i)] = bytes.Repeat([]byte{byte(i)}, 10_000+i)
 	}
 	writeFiles(t, dir, files)
-	srv1 := testenv.StartGoNFS(t, dir, 4096)
+	srv1 := nfs.StartGoNFS(t, dir, 4096)
 	px := startTCPProxy(t, srv1.Host)
 	b := openURL(t, "nfs://"+px.addr()+"/export?conns=4", backend.Options{
 		RequestTimeout: 500 * time.Millisecond,
@@ -336,7 +338,7 @@ func TestNFSReconnects(t *testing.T) {
 	px.cut()
 	readAll("after the connections were cut")
 
-	srv2 := testenv.StartGoNFS(t, dir, 4096) // new handles: the old ones are stale
+	srv2 := nfs.StartGoNFS(t, dir, 4096) // new handles: the old ones are stale
 	px.set(srv2.Host, false)
 	px.cut()
 	readAll("after a server restart")
@@ -385,10 +387,10 @@ func TestNFSGaneshaErrors(t *testing.T) {
 	if err := os.Chown(filepath.Join(dir, "group0"), 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	g := testenv.StartGanesha(t, dir)
+	g := nfs.StartGanesha(t, dir)
 	ctx := context.Background()
 
-	src, err := backend.Parse("nfs://" + g.Addr + "/not/exported")
+	src, err := source.Parse("nfs://" + g.Addr + "/not/exported")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +447,7 @@ func TestNFSGaneshaReplacedByRename(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string][]byte{"f": []byte("old bytes")})
-	g := testenv.StartGanesha(t, dir)
+	g := nfs.StartGanesha(t, dir)
 	ctx := context.Background()
 	b := openURL(t, g.URL, backend.Options{})
 	other := openURL(t, g.URL, backend.Options{}) // its own handle cache
@@ -500,7 +502,7 @@ func TestMirrorNFSPosixConformance(t *testing.T) {
 	files := map[string][]byte{"x/f": []byte("same bytes")}
 	writeFiles(t, a, files)
 	writeFiles(t, dir, files)
-	px := startTCPProxy(t, testenv.StartGoNFS(t, a, 1024).Host)
+	px := startTCPProxy(t, nfs.StartGoNFS(t, a, 1024).Host)
 	m := openMirror(t, "mirror:nfs://"+px.addr()+"/export,"+dir, backend.Options{
 		RequestTimeout: 300 * time.Millisecond,
 		Retry:          backend.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond},
@@ -528,9 +530,9 @@ func TestNFSLargeDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	urls := []string{testenv.StartGoNFS(t, dir, 2*n).URL}
+	urls := []string{nfs.StartGoNFS(t, dir, 2*n).URL}
 	if !testing.Short() {
-		urls = append(urls, testenv.StartGanesha(t, dir).URL)
+		urls = append(urls, nfs.StartGanesha(t, dir).URL)
 	}
 	for _, u := range urls {
 		b := openURL(t, u, backend.Options{})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 type readRecord struct {
@@ -82,7 +83,7 @@ func TestOpenUnsupported(t *testing.T) {
 		raws = append(raws, "cephfs://mon/x")
 	}
 	for _, raw := range raws {
-		src, err := backend.Parse(raw)
+		src, err := source.Parse(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +100,7 @@ func TestOpenUnsupported(t *testing.T) {
 }
 
 func TestOpenOptionsValidated(t *testing.T) {
-	src := backend.Source{Kind: backend.KindPosix, Path: t.TempDir()}
+	src := source.Source{Kind: source.KindPosix, Path: t.TempDir()}
 	for _, o := range []backend.Options{
 		{Retry: backend.RetryPolicy{MaxAttempts: -1}},
 		{RequestTimeout: -time.Second},

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // Defaults applied by Open to zero Options fields.
@@ -166,28 +168,28 @@ func (o Options) withDefaults() (Options, error) {
 // mirror opens each replica and returns a Backend that serves every call
 // from the fastest healthy replica and fails over on I/O errors; a replica
 // that disagrees on a file's size is never used for that file.
-func Open(ctx context.Context, src Source, opts Options) (Backend, error) {
+func Open(ctx context.Context, src source.Source, opts Options) (Backend, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	switch src.Kind {
-	case KindPosix:
+	case source.KindPosix:
 		return openPosix(src.Path, opts)
-	case KindS3:
+	case source.KindS3:
 		return openS3(ctx, src, opts)
-	case KindCephFS:
+	case source.KindCephFS:
 		if opts.Egress != nil {
 			if err := checkCephMonitors(ctx, src, opts.Egress); err != nil {
 				return nil, err
 			}
 		}
 		return openCephFS(ctx, src, opts)
-	case KindNFS:
+	case source.KindNFS:
 		return openNFS(ctx, src, opts)
-	case KindMirror:
+	case source.KindMirror:
 		return openMirror(ctx, src, opts)
 	default:
-		return nil, fmt.Errorf("backend: open: %w: unknown source kind %q", ErrInvalidURL, src.Kind)
+		return nil, fmt.Errorf("backend: open: %w: unknown source kind %q", source.ErrInvalidURL, src.Kind)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // posixBackend serves a local or kernel-mounted directory. Every access
@@ -63,7 +65,7 @@ func openPosix(dir string, opts Options) (Backend, error) {
 	return &posixBackend{
 		root: root,
 		dir:  dir,
-		id:   "file://" + escapePath(dir),
+		id:   "file://" + source.EscapePath(dir),
 		log:  opts.Logger.With(slog.String("backend", "posix"), slog.String("dir", dir)),
 	}, nil
 }
@@ -194,7 +196,7 @@ func (b *posixBackend) List(ctx context.Context, p string) ([]Entry, error) {
 // false for a name skipped (and counted) or one removed since it was read.
 func (b *posixBackend) child(p string, de fs.DirEntry) (e Entry, ok bool, err error) {
 	name := de.Name()
-	if !ValidName(name) {
+	if !source.ValidName(name) {
 		b.skip(p, name, "not a valid file name")
 		return e, false, nil
 	}
@@ -224,7 +226,7 @@ func (b *posixBackend) skip(dir, name, why string) {
 }
 
 func (b *posixBackend) ReadAt(ctx context.Context, p, version string, buf []byte, off int64) (int, error) {
-	p, err := checkRead(ctx, KindPosix, p, off)
+	p, err := checkRead(ctx, source.KindPosix, p, off)
 	if err != nil {
 		return 0, err
 	}

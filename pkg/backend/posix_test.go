@@ -14,6 +14,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // posixDirs remembers the directory behind each posix Backend a test made.
@@ -34,7 +35,7 @@ func writeFiles(t *testing.T, dir string, files map[string][]byte) {
 
 func openPosix(t *testing.T, dir string) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(dir)
+	src, err := source.Parse(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestPosixOpenErrors(t *testing.T) {
 		{filepath.Join(dir, "missing"), backend.ErrNotExist},
 		{filepath.Join(dir, "file"), backend.ErrNotDir},
 	} {
-		_, err := backend.Open(context.Background(), backend.Source{Kind: backend.KindPosix, Path: tc.dir}, backend.Options{})
+		_, err := backend.Open(context.Background(), source.Source{Kind: source.KindPosix, Path: tc.dir}, backend.Options{})
 		if !errors.Is(err, tc.want) {
 			t.Errorf("Open(%s) = %v, want %v", tc.dir, err, tc.want)
 		}

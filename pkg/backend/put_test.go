@@ -10,7 +10,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
@@ -63,12 +64,12 @@ func TestPutPosix(t *testing.T) {
 	}
 }
 
-func TestPutS3(t *testing.T) { testPutS3(t, &testenv.StartMinIO(t).S3) }
+func TestPutS3(t *testing.T) { testPutS3(t, &s3.StartMinIO(t).Server) }
 
 // TestPutRGW is TestPutS3 against Ceph RGW.
-func TestPutRGW(t *testing.T) { testPutS3(t, testenv.RequireRGW(t)) }
+func TestPutRGW(t *testing.T) { testPutS3(t, ceph.RequireRGW(t)) }
 
-func testPutS3(t *testing.T, m *testenv.S3) {
+func testPutS3(t *testing.T, m *s3.Server) {
 	bucket := newBucket(t, m)
 	b := openS3(t, m, bucket, "ds", backend.Options{})
 	checkPut(t, b)

@@ -20,6 +20,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // s3Backend serves a bucket prefix of an S3-compatible server.
@@ -48,12 +50,12 @@ var (
 // errShortBody: a response body ended before the requested range did.
 var errShortBody = errors.New("response body shorter than the requested range")
 
-func openS3(ctx context.Context, src Source, opts Options) (Backend, error) {
+func openS3(ctx context.Context, src source.Source, opts Options) (Backend, error) {
 	host, secure := "s3.amazonaws.com", true
 	if src.Endpoint != "" {
 		u, err := url.Parse(src.Endpoint)
 		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("s3: open %s: %w: bad endpoint", src, ErrInvalidURL)
+			return nil, fmt.Errorf("s3: open %s: %w: bad endpoint", src, source.ErrInvalidURL)
 		}
 		host, secure = u.Host, u.Scheme == "https"
 	}
@@ -294,7 +296,7 @@ func (b *s3Backend) addChild(byName map[string]Entry, prefix string, obj minio.O
 	} else {
 		e.Size, e.ModTime, e.Version = obj.Size, obj.LastModified, trimETag(obj.ETag)
 	}
-	if !ValidName(e.Name) {
+	if !source.ValidName(e.Name) {
 		b.skip(obj.Key, "name would escape the mount or is not a valid file name")
 		return e, false
 	}

@@ -19,14 +19,16 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/internal/backendtest"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 var bucketSeq atomic.Int64
 
 // newBucket creates a uniquely named bucket on m.
-func newBucket(t *testing.T, m *testenv.S3) string {
+func newBucket(t *testing.T, m *s3.Server) string {
 	t.Helper()
 	// The pid keeps names apart on a Ceph cluster reused across runs.
 	name := fmt.Sprintf("epochfs-test-%d-%d", os.Getpid(), bucketSeq.Add(1))
@@ -34,7 +36,7 @@ func newBucket(t *testing.T, m *testenv.S3) string {
 	return name
 }
 
-func s3URL(m *testenv.S3, bucket, prefix string) string {
+func s3URL(m *s3.Server, bucket, prefix string) string {
 	u := "s3://" + bucket
 	if prefix != "" {
 		u += "/" + prefix
@@ -42,14 +44,14 @@ func s3URL(m *testenv.S3, bucket, prefix string) string {
 	return u + "?endpoint=" + url.QueryEscape(m.Endpoint) + "&region=us-east-1"
 }
 
-func creds(m *testenv.S3) backend.Credentials {
+func creds(m *s3.Server) backend.Credentials {
 	return backend.Credentials{AccessKey: m.AccessKey, SecretKey: m.SecretKey}
 }
 
 // openS3 opens s3://bucket/prefix on m; opts.Credentials default to m's.
-func openS3(t *testing.T, m *testenv.S3, bucket, prefix string, opts backend.Options) backend.Backend {
+func openS3(t *testing.T, m *s3.Server, bucket, prefix string, opts backend.Options) backend.Backend {
 	t.Helper()
-	src, err := backend.Parse(s3URL(m, bucket, prefix))
+	src, err := source.Parse(s3URL(m, bucket, prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,19 +67,19 @@ func openS3(t *testing.T, m *testenv.S3, bucket, prefix string, opts backend.Opt
 }
 
 type s3Dataset struct {
-	m      *testenv.S3
+	m      *s3.Server
 	bucket string
 	prefix string
 }
 
 var s3Datasets sync.Map // backend.Backend → s3Dataset
 
-func TestS3Conformance(t *testing.T) { testS3Conformance(t, &testenv.StartMinIO(t).S3) }
+func TestS3Conformance(t *testing.T) { testS3Conformance(t, &s3.StartMinIO(t).Server) }
 
 // TestRGWConformance is TestS3Conformance against Ceph RGW, the second S3 dialect.
-func TestRGWConformance(t *testing.T) { testS3Conformance(t, testenv.RequireRGW(t)) }
+func TestRGWConformance(t *testing.T) { testS3Conformance(t, ceph.RequireRGW(t)) }
 
-func testS3Conformance(t *testing.T, m *testenv.S3) {
+func testS3Conformance(t *testing.T, m *s3.Server) {
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
 		bucket := newBucket(t, m)
 		for p, data := range files {
@@ -102,12 +104,12 @@ func testS3Conformance(t *testing.T, m *testenv.S3) {
 	backendtest.Run(t, mk, backendtest.WithModify(modify))
 }
 
-func TestS3PrefixBoundary(t *testing.T) { testS3PrefixBoundary(t, &testenv.StartMinIO(t).S3) }
+func TestS3PrefixBoundary(t *testing.T) { testS3PrefixBoundary(t, &s3.StartMinIO(t).Server) }
 
 // TestRGWPrefixBoundary is TestS3PrefixBoundary against Ceph RGW, the second S3 dialect.
-func TestRGWPrefixBoundary(t *testing.T) { testS3PrefixBoundary(t, testenv.RequireRGW(t)) }
+func TestRGWPrefixBoundary(t *testing.T) { testS3PrefixBoundary(t, ceph.RequireRGW(t)) }
 
-func testS3PrefixBoundary(t *testing.T, m *testenv.S3) {
+func testS3PrefixBoundary(t *testing.T, m *s3.Server) {
 	bucket := newBucket(t, m)
 	for _, k := range []string{"data/a", "data/sub/b", "data2/c", "data.txt", "database/x", "datab"} {
 		m.Put(t, bucket, k, []byte(k))
@@ -168,12 +170,12 @@ func names(es []backend.Entry) []string {
 	return out
 }
 
-func TestS3Pagination(t *testing.T) { testS3Pagination(t, &testenv.StartMinIO(t).S3) }
+func TestS3Pagination(t *testing.T) { testS3Pagination(t, &s3.StartMinIO(t).Server) }
 
 // TestRGWPagination is TestS3Pagination against Ceph RGW, the second S3 dialect.
-func TestRGWPagination(t *testing.T) { testS3Pagination(t, testenv.RequireRGW(t)) }
+func TestRGWPagination(t *testing.T) { testS3Pagination(t, ceph.RequireRGW(t)) }
 
-func testS3Pagination(t *testing.T, m *testenv.S3) {
+func testS3Pagination(t *testing.T, m *s3.Server) {
 	bucket := newBucket(t, m)
 	const n = 1100
 	var want []string
@@ -219,19 +221,19 @@ func firstDiff(a, b []string) string {
 	return "the end"
 }
 
-func TestS3CredentialsFromEnv(t *testing.T) { testS3CredentialsFromEnv(t, &testenv.StartMinIO(t).S3) }
+func TestS3CredentialsFromEnv(t *testing.T) { testS3CredentialsFromEnv(t, &s3.StartMinIO(t).Server) }
 
 // TestRGWCredentialsFromEnv is TestS3CredentialsFromEnv against Ceph RGW, the second S3 dialect.
-func TestRGWCredentialsFromEnv(t *testing.T) { testS3CredentialsFromEnv(t, testenv.RequireRGW(t)) }
+func TestRGWCredentialsFromEnv(t *testing.T) { testS3CredentialsFromEnv(t, ceph.RequireRGW(t)) }
 
-func testS3CredentialsFromEnv(t *testing.T, m *testenv.S3) {
+func testS3CredentialsFromEnv(t *testing.T, m *s3.Server) {
 	bucket := newBucket(t, m)
 	m.Put(t, bucket, "f", []byte("from env"))
 	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
 	t.Setenv("AWS_SESSION_TOKEN", "")
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-	src, err := backend.Parse(s3URL(m, bucket, ""))
+	src, err := source.Parse(s3URL(m, bucket, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,12 +248,12 @@ func testS3CredentialsFromEnv(t *testing.T, m *testenv.S3) {
 	}
 }
 
-func TestS3WrongCredentials(t *testing.T) { testS3WrongCredentials(t, &testenv.StartMinIO(t).S3) }
+func TestS3WrongCredentials(t *testing.T) { testS3WrongCredentials(t, &s3.StartMinIO(t).Server) }
 
 // TestRGWWrongCredentials is TestS3WrongCredentials against Ceph RGW, the second S3 dialect.
-func TestRGWWrongCredentials(t *testing.T) { testS3WrongCredentials(t, testenv.RequireRGW(t)) }
+func TestRGWWrongCredentials(t *testing.T) { testS3WrongCredentials(t, ceph.RequireRGW(t)) }
 
-func testS3WrongCredentials(t *testing.T, m *testenv.S3) {
+func testS3WrongCredentials(t *testing.T, m *s3.Server) {
 	bucket := newBucket(t, m)
 	for _, tc := range []struct {
 		name  string
@@ -262,7 +264,7 @@ func testS3WrongCredentials(t *testing.T, m *testenv.S3) {
 		{"wrong secret", backend.Credentials{AccessKey: m.AccessKey, SecretKey: "wrong-secret-0123456789"}, "SignatureDoesNotMatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src, err := backend.Parse(s3URL(m, bucket, ""))
+			src, err := source.Parse(s3URL(m, bucket, ""))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,13 +283,13 @@ func testS3WrongCredentials(t *testing.T, m *testenv.S3) {
 	}
 }
 
-func TestS3OpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, &testenv.StartMinIO(t).S3) }
+func TestS3OpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, &s3.StartMinIO(t).Server) }
 
 // TestRGWOpenMissingBucket is TestS3OpenMissingBucket against Ceph RGW, the second S3 dialect.
-func TestRGWOpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, testenv.RequireRGW(t)) }
+func TestRGWOpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, ceph.RequireRGW(t)) }
 
-func testS3OpenMissingBucket(t *testing.T, m *testenv.S3) {
-	src, err := backend.Parse(s3URL(m, "no-such-bucket", "x"))
+func testS3OpenMissingBucket(t *testing.T, m *s3.Server) {
+	src, err := source.Parse(s3URL(m, "no-such-bucket", "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +423,7 @@ func fastRetry() backend.RetryPolicy {
 }
 
 func TestS3Retries(t *testing.T) {
-	m := &testenv.StartMinIO(t).S3
+	m := &s3.StartMinIO(t).Server
 	bucket := newBucket(t, m)
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	m.Put(t, bucket, "ds/f", data)
@@ -480,7 +482,7 @@ func TestS3Retries(t *testing.T) {
 var errAny = errors.New("any error")
 
 func TestS3RetriesListAndStat(t *testing.T) {
-	m := &testenv.StartMinIO(t).S3
+	m := &s3.StartMinIO(t).Server
 	bucket := newBucket(t, m)
 	m.Put(t, bucket, "ds/a", []byte("a"))
 	m.Put(t, bucket, "ds/d/b", []byte("b"))
@@ -508,7 +510,7 @@ func TestS3RetriesListAndStat(t *testing.T) {
 }
 
 func TestS3Cancellation(t *testing.T) {
-	m := &testenv.StartMinIO(t).S3
+	m := &s3.StartMinIO(t).Server
 	bucket := newBucket(t, m)
 	m.Put(t, bucket, "f", bytes.Repeat([]byte("x"), 1000))
 
@@ -573,7 +575,7 @@ func (b *badKeys) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func TestS3SkipsKeysThatEscape(t *testing.T) {
-	m := &testenv.StartMinIO(t).S3
+	m := &s3.StartMinIO(t).Server
 	bucket := newBucket(t, m)
 	m.Put(t, bucket, "ds/ok file ✓", []byte("ok"))
 	m.Put(t, bucket, "ds/", nil) // a directory marker: neither listed nor counted

@@ -19,7 +19,7 @@ type Options struct {
 	// (bench/policies). The Store owns it from Open on (see Policy).
 	Policy Policy
 	// KeyScheme names the format of the versions in the callers' keys
-	// (the source's backend.Source.VersionScheme: "" for S3 ETags, another
+	// (the source's source.Source.VersionScheme: "" for S3 ETags, another
 	// name since posix versions gained the ctime and inode). When it is
 	// not empty, the store records it, and Open removes every entry
 	// recorded under another scheme (builds from before KeyScheme recorded

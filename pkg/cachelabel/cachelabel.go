@@ -6,7 +6,7 @@
 // percent ("0".."100"). The job controller reads the live ones
 // (Locations) to prefer nodes that already hold a job's datasets.
 //
-// Why Leases, not Node labels (issue 22 item 5): writing labels needs
+// Why Leases, not Node labels: writing labels needs
 // `nodes patch`, with which any compromised node plugin could relabel,
 // annotate or taint every Node; a Lease in the driver's namespace needs a
 // Role there only, and one nobody renews (a dead node) expires by itself.
@@ -29,7 +29,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // Prefix starts every cache annotation key of a location Lease.
@@ -49,10 +49,10 @@ const MaxDatasetsPerLease = 1024
 const idLen = 16
 
 // DatasetID returns the stable ID of a dataset source URL: the first 16 hex
-// digits of the SHA-256 of its canonical form (backend.Source.String). A
-// malformed URL is an error from backend.Parse naming the bad part.
-func DatasetID(source string) (string, error) {
-	src, err := backend.Parse(source)
+// digits of the SHA-256 of its canonical form (source.Source.String). A
+// malformed URL is an error from source.Parse naming the bad part.
+func DatasetID(rawURL string) (string, error) {
+	src, err := source.Parse(rawURL)
 	if err != nil {
 		return "", err
 	}
@@ -62,8 +62,8 @@ func DatasetID(source string) (string, error) {
 
 // Key returns the annotation key for a dataset source URL:
 // "cache.epochfs.io/<dataset-id>".
-func Key(source string) (string, error) {
-	id, err := DatasetID(source)
+func Key(rawURL string) (string, error) {
+	id, err := DatasetID(rawURL)
 	if err != nil {
 		return "", err
 	}

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func TestDatasetID(t *testing.T) {
@@ -47,7 +47,7 @@ func TestDatasetID(t *testing.T) {
 
 func TestDatasetIDBadURL(t *testing.T) {
 	_, err := DatasetID("s3:///nobucket")
-	if !errors.Is(err, backend.ErrInvalidURL) {
+	if !errors.Is(err, source.ErrInvalidURL) {
 		t.Fatalf("err = %v, want ErrInvalidURL", err)
 	}
 }

@@ -2,10 +2,11 @@ package csi
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/epochfs/epochfs/internal/testenv"
 )
 
 var (
@@ -23,9 +24,7 @@ func buildBinaries(t *testing.T) (cachefs, driver string) {
 			return
 		}
 		for _, c := range []string{"cachefs", "csi-driver"} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, c), "../../cmd/"+c).CombinedOutput()
-			if err != nil {
-				buildErr = &buildError{cmd: c, out: string(out), err: err}
+			if _, buildErr = testenv.Build("./cmd/"+c, "", binDir); buildErr != nil {
 				return
 			}
 		}
@@ -35,13 +34,6 @@ func buildBinaries(t *testing.T) (cachefs, driver string) {
 	}
 	return filepath.Join(binDir, "cachefs"), filepath.Join(binDir, "csi-driver")
 }
-
-type buildError struct {
-	cmd, out string
-	err      error
-}
-
-func (e *buildError) Error() string { return "go build " + e.cmd + ": " + e.err.Error() + "\n" + e.out }
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	s3env "github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 )
@@ -46,9 +47,9 @@ func (l *recordingLauncher) launch(args, creds []string, logPath string) (int, e
 // exitCase is one way for `cachefs mount` to fail.
 type exitCase struct {
 	name    string
-	minio   bool                                     // needs a MinIO server (m is nil otherwise)
-	source  func(m *testenv.MinIO) string            // the volume's source
-	secrets func(m *testenv.MinIO) map[string]string // nil: none
+	minio   bool                                   // needs a MinIO server (m is nil otherwise)
+	source  func(m *s3env.MinIO) string            // the volume's source
+	secrets func(m *s3env.MinIO) map[string]string // nil: none
 	// prepare breaks the node before the stage: key names the dataset's
 	// cache directory (cacheRoot/key) and mount point.
 	prepare func(t *testing.T, cacheDir string, l *recordingLauncher)
@@ -84,28 +85,28 @@ func TestMountExitCodes(t *testing.T) {
 	s3 := func(bucket, endpoint string) string {
 		return "s3://" + bucket + "/ds?endpoint=" + endpoint + "&region=us-east-1"
 	}
-	rootKeys := func(m *testenv.MinIO) map[string]string {
+	rootKeys := func(m *s3env.MinIO) map[string]string {
 		return map[string]string{"AWS_ACCESS_KEY_ID": m.AccessKey, "AWS_SECRET_ACCESS_KEY": m.SecretKey}
 	}
-	fixed := func(s string) func(*testenv.MinIO) string { return func(*testenv.MinIO) string { return s } }
+	fixed := func(s string) func(*s3env.MinIO) string { return func(*s3env.MinIO) string { return s } }
 
 	for _, tc := range []exitCase{
 		{name: "missing directory", source: fixed(filepath.Join(dataset, "nope")),
 			wantExit: exitcode.NotFound, wantGRPC: codes.NotFound},
-		{name: "missing bucket", minio: true, source: func(m *testenv.MinIO) string { return s3("no-such-bucket", m.Endpoint) },
+		{name: "missing bucket", minio: true, source: func(m *s3env.MinIO) string { return s3("no-such-bucket", m.Endpoint) },
 			secrets: rootKeys, wantExit: exitcode.NotFound, wantGRPC: codes.NotFound},
-		{name: "wrong secret key", minio: true, source: func(m *testenv.MinIO) string { return s3("datasets", m.Endpoint) },
-			secrets: func(m *testenv.MinIO) map[string]string {
+		{name: "wrong secret key", minio: true, source: func(m *s3env.MinIO) string { return s3("datasets", m.Endpoint) },
+			secrets: func(m *s3env.MinIO) map[string]string {
 				return map[string]string{"AWS_ACCESS_KEY_ID": m.AccessKey, "AWS_SECRET_ACCESS_KEY": secret}
 			},
 			wantExit: exitcode.PermissionDenied, wantGRPC: codes.PermissionDenied},
 		{name: "loopback endpoint no network rule names", minio: true, noRule: true,
-			source: func(m *testenv.MinIO) string { return s3("datasets", m.Endpoint) }, secrets: rootKeys,
+			source: func(m *s3env.MinIO) string { return s3("datasets", m.Endpoint) }, secrets: rootKeys,
 			wantExit: exitcode.PermissionDenied, wantGRPC: codes.PermissionDenied, wantText: "network rule"},
 		{name: "unsupported source", source: fixed("ftp://host/data"),
 			wantExit: exitcode.Usage, wantGRPC: codes.InvalidArgument},
 		{name: "nothing listening at the endpoint", source: fixed(s3("datasets", nothingListening)),
-			secrets: func(*testenv.MinIO) map[string]string {
+			secrets: func(*s3env.MinIO) map[string]string {
 				return map[string]string{"AWS_ACCESS_KEY_ID": "epochfs", "AWS_SECRET_ACCESS_KEY": secret}
 			},
 			wantExit: exitcode.Unavailable, wantGRPC: codes.Unavailable},
@@ -141,9 +142,9 @@ func TestMountExitCodes(t *testing.T) {
 			wantExit: exitcode.Internal, wantGRPC: codes.Internal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var m *testenv.MinIO
+			var m *s3env.MinIO
 			if tc.minio {
-				m = testenv.StartMinIO(t)
+				m = s3env.StartMinIO(t)
 				m.MakeBucket(t, "datasets")
 				m.Put(t, "datasets", "ds/a.jpg", []byte("data"))
 			}

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -19,7 +19,7 @@ import (
 // persistent volumes may use it); a cacheSize over --max-cache-size is
 // refused for every kind of volume. Nothing is left behind.
 func TestInlineVolumeRules(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "inline-rules")
 	mi.PutFiles(t, "inline-rules", "ds/", datagen.Spec{Files: 4, Classes: 1, MedianSize: 1000, MinSize: 10, MaxSize: 4000, Seed: 9}.Plan())
 	s3 := "s3://inline-rules/ds?endpoint=" + mi.Endpoint

@@ -22,6 +22,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // nodeLabeler records which datasets this node's caches hold, for the job
@@ -30,7 +31,7 @@ import (
 // annotations `cache.epochfs.io/<dataset-id>` = the cached percent of the
 // dataset, rewritten and renewed at every sync (the health loop). It
 // expires by itself when the node plugin stops renewing it; no Node object
-// is written (issue 22 item 5). The percent needs the dataset's size, which
+// is written. The percent needs the dataset's size, which
 // comes from its manifest; a dataset without one is not recorded.
 // Datasets no longer mounted here drop out at the next sync.
 //
@@ -83,7 +84,7 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 		return size
 	}
 	size = -1
-	src, err := backend.Parse(ds.Params.Source)
+	src, err := source.Parse(ds.Params.Source)
 	if err != nil {
 		return size
 	}

@@ -23,7 +23,7 @@ const datasetBytesChild = "EPOCHFS_TEST_DATASETBYTES_SOURCE"
 
 // TestDatasetBytesMemory: the node plugin's path to a dataset's size (node
 // labels and NodeGetVolumeStats both call datasetBytes) over a tenant's
-// manifest — the 200,000 files of 1 KiB versions of issue 22 (2.3 MB on
+// manifest — the 200,000 files of 1 KiB versions (2.3 MB on
 // disk), the 2.1 MB file announcing a 512 MiB body padded by a skippable
 // frame, a 1 MB frame of 200 MiB of garbage — keeps the process far under
 // the node plugin's 256 MiB memory limit (chart values nodePlugin

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -18,13 +17,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/csi"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestNodeCacheLabels: the node plugin records, against a real
@@ -33,7 +33,7 @@ import (
 // node, renewed at each sync), drops a dataset's entry when it is
 // unstaged, and never reads or writes a Node (the driver runs as a user
 // whose only rights are on Leases of its namespace, as the chart's Role
-// grants: before issue 22 it patched its Node's labels and failed here).
+// grants: it used to patch its Node's labels, and failed here).
 func TestNodeCacheLabels(t *testing.T) {
 	const ns = "epochfs-system"
 	kube, admin := startKubeWithNamespaces(t, ns)
@@ -48,7 +48,7 @@ func TestNodeCacheLabels(t *testing.T) {
 	td := startDriver(t, func(c *csi.Config) { c.NodeLabels, c.Kubeconfig, c.Namespace = true, kubeconfig, ns })
 
 	data, files := dataset(t)
-	src, _ := backend.Parse(data)
+	src, _ := source.Parse(data)
 	b, err := backend.Open(ctx, src, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func locationLease(t *testing.T, client kubernetes.Interface, ns string) *coordi
 // leaseOnlyKubeconfig writes a kubeconfig for a ServiceAccount that may
 // only get, list, watch, create, update and delete Leases in ns (the
 // chart's Role for the node plugin), no Nodes.
-func leaseOnlyKubeconfig(t *testing.T, kube *testenv.Kube, admin kubernetes.Interface, ns string) string {
+func leaseOnlyKubeconfig(t *testing.T, kube *kube.Server, admin kubernetes.Interface, ns string) string {
 	t.Helper()
 	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "epochfs-node"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -163,8 +163,8 @@ func leaseOnlyKubeconfig(t *testing.T, kube *testenv.Kube, admin kubernetes.Inte
 // access), starts against a real kube-apiserver, and its start deletes its
 // own peer Lease of a group it no longer mounts (left by a withdraw that
 // failed, or a plugin killed mid-unstage) while another node's Lease of
-// that group stays. Before issue 22 nothing removed a stale entry, and the
-// plugin needed list/watch on Nodes to start at all.
+// that group stays. Nothing used to remove a stale entry, and the plugin
+// needed list/watch on Nodes to start at all.
 func TestPeerLeasesAtStart(t *testing.T) {
 	const ns = "epochfs-system"
 	kube, admin := startKubeWithNamespaces(t, ns)
@@ -197,9 +197,9 @@ func TestPeerLeasesAtStart(t *testing.T) {
 
 // startKubeWithNamespaces starts a real kube-apiserver and returns it with
 // an admin client, the given namespaces created.
-func startKubeWithNamespaces(t *testing.T, namespaces ...string) (*testenv.Kube, *kubernetes.Clientset) {
+func startKubeWithNamespaces(t *testing.T, namespaces ...string) (*kube.Server, *kubernetes.Clientset) {
 	t.Helper()
-	kube := testenv.StartKube(t)
+	kube := kube.Start(t)
 	admin, err := kubernetes.NewForConfig(kube.Config)
 	if err != nil {
 		t.Fatal(err)

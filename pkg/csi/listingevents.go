@@ -23,7 +23,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
-// Listing refusals as Kubernetes events (issue 22, Deliver 2).
+// Listing refusals as Kubernetes events.
 //
 // A mount without a manifest caps its listings (pkg/fusefs/listlimit.go):
 // past a cap the directory reads as EFBIG, the mount log has an ERROR line

@@ -13,9 +13,10 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/csi"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
-// TestManifestPolicy: the manifest attributes of issue 22 that the driver
+// TestManifestPolicy: the hostile manifest attributes that the driver once
 // accepted with strict network rules and the pod's own S3 keys (the mount
 // then read host files, another bucket, the metadata endpoint, another
 // export or Ceph as admin) are refused with PermissionDenied naming the
@@ -36,7 +37,7 @@ func TestManifestPolicy(t *testing.T) {
 		{"dev zero", "/dev/zero", "overlaps /dev", "takes no local manifest", "overlaps /dev"},
 		{"internal filer", "nfs://internal-filer/x", "matches none of the node's network rules", "matches none", "matches none"},
 		{"other team bucket", "s3://other-team-bucket/m", "matches none of the node's network rules", "matches none", "matches none"},
-		// Issue 22 wrote s3://b/…, which is no valid bucket name
+		// Not s3://b/…: "b" is no valid bucket name
 		// (InvalidArgument, also checked below).
 		{"metadata endpoint", "s3://bkt/m?endpoint=http://169.254.169.254", "matches none of the node's network rules", "matches none", "matches none"},
 		{"ceph admin", "cephfs://admin@mon/x", "has no credentials of its own", "has no credentials of its own", "matches none"},
@@ -113,7 +114,7 @@ func TestManifestNoHostFileOracle(t *testing.T) {
 func TestManifestAllowed(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
-	src, _ := backend.Parse(data)
+	src, _ := source.Parse(data)
 	b, err := backend.Open(ctx, src, backend.Options{})
 	if err != nil {
 		t.Fatal(err)

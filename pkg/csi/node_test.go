@@ -20,6 +20,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/cache"
 )
 
@@ -216,7 +217,7 @@ func TestTwoVolumesOneDataset(t *testing.T) {
 // TestInlineEphemeral: no stage call; publish mounts (a network source with
 // the pod's own secrets, as inline volumes must be), unpublish cleans up.
 func TestInlineEphemeral(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "inline")
 	files := datagen.Spec{Files: 20, Classes: 3, MedianSize: 5000, MinSize: 100, MaxSize: 50000, Seed: 4}.Plan()
 	mi.PutFiles(t, "inline", "ds/", files)

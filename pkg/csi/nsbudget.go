@@ -12,7 +12,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
-// Per-namespace limits (issue 22, finding 6): no one namespace may hold
+// Per-namespace limits: no one namespace may hold
 // more than its share of a node's dataset mounts and cache bytes.
 //
 // The namespace of a volume is what the kubelet or a trusted writer of

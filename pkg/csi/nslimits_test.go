@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -131,7 +131,7 @@ func TestNamespaceLimitPercent(t *testing.T) {
 // On today's code the 64 MiB inline volume is accepted and team-a's third
 // mount too.
 func TestInlineLimits(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "inline-limits")
 	for _, p := range []string{"a/", "b/", "c/"} {
 		mi.PutFiles(t, "inline-limits", p, datagen.Spec{Files: 2, Classes: 1, MedianSize: 1000, MinSize: 10, MaxSize: 4000, Seed: 3}.Plan())

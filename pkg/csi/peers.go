@@ -23,7 +23,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
-// Cluster scope (volume attribute cacheScope: cluster; issue 15).
+// Cluster scope (volume attribute cacheScope: cluster; pkg/peer).
 //
 // Each cluster-scope dataset mount on a node gets its own peer port, the
 // lowest free one of the node plugin's --peer-port-range, recorded with

@@ -423,8 +423,8 @@ func waitFile(t *testing.T, path, want string) {
 // (a withdraw that failed, a plugin killed mid-unstage) are removed when
 // the node plugin starts and at each health check; another node's entries
 // of the same group, and the group of a mount still starting
-// (prepareCluster before it is recorded), are kept. Before issue 22 a
-// failed withdraw was only logged and the entry stayed for good.
+// (prepareCluster before it is recorded), are kept (a failed withdraw
+// used to be only logged, and its entry stayed for good).
 func TestStalePeerEntries(t *testing.T) {
 	ctx := context.Background()
 	dir := newMemDirectory()

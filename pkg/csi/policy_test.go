@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -102,7 +102,7 @@ func TestSourcePolicy(t *testing.T) {
 // TestSourcePolicyNetwork: an S3 source without secrets would read with
 // the node's identity, so it is refused unless AllowNodeCredentials.
 func TestSourcePolicyNetwork(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "private")
 	files := datagen.Spec{Files: 8, Classes: 2, MedianSize: 4000, MinSize: 100, MaxSize: 10000, Seed: 5}.Plan()
 	mi.PutFiles(t, "private", "ds/", files)

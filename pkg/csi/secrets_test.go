@@ -17,6 +17,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -30,7 +31,7 @@ import (
 // the secrets tmpfs; the driver's own credentials are not in the mount
 // process's environment either.
 func TestSecretsNeverInArgsOrLogs(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "secret")
 	files := datagen.Spec{Files: 10, Classes: 2, MedianSize: 5000, MinSize: 100, MaxSize: 20000, Seed: 2}.Plan()
 	mi.PutFiles(t, "secret", "ds/", files)
@@ -56,7 +57,7 @@ var ambientIdentity = []string{
 	"CEPH_KEYRING", "CEPH_ARGS", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE",
 }
 
-func testSecretsNeverInArgsOrLogs(t *testing.T, mi *testenv.MinIO, files []datagen.File, viaMounter bool) {
+func testSecretsNeverInArgsOrLogs(t *testing.T, mi *s3.MinIO, files []datagen.File, viaMounter bool) {
 	logs := &testenv.SyncBuffer{}
 	var mounterEndpoint, stateDir string
 	if viaMounter {
@@ -215,7 +216,7 @@ func checkSecretsTmpfs(t *testing.T, stateDir string) {
 // lends them (--allow-node-credentials).
 func TestSecretsAtRestAcrossRestarts(t *testing.T) {
 	testenv.RequireFUSE(t)
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "rest")
 	files := datagen.Spec{Files: 6, Classes: 2, MedianSize: 2000, MinSize: 100, MaxSize: 8000, Seed: 5}.Plan()
 	mi.PutFiles(t, "rest", "ds/", files)

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/internal/datagen"
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -22,7 +22,7 @@ import (
 // or no credentials cannot read A's data, and A's mount and secrets file
 // are untouched by their attempts.
 func TestTenantCredentialIsolation(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "private")
 	files := datagen.Spec{Files: 8, Classes: 2, MedianSize: 4000, MinSize: 100, MaxSize: 10000, Seed: 9}.Plan()
 	mi.PutFiles(t, "private", "ds/", files)
@@ -128,7 +128,7 @@ func TestTenantCredentialIsolation(t *testing.T) {
 // credentials) leaves no secrets file, record or mount point behind, though
 // the volume was never recorded (so unstage has nothing to clean).
 func TestFailedStartLeavesNoSecrets(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "private")
 	mi.Put(t, "private", "ds/a.jpg", []byte("data"))
 	td := startDriver(t, func(c *csi.Config) { c.NetworkRules = []string{"s3://private?endpoint=" + mi.Endpoint} }) // MinIO is on loopback
@@ -153,7 +153,7 @@ func TestFailedStartLeavesNoSecrets(t *testing.T) {
 // for (a driver killed between writing them and recording the dataset) are
 // removed when the driver starts; a recorded dataset's are kept.
 func TestOrphanSecretsRemovedAtStart(t *testing.T) {
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "orphans")
 	mi.PutFiles(t, "orphans", "ds/", datagen.Spec{Files: 4, Classes: 1, MedianSize: 1000, MinSize: 10, MaxSize: 4000, Seed: 3}.Plan())
 	secrets := map[string]string{"AWS_ACCESS_KEY_ID": mi.AccessKey, "AWS_SECRET_ACCESS_KEY": mi.SecretKey}

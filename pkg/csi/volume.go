@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/units"
 	"github.com/epochfs/epochfs/pkg/volattr"
@@ -156,7 +156,7 @@ func (d *Driver) checkInlineEnabled() error {
 // local manifest. A refusal is PermissionDenied naming the rule (the
 // interceptor logs it once); a malformed manifest is InvalidArgument.
 func (d *Driver) checkSource(p *volumeParams, secrets map[string]string, inline bool) error {
-	src, err := backend.Parse(p.Source)
+	src, err := source.Parse(p.Source)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
 	}
@@ -164,14 +164,14 @@ func (d *Driver) checkSource(p *volumeParams, secrets map[string]string, inline 
 	checked, err := d.policy.CheckVolume(sourcepolicy.Volume{
 		Source:      src,
 		Manifest:    p.Manifest,
-		Credentials: func(place backend.Source) bool { return hasCredentials(place, secrets) },
+		Credentials: func(place source.Source) bool { return hasCredentials(place, secrets) },
 		Tenant:      inline,
 	})
 	if err != nil {
 		return policyError(err, func() bool { return d.missingUnderRoot(src) }, src)
 	}
 	if inline {
-		if src.Kind == backend.KindPosix || slices.ContainsFunc(src.Replicas, func(r backend.Source) bool { return r.Kind == backend.KindPosix }) {
+		if src.Kind == source.KindPosix || slices.ContainsFunc(src.Replicas, func(r source.Source) bool { return r.Kind == source.KindPosix }) {
 			return status.Errorf(codes.PermissionDenied, "inline volume source %s: an inline volume takes only network sources (a local path needs a PersistentVolume the admin creates)", p.Source)
 		}
 		if !own {
@@ -186,7 +186,7 @@ func (d *Driver) checkSource(p *volumeParams, secrets map[string]string, inline 
 // InvalidArgument for a malformed manifest, NotFound for a local source
 // missing inside an allowed root (missing reports that), else
 // PermissionDenied naming the rule.
-func policyError(err error, missing func() bool, src backend.Source) error {
+func policyError(err error, missing func() bool, src source.Source) error {
 	switch {
 	case errors.Is(err, sourcepolicy.ErrInvalidManifest):
 		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Manifest, err)
@@ -202,8 +202,8 @@ func policyError(err error, missing func() bool, src backend.Source) error {
 // nearest existing ancestor is itself an allowed source: a dataset missing
 // inside an allowed root is NotFound, as the mount would say, while a path
 // anywhere else stays refused whether or not it exists.
-func (d *Driver) missingUnderRoot(src backend.Source) bool {
-	if src.Kind != backend.KindPosix || !filepath.IsAbs(src.Path) {
+func (d *Driver) missingUnderRoot(src source.Source) bool {
+	if src.Kind != source.KindPosix || !filepath.IsAbs(src.Path) {
 		return false
 	}
 	p := filepath.Clean(src.Path)
@@ -227,14 +227,14 @@ func (d *Driver) missingUnderRoot(src backend.Source) bool {
 // The manifest is checked as on the node, so a StorageClass naming one
 // outside its source fails at provisioning, not at the first pod.
 func (d *Driver) checkSourceEarly(p volumeParams) error {
-	src, err := backend.Parse(p.Source)
+	src, err := source.Parse(p.Source)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "parameter %q: %v", volattr.Source, err)
 	}
 	err = d.policy.CheckVolumeNames(sourcepolicy.Volume{
 		Source:      src,
 		Manifest:    p.Manifest,
-		Credentials: func(backend.Source) bool { return true }, // not judged here: the node sees the secrets
+		Credentials: func(source.Source) bool { return true }, // not judged here: the node sees the secrets
 	})
 	if err != nil {
 		return policyError(err, nil, src)
@@ -275,19 +275,19 @@ func checkSecrets(in map[string]string) (map[string]string, error) {
 // sourcepolicy). Secrets of the wrong kind count as none, so that an s3
 // source with only CephFS secrets never falls back to the node's AWS
 // identity.
-func hasCredentials(src backend.Source, secrets map[string]string) bool {
-	places := []backend.Source{src}
-	if src.Kind == backend.KindMirror {
+func hasCredentials(src source.Source, secrets map[string]string) bool {
+	places := []source.Source{src}
+	if src.Kind == source.KindMirror {
 		places = src.Replicas
 	}
 	for _, p := range places {
 		switch p.Kind {
-		case backend.KindPosix:
-		case backend.KindS3:
+		case source.KindPosix:
+		case source.KindS3:
 			if secrets[mount.CredentialAccessKeyID] == "" || secrets[mount.CredentialSecretAccessKey] == "" {
 				return false
 			}
-		case backend.KindCephFS:
+		case source.KindCephFS:
 			if secrets[mount.CredentialCephUserID] == "" || secrets[mount.CredentialCephUserKey] == "" {
 				return false
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // countingBackend counts the calls that reach a backend.
@@ -337,7 +338,7 @@ func classTree(t *testing.T, src string, names ...string) int {
 // openDir opens the posix backend of src (closed by the mount's cleanup).
 func openDir(t *testing.T, src string) backend.Backend {
 	t.Helper()
-	s, err := backend.Parse(src)
+	s, err := source.Parse(src)
 	if err != nil {
 		t.Fatal(err)
 	}

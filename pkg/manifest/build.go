@@ -45,30 +45,69 @@ const maxWarnings = 20
 // also a file are skipped with a warning and counted in skipped; they never
 // fail the build. The order of files does not matter.
 func Build(files []File, opts BuildOptions) (m *Manifest, skipped int, err error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	sk := skipLog{log: opts.Logger}
+	if sk.log == nil {
+		sk.log = slog.New(slog.DiscardHandler)
 	}
 	if !ValidVersion(opts.Info.Source) || len(opts.Info.Source) > MaxSourceLen {
 		return nil, 0, fmt.Errorf("manifest: build: source ID %q is not printable or too long", opts.Info.Source)
 	}
-	skip := func(p, why string) {
-		skipped++
-		if skipped <= maxWarnings {
-			log.Warn("manifest: skipping path", "path", strconv.Quote(p), "reason", why)
-		}
+	items := buildItems(files, opts, &sk)
+	root, nFiles, nDirs := buildTree(items, &sk)
+	sk.summary()
+	if nFiles+nDirs > MaxEntries {
+		return nil, sk.n, fmt.Errorf("manifest: build: %d entries exceed the limit of %d", nFiles+nDirs, MaxEntries)
 	}
-	type item struct {
-		path string
-		file int // index in files, -1 for a directory
+	body, total := writeTree(root, files, opts.Info.Checksums)
+	h := header{format: FormatVersion, files: uint64(nFiles), dirs: uint64(nDirs), bytes: total,
+		created: opts.Info.Created.UnixNano(), source: opts.Info.Source}
+	if opts.Info.Checksums {
+		h.flags |= flagChecksums
 	}
-	items := make([]item, 0, len(files)+len(opts.Dirs))
+	m, err = parseBody(body, h)
+	if err != nil {
+		return nil, sk.n, fmt.Errorf("manifest: build: %w (a bug)", err)
+	}
+	return m, sk.n, nil
+}
+
+// skipLog counts the paths Build skips and logs the first maxWarnings.
+type skipLog struct {
+	log *slog.Logger
+	n   int
+}
+
+func (sk *skipLog) skip(p, why string) {
+	sk.n++
+	if sk.n <= maxWarnings {
+		sk.log.Warn("manifest: skipping path", "path", strconv.Quote(p), "reason", why)
+	}
+}
+
+// summary logs the count of skipped paths when some were not logged.
+func (sk *skipLog) summary() {
+	if sk.n > maxWarnings {
+		sk.log.Warn("manifest: skipped paths", "count", sk.n, "logged", maxWarnings)
+	}
+}
+
+// buildItem is a path given to Build.
+type buildItem struct {
+	path string
+	file int // index in files, -1 for a directory
+}
+
+// buildItems returns the files and directories a manifest can hold, in
+// path order; a file sorts before a directory of the same path, so that
+// the file wins, like the s3 backend's listings.
+func buildItems(files []File, opts BuildOptions, sk *skipLog) []buildItem {
+	items := make([]buildItem, 0, len(files)+len(opts.Dirs))
 	for i, f := range files {
 		switch why := checkFile(f, opts.Info.Checksums); why {
 		case "":
-			items = append(items, item{f.Path, i})
+			items = append(items, buildItem{f.Path, i})
 		default:
-			skip(f.Path, why)
+			sk.skip(f.Path, why)
 		}
 	}
 	for _, d := range opts.Dirs {
@@ -76,28 +115,34 @@ func Build(files []File, opts BuildOptions) (m *Manifest, skipped int, err error
 			continue
 		}
 		if c, err := backend.CleanPath(d); err != nil || c != d || len(d) > MaxPathLen {
-			skip(d, "not a clean dataset path (absolute, \"..\", control characters, over-long name or path)")
+			sk.skip(d, "not a clean dataset path (absolute, \"..\", control characters, over-long name or path)")
 			continue
 		}
-		items = append(items, item{d, -1})
+		items = append(items, buildItem{d, -1})
 	}
-	// Path order; a file sorts before a directory of the same path, so that
-	// the file wins, like the s3 backend's listings.
-	slices.SortStableFunc(items, func(a, b item) int {
+	slices.SortStableFunc(items, func(a, b buildItem) int {
 		if c := comparePaths(a.path, b.path); c != 0 {
 			return c
 		}
 		return boolCmp(a.file < 0, b.file < 0)
 	})
+	return items
+}
 
-	type node struct {
-		name     string
-		file     int // -1 for a directory
-		children []*node
-	}
-	root := &node{file: -1}
-	stack := []*node{root} // the directory chain of the previous item
-	nFiles, nDirs := 0, 1
+// buildNode is a file or directory of the tree Build makes.
+type buildNode struct {
+	name     string
+	file     int // -1 for a directory
+	children []*buildNode
+}
+
+// buildTree makes the directory tree of items (in path order), skipping
+// duplicates and paths under a name that is a file, and counts its files
+// and directories (the root included).
+func buildTree(items []buildItem, sk *skipLog) (root *buildNode, nFiles, nDirs int) {
+	root = &buildNode{file: -1}
+	stack := []*buildNode{root} // the directory chain of the previous item
+	nDirs = 1
 	for _, it := range items {
 		comps := strings.Split(it.path, "/")
 		// Keep the part of the stack that is a prefix of this path.
@@ -110,24 +155,12 @@ func Build(files []File, opts BuildOptions) (m *Manifest, skipped int, err error
 		if it.file < 0 {
 			last = len(comps) // every component is a directory
 		}
-		ok := true
-		for _, c := range comps[depth-1 : last] {
-			parent := stack[len(stack)-1]
-			if n := len(parent.children); n > 0 && parent.children[n-1].name == c {
-				if parent.children[n-1].file >= 0 {
-					ok = false // a file has this name
-					break
-				}
-				stack = append(stack, parent.children[n-1])
-				continue
-			}
-			d := &node{name: c, file: -1}
-			parent.children = append(parent.children, d)
-			stack = append(stack, d)
-			nDirs++
-		}
+		var added int
+		var ok bool
+		stack, added, ok = descend(stack, comps[depth-1:last])
+		nDirs += added
 		if !ok {
-			skip(it.path, "a file has the name of one of its parent directories")
+			sk.skip(it.path, "a file has the name of one of its parent directories")
 			continue
 		}
 		if it.file < 0 {
@@ -136,24 +169,43 @@ func Build(files []File, opts BuildOptions) (m *Manifest, skipped int, err error
 		parent := stack[len(stack)-1]
 		name := comps[len(comps)-1]
 		if n := len(parent.children); n > 0 && parent.children[n-1].name == name {
-			skip(it.path, "duplicate path")
+			sk.skip(it.path, "duplicate path")
 			continue
 		}
-		parent.children = append(parent.children, &node{name: name, file: it.file})
+		parent.children = append(parent.children, &buildNode{name: name, file: it.file})
 		nFiles++
 	}
-	if skipped > maxWarnings {
-		log.Warn("manifest: skipped paths", "count", skipped, "logged", maxWarnings)
-	}
-	if nFiles+nDirs > MaxEntries {
-		return nil, skipped, fmt.Errorf("manifest: build: %d entries exceed the limit of %d", nFiles+nDirs, MaxEntries)
-	}
+	return root, nFiles, nDirs
+}
 
-	// Breadth-first records.
+// descend walks the directory chain stack down through the directories
+// comps, adding those its last directory does not end with, and returns
+// the longer chain and how many directories it added; ok is false when a
+// file has one of comps' names.
+func descend(stack []*buildNode, comps []string) (_ []*buildNode, added int, ok bool) {
+	for _, c := range comps {
+		parent := stack[len(stack)-1]
+		if n := len(parent.children); n > 0 && parent.children[n-1].name == c {
+			if parent.children[n-1].file >= 0 {
+				return stack, added, false // a file has this name
+			}
+			stack = append(stack, parent.children[n-1])
+			continue
+		}
+		d := &buildNode{name: c, file: -1}
+		parent.children = append(parent.children, d)
+		stack = append(stack, d)
+		added++
+	}
+	return stack, added, true
+}
+
+// writeTree encodes the tree under root as a body, breadth first, and
+// returns it with the bytes of its files.
+func writeTree(root *buildNode, files []File, checksums bool) (body []byte, total uint64) {
 	var w bodyWriter
-	var total uint64
 	var ver []byte
-	queue := []*node{root}
+	queue := []*buildNode{root}
 	for len(queue) > 0 {
 		d := queue[0]
 		queue = queue[1:]
@@ -167,23 +219,14 @@ func Build(files []File, opts BuildOptions) (m *Manifest, skipped int, err error
 			f := files[c.file]
 			ver = appendVersion(ver[:0], f.Version, f.Size)
 			var sum []byte
-			if opts.Info.Checksums {
+			if checksums {
 				sum = f.Sum
 			}
 			w.child([]byte(c.name), ver, f.Size, sum)
 			total += uint64(f.Size)
 		}
 	}
-	h := header{format: FormatVersion, files: uint64(nFiles), dirs: uint64(nDirs), bytes: total,
-		created: opts.Info.Created.UnixNano(), source: opts.Info.Source}
-	if opts.Info.Checksums {
-		h.flags |= flagChecksums
-	}
-	m, err = parseBody(w.b, h)
-	if err != nil {
-		return nil, skipped, fmt.Errorf("manifest: build: %w (a bug)", err)
-	}
-	return m, skipped, nil
+	return w.b, total
 }
 
 // checkFile says why f cannot be in a manifest, or "".

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // Values of Discover's loc besides a location.
@@ -97,13 +98,13 @@ func openURLDir(ctx context.Context, loc string, opts backend.Options) (backend.
 	p, query, _ := strings.Cut(loc, "?")
 	i := strings.LastIndexByte(p, '/')
 	if i < 0 || i == len(p)-1 || strings.HasSuffix(p[:i], ":/") {
-		return nil, "", fmt.Errorf("%w: want a URL ending in the manifest's name", backend.ErrInvalidURL)
+		return nil, "", fmt.Errorf("%w: want a URL ending in the manifest's name", source.ErrInvalidURL)
 	}
 	dir, name := p[:i], p[i+1:]
 	if query != "" {
 		dir += "?" + query
 	}
-	src, err := backend.Parse(dir)
+	src, err := source.Parse(dir)
 	if err != nil {
 		return nil, "", err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func TestDiscover(t *testing.T) {
@@ -18,7 +19,7 @@ func TestDiscover(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src, err := backend.Parse(dir)
+	src, err := source.Parse(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestDiscover(t *testing.T) {
 	t.Run("local file", func(t *testing.T) { check(t, local, man.Files(), nil) })
 	t.Run("corrupt local file", func(t *testing.T) { check(t, bad, 0, ErrCorrupt) })
 	t.Run("missing local file", func(t *testing.T) { check(t, filepath.Join(dir, "nope"), 0, os.ErrNotExist) })
-	t.Run("bad URL", func(t *testing.T) { check(t, "s3://bucket/", 0, backend.ErrInvalidURL) })
+	t.Run("bad URL", func(t *testing.T) { check(t, "s3://bucket/", 0, source.ErrInvalidURL) })
 	t.Run("legacy posix versions", func(t *testing.T) {
 		old := mustBuild(t, sampleFiles(), BuildOptions{Info: Info{Source: "test", Created: created}})
 		p := filepath.Join(t.TempDir(), "old")

@@ -80,7 +80,7 @@
 //	  size       uvarint  (files only)
 //	  sha256     32 bytes (files only, when flag bit 0 is set)
 //
-// Names are backend.ValidName components, strictly increasing (bytewise)
+// Names are source.ValidName components, strictly increasing (bytewise)
 // within a directory; full paths are at most MaxPathLen bytes. Anything else
 // — a count that disagrees with the header, trailing bytes, an unsorted or
 // duplicate name, an over-long path — is ErrCorrupt. The file order is the

@@ -98,7 +98,7 @@ func seeds(t testing.TB) [][]byte {
 	}()
 	empty := mustEncode(t, mustBuild(t, nil, BuildOptions{}))
 	body := rawBody([]rec{{name: "a", ver: rawV, size: 3}, {name: "d"}}, []rec{{name: "x", ver: []byte{tagPosix, 2}, size: 1}})
-	// Bombs (issue 22): a header announcing a large body over a frame
+	// Bombs: a header announcing a large body over a frame
 	// padded by a skippable frame, and a body behind a skippable frame.
 	ph, hlen, err := parseHeader(plain[:len(plain)-trailerLen])
 	if err != nil {

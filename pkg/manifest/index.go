@@ -59,7 +59,7 @@ type IndexStats struct {
 // Index walks every directory of b with up to Workers concurrent List
 // calls and builds a manifest of every file. The metadata directory
 // ".epochfs" at the dataset root is left out. Names the backend skips
-// (see backend.ValidName) are counted in Skipped.
+// (see source.ValidName) are counted in Skipped.
 func Index(ctx context.Context, b backend.Backend, opts IndexOptions) (*Manifest, IndexStats, error) {
 	start := time.Now()
 	if opts.Workers <= 0 {

@@ -50,7 +50,7 @@ func bombs(t testing.TB) []struct {
 		name, want string
 		data       []byte
 	}{
-		// Issue 22: 512 MiB announced, a 2.1 MB file.
+		// A hostile manifest: 512 MiB announced, a 2.1 MB file.
 		{"skippable padding, 512 MiB announced", "over the limit", manifesttest.SkippableBomb(512 << 20)},
 		{"skippable padding, 200 MiB announced", "does not declare its size", manifesttest.SkippableBomb(200 << 20)},
 		{"skippable frame before the body", "skippable", re(h.bodyLen, append(manifesttest.Skippable(64), comp...))},
@@ -102,7 +102,7 @@ func TestManifestBomb(t *testing.T) {
 	}
 }
 
-// TestLongVersionsMemoryCap: the manifest of issue 22 — 200,000 files
+// TestLongVersionsMemoryCap: a manifest of 200,000 files
 // with 1 KiB versions, 2.3 MB on disk — is refused under a limit below
 // what it takes (ErrTooLarge naming the figures, before anything is
 // decompressed), and loads within its estimate under the default limit.

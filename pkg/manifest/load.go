@@ -12,7 +12,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -362,7 +362,7 @@ func parseStream(src io.Reader, h header, lim loadLimits) (*Manifest, error) {
 	m.rec = append(m.rec, 0, 0, tagDir)
 	m.dirBits[0] |= 1
 	n := 1 // entries so far
-	var prev [backend.MaxNameLen]byte
+	var prev [source.MaxNameLen]byte
 	prevLen := 0 // the previous entry's name (the previous sibling's when k > 0)
 	pathLen := make([]uint32, 1, max(capped(h.dirs, 4), 1))
 	var total uint64
@@ -401,7 +401,7 @@ func parseStream(src io.Reader, h header, lim loadLimits) (*Manifest, error) {
 			}
 			shared := s.uvarint()
 			suffixLen := s.uvarint()
-			if s.err == nil && suffixLen > backend.MaxNameLen {
+			if s.err == nil && suffixLen > source.MaxNameLen {
 				return nil, corrupt("directory %d entry %d: bad name lengths", d, k)
 			}
 			suffix := s.bytes(suffixLen) // valid until the next read of s
@@ -412,7 +412,7 @@ func parseStream(src io.Reader, h header, lim loadLimits) (*Manifest, error) {
 			if k == 0 {
 				sibLen = 0 // a directory's first name shares nothing
 			}
-			if shared > uint64(sibLen) || shared+uint64(len(suffix)) > backend.MaxNameLen {
+			if shared > uint64(sibLen) || shared+uint64(len(suffix)) > source.MaxNameLen {
 				return nil, corrupt("directory %d entry %d: bad name lengths", d, k)
 			}
 			// Compare the name with the previous entry's before writing it
@@ -425,7 +425,7 @@ func parseStream(src io.Reader, h header, lim loadLimits) (*Manifest, error) {
 			less := common-int(shared) < len(suffix) && (common == prevLen || old[common] < suffix[common-int(shared)])
 			nameLen := int(shared) + copy(prev[shared:], suffix)
 			name := prev[:nameLen]
-			if !backend.ValidName(string(name)) {
+			if !source.ValidName(string(name)) {
 				return nil, corrupt("directory %d: invalid name %q", d, name)
 			}
 			if k > 0 && !less {

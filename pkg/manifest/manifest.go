@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // Limits of the format. Load rejects anything beyond them as ErrCorrupt.
@@ -124,7 +125,7 @@ type decoder struct {
 	rec  []byte
 	pos  int
 	nlen int
-	name [backend.MaxNameLen]byte
+	name [source.MaxNameLen]byte
 }
 
 // seek positions d so that its next call of next decodes entry i.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestPrefetchAndReadaheadMetrics: the prefetch-fill and prefetched-hit
@@ -15,7 +16,7 @@ import (
 // from the mount's state, under the names docs/DESIGN.md fixes.
 func TestPrefetchAndReadaheadMetrics(t *testing.T) {
 	st := cache.Stats{Hits: 10, HitBytes: 1000, PrefetchFills: 7, PrefetchFillBytes: 700, PrefetchedHits: 4, PrefetchedHitBytes: 400}
-	u, err := backend.Parse(t.TempDir())
+	u, err := source.Parse(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ const (
 	// FlagCredentialsFD names an inherited file descriptor (a pipe) to read
 	// S3 credentials from (ReadCredentials) instead of the environment.
 	FlagCredentialsFD = "credentials-fd"
-	// Cluster scope (issue 15, pkg/peer).
+	// Cluster scope (pkg/peer).
 	FlagCacheScope    = "cache-scope"
 	FlagPeers         = "peers"
 	FlagPeersFile     = "peers-file"
@@ -50,7 +50,7 @@ const (
 	FlagLogFormat = "log-format"
 )
 
-// Egress flags (issue 22, package egress): the CSI driver's mounts are
+// Egress flags (package egress): the CSI driver's mounts are
 // restricted; a mount run by hand is not, unless asked.
 const (
 	// FlagRestrictEgress makes every connection of the source's backend

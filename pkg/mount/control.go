@@ -36,9 +36,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/prefetch"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // ControlSocketName is the control socket's name inside the cache directory.
@@ -271,7 +271,7 @@ func (c *controlServer) prefetch(conn *net.UnixConn, req ControlRequest, send fu
 		block = fusefs.DefaultBlockSize
 	}
 	if req.Source != "" {
-		src, err := backend.Parse(req.Source)
+		src, err := source.Parse(req.Source)
 		if err != nil {
 			fail("control: %v", err)
 			return

@@ -6,8 +6,8 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/egress"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // EgressAllow returns the endpoints that network rules (source URLs, as the
@@ -19,12 +19,12 @@ import (
 func EgressAllow(rules []string) ([]string, error) {
 	var out []string
 	for _, r := range rules {
-		src, err := backend.Parse(r)
+		src, err := source.Parse(r)
 		if err != nil {
 			return nil, fmt.Errorf("mount: --%s: %w", FlagEgressRules, err)
 		}
 		switch src.Kind {
-		case backend.KindS3:
+		case source.KindS3:
 			if src.Endpoint == "" {
 				continue
 			}
@@ -40,9 +40,9 @@ func EgressAllow(rules []string) ([]string, error) {
 				}
 			}
 			out = append(out, net.JoinHostPort(host, port))
-		case backend.KindNFS:
+		case source.KindNFS:
 			out = append(out, hostOnly(src.Host))
-		case backend.KindCephFS:
+		case source.KindCephFS:
 			if _, _, err := net.SplitHostPort(src.Host); err == nil {
 				out = append(out, src.Host)
 			} else {

@@ -4,9 +4,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
 )
 
-// TestMain stops the Ceph cluster (testenv.StartCeph) that the RGW and
+// TestMain stops the Ceph cluster (ceph.Start) that the RGW and
 // CephFS mount tests start once for this test binary.
-func TestMain(m *testing.M) { os.Exit(testenv.CephMain(m)) }
+func TestMain(m *testing.M) { os.Exit(ceph.Main(m)) }

@@ -15,6 +15,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
@@ -67,7 +68,7 @@ func (c *requestCounter) snapshot() map[string]int {
 // no HEAD, and reading sends only GETs.
 func TestS3ManifestMountSendsNoListOrHead(t *testing.T) {
 	testenv.RequireFUSE(t)
-	mi := testenv.StartMinIO(t)
+	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "datasets")
 	files := datagen.Spec{Files: 150, Classes: 6, MedianSize: 3000, MinSize: 10, MaxSize: 30_000, Seed: 9}.Plan()
 	mi.PutFiles(t, "datasets", "train/", files)

@@ -17,7 +17,7 @@ import (
 
 // TestManifestMaxMemory: a mount refuses, before decompressing anything, a
 // manifest whose header announces more memory than --manifest-max-memory:
-// the valid manifest of issue 22 (200,000 files with 1 KiB versions, 2.3
+// a valid but hostile manifest (200,000 files with 1 KiB versions, 2.3
 // MB on disk, some 200 MiB once loaded) under a 128 MiB limit, and the
 // 2.1 MB file announcing a 512 MiB body under the default (256 MiB). The
 // error wraps manifest.ErrTooLarge and names the flag and the limit; Start

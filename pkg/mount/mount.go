@@ -34,6 +34,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/metrics"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -62,7 +63,7 @@ var (
 
 // Config of one mount. Validated by New.
 type Config struct {
-	Source     string // dataset URL (see backend.Parse); required
+	Source     string // dataset URL (see source.Parse); required
 	Mountpoint string // existing empty directory; required
 	CacheDir   string // cache directory; required
 	CacheSize  int64  // cache capacity in bytes; required, > 0
@@ -109,7 +110,7 @@ type Config struct {
 	MaxDirEntries    int
 	MaxListingMemory int64
 	// Peer is the cache scope: node (the default) or the cluster-wide
-	// cache of issue 15 (peer.go, pkg/peer).
+	// cache (peer.go, pkg/peer).
 	Peer PeerConfig
 	// Backend options (credentials, retries); zero takes the defaults.
 	Backend backend.Options
@@ -127,7 +128,7 @@ type Config struct {
 // after it returns.
 type Mount struct {
 	cfg Config
-	src backend.Source
+	src source.Source
 	log *slog.Logger
 
 	backend     backend.Backend
@@ -147,7 +148,7 @@ func New(cfg Config) (*Mount, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	src, err := backend.Parse(cfg.Source)
+	src, err := source.Parse(cfg.Source)
 	if err != nil {
 		return nil, err
 	}

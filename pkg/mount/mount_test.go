@@ -12,9 +12,12 @@ import (
 
 	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/ceph"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -30,9 +33,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		is     error
 		substr string
 	}{
-		{"relative source", func(c *mount.Config) { c.Source = "data/x" }, backend.ErrInvalidURL, "absolute"},
-		{"s3 without bucket", func(c *mount.Config) { c.Source = "s3:///x" }, backend.ErrInvalidURL, "bucket"},
-		{"credentials in URL", func(c *mount.Config) { c.Source = "s3://AKIAKEY:s3cr3tv4lue@bucket/x" }, backend.ErrInvalidURL, "credentials"},
+		{"relative source", func(c *mount.Config) { c.Source = "data/x" }, source.ErrInvalidURL, "absolute"},
+		{"s3 without bucket", func(c *mount.Config) { c.Source = "s3:///x" }, source.ErrInvalidURL, "bucket"},
+		{"credentials in URL", func(c *mount.Config) { c.Source = "s3://AKIAKEY:s3cr3tv4lue@bucket/x" }, source.ErrInvalidURL, "credentials"},
 		{"no mount point", func(c *mount.Config) { c.Mountpoint = "" }, nil, "mount point is required"},
 		{"mount point missing", func(c *mount.Config) { c.Mountpoint = filepath.Join(dir, "nope") }, os.ErrNotExist, "mount point"},
 		{"mount point is a file", func(c *mount.Config) { c.Mountpoint = file }, nil, "not a directory"},
@@ -85,16 +88,16 @@ func TestStartFailsCleanlyOnMissingSource(t *testing.T) {
 // unicode, with credentials from the environment only.
 func TestS3NamesThroughMount(t *testing.T) {
 	testenv.RequireFUSE(t)
-	testS3NamesThroughMount(t, &testenv.StartMinIO(t).S3, "names")
+	testS3NamesThroughMount(t, &s3.StartMinIO(t).Server, "names")
 }
 
 // TestRGWNamesThroughMount is TestS3NamesThroughMount against Ceph RGW.
 func TestRGWNamesThroughMount(t *testing.T) {
 	testenv.RequireFUSE(t)
-	testS3NamesThroughMount(t, testenv.RequireRGW(t), fmt.Sprintf("names-%d", os.Getpid()))
+	testS3NamesThroughMount(t, ceph.RequireRGW(t), fmt.Sprintf("names-%d", os.Getpid()))
 }
 
-func testS3NamesThroughMount(t *testing.T, mi *testenv.S3, bucket string) {
+func testS3NamesThroughMount(t *testing.T, mi *s3.Server, bucket string) {
 	mi.MakeBucket(t, bucket)
 	objects := map[string]string{
 		"ds/with space.jpg":       "a",

@@ -18,6 +18,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/peer"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestPeerConfig: the cluster scope's flags are checked before anything
@@ -126,7 +127,7 @@ func TestClusterGroups(t *testing.T) {
 		}
 	}
 
-	source, err := backend.Parse(src)
+	source, err := source.Parse(src)
 	if err != nil {
 		t.Fatal(err)
 	}

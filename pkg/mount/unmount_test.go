@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/nfs"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
 )
@@ -89,7 +90,7 @@ func TestUnmountWhileGaneshaRuns(t *testing.T) {
 	src, _ := testenv.WriteDataset(t, ctlSpec)
 	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 30}
 	_, unmount := unmountable(t, cfg)
-	g := testenv.StartGanesha(t, t.TempDir())
+	g := nfs.StartGanesha(t, t.TempDir())
 	pid, err := os.ReadFile(filepath.Join(g.State, "ganesha.pid"))
 	if err != nil {
 		t.Fatal(err)

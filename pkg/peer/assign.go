@@ -104,34 +104,53 @@ func Assign(peers []Peer, dataset string, cat Catalog, slack float64) *Assignmen
 	for i := range a.owner {
 		a.owner[i] = noOwner
 	}
-	type item struct {
-		i    int32
-		size int64
-		kh   uint64
+	items := a.collect(dataset, cat)
+	if n == 0 {
+		a.unown = a.total
+		return a
 	}
-	items := make([]item, 0, cat.Len())
+	a.setBounds(slack)
+	sortItems(items)
+	a.place(items)
+	return a
+}
+
+// assignItem is one file of the catalog as Assign orders it.
+type assignItem struct {
+	i    int32  // entry number
+	size int64  // bytes
+	kh   uint64 // hash of its FileKey
+}
+
+// collect lists cat's files with their sizes and key hashes, and counts
+// them and their bytes into a.
+func (a *Assignment) collect(dataset string, cat Catalog) []assignItem {
+	items := make([]assignItem, 0, cat.Len())
 	key := []byte(FileKey(dataset, ""))
 	prefix := len(key)
 	cat.Walk(func(i int, path string) bool {
 		sz := cat.Size(i)
 		a.total += sz
 		key = append(key[:prefix], path...) // FileKey(dataset, path), without an allocation
-		items = append(items, item{i: int32(i), size: sz, kh: xxh3.Hash(key)})
+		items = append(items, assignItem{i: int32(i), size: sz, kh: xxh3.Hash(key)})
 		return true
 	})
 	a.files = len(items)
-	if n == 0 {
-		a.unown = a.total
-		return a
-	}
-	// Bounds.
+	return items
+}
+
+// setBounds sets each peer's bound, min(capacity, ⌈(1+slack)·D·w⌉): w is
+// its capacity over all the capacities when every peer advertises one,
+// else 1/N.
+func (a *Assignment) setBounds(slack float64) {
+	n := len(a.peers)
 	all := true
 	var capSum float64
-	for _, p := range peers {
+	for _, p := range a.peers {
 		all = all && p.Capacity > 0
 		capSum += float64(p.Capacity)
 	}
-	for k, p := range peers {
+	for k, p := range a.peers {
 		w := 1 / float64(n)
 		if all {
 			w = float64(p.Capacity) / capSum
@@ -146,7 +165,12 @@ func Assign(peers []Peer, dataset string, cat Catalog, slack float64) *Assignmen
 		}
 		a.bound[k] = bound
 	}
-	slices.SortFunc(items, func(x, y item) int {
+}
+
+// sortItems puts items in the fixed order of the placement: bytes
+// descending, then key hash, then entry number.
+func sortItems(items []assignItem) {
+	slices.SortFunc(items, func(x, y assignItem) int {
 		if c := cmp.Compare(y.size, x.size); c != 0 {
 			return c
 		}
@@ -155,6 +179,13 @@ func Assign(peers []Peer, dataset string, cat Catalog, slack float64) *Assignmen
 		}
 		return cmp.Compare(x.i, y.i)
 	})
+}
+
+// place gives each item, in order, to its highest-ranked peer (rendezvous
+// weight, then peer id) whose load stays within its bound; an item no peer
+// has room for is counted unowned.
+func (a *Assignment) place(items []assignItem) {
+	peers, n := a.peers, len(a.peers)
 	ids := make([]uint64, n)
 	for k, p := range peers {
 		ids[k] = idHash(p.ID)
@@ -184,7 +215,6 @@ func Assign(peers []Peer, dataset string, cat Catalog, slack float64) *Assignmen
 			a.unown += it.size
 		}
 	}
-	return a
 }
 
 // Peers returns the members the assignment was computed for.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 )
 
-// Peer groups (issue 22, finding 4). Every peer request names its group
+// Peer groups. Every peer request names its group
 // (HeaderGroup) and proves it with the group's key, not with the shared
 // token: GroupKey(token, group), an HMAC-SHA256 under the token. A server
 // serves its own group only, so the key of one group opens no other:

@@ -1,4 +1,4 @@
-// Package peer is the cluster-wide cache of issue 15 (`cachefs mount
+// Package peer is the cluster-wide cache (`cachefs mount
 // --cache-scope cluster`): the cache peers of one dataset split its files
 // among themselves, each file owned by exactly one peer (rendezvous
 // hashing, below; with a manifest and advertised capacities, rendezvous

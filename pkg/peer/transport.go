@@ -88,18 +88,6 @@ func (t *transport) put(addr string, c *conn) {
 	t.idle[addr] = append(t.idle[addr], c)
 }
 
-// CloseIdle closes the pooled connections.
-func (t *transport) CloseIdle() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for a, l := range t.idle {
-		for _, c := range l {
-			c.c.Close()
-		}
-		delete(t.idle, a)
-	}
-}
-
 var errReused = errors.New("peer: a kept-alive connection was closed")
 
 // RoundTrip sends req (a GET without a body) and returns the response;

@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +36,6 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/manifest"
-	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // Defaults of Config.
@@ -49,18 +47,6 @@ const (
 	cancelGrace = 2 * time.Second
 	// maxErrors bounds the error messages kept in a Summary.
 	maxErrors = 10
-)
-
-// States of a Summary.
-const (
-	// StateComplete: every file of the dataset is cached.
-	StateComplete = "complete"
-	// StateCacheFull: everything that fits is cached; the rest did not fit.
-	StateCacheFull = "cache-full"
-	// StateInterrupted: the context ended before the plan was done.
-	StateInterrupted = "interrupted"
-	// StateFailed: some files could not be read or cached (see Errors).
-	StateFailed = "failed"
 )
 
 // Phases of a Progress.
@@ -127,50 +113,6 @@ type Progress struct {
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	BytesPerSecond float64 `json:"bytes_per_second"`
 	ETASeconds     float64 `json:"eta_seconds"`
-}
-
-// Summary is the outcome of a prefetch, computed from the store at the end.
-type Summary struct {
-	State   string `json:"state"`   // one of the State constants
-	Message string `json:"message"` // one line for people, e.g. "cache full at 49.9% of the dataset: …"
-	Dataset string `json:"dataset"` // the backend ID (the cache keys' dataset)
-	// Manifest tells whether the files came from a manifest (else a walk).
-	Manifest bool `json:"manifest"`
-
-	// The dataset (zero when a run was interrupted while listing).
-	Files int64 `json:"files"`
-	Bytes int64 `json:"bytes"`
-	// Cached in total now: files whose every entry is held, and the bytes of
-	// every held entry (a partly cached large file counts its held blocks).
-	CachedFiles int64 `json:"cached_files"`
-	CachedBytes int64 `json:"cached_bytes"`
-	// PercentBytes = 100 × CachedBytes / Bytes, rounded down to 0.1 (an
-	// empty dataset is 100); PercentFiles likewise.
-	PercentBytes float64 `json:"percent_bytes"`
-	PercentFiles float64 `json:"percent_files"`
-	// Already cached before this run.
-	AlreadyFiles int64 `json:"already_files"`
-	AlreadyBytes int64 `json:"already_bytes"`
-	// Cached by this run: files now complete that were not before and of
-	// which this run admitted at least one entry (a concurrent reader of the
-	// same store may have admitted others), and the bytes this run read and
-	// admitted.
-	FetchedFiles int64 `json:"fetched_files"`
-	FetchedBytes int64 `json:"fetched_bytes"`
-	// Files (and bytes of entries) that are not cached because they did not
-	// fit.
-	NotFitFiles int64 `json:"not_fit_files"`
-	NotFitBytes int64 `json:"not_fit_bytes"`
-	// Files that could not be read or written, with the first errors.
-	FailedFiles int64    `json:"failed_files"`
-	Errors      []string `json:"errors,omitempty"`
-
-	CapacityBytes  int64   `json:"capacity_bytes"`
-	UsedBytes      int64   `json:"used_bytes"`
-	WholeFileMax   int64   `json:"whole_file_max"`
-	BlockSize      int64   `json:"block_size"`
-	Workers        int     `json:"workers"`
-	ElapsedSeconds float64 `json:"elapsed_seconds"`
 }
 
 // Prefetcher runs one prefetch. Progress may be called from any goroutine
@@ -318,23 +260,14 @@ func (p *Prefetcher) Run(ctx context.Context) (Summary, error) {
 		BlockSize:    p.cfg.BlockSize,
 		Workers:      p.cfg.Workers,
 	}
-	m := p.cfg.Manifest
-	if m == nil {
-		var err error
-		m, _, err = manifest.Index(ctx, p.cfg.Backend, manifest.IndexOptions{Workers: p.cfg.Workers, Progress: &p.listing, Logger: p.log})
-		if err != nil {
-			if ctx.Err() != nil {
-				st := p.cfg.Store.Stats()
-				sum.State, sum.CapacityBytes, sum.UsedBytes = StateInterrupted, st.CapacityBytes, st.UsedBytes
-				sum.ElapsedSeconds = time.Since(p.start).Seconds()
-				sum.Message = "interrupted while listing the dataset: nothing fetched"
-				return sum, nil
-			}
-			return Summary{}, fmt.Errorf("prefetch: %w", err)
+	m, err := p.manifest(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			p.setStore(&sum)
+			sum.State, sum.Message = StateInterrupted, "interrupted while listing the dataset: nothing fetched"
+			return sum, nil
 		}
-	} else if src := m.Info().Source; src != p.dataset {
-		p.log.Warn("prefetch: the manifest was built from another source; if its version tokens differ from this source's, its files cannot be read",
-			"manifest_source", src, "source", p.dataset)
+		return Summary{}, fmt.Errorf("prefetch: %w", err)
 	}
 
 	p.setPhase(PhasePlanning)
@@ -342,42 +275,7 @@ func (p *Prefetcher) Run(ctx context.Context) (Summary, error) {
 	p.setPhase(PhaseFetching)
 	p.fetch(ctx, pl)
 	interrupted := pl.handled.Load() < int64(len(pl.tasks))
-
-	// The truth, from the store.
-	sum.Files, sum.Bytes = int64(len(pl.files)), pl.bytes
-	sum.AlreadyFiles, sum.AlreadyBytes = p.alreadyFiles.Load(), p.alreadyBytes.Load()
-	sum.FetchedBytes = p.fetchedBytes.Load()
-	sum.FailedFiles = p.failedFiles.Load()
-	p.mu.Lock()
-	sum.Errors = append([]string(nil), p.errs...)
-	p.mu.Unlock()
-	for fi := range pl.files {
-		var missing int64
-		held := true
-		for _, sp := range p.spans(m, pl.files[fi]) {
-			if p.cfg.Store.Contains(sp.Key) {
-				sum.CachedBytes += sp.Length
-			} else {
-				held = false
-				missing += sp.Length
-			}
-		}
-		switch {
-		case held:
-			sum.CachedFiles++
-			if !pl.complete[fi] && pl.admitted[fi].Load() {
-				sum.FetchedFiles++
-			}
-		case !pl.failed[fi].Load():
-			sum.NotFitFiles++
-			sum.NotFitBytes += missing
-		}
-	}
-	st := p.cfg.Store.Stats()
-	sum.CapacityBytes, sum.UsedBytes = st.CapacityBytes, st.UsedBytes
-	sum.PercentBytes = percent(sum.CachedBytes, sum.Bytes)
-	sum.PercentFiles = percent(sum.CachedFiles, sum.Files)
-	sum.ElapsedSeconds = time.Since(p.start).Seconds()
+	p.tally(&sum, m, pl)
 	switch {
 	case sum.CachedFiles == sum.Files:
 		sum.State = StateComplete
@@ -392,36 +290,19 @@ func (p *Prefetcher) Run(ctx context.Context) (Summary, error) {
 	return sum, nil
 }
 
-// percent returns 100·n/d rounded down to a tenth, so that it never
-// overstates (99.96 % is "99.9", never "100.0"); 100 when d is 0.
-func percent(n, d int64) float64 {
-	if d <= 0 {
-		return 100
+// manifest returns Config.Manifest, warning when it was built from another
+// source, or else lists the backend into one.
+func (p *Prefetcher) manifest(ctx context.Context) (*manifest.Manifest, error) {
+	if p.cfg.Manifest == nil {
+		m, _, err := manifest.Index(ctx, p.cfg.Backend, manifest.IndexOptions{Workers: p.cfg.Workers, Progress: &p.listing, Logger: p.log})
+		return m, err
 	}
-	return math.Floor(float64(n)*1000/float64(d)) / 10
-}
-
-func message(s Summary) string {
-	cached := fmt.Sprintf("%d of %d files, %s of %s (%.1f%% of the dataset); %d files, %s cached by this run, %d files, %s already cached",
-		s.CachedFiles, s.Files, units.FormatSize(s.CachedBytes), units.FormatSize(s.Bytes), s.PercentBytes,
-		s.FetchedFiles, units.FormatSize(s.FetchedBytes), s.AlreadyFiles, units.FormatSize(s.AlreadyBytes))
-	switch s.State {
-	case StateComplete:
-		return fmt.Sprintf("complete: all %d files, %s, are cached (%d files, %s by this run)",
-			s.Files, units.FormatSize(s.Bytes), s.FetchedFiles, units.FormatSize(s.FetchedBytes))
-	case StateCacheFull:
-		return fmt.Sprintf("cache full at %.1f%% of the dataset: %s; %d files (%s) did not fit in %s (%s free)",
-			s.PercentBytes, cached, s.NotFitFiles, units.FormatSize(s.NotFitBytes),
-			units.FormatSize(s.CapacityBytes), units.FormatSize(max(s.CapacityBytes-s.UsedBytes, 0)))
-	case StateInterrupted:
-		return fmt.Sprintf("interrupted at %.1f%% of the dataset: %s", s.PercentBytes, cached)
+	m := p.cfg.Manifest
+	if src := m.Info().Source; src != p.dataset {
+		p.log.Warn("prefetch: the manifest was built from another source; if its version tokens differ from this source's, its files cannot be read",
+			"manifest_source", src, "source", p.dataset)
 	}
-	first := ""
-	if len(s.Errors) > 0 {
-		first = "; first error: " + s.Errors[0]
-	}
-	return fmt.Sprintf("incomplete at %.1f%% of the dataset: %d files could not be cached%s; %s",
-		s.PercentBytes, s.FailedFiles, first, cached)
+	return m, nil
 }
 
 // spans returns the cache entries of manifest entry i.

@@ -1,7 +1,7 @@
 package sourcepolicy
 
 import (
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // CheckLexically is Check for a caller that does not see the node's file
@@ -11,12 +11,12 @@ import (
 // root). Network sources and mirrors are checked as by Check. It can only
 // refuse early what the node would refuse: the node's Check, which resolves
 // symlinks, remains the check that counts.
-func (c *Checker) CheckLexically(src backend.Source, hasCredentials bool) error {
+func (c *Checker) CheckLexically(src source.Source, hasCredentials bool) error {
 	_, err := c.check(src, constCreds(hasCredentials), modeLexical, false, nounSource)
 	return err
 }
 
-func (c *Checker) checkLocalLexically(src backend.Source, noun string) error {
+func (c *Checker) checkLocalLexically(src source.Source, noun string) error {
 	clean, err := c.cleanLocal(src.Path, noun)
 	if err != nil {
 		return err

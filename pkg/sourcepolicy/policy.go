@@ -43,7 +43,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // ErrForbidden is wrapped by every refusal of Check.
@@ -90,7 +90,7 @@ type Checker struct {
 // sources under it (nfs://host/export?uid=N&gid=N): pinUID and pinGID say
 // whether the rule's URL set them, since a uid of 0 may be pinned too.
 type rule struct {
-	src            backend.Source
+	src            source.Source
 	pinUID, pinGID bool
 }
 
@@ -125,15 +125,15 @@ func New(p Policy) (*Checker, error) {
 		}
 	}
 	for _, n := range p.Network {
-		src, err := backend.Parse(n)
+		src, err := source.Parse(n)
 		if err != nil {
 			return nil, fmt.Errorf("sourcepolicy: network rule: %w", err)
 		}
 		switch src.Kind {
-		case backend.KindS3, backend.KindCephFS, backend.KindNFS:
+		case source.KindS3, source.KindCephFS, source.KindNFS:
 			r := rule{src: src}
-			if src.Kind == backend.KindNFS {
-				// backend.Source cannot tell uid=0 from no uid: read the query.
+			if src.Kind == source.KindNFS {
+				// source.Source cannot tell uid=0 from no uid: read the query.
 				if u, err := url.Parse(n); err == nil {
 					q := u.Query()
 					r.pinUID, r.pinGID = q.Has("uid"), q.Has("gid")
@@ -163,7 +163,7 @@ func resolve(p string) string {
 // so that a symlink swapped after the check cannot redirect the mount. For
 // an nfs source under a rule that pins uid/gid it returns the source with
 // them. CheckVolume is the whole check of a volume (its manifest too).
-func (c *Checker) Check(src backend.Source, hasCredentials bool) (backend.Source, error) {
+func (c *Checker) Check(src source.Source, hasCredentials bool) (source.Source, error) {
 	return c.check(src, constCreds(hasCredentials), modeResolve, false, nounSource)
 }
 
@@ -172,7 +172,7 @@ func (c *Checker) Check(src backend.Source, hasCredentials bool) (backend.Source
 // rules apply but not the credential rule, and a local source is checked
 // as written (cleaned), and through its symlinks only when it exists here.
 // It never replaces Check on the node, which is the enforcement.
-func (c *Checker) CheckNames(src backend.Source) error {
+func (c *Checker) CheckNames(src source.Source) error {
 	_, err := c.check(src, constCreds(true), modeNames, false, nounSource)
 	return err
 }
@@ -192,15 +192,15 @@ const (
 	nounManifest = "manifest"
 )
 
-func constCreds(b bool) func(backend.Source) bool { return func(backend.Source) bool { return b } }
+func constCreds(b bool) func(source.Source) bool { return func(source.Source) bool { return b } }
 
 // check applies the policy to one place a volume reads (its source, or its
 // manifest's location, as noun says). creds reports whether the volume
 // brings credentials of its own for a network place; tenant is set for
 // attributes a tenant wrote (inline volumes, TrainingJobs).
-func (c *Checker) check(src backend.Source, creds func(backend.Source) bool, m mode, tenant bool, noun string) (backend.Source, error) {
+func (c *Checker) check(src source.Source, creds func(source.Source) bool, m mode, tenant bool, noun string) (source.Source, error) {
 	switch src.Kind {
-	case backend.KindPosix:
+	case source.KindPosix:
 		switch m {
 		case modeNames:
 			if _, err := os.Lstat(filepath.Clean(src.Path)); err != nil {
@@ -210,11 +210,11 @@ func (c *Checker) check(src backend.Source, creds func(backend.Source) bool, m m
 			return src, c.checkLocalLexically(src, noun)
 		}
 		return c.checkLocal(src, noun)
-	case backend.KindS3, backend.KindCephFS, backend.KindNFS:
+	case source.KindS3, source.KindCephFS, source.KindNFS:
 		return c.checkNetwork(src, creds(src), tenant, noun)
-	case backend.KindMirror:
+	case source.KindMirror:
 		out := src
-		out.Replicas = make([]backend.Source, len(src.Replicas))
+		out.Replicas = make([]source.Source, len(src.Replicas))
 		for i, r := range src.Replicas {
 			rr, err := c.check(r, creds, m, tenant, noun)
 			if err != nil {
@@ -227,7 +227,7 @@ func (c *Checker) check(src backend.Source, creds func(backend.Source) bool, m m
 	return src, fmt.Errorf("%w: unknown %s kind %q", ErrForbidden, noun, src.Kind)
 }
 
-func (c *Checker) checkLocal(src backend.Source, noun string) (backend.Source, error) {
+func (c *Checker) checkLocal(src source.Source, noun string) (source.Source, error) {
 	p := src.Path
 	// Both the path as given and as resolved must pass: the given one so
 	// that /proc/1/root/… is refused by name, the resolved one so that a
@@ -311,12 +311,12 @@ func (c *Checker) overlaps(p, q, noun string) error {
 
 // checkNetwork applies the network rules and the credential rule to a
 // network place, and returns it with the uid/gid an nfs rule pins.
-func (c *Checker) checkNetwork(src backend.Source, hasCredentials, tenant bool, noun string) (backend.Source, error) {
+func (c *Checker) checkNetwork(src source.Source, hasCredentials, tenant bool, noun string) (source.Source, error) {
 	r, err := c.match(src, noun)
 	if err != nil {
 		return src, err
 	}
-	if src.Kind == backend.KindNFS && r == nil && !hasCredentials && !c.nodeCreds {
+	if src.Kind == source.KindNFS && r == nil && !hasCredentials && !c.nodeCreds {
 		// NFS has no per-volume credentials (AUTH_UNIX uid/gid are claims any
 		// client makes): the server trusts the node's address. Only a rule
 		// the admin wrote for this export lends that identity. (The CSI node
@@ -328,13 +328,13 @@ func (c *Checker) checkNetwork(src backend.Source, hasCredentials, tenant bool, 
 		}
 		return src, fmt.Errorf("%w: nfs %s %s: %s, and an nfs %s reads with the node's network identity (NFS has no per-volume credentials); the admin allows an export with a network rule naming it (--network-rules nfs://host/export) or with --allow-node-credentials", ErrForbidden, noun, src, why, noun)
 	}
-	if src.Kind != backend.KindNFS && !hasCredentials && !c.nodeCreds {
+	if src.Kind != source.KindNFS && !hasCredentials && !c.nodeCreds {
 		return src, fmt.Errorf("%w: %s %s %s has no credentials of its own, and this node does not lend its own identity (the admin allows that with --allow-node-credentials); give the volume a node-stage (or, inline, node-publish) secret", ErrForbidden, src.Kind, noun, src)
 	}
 	if len(c.network) > 0 && r == nil {
 		return src, fmt.Errorf("%w: %s %s %s matches none of the node's network rules", ErrForbidden, src.Kind, noun, src)
 	}
-	if src.Kind != backend.KindNFS {
+	if src.Kind != source.KindNFS {
 		return src, nil
 	}
 	return pinNFS(src, r, tenant, noun)
@@ -343,14 +343,14 @@ func (c *Checker) checkNetwork(src backend.Source, hasCredentials, tenant bool, 
 // match returns the first network rule src lies within, nil when none
 // does. An nfs rule that pins a uid or gid src sets otherwise does not
 // match; when only such rules name src's export, the error names the pin.
-func (c *Checker) match(src backend.Source, noun string) (*rule, error) {
+func (c *Checker) match(src source.Source, noun string) (*rule, error) {
 	var pinned *rule
 	for i := range c.network {
 		r := &c.network[i]
 		if !matches(r.src, src) {
 			continue
 		}
-		if src.Kind == backend.KindNFS &&
+		if src.Kind == source.KindNFS &&
 			(r.pinUID && src.UID != 0 && src.UID != r.src.UID || r.pinGID && src.GID != 0 && src.GID != r.src.GID) {
 			if pinned == nil {
 				pinned = r
@@ -376,7 +376,7 @@ func (c *Checker) match(src backend.Source, noun string) (*rule, error) {
 // source that would read as uid or gid 0 (root, also the default) without
 // a pin: a TrainingJob's or inline volume's author may not claim root on
 // the admin's filer.
-func pinNFS(src backend.Source, r *rule, tenant bool, noun string) (backend.Source, error) {
+func pinNFS(src source.Source, r *rule, tenant bool, noun string) (source.Source, error) {
 	out := src
 	var pinUID, pinGID bool
 	if r != nil {
@@ -395,17 +395,17 @@ func pinNFS(src backend.Source, r *rule, tenant bool, noun string) (backend.Sour
 }
 
 // matches reports whether src lies within rule.
-func matches(rule, src backend.Source) bool {
+func matches(rule, src source.Source) bool {
 	if rule.Kind != src.Kind {
 		return false
 	}
 	switch src.Kind {
-	case backend.KindS3:
+	case source.KindS3:
 		return rule.Endpoint == src.Endpoint && rule.Bucket == src.Bucket &&
 			(rule.Prefix == "" || src.Prefix == rule.Prefix || strings.HasPrefix(src.Prefix, rule.Prefix+"/"))
-	case backend.KindCephFS:
+	case source.KindCephFS:
 		return rule.Host == src.Host && rule.FS == src.FS && within(src.Path, rule.Path)
-	case backend.KindNFS:
+	case source.KindNFS:
 		return rule.Host == src.Host && within(src.Path, rule.Path)
 	}
 	return false
@@ -418,6 +418,3 @@ func within(p, dir string) bool {
 	}
 	return p == dir || strings.HasPrefix(p, dir+"/")
 }
-
-// Roots reports the resolved allowed local roots (for logs and docs).
-func (c *Checker) Roots() []string { return append([]string(nil), c.roots...) }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // tree makes an allowed root with a dataset, a state dir and a cache root
@@ -41,9 +41,9 @@ func tree(t *testing.T) (base string, c *Checker) {
 	return base, c
 }
 
-func mustParse(t *testing.T, s string) backend.Source {
+func mustParse(t *testing.T, s string) source.Source {
 	t.Helper()
-	src, err := backend.Parse(s)
+	src, err := source.Parse(s)
 	if err != nil {
 		t.Fatalf("Parse(%q): %v", s, err)
 	}
@@ -228,8 +228,8 @@ func FuzzCheck(f *testing.F) {
 	realRoot, _ := filepath.EvalSymlinks(root)
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, in := range []string{s, root + "/" + s} {
-			src, err := backend.Parse(in)
-			if err != nil || src.Kind != backend.KindPosix {
+			src, err := source.Parse(in)
+			if err != nil || src.Kind != source.KindPosix {
 				continue
 			}
 			got, err := c.Check(src, false)

@@ -7,7 +7,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // ErrInvalidManifest is wrapped by a manifest attribute that names no
@@ -17,7 +17,7 @@ var ErrInvalidManifest = errors.New("invalid manifest location")
 // Volume is everything one volume names to read: its source and its
 // manifest attribute, and who wrote them.
 type Volume struct {
-	Source backend.Source
+	Source source.Source
 	// Manifest is the volume's manifest attribute (pkg/volattr): "" (the
 	// default, SOURCE/.epochfs/manifest, read through the source), an
 	// absolute path, or a URL of the manifest object
@@ -27,7 +27,7 @@ type Volume struct {
 	// Credentials reports whether the volume brings credentials of its own
 	// for a network place (its source, a replica, its manifest's
 	// location); nil means none anywhere.
-	Credentials func(backend.Source) bool
+	Credentials func(source.Source) bool
 	// Tenant marks attributes a tenant wrote (an inline volume, a
 	// TrainingJob), not an admin (a PersistentVolume, a StorageClass): no
 	// local manifest, and no nfs uid/gid 0 unless a rule pins it.
@@ -39,7 +39,7 @@ type Volume struct {
 // ("" stays "", a local path resolved, a URL in canonical form with the
 // pins of its location applied).
 type Checked struct {
-	Source   backend.Source
+	Source   source.Source
 	Manifest string
 }
 
@@ -95,22 +95,22 @@ func (c *Checker) checkVolume(v Volume, m mode) (Checked, error) {
 
 // checkManifest checks the manifest attribute loc of a volume whose
 // checked source is src, and returns what the mount is to be given.
-func (c *Checker) checkManifest(loc string, src backend.Source, creds func(backend.Source) bool, m mode, tenant bool) (string, error) {
+func (c *Checker) checkManifest(loc string, src source.Source, creds func(source.Source) bool, m mode, tenant bool) (string, error) {
 	// The mount (manifest.Discover) reads a value holding "://" as a URL,
 	// anything else as a local file. Parsed whole as a source URL, either
 	// names the manifest object itself: a posix path, or a network place
 	// whose prefix or path ends in the object's name.
-	obj, err := backend.Parse(loc)
+	obj, err := source.Parse(loc)
 	if err != nil {
 		return "", fmt.Errorf("%w: manifest: %v", ErrInvalidManifest, strings.TrimPrefix(err.Error(), "backend: "))
 	}
 	switch obj.Kind {
-	case backend.KindPosix:
+	case source.KindPosix:
 		if tenant {
 			return "", fmt.Errorf("%w: local manifest %q: an inline volume or a TrainingJob takes no local manifest (only a PersistentVolume the admin creates does); use the default, SOURCE/.epochfs/manifest, or a URL within the source", ErrForbidden, obj.Path)
 		}
 		return c.checkLocalManifest(obj, m)
-	case backend.KindMirror:
+	case source.KindMirror:
 		return "", fmt.Errorf("%w: manifest %q: a manifest is one object, not a mirror", ErrInvalidManifest, loc)
 	}
 	checked, err := c.checkNetwork(obj, creds(obj), tenant, nounManifest)
@@ -133,7 +133,7 @@ func (c *Checker) checkManifest(loc string, src backend.Source, creds func(backe
 // checkLocalManifest checks a local manifest file as a local source is
 // checked (by name first, then resolved), and also requires a regular file:
 // a device or FIFO under a root must not stall or feed the mount.
-func (c *Checker) checkLocalManifest(obj backend.Source, m mode) (string, error) {
+func (c *Checker) checkLocalManifest(obj source.Source, m mode) (string, error) {
 	checked, err := c.check(obj, nil, m, true, nounManifest)
 	if err != nil {
 		return "", err
@@ -150,8 +150,8 @@ func (c *Checker) checkLocalManifest(obj backend.Source, m mode) (string, error)
 
 // withinSource reports whether the manifest object obj lies within src or,
 // for a mirror, one of its replicas.
-func withinSource(obj, src backend.Source) bool {
-	if src.Kind == backend.KindMirror {
+func withinSource(obj, src source.Source) bool {
+	if src.Kind == source.KindMirror {
 		for _, r := range src.Replicas {
 			if withinSource(obj, r) {
 				return true
@@ -163,13 +163,13 @@ func withinSource(obj, src backend.Source) bool {
 		return false
 	}
 	switch obj.Kind {
-	case backend.KindS3:
+	case source.KindS3:
 		return obj.Endpoint == src.Endpoint && obj.Bucket == src.Bucket && obj.Region == src.Region &&
 			obj.PathStyle == src.PathStyle && (src.Prefix == "" || strings.HasPrefix(obj.Prefix, src.Prefix+"/"))
-	case backend.KindCephFS:
+	case source.KindCephFS:
 		return obj.Host == src.Host && obj.User == src.User && obj.FS == src.FS &&
 			obj.Path != src.Path && within(obj.Path, src.Path)
-	case backend.KindNFS:
+	case source.KindNFS:
 		return obj.Host == src.Host && obj.MountPort == src.MountPort && obj.UID == src.UID && obj.GID == src.GID &&
 			obj.Path != src.Path && within(obj.Path, src.Path)
 	}
@@ -182,7 +182,7 @@ func withinSource(obj, src backend.Source) bool {
 // the object obj that was checked. The name must be made of letters,
 // digits, '.', '_', '~' and '-' (so that it reads the same escaped or
 // not), and not "." or "..".
-func checkObjectURL(u string, obj backend.Source) error {
+func checkObjectURL(u string, obj source.Source) error {
 	bad := func(why string) error {
 		return fmt.Errorf("%w: manifest %s: %s", ErrInvalidManifest, u, why)
 	}
@@ -201,14 +201,14 @@ func checkObjectURL(u string, obj backend.Source) error {
 	if query != "" {
 		dir += "?" + query
 	}
-	d, err := backend.Parse(dir)
+	d, err := source.Parse(dir)
 	if err != nil {
 		return bad("its directory is no source URL: " + strings.TrimPrefix(err.Error(), "backend: "))
 	}
 	switch d.Kind {
-	case backend.KindS3:
+	case source.KindS3:
 		d.Prefix = strings.TrimPrefix(d.Prefix+"/"+name, "/")
-	case backend.KindCephFS, backend.KindNFS:
+	case source.KindCephFS, source.KindNFS:
 		d.Path = path.Join(d.Path, name)
 	default:
 		return bad("its directory is not a network source")

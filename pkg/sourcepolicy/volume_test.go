@@ -9,14 +9,14 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // s3Only is the credentials of a volume with an S3 key pair in its
 // secrets: any s3 place has them, nothing else does.
-func s3Only(p backend.Source) bool { return p.Kind == backend.KindS3 }
+func s3Only(p source.Source) bool { return p.Kind == source.KindS3 }
 
-// hostileManifests are the manifest attributes of issue 22 that were
+// hostileManifests are the manifest attributes that were once
 // accepted with strict rules and the pod's own keys, and the rule each
 // refusal names under the strict policy of TestManifestHostile.
 var hostileManifests = []struct{ name, manifest, rule string }{
@@ -24,14 +24,14 @@ var hostileManifests = []struct{ name, manifest, rule string }{
 	{"dev zero", "/dev/zero", "overlaps /dev"},
 	{"internal filer", "nfs://internal-filer/x", "matches none of the node's network rules"},
 	{"other team bucket", "s3://other-team-bucket/m", "matches none of the node's network rules"},
-	// Issue 22 wrote s3://b/…: "b" is no valid bucket name, which is
+	// Not s3://b/…: "b" is no valid bucket name, which is
 	// InvalidManifest before any policy (TestManifestMalformed).
 	{"metadata endpoint", "s3://bkt/m?endpoint=http://169.254.169.254", "matches none of the node's network rules"},
 	{"ceph admin", "cephfs://admin@mon/x", "has no credentials of its own"},
 }
 
 // TestManifestHostile: with strict rules and the volume's own S3 keys,
-// every hostile manifest of issue 22 is refused, naming the rule, for an
+// every hostile manifest is refused, naming the rule, for an
 // admin's volume and a tenant's alike; a manifest within the source passes
 // and is handed on in canonical form.
 func TestManifestHostile(t *testing.T) {
@@ -54,7 +54,7 @@ func TestManifestHostile(t *testing.T) {
 			if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), rule) || !strings.Contains(err.Error(), "manifest") {
 				t.Errorf("%s (tenant %v): %v; want a refusal of the manifest naming %q", h.name, tenant, err, rule)
 			}
-			if err := c.CheckVolumeLexically(Volume{Source: src, Manifest: h.manifest, Credentials: func(backend.Source) bool { return true }, Tenant: tenant}); !errors.Is(err, ErrForbidden) && h.name != "ceph admin" {
+			if err := c.CheckVolumeLexically(Volume{Source: src, Manifest: h.manifest, Credentials: func(source.Source) bool { return true }, Tenant: tenant}); !errors.Is(err, ErrForbidden) && h.name != "ceph admin" {
 				t.Errorf("%s (tenant %v), lexically: %v; want a refusal", h.name, tenant, err)
 			}
 		}
@@ -84,7 +84,7 @@ func TestManifestWithinSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := func(backend.Source) bool { return true }
+	all := func(source.Source) bool { return true }
 	for _, tc := range []struct {
 		name, source, manifest string
 		c                      *Checker
@@ -266,10 +266,10 @@ func TestNFSPins(t *testing.T) {
 	// The job controller's check (credentials not judged) applies the
 	// tenant rule too, with no rules at all.
 	open, _ := New(Policy{})
-	if err := open.CheckVolumeLexically(Volume{Source: mustParse(t, "nfs://filer/exports/x"), Credentials: func(backend.Source) bool { return true }, Tenant: true}); !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "may not read as root") {
+	if err := open.CheckVolumeLexically(Volume{Source: mustParse(t, "nfs://filer/exports/x"), Credentials: func(source.Source) bool { return true }, Tenant: true}); !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "may not read as root") {
 		t.Errorf("lexical, tenant, uid 0: %v", err)
 	}
-	if err := open.CheckVolumeLexically(Volume{Source: mustParse(t, "nfs://filer/exports/x?uid=1000&gid=1000"), Credentials: func(backend.Source) bool { return true }, Tenant: true}); err != nil {
+	if err := open.CheckVolumeLexically(Volume{Source: mustParse(t, "nfs://filer/exports/x?uid=1000&gid=1000"), Credentials: func(source.Source) bool { return true }, Tenant: true}); err != nil {
 		t.Errorf("lexical, tenant, own ids: %v", err)
 	}
 	// A manifest on a pinned export gets the pin too, and so lies within
@@ -293,7 +293,7 @@ func FuzzManifest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	src := backend.Source{Kind: backend.KindS3, Bucket: "team-a", Prefix: "ds", Endpoint: "http://127.0.0.1:9000", PathStyle: true}
+	src := source.Source{Kind: source.KindS3, Bucket: "team-a", Prefix: "ds", Endpoint: "http://127.0.0.1:9000", PathStyle: true}
 	f.Fuzz(func(t *testing.T, m string) {
 		got, err := c.CheckVolume(Volume{Source: src, Manifest: m, Credentials: s3Only, Tenant: true})
 		if err != nil {
@@ -314,12 +314,12 @@ func FuzzManifest(f *testing.F) {
 		if query != "" {
 			dir += "?" + query
 		}
-		d, err := backend.Parse(dir)
+		d, err := source.Parse(dir)
 		if err != nil {
 			t.Fatalf("CheckVolume(%q) handed on %q, whose directory does not parse: %v", m, got.Manifest, err)
 		}
 		key := strings.TrimPrefix(d.Prefix+"/"+p[i+1:], "/")
-		if d.Kind != backend.KindS3 || d.Bucket != src.Bucket || d.Endpoint != src.Endpoint || d.PathStyle != src.PathStyle ||
+		if d.Kind != source.KindS3 || d.Bucket != src.Bucket || d.Endpoint != src.Endpoint || d.PathStyle != src.PathStyle ||
 			!strings.HasPrefix(key, src.Prefix+"/") || slices.Contains(strings.Split(key, "/"), "..") {
 			t.Fatalf("CheckVolume(%q) handed on %q: the mount reads %s key %q, outside the source %s", m, got.Manifest, d, key, src)
 		}

@@ -17,8 +17,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -120,12 +119,12 @@ func (e *invalidError) Unwrap() error { return ErrInvalid }
 // defaultCacheSize; a missing policy is NR. Keys under KubernetesPrefix are
 // ignored; any other unknown key is an error naming it.
 func Parse(in map[string]string, defaultCacheSize int64) (Params, error) {
-	p := Params{Policy: cache.PolicyNR, CacheSize: defaultCacheSize}
+	p := Params{Policy: source.PolicyNR, CacheSize: defaultCacheSize}
 	var unknown []string
 	for k, v := range in {
 		switch k {
 		case Source:
-			src, err := backend.Parse(v)
+			src, err := source.Parse(v)
 			if err != nil {
 				return p, invalid("parameter %q: %v", Source, err)
 			}
@@ -167,8 +166,8 @@ func Parse(in map[string]string, defaultCacheSize int64) (Params, error) {
 				return p, invalid("parameter %q: %q is neither %q nor %q", CacheScope, v, CacheScopeNode, CacheScopeCluster)
 			}
 		case Policy:
-			if v != cache.PolicyNR {
-				return p, invalid("parameter %q: %q is not a cache policy of EpochFS (the only one is %q)", Policy, v, cache.PolicyNR)
+			if v != source.PolicyNR {
+				return p, invalid("parameter %q: %q is not a cache policy of EpochFS (the only one is %q)", Policy, v, source.PolicyNR)
 			}
 			p.Policy = v
 		default:

@@ -1,12 +1,12 @@
 // Command cluster starts, stops and describes the single-node test
-// Kubernetes of docs/CLUSTER.md (internal/testenv.UpCluster) for `make
+// Kubernetes of docs/CLUSTER.md (internal/cluster.Up) for `make
 // cluster-up`, `make cluster-down` and `make cluster-status`:
 //
 //	go run ./internal/cmd/cluster up|down|status [-dir .cluster] [-images bin/images] [-chart DIR|-chart '']
 //
 // `up` leaves the cluster running (its processes outlive this command),
 // imports the project's images (`make images`) and installs the chart
-// with the values the end-to-end tests use (testenv.Cluster.InstallChart),
+// with the values the end-to-end tests use (cluster.Cluster.InstallChart),
 // waits for the node plugin to register with the kubelet, and prints the
 // kubeconfig path; `down` stops it and cleans up (every pod, process and
 // mount under the state dir, the chart's dataset mounts included), also
@@ -17,13 +17,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/cluster"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
 
@@ -45,16 +45,16 @@ func main() {
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	switch cmd {
 	case "up":
-		if missing := testenv.ClusterMissing(); len(missing) > 0 {
+		if missing := cluster.Missing(); len(missing) > 0 {
 			fmt.Fprintf(os.Stderr, "cluster up: missing %v (run `make cluster-tools` as root)\n", missing)
 			os.Exit(1)
 		}
-		c, err := testenv.UpCluster(context.Background(), *dir, logf)
+		c, err := cluster.Up(context.Background(), *dir, logf)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "cluster up: %v\n(logs in %s/logs)\n", err, *dir)
 			os.Exit(1)
 		}
-		fmt.Printf("cluster up in %.1fs; node %s Ready\n", c.UpTime.Seconds(), testenv.ClusterNodeName)
+		fmt.Printf("cluster up in %.1fs; node %s Ready\n", c.UpTime.Seconds(), cluster.NodeName)
 		if *images != "" {
 			if err := install(c, *images, *chart); err != nil {
 				fmt.Fprintf(os.Stderr, "cluster up: %v\n(the cluster runs; logs in %s/logs; `make cluster-down` stops it)\n", err, *dir)
@@ -64,13 +64,13 @@ func main() {
 		fmt.Printf("kubeconfig: %s\n", c.Kubeconfig)
 		fmt.Printf("  export KUBECONFIG=%s; kubectl get nodes\n", c.Kubeconfig)
 	case "down":
-		if err := testenv.ClusterDown(*dir, logf); err != nil {
+		if err := cluster.Down(*dir, logf); err != nil {
 			fmt.Fprintf(os.Stderr, "cluster down: %v\n", err)
 			os.Exit(1)
 		}
 		fmt.Println("cluster down")
 	case "status":
-		s, err := testenv.ClusterStatus(*dir)
+		s, err := cluster.Status(*dir)
 		fmt.Print(s)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "cluster status: %v\n", err)
@@ -87,12 +87,12 @@ func main() {
 // node plugin's state and caches under the cluster's shared host dir
 // (Dir/host/state, Dir/host/cache, unmounted by `down`). It returns once
 // the kubelet lists the driver in CSINode.
-func install(c *testenv.Cluster, imagesDir, chartDir string) error {
+func install(c *cluster.Cluster, imagesDir, chartDir string) error {
 	start := time.Now()
 	refs := map[string]string{}
 	for _, name := range []string{"epochfs", "test-reader"} {
 		tar := filepath.Join(imagesDir, name+".tar")
-		ref, err := testenv.ImageRef(tar)
+		ref, err := cluster.ImageRef(tar)
 		if err != nil {
 			return fmt.Errorf("%w (run `make images`)", err)
 		}
@@ -109,12 +109,12 @@ func install(c *testenv.Cluster, imagesDir, chartDir string) error {
 	if err != nil {
 		return fmt.Errorf("%w (run `make tools`)", err)
 	}
-	ports, err := freePorts(2)
+	ports, err := testenv.FreePorts(2)
 	if err != nil {
 		return err
 	}
 	ref := refs["epochfs"]
-	setup := testenv.ChartSetup{
+	setup := cluster.ChartSetup{
 		ImageTag: ref[strings.LastIndexByte(ref, ':')+1:],
 		StateDir: filepath.Join(c.HostDir, "state"), CacheRoot: filepath.Join(c.HostDir, "cache"),
 		MetricsPort: ports[0], RegistrarHealthPort: ports[1],
@@ -128,29 +128,8 @@ func install(c *testenv.Cluster, imagesDir, chartDir string) error {
 		return err
 	}
 	fmt.Printf("chart %s installed as %s in namespace %s in %.1fs: node plugin Ready, %s registered with the kubelet\n",
-		chartDir, testenv.ChartRelease, testenv.ChartNamespace, time.Since(start).Seconds(), csi.DriverName)
+		chartDir, cluster.ChartRelease, cluster.ChartNamespace, time.Since(start).Seconds(), csi.DriverName)
 	fmt.Printf("  node plugin /metrics: http://127.0.0.1:%d/metrics; state %s, caches %s\n", setup.MetricsPort, setup.StateDir, setup.CacheRoot)
 	fmt.Printf("  test-reader image for pods: %s (imagePullPolicy: Never)\n", refs["test-reader"])
 	return nil
-}
-
-// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a
-// moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -62,7 +63,7 @@ func decodeAll(t *testing.T, b []byte) map[string]*unstructured.Unstructured {
 }
 
 // kubectlApply runs kubectl apply against kube with the manifests on stdin.
-func kubectlApply(t *testing.T, kube *testenv.Kube, manifests []byte, extra ...string) string {
+func kubectlApply(t *testing.T, kube *kube.Server, manifests []byte, extra ...string) string {
 	t.Helper()
 	args := append([]string{"apply", "--kubeconfig", kube.Kubeconfig, "-f", "-"}, extra...)
 	cmd := exec.Command("kubectl", args...)
@@ -101,7 +102,7 @@ func TestDeployManifests(t *testing.T) {
 		t.Errorf("helm renders %d objects, kustomize %d", len(h), len(k))
 	}
 
-	kube := testenv.StartKube(t, crdPaths(t, "volcano")[1:]...)
+	kube := kube.Start(t, crdPaths(t, "volcano")[1:]...)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "epochfs-system"}}
 	admin, err := newAdmin(kube)
 	if err != nil {
@@ -203,7 +204,7 @@ func TestHelmUninstallKeepsCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kube := testenv.StartKube(t)
+	kube := kube.Start(t)
 	helm := func(args ...string) string {
 		t.Helper()
 		args = append(args, "--kubeconfig", kube.Kubeconfig, "--namespace", "epochfs-system")
@@ -272,7 +273,7 @@ func TestDeployDryRunEverything(t *testing.T) {
 			"--set", "jobController.enabled=true", "--set", "node.allowAnyNetworkSource=true")},
 	}
 
-	kube := testenv.StartKube(t)
+	kube := kube.Start(t)
 	// Namespaces and the default ServiceAccount that a cluster would have
 	// (no controller-manager runs here); a dry run creates nothing.
 	kubectlApply(t, kube, []byte(`apiVersion: v1

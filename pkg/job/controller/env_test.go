@@ -28,6 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 )
@@ -61,7 +62,7 @@ func newScheme(t testing.TB) *runtime.Scheme {
 
 // env is a real API server with the controller running against it.
 type env struct {
-	kube *testenv.Kube
+	kube *kube.Server
 	c    client.Client // uncached
 	now  atomic.Pointer[time.Time]
 }
@@ -72,7 +73,7 @@ func startEnv(t *testing.T, podGroups ...string) *env {
 	if testing.Short() {
 		t.Skip("kube-apiserver test skipped in -short mode")
 	}
-	kube := testenv.StartKube(t, crdPaths(t, podGroups...)...)
+	kube := kube.Start(t, crdPaths(t, podGroups...)...)
 	return startController(t, kube, kube.Config)
 }
 
@@ -82,7 +83,7 @@ var testPolicy = sourcepolicy.Policy{AllowedLocalRoots: []string{"/data"}}
 
 // startController runs the controller against kube as the identity of
 // cfg; the env's client is the cluster admin.
-func startController(t *testing.T, kube *testenv.Kube, cfg *rest.Config) *env {
+func startController(t *testing.T, kube *kube.Server, cfg *rest.Config) *env {
 	t.Helper()
 	scheme := newScheme(t)
 	e := &env{kube: kube}
@@ -313,6 +314,6 @@ func isGone(err error) error {
 	return err
 }
 
-func newAdmin(kube *testenv.Kube) (client.Client, error) {
+func newAdmin(kube *kube.Server) (client.Client, error) {
 	return client.New(kube.Config, client.Options{Scheme: clientgoscheme.Scheme})
 }

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	clusterenv "github.com/epochfs/epochfs/internal/testenv/cluster"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
@@ -390,7 +390,7 @@ func checkTFConfig(t *testing.T, tj *v1alpha1.TrainingJob, workers, ps int32) {
 			}
 			for i := range n {
 				env := podEnv(t, job.Spec.Template, i)
-				var c testenv.TFConfig
+				var c clusterenv.TFConfig
 				dec := json.NewDecoder(strings.NewReader(env["TF_CONFIG"]))
 				dec.DisallowUnknownFields()
 				if err := dec.Decode(&c); err != nil {

@@ -15,7 +15,7 @@ import (
 // Cache-aware placement reads where datasets are cached from the CSI node
 // plugins' location Leases in the driver's namespace (pkg/cachelabel;
 // Config.CacheLocationNamespace), not from Node labels: a node plugin then
-// needs no write access to Nodes (issue 22 item 5). The Leases are read
+// needs no write access to Nodes. The Leases are read
 // when a gang's Jobs are created (each attempt), and the preference is
 // written into the pod template as node names (matchFields metadata.name),
 // graded like the labels were (cacheTiers). RBAC: `list` on leases in that

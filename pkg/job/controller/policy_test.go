@@ -12,11 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 )
 
 // installTemplatePolicy applies deploy/policies/trainingjob-templates.yaml
 // (the ValidatingAdmissionPolicy and its binding) to kube.
-func installTemplatePolicy(t *testing.T, kube *testenv.Kube) {
+func installTemplatePolicy(t *testing.T, kube *kube.Server) {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {

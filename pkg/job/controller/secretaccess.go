@@ -17,8 +17,8 @@ import (
 // The controller creates PersistentVolumes whose nodeStageSecretRef names a
 // Secret of the job's namespace; the kubelet then reads that Secret with the
 // node's rights, for a job author who may not be allowed to read it. So a
-// Secret goes into a volume only when the job's author may get it (issue
-// 22, finding 8): a SubjectAccessReview for the user named by the job's
+// Secret goes into a volume only when the job's author may get it: a
+// SubjectAccessReview for the user named by the job's
 // AnnotationAuthor, which the admission policy AuthorPolicyBinding binds
 // admits only equal to the creating request's user name and never changed.
 // Without that binding in force the annotation could be forged, so the

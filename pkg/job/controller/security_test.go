@@ -14,7 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 )
@@ -31,7 +31,7 @@ func directEnv(t *testing.T) *env {
 	if testing.Short() {
 		t.Skip("kube-apiserver test skipped in -short mode")
 	}
-	kube := testenv.StartKube(t, crdPaths(t)...)
+	kube := kube.Start(t, crdPaths(t)...)
 	c, err := client.New(kube.Config, client.Options{Scheme: newScheme(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,8 @@ import (
 // TestCheckSourcesManifest: checkSources judges every attribute of a
 // dataset's volume that names something to read, the manifest included,
 // with the node's rules (a TrainingJob has no manifest field today; the
-// check covers whatever volumeAttributes carries). The six manifests of
-// issue 22 are refused naming the rule, a manifest within the source is
+// check covers whatever volumeAttributes carries). The six hostile manifests
+// are refused naming the rule, a manifest within the source is
 // not. The real-server path of the same check is TestSourcePolicy
 // (SourceNotAllowed through a kube-apiserver).
 func TestCheckSourcesManifest(t *testing.T) {

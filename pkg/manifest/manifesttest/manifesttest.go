@@ -100,7 +100,7 @@ func Skippable(n int) []byte {
 // EmptyBody is the body of a manifest with no file: the root, no children.
 var EmptyBody = []byte{0}
 
-// SkippableBomb is the file of issue 22: a header announcing a body of
+// SkippableBomb is a decompression bomb: a header announcing a body of
 // declared bytes over a real frame of an empty body padded with a
 // skippable frame to declared/256 compressed bytes, so that the ratio
 // check of the format passes.

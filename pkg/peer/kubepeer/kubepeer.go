@@ -1,7 +1,6 @@
-// Package kubepeer is the Kubernetes discovery of cluster-scope cache peers
-// (issue 15 item 3, issue 22 item 5): each node plugin advertises, in the
-// driver's namespace, one coordination.k8s.io/v1 Lease per cluster-scope
-// dataset group it mounts:
+// Package kubepeer is the Kubernetes discovery of cluster-scope cache peers:
+// each node plugin advertises, in the driver's namespace, one
+// coordination.k8s.io/v1 Lease per cluster-scope dataset group it mounts:
 //
 //	name:        peer-<group>-<hash of the node name>
 //	labels:      peer.epochfs.io/group=<group>, peer.epochfs.io/node=<node label>
@@ -18,10 +17,9 @@
 // sends its files to the backend.
 //
 // Why Leases in one namespace, not Node annotations: the node plugin needs
-// no write access to any Node (issue 22 finding 7: a compromised node plugin
-// could otherwise relabel, annotate or taint every Node), only a Role on
-// Leases of the driver's namespace; and an entry that nobody renews goes
-// away by itself.
+// no write access to any Node (a compromised node plugin could otherwise
+// relabel, annotate or taint every Node), only a Role on Leases of the
+// driver's namespace; and an entry that nobody renews goes away by itself.
 //
 // It lives apart from pkg/peer so that the cachefs binary does not link
 // client-go: the mount process reads its peers from a file the node plugin

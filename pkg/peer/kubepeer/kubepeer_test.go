@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/peer"
 )
 
@@ -22,7 +22,7 @@ const ns = "epochfs-system"
 
 func startKube(t *testing.T) (kubernetes.Interface, context.Context) {
 	t.Helper()
-	kube := testenv.StartKube(t)
+	kube := kube.Start(t)
 	client, err := kubernetes.NewForConfig(kube.Config)
 	if err != nil {
 		t.Fatal(err)
