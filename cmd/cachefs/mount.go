@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
@@ -87,6 +88,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 type mountFlags struct {
 	cfg            mount.Config
 	cacheSize      string
+	policy         string
 	wholeFileMax   string
 	blockSize      string
 	readaheadFiles string
@@ -103,6 +105,9 @@ type mountFlags struct {
 // complete parses the flags that need it into cfg; errors are usage
 // errors, but for the credentials fd's.
 func (mf *mountFlags) complete(cmd *cobra.Command) error {
+	if mf.policy != cache.PolicyNR {
+		return usageError(fmt.Errorf("--%s %q: the only cache policy is %q", mountapi.FlagPolicy, mf.policy, cache.PolicyNR))
+	}
 	n, err := units.ParseSize(mf.manifestMax)
 	if err != nil {
 		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagManifestMaxMemory, err))
@@ -157,7 +162,7 @@ func (mf *mountFlags) complete(cmd *cobra.Command) error {
 func (mf *mountFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&mf.cfg.CacheDir, mountapi.FlagCacheDir, "", "cache directory (created if missing; one mount process per directory) (required)")
 	f.StringVar(&mf.cacheSize, mountapi.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
-	f.StringVar(&mf.cfg.Policy, mountapi.FlagPolicy, "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
+	f.StringVar(&mf.policy, mountapi.FlagPolicy, cache.PolicyNR, "cache policy: nr (no replacement), the only one")
 	f.StringVar(&mf.cfg.Manifest, mountapi.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
 	f.StringVar(&mf.manifestMax, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "the most memory the manifest may take, estimated from its header before it is decompressed (about 30-40 B per file, +32 with checksums); a larger manifest fails the mount")
 	f.StringVar(&mf.cfg.MetricsAddr, mountapi.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
