@@ -64,8 +64,8 @@ test-fast: tools nfs-deps ceph-deps
 test-short:
 	$(GO) test -race -count=1 -short ./...
 
-## demo: mount a generated dataset through a half-size NR cache, read 3 shuffled epochs.
-demo: build
+## demo: mount a generated dataset through a half-size NR cache, read 3 shuffled epochs (builds bin/cachefs only).
+demo: bin/cachefs
 	bin/cachefs demo
 
 ## tools: build the pinned test tools once per machine into the tool cache (mk/tools.mk) and link them into .tools/bin.

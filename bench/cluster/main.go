@@ -1,5 +1,5 @@
 // Command bench-cluster (make bench-cluster) measures the cluster-wide
-// cache of issue 15: N = 3 `cachefs mount` processes on this machine
+// cache: N = 3 `cachefs mount` processes on this machine
 // (separate cache directories, loopback peer ports), each with C = D/3 and
 // then C = D/6, over MinIO behind the latency proxy, cluster scope and node
 // scope side by side. Each epoch a distributed-sampler-like reader gives
@@ -32,6 +32,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 const nodes = 3
@@ -56,7 +57,7 @@ func main() {
 	rounds := flag.Int("peer-rounds", 1, "rounds of the every-node-reads-every-file runs (peer reads vs local reads), interleaved")
 	onlyPeer := flag.Bool("only-peer-reads", false, "run only the every-node-reads-every-file runs")
 	peerFloor := flag.Bool("peer-floor", false, "the every-node-reads-every-file runs also read through mounts that cache nothing over a local copy of the dataset: what a peer read would cost with a free network and a free owner")
-	// The scale run (issue 15 item 6): a local directory instead of MinIO,
+	// The scale run: a local directory instead of MinIO,
 	// many tiny files.
 	posix := flag.Bool("posix", false, "the dataset in a local directory (posix source) instead of MinIO; backend bytes are the mounts' cache miss bytes less the bytes peers sent")
 	classes := flag.Int("classes", 30, "class directories")
@@ -529,22 +530,20 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 				return nil, err
 			}
 		}
-		source, size, manifestFile := src, strconv.FormatInt(capacity, 10), man
+		opts := mountapi.CommandOptions{Source: src, Mountpoint: mnt, CacheDir: cache, CacheSize: capacity,
+			MetricsAddr: n.metrics, Manifest: man, ReadaheadFiles: "0", Policy: policy}
 		if v.floor != "" {
-			source, size, manifestFile = v.floor, "1", v.floor+".manifest"
+			opts.Source, opts.CacheSize, opts.Manifest = v.floor, 1, v.floor+".manifest"
 		}
-		args := []string{"mount", source, mnt, "--cache-dir", cache, "--cache-size", size,
-			"--metrics-addr", n.metrics, "--manifest", manifestFile, "--readahead-files", "0"}
-		if scope == "cluster" {
-			args = append(args, "--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", n.peer,
-				"--peer-id", n.id, "--peer-token-file", tokenFile)
+		if scope == mountapi.ScopeCluster {
+			opts.CacheScope, opts.Peers, opts.PeerListen = mountapi.ScopeCluster, strings.Join(list, ","), n.peer
+			opts.PeerID, opts.PeerTokenFile = n.id, tokenFile
 		}
-		args = append(args, "--policy", policy)
 		if profileDir != "" {
 			name := fmt.Sprintf("%s-%s-%v-%v-%s.prof", scope, frac[2:], v.plain, all, n.id)
-			args = append(args, "--cpu-profile", filepath.Join(profileDir, name))
+			opts.CPUProfile = filepath.Join(profileDir, name)
 		}
-		cmd := exec.Command(v.cachefs, args...)
+		cmd := exec.Command(v.cachefs, opts.Args()...)
 		cmd.Env = env
 		p, err := benchproc.Start(n.id, cmd, mnt)
 		if err != nil {

@@ -1,5 +1,5 @@
-// Command manifestscale measures a dataset manifest at the seed's scale
-// (issue 15 item 6): 10M ImageNet-like files, built through the code
+// Command manifestscale measures a dataset manifest at the seed's scale:
+// 10M ImageNet-like files, built through the code
 // `cachefs index` runs (manifest.Index over a backend.Backend), written with
 // WriteFile, then loaded back as a mount does (manifest.ReadFile) and, as
 // root, served by a real FUSE mount (pkg/mount, --manifest FILE).

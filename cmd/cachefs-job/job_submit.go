@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -67,60 +68,69 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
       --dataset 'imagenet=s3://datasets/imagenet/train?endpoint=http://minio:9000:/data/imagenet' \
       --env EPOCHS=90 -- torchrun train.py --data /data/imagenet`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name, command := args[0], args[1:]
-			if dash := cmd.ArgsLenAtDash(); dash > 1 {
-				return fmt.Errorf("one NAME before --, got %q", args[:dash])
-			} else if dash == -1 && len(args) > 1 {
-				return fmt.Errorf("put the command after --: cachefs job submit %s [flags] -- %s", name, strings.Join(args[1:], " "))
-			}
-			if err := checkOutput(s.output, listOutputs...); err != nil {
-				return err
-			}
-			tj, err := s.trainingJob(name, command, cmd.Flags().Changed("backoff-limit"), cmd.Flags().Changed("ttl"))
-			if err != nil {
-				return err
-			}
-			if err := s.templates(tj); err != nil {
-				return err
-			}
-			if cmd.Flags().Changed("nproc-per-node") {
-				// 0 and negative go to the API server, which refuses them
-				// naming spec.nprocPerNode.
-				tj.Spec.NprocPerNode = &s.nprocPerNode
-			}
-			if cmd.Flags().Changed("max-restarts") {
-				// A negative one goes to the API server too, which refuses
-				// it naming spec.maxRestarts.
-				tj.Spec.MaxRestarts = &s.maxRestarts
-			}
-			tj.Spec.SuccessPolicy = v1alpha1.SuccessPolicy(s.successPolicy)
-			if s.dryRun {
-				if ns := f.overrides.Context.Namespace; ns != "" {
-					tj.Namespace = ns
-				}
-				return printSpec(cmd.OutOrStdout(), f.now(), tj, orDefault(s.output, outYAML))
-			}
-			jc, err := f.clients()
-			if err != nil {
-				return err
-			}
-			tj.Namespace = jc.namespace
-			if err := setAuthor(cmd.Context(), jc.c, tj); err != nil {
-				return apiError(err, "submit "+name)
-			}
-			if err := jc.c.Create(cmd.Context(), tj); err != nil {
-				return apiError(err, "submit "+name)
-			}
-			if s.output != "" {
-				return printJobs(cmd.OutOrStdout(), f.now(), s.output, "", false, false, tj)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s submitted to namespace %s; follow it with: cachefs job get %s -n %s\n",
-				name, jc.namespace, name, jc.namespace)
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return s.run(cmd, f, args) },
 	}
-	fl := cmd.Flags()
+	s.bind(cmd.Flags())
+	outputFlag(cmd, &s.output, "a sentence; with --dry-run yaml", listOutputs...)
+	return cmd
+}
+
+// run submits the job NAME of args (or prints it with --dry-run).
+func (s *submitFlags) run(cmd *cobra.Command, f *jobFlags, args []string) error {
+	name, command := args[0], args[1:]
+	if dash := cmd.ArgsLenAtDash(); dash > 1 {
+		return fmt.Errorf("one NAME before --, got %q", args[:dash])
+	} else if dash == -1 && len(args) > 1 {
+		return fmt.Errorf("put the command after --: cachefs job submit %s [flags] -- %s", name, strings.Join(args[1:], " "))
+	}
+	if err := checkOutput(s.output, listOutputs...); err != nil {
+		return err
+	}
+	tj, err := s.trainingJob(name, command, cmd.Flags().Changed("backoff-limit"), cmd.Flags().Changed("ttl"))
+	if err != nil {
+		return err
+	}
+	if err := s.templates(tj); err != nil {
+		return err
+	}
+	if cmd.Flags().Changed("nproc-per-node") {
+		// 0 and negative go to the API server, which refuses them
+		// naming spec.nprocPerNode.
+		tj.Spec.NprocPerNode = &s.nprocPerNode
+	}
+	if cmd.Flags().Changed("max-restarts") {
+		// A negative one goes to the API server too, which refuses
+		// it naming spec.maxRestarts.
+		tj.Spec.MaxRestarts = &s.maxRestarts
+	}
+	tj.Spec.SuccessPolicy = v1alpha1.SuccessPolicy(s.successPolicy)
+	if s.dryRun {
+		if ns := f.overrides.Context.Namespace; ns != "" {
+			tj.Namespace = ns
+		}
+		return printSpec(cmd.OutOrStdout(), f.now(), tj, orDefault(s.output, outYAML))
+	}
+	jc, err := f.clients()
+	if err != nil {
+		return err
+	}
+	tj.Namespace = jc.namespace
+	if err := setAuthor(cmd.Context(), jc.c, tj); err != nil {
+		return apiError(err, "submit "+name)
+	}
+	if err := jc.c.Create(cmd.Context(), tj); err != nil {
+		return apiError(err, "submit "+name)
+	}
+	if s.output != "" {
+		return printJobs(cmd.OutOrStdout(), f.now(), s.output, "", false, false, tj)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "trainingjob.jobs.epochfs.io/%s submitted to namespace %s; follow it with: cachefs job get %s -n %s\n",
+		name, jc.namespace, name, jc.namespace)
+	return nil
+}
+
+// bind defines the submit flags on fl.
+func (s *submitFlags) bind(fl *pflag.FlagSet) {
 	fl.StringVar(&s.image, "image", "", "container image of the workers (required)")
 	fl.StringVar(&s.imagePullPolicy, "image-pull-policy", "", "Always, IfNotPresent or Never (default: Kubernetes', IfNotPresent unless the tag is latest); Never for images imported into the nodes")
 	fl.Int32Var(&s.workers, "workers", 1, "number of worker pods")
@@ -162,8 +172,6 @@ func newJobSubmitCmd(f *jobFlags) *cobra.Command {
 	fl.StringVar(&s.workerTemplate, "worker-template", "", "YAML file with a pod template (metadata and spec) merged into the workers' pods: spec.worker.template")
 	fl.StringVar(&s.psTemplate, "ps-template", "", "YAML file with a pod template merged into the parameter servers' pods: spec.ps.template")
 	fl.BoolVar(&s.dryRun, "dry-run", false, "print the TrainingJob instead of submitting it")
-	outputFlag(cmd, &s.output, "a sentence; with --dry-run yaml", listOutputs...)
-	return cmd
 }
 
 func orDefault(s, d string) string {
@@ -185,94 +193,14 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 			Resources: v1alpha1.WorkerResources{GPUs: s.gpus},
 		},
 	}
-	if s.image == "" {
-		return nil, fmt.Errorf("--image is required: the container image of the workers")
-	}
-	switch tj.Spec.Mode {
-	case v1alpha1.ModeStandalone, v1alpha1.ModePyTorch, v1alpha1.ModeTensorFlow, v1alpha1.ModeMPI:
-	default:
-		return nil, fmt.Errorf("--mode %q: want standalone, pytorch, tensorflow or mpi", s.mode)
-	}
-	switch p := corev1.PullPolicy(s.imagePullPolicy); p {
-	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
-		tj.Spec.ImagePullPolicy = p
-	default:
-		return nil, fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", s.imagePullPolicy)
-	}
-	if len(command) > 0 {
-		tj.Spec.Command = command
-	}
-	if s.chief {
-		tj.Spec.TensorFlow = &v1alpha1.TensorFlowSpec{Chief: true}
-	}
-	for _, q := range []struct {
-		flag, v string
-		dst     **resource.Quantity
-	}{{"--cpu", s.cpu, &tj.Spec.Resources.CPU}, {"--memory", s.memory, &tj.Spec.Resources.Memory}} {
-		if q.v == "" {
-			continue
-		}
-		v, err := resource.ParseQuantity(q.v)
-		if err != nil {
-			return nil, fmt.Errorf("%s %q: not a quantity (e.g. 8, 500m, 64Gi)", q.flag, q.v)
-		}
-		*q.dst = &v
-	}
-	for _, e := range s.extra {
-		k, v, ok := strings.Cut(e, "=")
-		q, err := resource.ParseQuantity(v)
-		if !ok || err != nil || !strings.Contains(k, "/") {
-			return nil, fmt.Errorf("--device %q: want RESOURCE=COUNT with a domain, e.g. rdma/hca=1", e)
-		}
-		if tj.Spec.Resources.Extra == nil {
-			tj.Spec.Resources.Extra = map[corev1.ResourceName]resource.Quantity{}
-		}
-		tj.Spec.Resources.Extra[corev1.ResourceName(k)] = q
-	}
-	for _, e := range s.envs {
-		k, v, ok := strings.Cut(e, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--env %q: want NAME=VALUE", e)
-		}
-		tj.Spec.Env = append(tj.Spec.Env, corev1.EnvVar{Name: k, Value: v})
-	}
-	for _, e := range s.nodeSelector {
-		k, v, ok := strings.Cut(e, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--node-selector %q: want LABEL=VALUE, e.g. pool=h100", e)
-		}
-		if tj.Spec.NodeSelector == nil {
-			tj.Spec.NodeSelector = map[string]string{}
-		}
-		tj.Spec.NodeSelector[k] = v
-	}
-	for _, e := range s.tolerations {
-		tol, err := parseTolerationFlag(e)
-		if err != nil {
+	spec := &tj.Spec
+	for _, section := range []func(*v1alpha1.TrainingJobSpec) error{
+		func(spec *v1alpha1.TrainingJobSpec) error { return s.container(spec, command) },
+		s.resources, s.environment, s.placement, s.datasetSpecs,
+	} {
+		if err := section(spec); err != nil {
 			return nil, err
 		}
-		tj.Spec.Tolerations = append(tj.Spec.Tolerations, tol)
-	}
-	if s.cacheSize != "" {
-		// The API server checks the grammar too (spec.datasets[].cacheSize);
-		// checked here first so that the message names the flag.
-		if _, err := units.ParseSize(s.cacheSize); err != nil {
-			return nil, fmt.Errorf("--cache-size: %w", err)
-		}
-	}
-	readahead, err := parseReadaheadFilesFlag(s.readaheadFiles)
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range s.datasets {
-		ds, err := parseDatasetFlag(d)
-		if err != nil {
-			return nil, err
-		}
-		if ds.Source != "" {
-			ds.CacheSize, ds.Prefetch, ds.ReadaheadFiles, ds.SecretName = s.cacheSize, s.prefetch, readahead, s.datasetSecret
-		}
-		tj.Spec.Datasets = append(tj.Spec.Datasets, ds)
 	}
 	if s.noGang || s.gangScheduler != "" || s.queue != "" || s.minAvailable > 0 {
 		g := &v1alpha1.Gang{Scheduler: v1alpha1.GangScheduler(s.gangScheduler), Queue: s.queue}
@@ -282,31 +210,162 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 		if s.minAvailable > 0 {
 			g.MinAvailable = &s.minAvailable
 		}
-		tj.Spec.Gang = g
+		spec.Gang = g
 	}
 	if backoffSet {
-		tj.Spec.BackoffLimit = &s.backoffLimit
+		spec.BackoffLimit = &s.backoffLimit
 	}
 	if ttlSet {
-		tj.Spec.Cleanup.TTLSecondsAfterFinished = &s.ttl
+		spec.Cleanup.TTLSecondsAfterFinished = &s.ttl
 	}
-	tj.Spec.Cleanup.CleanPodPolicy = v1alpha1.CleanPodPolicy(s.cleanPodPolicy)
+	spec.Cleanup.CleanPodPolicy = v1alpha1.CleanPodPolicy(s.cleanPodPolicy)
 	if s.tensorboard != "" {
-		tj.Spec.Tensorboard = &v1alpha1.Tensorboard{LogDir: s.tensorboard}
+		spec.Tensorboard = &v1alpha1.Tensorboard{LogDir: s.tensorboard}
 	}
-	tj.Spec.Suspend, tj.Spec.QueueName, tj.Spec.ServiceAccountName = s.suspend, s.queueName, s.serviceAccount
+	spec.Suspend, spec.QueueName, spec.ServiceAccountName = s.suspend, s.queueName, s.serviceAccount
+	if err := s.podMeta(spec); err != nil {
+		return nil, err
+	}
+	if s.shmSize != "" {
+		q, err := parseShmSizeFlag(s.shmSize)
+		if err != nil {
+			return nil, err
+		}
+		spec.ShmSize = q
+	}
+	return tj, nil
+}
+
+// container: --image, --mode, --image-pull-policy, the command and
+// --chief.
+func (s *submitFlags) container(spec *v1alpha1.TrainingJobSpec, command []string) error {
+	if s.image == "" {
+		return fmt.Errorf("--image is required: the container image of the workers")
+	}
+	switch spec.Mode {
+	case v1alpha1.ModeStandalone, v1alpha1.ModePyTorch, v1alpha1.ModeTensorFlow, v1alpha1.ModeMPI:
+	default:
+		return fmt.Errorf("--mode %q: want standalone, pytorch, tensorflow or mpi", s.mode)
+	}
+	switch p := corev1.PullPolicy(s.imagePullPolicy); p {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+		spec.ImagePullPolicy = p
+	default:
+		return fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", s.imagePullPolicy)
+	}
+	if len(command) > 0 {
+		spec.Command = command
+	}
+	if s.chief {
+		spec.TensorFlow = &v1alpha1.TensorFlowSpec{Chief: true}
+	}
+	return nil
+}
+
+// resources: --cpu, --memory and --device.
+func (s *submitFlags) resources(spec *v1alpha1.TrainingJobSpec) error {
+	for _, q := range []struct {
+		flag, v string
+		dst     **resource.Quantity
+	}{{"--cpu", s.cpu, &spec.Resources.CPU}, {"--memory", s.memory, &spec.Resources.Memory}} {
+		if q.v == "" {
+			continue
+		}
+		v, err := resource.ParseQuantity(q.v)
+		if err != nil {
+			return fmt.Errorf("%s %q: not a quantity (e.g. 8, 500m, 64Gi)", q.flag, q.v)
+		}
+		*q.dst = &v
+	}
+	for _, e := range s.extra {
+		k, v, ok := strings.Cut(e, "=")
+		q, err := resource.ParseQuantity(v)
+		if !ok || err != nil || !strings.Contains(k, "/") {
+			return fmt.Errorf("--device %q: want RESOURCE=COUNT with a domain, e.g. rdma/hca=1", e)
+		}
+		if spec.Resources.Extra == nil {
+			spec.Resources.Extra = map[corev1.ResourceName]resource.Quantity{}
+		}
+		spec.Resources.Extra[corev1.ResourceName(k)] = q
+	}
+	return nil
+}
+
+// environment: --env.
+func (s *submitFlags) environment(spec *v1alpha1.TrainingJobSpec) error {
+	for _, e := range s.envs {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--env %q: want NAME=VALUE", e)
+		}
+		spec.Env = append(spec.Env, corev1.EnvVar{Name: k, Value: v})
+	}
+	return nil
+}
+
+// placement: --node-selector and --toleration.
+func (s *submitFlags) placement(spec *v1alpha1.TrainingJobSpec) error {
+	for _, e := range s.nodeSelector {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--node-selector %q: want LABEL=VALUE, e.g. pool=h100", e)
+		}
+		if spec.NodeSelector == nil {
+			spec.NodeSelector = map[string]string{}
+		}
+		spec.NodeSelector[k] = v
+	}
+	for _, e := range s.tolerations {
+		tol, err := parseTolerationFlag(e)
+		if err != nil {
+			return err
+		}
+		spec.Tolerations = append(spec.Tolerations, tol)
+	}
+	return nil
+}
+
+// datasetSpecs: --dataset, with --cache-size, --prefetch,
+// --readahead-files and --dataset-secret for those with a source.
+func (s *submitFlags) datasetSpecs(spec *v1alpha1.TrainingJobSpec) error {
+	if s.cacheSize != "" {
+		// The API server checks the grammar too (spec.datasets[].cacheSize);
+		// checked here first so that the message names the flag.
+		if _, err := units.ParseSize(s.cacheSize); err != nil {
+			return fmt.Errorf("--cache-size: %w", err)
+		}
+	}
+	readahead, err := parseReadaheadFilesFlag(s.readaheadFiles)
+	if err != nil {
+		return err
+	}
+	for _, d := range s.datasets {
+		ds, err := parseDatasetFlag(d)
+		if err != nil {
+			return err
+		}
+		if ds.Source != "" {
+			ds.CacheSize, ds.Prefetch, ds.ReadaheadFiles, ds.SecretName = s.cacheSize, s.prefetch, readahead, s.datasetSecret
+		}
+		spec.Datasets = append(spec.Datasets, ds)
+	}
+	return nil
+}
+
+// podMeta: --image-pull-secret, --label and --annotation.
+func (s *submitFlags) podMeta(spec *v1alpha1.TrainingJobSpec) error {
 	for _, name := range s.pullSecrets {
-		tj.Spec.ImagePullSecrets = append(tj.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+		spec.ImagePullSecrets = append(spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
 	}
 	for _, kv := range []struct {
 		flag string
 		in   []string
 		out  *map[string]string
-	}{{"--label", s.labels, &tj.Spec.PodLabels}, {"--annotation", s.annotations, &tj.Spec.PodAnnotations}} {
+	}{{"--label", s.labels, &spec.PodLabels}, {"--annotation", s.annotations, &spec.PodAnnotations}} {
 		for _, e := range kv.in {
 			k, v, ok := strings.Cut(e, "=")
 			if !ok || k == "" {
-				return nil, fmt.Errorf("%s %q: want KEY=VALUE, e.g. team=vision", kv.flag, e)
+				return fmt.Errorf("%s %q: want KEY=VALUE, e.g. team=vision", kv.flag, e)
 			}
 			if *kv.out == nil {
 				*kv.out = map[string]string{}
@@ -314,14 +373,7 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 			(*kv.out)[k] = v
 		}
 	}
-	if s.shmSize != "" {
-		q, err := parseShmSizeFlag(s.shmSize)
-		if err != nil {
-			return nil, err
-		}
-		tj.Spec.ShmSize = q
-	}
-	return tj, nil
+	return nil
 }
 
 // parseShmSizeFlag parses --shm-size with the sizes' one grammar

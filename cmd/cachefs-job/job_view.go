@@ -138,40 +138,8 @@ func eventTime(e eventsv1.Event) time.Time {
 
 func describeJob(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, pods []corev1.Pod, events []eventsv1.Event) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	describeSummary(tw, now, tj)
 	st := tj.Status
-	fmt.Fprintf(tw, "Name:\t%s\n", tj.Name)
-	fmt.Fprintf(tw, "Namespace:\t%s\n", tj.Namespace)
-	fmt.Fprintf(tw, "Status:\t%s\n", orDefault(string(st.Phase), "Pending"))
-	if st.Reason != "" || st.Message != "" {
-		fmt.Fprintf(tw, "Reason:\t%s: %s\n", st.Reason, st.Message)
-	}
-	fmt.Fprintf(tw, "Mode:\t%s\n", orDefault(string(tj.Spec.Mode), "standalone"))
-	fmt.Fprintf(tw, "Image:\t%s\n", tj.Spec.Image)
-	if len(tj.Spec.Command)+len(tj.Spec.Args) > 0 {
-		fmt.Fprintf(tw, "Command:\t%s\n", strings.Join(append(slices.Clone(tj.Spec.Command), tj.Spec.Args...), " "))
-	}
-	if r := describeResources(tj.Spec.Resources); r != "" {
-		fmt.Fprintf(tw, "Per worker:\t%s\n", r)
-	}
-	if tj.Spec.Suspend {
-		fmt.Fprintf(tw, "Suspend:\ttrue (no pods run; cachefs job resume %s)\n", tj.Name)
-	}
-	if tj.Spec.QueueName != "" {
-		fmt.Fprintf(tw, "Queue:\t%s (Kueue)\n", tj.Spec.QueueName)
-	}
-	fmt.Fprintf(tw, "Age:\t%s\n", age(now, tj.CreationTimestamp))
-	if st.StartTime != nil {
-		fmt.Fprintf(tw, "Started:\t%s\n", st.StartTime.UTC().Format(time.RFC3339))
-	}
-	if st.CompletionTime != nil {
-		fmt.Fprintf(tw, "Finished:\t%s\n", st.CompletionTime.UTC().Format(time.RFC3339))
-	}
-	if st.Restarts > 0 || tj.Spec.MaxRestarts != nil {
-		fmt.Fprintf(tw, "Restarts:\t%d of maxRestarts %d (restarts of the whole gang)\n", st.Restarts, ptr.Deref(tj.Spec.MaxRestarts, 0))
-	}
-	if f := st.LastFailure; f != nil {
-		fmt.Fprintf(tw, "Last failure:\t%s: %s\n", f.Reason, f.Message)
-	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "REPLICAS\tWANTED\tACTIVE\tREADY\tSUCCEEDED\tFAILED")
 	fmt.Fprintf(tw, "worker\t%d\t%d\t%d\t%d\t%d\n", tj.Spec.Workers, st.Workers.Active, st.Workers.Ready, st.Workers.Succeeded, st.Workers.Failed)
@@ -206,6 +174,52 @@ func describeJob(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, pods []co
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
 		}
 	}
+	describePods(tw, now, pods)
+	describeEvents(tw, now, events)
+	return tw.Flush()
+}
+
+// describeSummary writes the job's name, status, spec and times, one
+// "Key:<tab>value" line each.
+func describeSummary(tw io.Writer, now time.Time, tj *v1alpha1.TrainingJob) {
+	st := tj.Status
+	fmt.Fprintf(tw, "Name:\t%s\n", tj.Name)
+	fmt.Fprintf(tw, "Namespace:\t%s\n", tj.Namespace)
+	fmt.Fprintf(tw, "Status:\t%s\n", orDefault(string(st.Phase), "Pending"))
+	if st.Reason != "" || st.Message != "" {
+		fmt.Fprintf(tw, "Reason:\t%s: %s\n", st.Reason, st.Message)
+	}
+	fmt.Fprintf(tw, "Mode:\t%s\n", orDefault(string(tj.Spec.Mode), "standalone"))
+	fmt.Fprintf(tw, "Image:\t%s\n", tj.Spec.Image)
+	if len(tj.Spec.Command)+len(tj.Spec.Args) > 0 {
+		fmt.Fprintf(tw, "Command:\t%s\n", strings.Join(append(slices.Clone(tj.Spec.Command), tj.Spec.Args...), " "))
+	}
+	if r := describeResources(tj.Spec.Resources); r != "" {
+		fmt.Fprintf(tw, "Per worker:\t%s\n", r)
+	}
+	if tj.Spec.Suspend {
+		fmt.Fprintf(tw, "Suspend:\ttrue (no pods run; cachefs job resume %s)\n", tj.Name)
+	}
+	if tj.Spec.QueueName != "" {
+		fmt.Fprintf(tw, "Queue:\t%s (Kueue)\n", tj.Spec.QueueName)
+	}
+	fmt.Fprintf(tw, "Age:\t%s\n", age(now, tj.CreationTimestamp))
+	if st.StartTime != nil {
+		fmt.Fprintf(tw, "Started:\t%s\n", st.StartTime.UTC().Format(time.RFC3339))
+	}
+	if st.CompletionTime != nil {
+		fmt.Fprintf(tw, "Finished:\t%s\n", st.CompletionTime.UTC().Format(time.RFC3339))
+	}
+	if st.Restarts > 0 || tj.Spec.MaxRestarts != nil {
+		fmt.Fprintf(tw, "Restarts:\t%d of maxRestarts %d (restarts of the whole gang)\n", st.Restarts, ptr.Deref(tj.Spec.MaxRestarts, 0))
+	}
+	if f := st.LastFailure; f != nil {
+		fmt.Fprintf(tw, "Last failure:\t%s: %s\n", f.Reason, f.Message)
+	}
+}
+
+// describePods writes the job's pods, by name.
+func describePods(tw io.Writer, now time.Time, pods []corev1.Pod) {
 	fmt.Fprintln(tw)
 	if len(pods) == 0 {
 		fmt.Fprintln(tw, "Pods:\t<none>")
@@ -222,6 +236,10 @@ func describeJob(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, pods []co
 				orDefault(p.Spec.NodeName, "<unscheduled>"), age(now, p.CreationTimestamp))
 		}
 	}
+}
+
+// describeEvents writes the job's events.
+func describeEvents(tw io.Writer, now time.Time, events []eventsv1.Event) {
 	fmt.Fprintln(tw)
 	if len(events) == 0 {
 		fmt.Fprintln(tw, "Events:\t<none>")
@@ -231,7 +249,6 @@ func describeJob(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, pods []co
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", age(now, metav1.NewTime(eventTime(e))), e.Type, e.Reason, e.Note)
 		}
 	}
-	return tw.Flush()
 }
 
 const batchCompletionIndex = "batch.kubernetes.io/job-completion-index"

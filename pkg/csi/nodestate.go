@@ -17,9 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/mount"
-	"github.com/epochfs/epochfs/pkg/prefetch"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // nodeConfig is what the node state needs, taken from the driver's Config
@@ -49,10 +47,9 @@ type nodeConfig struct {
 	// egressRules are the node's network rules, handed to every mount it
 	// starts (--restrict-egress --egress-rules): a tenant's mount reaches
 	// the node's own, loopback or link-local addresses only where a rule
-	// names the endpoint. egress is the same dialer for the node plugin's
-	// own reads of a dataset (its manifest, for labels and stats).
+	// names the endpoint. The node plugin itself never connects to a
+	// dataset.
 	egressRules []string
-	egress      backend.Egress
 }
 
 // nodeState is the node service's view of its volumes and dataset mounts,
@@ -480,11 +477,11 @@ func (n *nodeState) startPrefetch(ds *datasetMount) {
 		}()
 		// A mount serves its control socket a moment after its FUSE mount
 		// answers (what start waits for): until then, ask again.
-		var sum prefetch.Summary
+		var sum mountapi.PrefetchSummary
 		var err error
 		for wait := time.Now().Add(controlSocketWait); ; {
-			sum, err = mount.RemotePrefetch(ctx, cacheDir, mount.ControlRequest{Source: source}, nil)
-			if !errors.Is(err, mount.ErrNoControl) || time.Now().After(wait) || ctx.Err() != nil {
+			sum, err = mountapi.RemotePrefetch(ctx, cacheDir, mountapi.ControlRequest{Source: source}, nil)
+			if !errors.Is(err, mountapi.ErrNoControl) || time.Now().After(wait) || ctx.Err() != nil {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)

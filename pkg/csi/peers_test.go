@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/internal/testenv"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
 )
 
@@ -120,7 +120,7 @@ var errLaunch = errors.New("test: no launch")
 
 func (l *failLauncher) launch(args, _ []string, _ string) (int, error) {
 	l.args = args
-	if i := slices.Index(args, "--"+mount.FlagPeersFile); i >= 0 {
+	if i := slices.Index(args, "--"+mountapi.FlagPeersFile); i >= 0 {
 		l.peers, _ = os.ReadFile(args[i+1])
 	}
 	return 0, errLaunch

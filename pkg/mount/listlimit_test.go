@@ -21,6 +21,7 @@ import (
 	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // TestEndlessListingRefused: two real FUSE mounts in this process, without
@@ -45,7 +46,7 @@ func TestEndlessListingRefused(t *testing.T) {
 		Endless: []string{"endless/"}, EmptyPages: []string{"empty/"}, KeyLen: 100, Backstop: 400_000}
 	s.Start(t)
 	start := func(cfg mount.Config, log *testenv.SyncBuffer) *mount.Mount {
-		cfg.Source, cfg.Manifest, cfg.CacheSize, cfg.MetricsAddr = s.Source(), mount.ManifestNone, 1<<20, "127.0.0.1:0"
+		cfg.Source, cfg.Manifest, cfg.CacheSize, cfg.MetricsAddr = s.Source(), mountapi.ManifestNone, 1<<20, "127.0.0.1:0"
 		cfg.ReadTimeout = time.Minute
 		cfg.Backend.Credentials = backend.Credentials{AccessKey: "k", SecretKey: "s"}
 		cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
@@ -160,7 +161,7 @@ func TestEndlessListingRefused(t *testing.T) {
 			}
 			flag := label
 			if label == backend.CapListingPages {
-				flag = mount.FlagMaxDirEntries // the page cap is derived from it
+				flag = mountapi.FlagMaxDirEntries // the page cap is derived from it
 			}
 			if !strings.Contains(c.log.String(), "--"+flag) {
 				t.Errorf("mount %s: no log line names --%s:\n%s", c.name, flag, strings.Join(lines, "\n"))

@@ -23,13 +23,15 @@ func docExample(t *testing.T, name string) *v1alpha1.TrainingJob {
 	return tj
 }
 
-// TestDocExample: the full example of docs/JOB.md passes a server-side dry
-// run against the CRD, and its workers' environment is what a bare
-// `torchrun train.py` needs (4 nodes of 8 processes, WORLD_SIZE 32).
+// TestDocExample: the examples of docs/JOB.md (the minimal one of "In
+// short" and the full ones) pass a server-side dry run against the CRD, and
+// the full example's workers' environment is what a bare `torchrun
+// train.py` needs (4 nodes of 8 processes, WORLD_SIZE 32).
 func TestDocExample(t *testing.T) {
 	tj := docExample(t, "resnet")
 	tf := docExample(t, "tf-wide")
 	ddp := docExample(t, "torch-ddp")
+	minimal := docExample(t, "mnist")
 	checkTFConfig(t, tf, 4, 2)
 	p, err := newPlan(tj)
 	if err != nil {
@@ -55,7 +57,7 @@ func TestDocExample(t *testing.T) {
 
 	e := startEnv(t)
 	tj.Namespace = e.namespace(t)
-	for _, ex := range []*v1alpha1.TrainingJob{tj, tf, ddp} {
+	for _, ex := range []*v1alpha1.TrainingJob{tj, tf, ddp, minimal} {
 		ex.Namespace = tj.Namespace
 		if err := e.c.Create(context.Background(), ex, client.DryRunAll); err != nil {
 			t.Fatalf("the API server refuses the example %s: %v", ex.Name, err)

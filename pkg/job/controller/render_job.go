@@ -76,6 +76,49 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		name, n = p.chiefJobName(), 1
 	}
 	tmpl := p.template(replica)
+	pod := p.podSpec(replica, tmpl, reqs)
+	tmplMeta := p.podMeta(replica, tmpl, sched, &pod)
+	// A failed pod beyond backoff fails the Job, and so the attempt: the
+	// controller then restarts the whole gang (maxRestarts).
+	backoff := p.backoff
+	if replica == v1alpha1.ReplicaPS {
+		backoff = 0 // the workers cannot go on without every parameter server
+	}
+	job := &batchv1.Job{
+		ObjectMeta: p.meta(name, replica),
+		Spec: batchv1.JobSpec{
+			CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			Completions:    ptr.To(n),
+			Parallelism:    ptr.To(n),
+			BackoffLimit:   ptr.To(backoff),
+			Template:       corev1.PodTemplateSpec{ObjectMeta: tmplMeta, Spec: pod},
+		},
+	}
+	job.Labels[v1alpha1.LabelAttempt] = strconv.Itoa(int(p.attempt))
+	if s.QueueName != "" {
+		// Kueue's batch/Job integration: its webhook suspends the Job on
+		// creation and it resumes it once the queue admits it.
+		job.Labels[v1alpha1.LabelKueueQueue] = s.QueueName
+	}
+	if s.Suspend {
+		job.Spec.Suspend = ptr.To(true)
+		job.Annotations = map[string]string{v1alpha1.AnnotationSuspended: "true"}
+	}
+	if p.success == v1alpha1.SuccessWorker0 && replica == v1alpha1.ReplicaWorker {
+		// The job has succeeded when worker 0 has, and the Job controller
+		// then ends the others (successPolicy, beta and on by default since
+		// Kubernetes 1.31). The default for mpi: mpirun runs on rank 0 and
+		// the other ranks only serve it (sshd).
+		job.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0")}}}
+	}
+	return job
+}
+
+// podSpec is the pod of a replica: the template's, with the trainer
+// container (trainer), the spec's pod fields, the placement (affinity,
+// nodeSelector, tolerations) and the controller's volumes.
+func (p *plan) podSpec(replica string, tmpl *corev1.PodTemplateSpec, reqs corev1.ResourceList) corev1.PodSpec {
+	s := &p.tj.Spec
 	// The trainer container: the template's (when it has one) filled with
 	// the spec's fields.
 	ci := slices.IndexFunc(tmpl.Spec.Containers, func(c corev1.Container) bool { return c.Name == v1alpha1.ContainerName })
@@ -83,6 +126,37 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 	if ci >= 0 {
 		c = tmpl.Spec.Containers[ci]
 	}
+	p.trainer(&c, replica, reqs)
+	pod := tmpl.Spec
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	pod.Subdomain = p.serviceName()
+	if s.PriorityClassName != "" {
+		pod.PriorityClassName = s.PriorityClassName
+	}
+	if s.ServiceAccountName != "" {
+		pod.ServiceAccountName = s.ServiceAccountName
+	}
+	pod.ImagePullSecrets = slices.Concat(pod.ImagePullSecrets, s.ImagePullSecrets)
+	pod.Affinity = p.affinity(pod.Affinity)
+	if len(pod.NodeSelector) == 0 {
+		pod.NodeSelector = s.NodeSelector
+	} else {
+		maps.Copy(pod.NodeSelector, s.NodeSelector)
+	}
+	pod.Tolerations = tolerations(slices.Concat(pod.Tolerations, s.Tolerations), reqs)
+	p.mountVolumes(&pod, &c)
+	if ci >= 0 {
+		pod.Containers[ci] = c
+	} else {
+		pod.Containers = append([]corev1.Container{c}, pod.Containers...)
+	}
+	return pod
+}
+
+// trainer fills the trainer container c with the spec's image, command,
+// environment, the rendezvous port and the requests reqs.
+func (p *plan) trainer(c *corev1.Container, replica string, reqs corev1.ResourceList) {
+	s := &p.tj.Spec
 	c.Image = s.Image
 	if s.ImagePullPolicy != "" {
 		c.ImagePullPolicy = s.ImagePullPolicy
@@ -118,23 +192,11 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 	if len(c.Resources.Requests) == 0 && len(c.Resources.Limits) == 0 && len(c.Resources.Claims) == 0 {
 		c.Resources = corev1.ResourceRequirements{}
 	}
-	pod := tmpl.Spec
-	pod.RestartPolicy = corev1.RestartPolicyNever
-	pod.Subdomain = p.serviceName()
-	if s.PriorityClassName != "" {
-		pod.PriorityClassName = s.PriorityClassName
-	}
-	if s.ServiceAccountName != "" {
-		pod.ServiceAccountName = s.ServiceAccountName
-	}
-	pod.ImagePullSecrets = slices.Concat(pod.ImagePullSecrets, s.ImagePullSecrets)
-	pod.Affinity = p.affinity(pod.Affinity)
-	if len(pod.NodeSelector) == 0 {
-		pod.NodeSelector = s.NodeSelector
-	} else {
-		maps.Copy(pod.NodeSelector, s.NodeSelector)
-	}
-	pod.Tolerations = tolerations(slices.Concat(pod.Tolerations, s.Tolerations), reqs)
+}
+
+// mountVolumes adds the controller's volumes to pod and mounts them in the
+// trainer c: each dataset read-only, /dev/shm, the MPI hostfile.
+func (p *plan) mountVolumes(pod *corev1.PodSpec, c *corev1.Container) {
 	for _, d := range p.datasets {
 		vol := "dataset-" + d.spec.Name
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{
@@ -154,78 +216,44 @@ func (p *plan) job(replica string, sched Schedulers) *batchv1.Job {
 		}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: mpiVolume, MountPath: mpiHostfileDir, ReadOnly: true})
 	}
-	if ci >= 0 {
-		pod.Containers[ci] = c
-	} else {
-		pod.Containers = append([]corev1.Container{c}, pod.Containers...)
-	}
+}
 
-	// The template's labels and annotations, then the spec's, then the
-	// controller's, which win.
-	tmplMeta := metav1.ObjectMeta{Labels: tmpl.Labels, Annotations: tmpl.Annotations}
-	if tmplMeta.Labels == nil {
-		tmplMeta.Labels = map[string]string{}
+// podMeta is the pods' metadata: the template's labels and annotations,
+// then the spec's, then the controller's, which win; with a gang, the
+// scheduler's markers (and pod's schedulerName).
+func (p *plan) podMeta(replica string, tmpl *corev1.PodTemplateSpec, sched Schedulers, pod *corev1.PodSpec) metav1.ObjectMeta {
+	s := &p.tj.Spec
+	m := metav1.ObjectMeta{Labels: tmpl.Labels, Annotations: tmpl.Annotations}
+	if m.Labels == nil {
+		m.Labels = map[string]string{}
 	}
-	maps.Copy(tmplMeta.Labels, s.PodLabels)
-	maps.Copy(tmplMeta.Labels, p.labels(replica))
-	attempt := strconv.Itoa(int(p.attempt))
-	tmplMeta.Labels[v1alpha1.LabelAttempt] = attempt
+	maps.Copy(m.Labels, s.PodLabels)
+	maps.Copy(m.Labels, p.labels(replica))
+	m.Labels[v1alpha1.LabelAttempt] = strconv.Itoa(int(p.attempt))
 	if len(s.PodAnnotations) > 0 {
-		if tmplMeta.Annotations == nil {
-			tmplMeta.Annotations = map[string]string{}
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
 		}
-		maps.Copy(tmplMeta.Annotations, s.PodAnnotations)
+		maps.Copy(m.Annotations, s.PodAnnotations)
 	}
-	if p.gang {
-		switch p.scheduler {
-		case v1alpha1.GangSchedulerPlugins:
-			pod.SchedulerName = sched.SchedulerPlugins
-			tmplMeta.Labels[schedPluginsGroupLabel] = p.podGroupName()
-		default:
-			pod.SchedulerName = sched.Volcano
-			if tmplMeta.Annotations == nil {
-				tmplMeta.Annotations = map[string]string{}
-			}
-			tmplMeta.Annotations[volcanoGroupAnnotation] = p.podGroupName()
-			if g := s.Gang; g != nil && g.Queue != "" {
-				tmplMeta.Annotations[volcanoQueueAnnotation] = g.Queue
-			}
+	if !p.gang {
+		return m
+	}
+	switch p.scheduler {
+	case v1alpha1.GangSchedulerPlugins:
+		pod.SchedulerName = sched.SchedulerPlugins
+		m.Labels[schedPluginsGroupLabel] = p.podGroupName()
+	default:
+		pod.SchedulerName = sched.Volcano
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[volcanoGroupAnnotation] = p.podGroupName()
+		if g := s.Gang; g != nil && g.Queue != "" {
+			m.Annotations[volcanoQueueAnnotation] = g.Queue
 		}
 	}
-	// A failed pod beyond backoff fails the Job, and so the attempt: the
-	// controller then restarts the whole gang (maxRestarts).
-	backoff := p.backoff
-	if replica == v1alpha1.ReplicaPS {
-		backoff = 0 // the workers cannot go on without every parameter server
-	}
-	job := &batchv1.Job{
-		ObjectMeta: p.meta(name, replica),
-		Spec: batchv1.JobSpec{
-			CompletionMode: ptr.To(batchv1.IndexedCompletion),
-			Completions:    ptr.To(n),
-			Parallelism:    ptr.To(n),
-			BackoffLimit:   ptr.To(backoff),
-			Template:       corev1.PodTemplateSpec{ObjectMeta: tmplMeta, Spec: pod},
-		},
-	}
-	job.Labels[v1alpha1.LabelAttempt] = attempt
-	if s.QueueName != "" {
-		// Kueue's batch/Job integration: its webhook suspends the Job on
-		// creation and it resumes it once the queue admits it.
-		job.Labels[v1alpha1.LabelKueueQueue] = s.QueueName
-	}
-	if s.Suspend {
-		job.Spec.Suspend = ptr.To(true)
-		job.Annotations = map[string]string{v1alpha1.AnnotationSuspended: "true"}
-	}
-	if p.success == v1alpha1.SuccessWorker0 && replica == v1alpha1.ReplicaWorker {
-		// The job has succeeded when worker 0 has, and the Job controller
-		// then ends the others (successPolicy, beta and on by default since
-		// Kubernetes 1.31). The default for mpi: mpirun runs on rank 0 and
-		// the other ranks only serve it (sshd).
-		job.Spec.SuccessPolicy = &batchv1.SuccessPolicy{Rules: []batchv1.SuccessPolicyRule{{SucceededIndexes: ptr.To("0")}}}
-	}
-	return job
+	return m
 }
 
 // tolerations returns the spec's tolerations plus, for each extended
@@ -299,23 +327,7 @@ func (p *plan) env(replica string) []corev1.EnvVar {
 			corev1.EnvVar{Name: "PET_MASTER_PORT", Value: port},
 		)
 	case v1alpha1.ModeTensorFlow:
-		// As tf-operator wrote it: lower-case replica types, every pod's
-		// host:port per type, this pod's task, environment "cloud". The
-		// chief (tensorflow.chief) is a replica of its own, task index 0;
-		// without one TensorFlow makes worker 0 the chief.
-		cluster := map[string][]string{}
-		if p.chief {
-			cluster[v1alpha1.ReplicaChief] = []string{p.host(p.chiefJobName(), 0) + ":" + port}
-		}
-		for i := range s.Workers {
-			cluster[v1alpha1.ReplicaWorker] = append(cluster[v1alpha1.ReplicaWorker], p.host(p.workerJobName(), i)+":"+port)
-		}
-		for i := range s.ParameterServers {
-			cluster[v1alpha1.ReplicaPS] = append(cluster[v1alpha1.ReplicaPS], p.host(p.psJobName(), i)+":"+port)
-		}
-		cj, _ := json.Marshal(cluster) // map of string slices: cannot fail
-		env = append(env, corev1.EnvVar{Name: "TF_CONFIG",
-			Value: `{"cluster":` + string(cj) + `,"task":{"type":"` + replica + `","index":` + idx + `},"environment":"cloud"}`})
+		env = append(env, p.tfConfig(replica, port, idx))
 	case v1alpha1.ModeMPI:
 		// As the MPI operator sets them for Open MPI 4: the hostfile, the
 		// slots of a host it does not list, and host names kept whole.
@@ -377,4 +389,25 @@ func (p *plan) affinity(tmpl *corev1.Affinity) *corev1.Affinity {
 	na := tmpl.NodeAffinity
 	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, terms...)
 	return tmpl
+}
+
+// tfConfig is TF_CONFIG as tf-operator wrote it: lower-case replica types,
+// every pod's host:port per type, this pod's task, environment "cloud".
+// The chief (tensorflow.chief) is a replica of its own, task index 0;
+// without one TensorFlow makes worker 0 the chief.
+func (p *plan) tfConfig(replica, port, idx string) corev1.EnvVar {
+	s := &p.tj.Spec
+	cluster := map[string][]string{}
+	if p.chief {
+		cluster[v1alpha1.ReplicaChief] = []string{p.host(p.chiefJobName(), 0) + ":" + port}
+	}
+	for i := range s.Workers {
+		cluster[v1alpha1.ReplicaWorker] = append(cluster[v1alpha1.ReplicaWorker], p.host(p.workerJobName(), i)+":"+port)
+	}
+	for i := range s.ParameterServers {
+		cluster[v1alpha1.ReplicaPS] = append(cluster[v1alpha1.ReplicaPS], p.host(p.psJobName(), i)+":"+port)
+	}
+	cj, _ := json.Marshal(cluster) // map of string slices: cannot fail
+	return corev1.EnvVar{Name: "TF_CONFIG",
+		Value: `{"cluster":` + string(cj) + `,"task":{"type":"` + replica + `","index":` + idx + `},"environment":"cloud"}`}
 }
