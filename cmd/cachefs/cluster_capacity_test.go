@@ -87,7 +87,7 @@ func TestClusterScopeCapacities(t *testing.T) {
 				}
 			}
 			for _, cm := range mounts {
-				cm.kill()
+				cm.Kill()
 			}
 		})
 	}

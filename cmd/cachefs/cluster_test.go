@@ -8,9 +8,7 @@ package main_test
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -22,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -105,10 +102,8 @@ func (p *countingProxy) takeRanges() (gets, ranges map[string]int, bytes int64) 
 
 // clusterMount is one mount process of a test.
 type clusterMount struct {
+	*testenv.Cachefs
 	id, mnt, cacheDir, metrics, peerAddr string
-	cmd                                  *exec.Cmd
-	exited                               chan error
-	logs                                 chan string
 }
 
 func startClusterMount(t *testing.T, bin, src string, capacity int64, env []string, opts mountapi.CommandOptions) *clusterMount {
@@ -119,51 +114,14 @@ func startClusterMount(t *testing.T, bin, src string, capacity int64, env []stri
 // startClusterMountDir is startClusterMount on an existing cache directory.
 func startClusterMountDir(t *testing.T, cacheDir, bin, src string, capacity int64, env []string, opts mountapi.CommandOptions) *clusterMount {
 	t.Helper()
-	cm := &clusterMount{mnt: t.TempDir(), cacheDir: cacheDir, exited: make(chan error, 1), logs: make(chan string, 1)}
+	cm := &clusterMount{mnt: t.TempDir(), cacheDir: cacheDir}
 	cm.metrics = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	opts.Source, opts.Mountpoint, opts.CacheDir, opts.CacheSize, opts.MetricsAddr = src, cm.mnt, cm.cacheDir, capacity, cm.metrics
-	cm.cmd = exec.Command(bin, opts.Args()...)
-	cm.cmd.Env = append(os.Environ(), env...)
-	stderr, err := cm.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cm.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		b, _ := io.ReadAll(stderr)
-		cm.logs <- string(b)
-	}()
-	go func() { cm.exited <- cm.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cm.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-cm.exited:
-		case <-time.After(20 * time.Second):
-			_ = cm.cmd.Process.Kill()
-			<-cm.exited
-		}
-		_ = syscall.Unmount(cm.mnt, syscall.MNT_DETACH)
-	})
-	if err := testenv.WaitMounted(cm.mnt, 30*time.Second, cm.exited); errors.Is(err, testenv.ErrExited) {
-		t.Fatalf("cachefs mount: %v\n%s", err, <-cm.logs)
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	cm.Cachefs = testenv.StartCachefs(t, bin, opts, env...)
 	return cm
 }
 
 func (cm *clusterMount) url() string { return "http://" + cm.metrics + "/metrics" }
-
-// kill ends the mount process with SIGKILL (a crashed peer) and detaches
-// its dead mount point.
-func (cm *clusterMount) kill() {
-	_ = cm.cmd.Process.Kill()
-	<-cm.exited
-	cm.exited <- errors.New("killed") // for the cleanup
-	_ = syscall.Unmount(cm.mnt, syscall.MNT_DETACH)
-}
 
 // groupBearer is the bearer credential of group under token.
 func groupBearer(token, group string) string {
@@ -424,7 +382,7 @@ func TestClusterScope(t *testing.T) {
 	// no wrong byte; c's files come from the backend.
 	runEpochs(t, ce, mounts[:2], 300, func() {
 		time.Sleep(100 * time.Millisecond) // about a third into the epoch
-		mounts[2].kill()
+		mounts[2].Kill()                   // a crashed peer
 	})
 	gets3, bytes3 := ce.proxy.take()
 	var fromC int
@@ -477,10 +435,8 @@ func TestClusterScope(t *testing.T) {
 
 	// The token never reaches a log.
 	a := mounts[0]
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	err = <-a.exited
-	a.exited <- err // for the cleanup
-	if l := <-a.logs; strings.Contains(l, ce.token) || !strings.Contains(l, "cluster-scope cache") {
+	a.Terminate(20 * time.Second)
+	if l := a.Out.String(); strings.Contains(l, ce.token) || !strings.Contains(l, "cluster-scope cache") {
 		t.Errorf("a's log shows the token, or lacks its cluster-scope line:\n%s", l)
 	}
 }

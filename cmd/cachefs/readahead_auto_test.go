@@ -7,12 +7,7 @@ package main_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
@@ -113,41 +108,8 @@ func TestMountReadaheadAuto(t *testing.T) {
 // URL.
 func startMount(t *testing.T, bin, src string, capacity int64, env []string) (mnt, metricsURL string) {
 	t.Helper()
-	mnt, cacheDir := t.TempDir(), t.TempDir()
 	port := testenv.FreePort(t)
-	metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args := mountapi.CommandOptions{Source: src, Mountpoint: mnt, CacheDir: cacheDir, CacheSize: capacity,
-		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", port)}.Args()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logs := make(chan string, 1)
-	go func() {
-		b, _ := io.ReadAll(stderr)
-		logs <- string(b)
-	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
-	})
-	if err := testenv.WaitMounted(mnt, 30*time.Second, exited); errors.Is(err, testenv.ErrExited) {
-		t.Fatalf("cachefs mount: %v\n%s", err, <-logs)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return mnt, metricsURL
+	c := testenv.StartCachefs(t, bin, mountapi.CommandOptions{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(),
+		CacheSize: capacity, MetricsAddr: fmt.Sprintf("127.0.0.1:%d", port)}, env...)
+	return c.Opts.Mountpoint, fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 }

@@ -3,8 +3,9 @@
 // what it uses: the CI=true rule (RequireOrSkip: a missing tool skips on a
 // developer's machine and fails under CI, so CI never passes by skipping),
 // the tools `make tools` installs (FindTool), free ports, `go build` of the
-// commands, child processes and their output, datasets, mount points and
-// FUSE, and a Prometheus scrape.
+// commands, child processes and their output, a real `cachefs mount`
+// (StartCachefs, its argv from pkg/mount/mountapi), datasets, mount points
+// and FUSE, and a Prometheus scrape.
 //
 // Each real server has a subpackage of its own, so a test links only the
 // clients of the servers it starts: s3 (MinIO, and the S3 client the tests
