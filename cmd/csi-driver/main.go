@@ -30,101 +30,23 @@ func main() {
 }
 
 func run() error {
-	host, _ := os.Hostname()
-	var (
-		cfg                    csi.Config
-		defaultCache, maxCache string
-		logFormat              string
-		logLevel               string
-		showVersion            bool
-		localRoots             string
-		networkRules           string
-		cacheBudget            string
-		nsCacheBytes           string
-		maxInlineCache         string
-		mountLogMax            string
-		reg                    registrarFlags
-	)
-	flag.StringVar(&cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
-	flag.StringVar(&cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
-	flag.StringVar(&cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all; or mounter (only start mount processes for a node plugin, see --mounter-endpoint); or registrar (register the driver at --endpoint with the kubelet, see --kubelet-registration-path)")
-	flag.StringVar(&cfg.MounterEndpoint, "mounter-endpoint", "", "unix:///path/mounter.sock: in node mode, ask the mounter there to start mount processes (so they live outside this container); in mounter mode, serve there")
-	flag.StringVar(&cfg.StateDir, "state-dir", "/var/lib/epochfs/state", "driver state (volumes, dataset mounts, mount logs; credentials on a tmpfs at node/secrets); must survive driver restarts")
-	flag.StringVar(&cfg.CacheRoot, "cache-root", "/var/lib/epochfs/cache", "parent of the per-dataset NR cache directories")
-	flag.StringVar(&cfg.CachefsBinary, "cachefs-binary", defaultCachefs(), "the cachefs executable started for each dataset mount")
-	flag.StringVar(&defaultCache, "default-cache-size", "10GiB", "cache size of volumes without a cacheSize parameter")
-	flag.StringVar(&maxCache, "max-cache-size", "1TiB", "refuse volumes whose cacheSize is larger (OutOfRange)")
-	flag.BoolVar(&cfg.AllowInlineVolumes, "allow-inline-volumes", false, "accept CSI inline ephemeral volumes (pod-spec csi: volumes); they must then name a network source with the pod's own nodePublishSecretRef")
-	flag.DurationVar(&cfg.HealthInterval, "health-interval", 30*time.Second, "how often dataset mounts are checked and repaired (0 disables)")
-	flag.DurationVar(&cfg.MountTimeout, "mount-timeout", time.Minute, "how long a new dataset mount may take to become live")
-	flag.BoolVar(&cfg.StrictReadOnly, "strict-readonly", false, "refuse single-node writer access modes unless the publish is readOnly (csi-sanity and kubelet's inline volumes use SINGLE_NODE_WRITER)")
-	flag.BoolVar(&cfg.NodeLabels, "node-labels", false, "record which datasets this node holds cached (annotations cache.epochfs.io/<dataset-id>=<percent> on Lease cache-<node hash> in --namespace, renewed every --health-interval; for the job controller's cache-aware placement; needs leases get/create/update/delete there, no Node access)")
-	flag.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig for --node-labels and cluster-scope peer discovery (default: the in-cluster config)")
-	flag.StringVar(&cfg.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the driver's namespace, which holds the Leases of --node-labels and of cluster-scope peers (default: $POD_NAMESPACE)")
-	flag.StringVar(&cfg.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's root directory: no volume source may be, lie under or contain it")
-	flag.StringVar(&localRoots, "allowed-local-roots", "", "comma-separated absolute directories under which local sources (/path, file://) may lie, after resolving symlinks (empty: local sources are refused)")
-	flag.StringVar(&networkRules, "network-rules", "", "comma-separated source URLs (s3://bucket[/prefix]?endpoint=URL, cephfs://mon/path, nfs://host/export) that network sources must lie within (empty: any network source that brings credentials; an nfs source, which has no credentials of its own, always needs a rule naming its export or --allow-node-credentials)")
-	flag.StringVar(&cacheBudget, "cache-root-budget", csi.DefaultCacheRootBudget.String(), "how much of the cache root the dataset caches may take, a size (500GiB) or a percentage of its filesystem (80%): the cacheSize of every running mount plus what idle caches hold; a volume that does not fit is refused (ResourceExhausted), idle caches are removed oldest first to make room")
-	flag.IntVar(&cfg.MaxMounts, "max-mounts", csi.DefaultMaxMounts, "most dataset mount processes on this node; a volume that needs one more is refused (ResourceExhausted)")
-	flag.StringVar(&nsCacheBytes, "max-namespace-cache-bytes", csi.DefaultMaxNamespaceCacheBytes.String(), "most cache bytes one namespace may hold on this node, a size (200GiB) or a percentage of --cache-root-budget (50%): the cacheSize of every dataset mount its volumes use, a shared mount counting whole for each namespace using it; a volume over it is refused (ResourceExhausted). A volume's namespace: its pod's (inline) or its claim's (PersistentVolume attribute csi.storage.k8s.io/pvc/namespace); an admin's PV without one is not limited")
-	flag.IntVar(&cfg.MaxNamespaceMounts, "max-namespace-mounts", csi.DefaultMaxNamespaceMounts, "most dataset mounts one namespace may hold on this node; a volume that needs one more is refused (ResourceExhausted)")
-	flag.StringVar(&maxInlineCache, "max-inline-cache-size", "", "refuse inline ephemeral volumes whose cacheSize is larger (ResourceExhausted); at most --max-cache-size (empty: "+units.FormatSize(csi.DefaultMaxInlineCacheSize)+", or --max-cache-size if smaller); inline volumes without a cacheSize get the smaller of it and --default-cache-size")
-	flag.DurationVar(&cfg.CacheRetention, "cache-retention", csi.DefaultCacheRetention, "how long the cache of a dataset no longer staged is kept for its next stage before it is removed (negative: until a new mount needs its room)")
-	flag.BoolVar(&cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
-	flag.BoolVar(&cfg.AllowDiskSecrets, "allow-disk-secrets", false, "when no tmpfs can be mounted on <state-dir>/node/secrets (not root), keep volumes' credentials there on disk (0600 files in a 0700 directory) instead of refusing to start")
-	flag.StringVar(&cfg.PeerListen, "peer-listen", "", "cluster scope (volume attribute cacheScope: cluster): this node's address for peer traffic, a host without port (the pod's status.hostIP); each cluster-scope dataset mount listens on its own port of --peer-port-range there. Empty: cluster-scope volumes are refused (FailedPrecondition)")
-	flag.StringVar(&cfg.PeerPortRange, "peer-port-range", csi.DefaultPeerPortRange, "cluster scope: LO-HI, the ports handed to cluster-scope dataset mounts, one per dataset on this node")
-	flag.StringVar(&cfg.PeerTokenFile, "peer-token-file", "", "cluster scope: file holding the token the peers share (from a Kubernetes Secret; at least 16 bytes); required with --peer-listen")
-	flag.StringVar(&cfg.PeerID, "peer-id", "", "cluster scope: this node's peer id, stable across restarts (default: --nodeid)")
-	flag.StringVar(&mountLogMax, "mount-log-max-size", "10MiB", "rotate a mount process's log (<state-dir>/node/logs/<key>.log) to <key>.log.1 when larger, at each health check (min 64KiB)")
-	flag.StringVar(&reg.kubeletRegistrationPath, "kubelet-registration-path", "", "registrar mode: the driver's CSI socket as the kubelet sees it on the host (/var/lib/kubelet/plugins/"+csi.DriverName+"/csi.sock)")
-	flag.StringVar(&reg.pluginRegistrationDir, "plugin-registration-dir", "/registration", "registrar mode: the kubelet's plugin-registration directory (the host's /var/lib/kubelet/plugins_registry) as mounted here")
-	metricsAddr := flag.String("metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty); /healthz fails when the CSI endpoint does not answer Probe as ready (registrar mode: when the registration socket is gone)")
-	flag.StringVar(&logFormat, "log-format", "json", "log format: json or text")
-	flag.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	flag.BoolVar(&showVersion, "version", false, "print the version and exit")
+	f := defineFlags(flag.CommandLine)
 	flag.Parse()
-	if showVersion {
+	if f.showVersion {
 		fmt.Println("csi-driver", version)
 		return nil
 	}
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
-	log, err := logging.New(os.Stderr, logFormat, logLevel)
+	log, err := logging.New(os.Stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return err
 	}
-	if cfg.DefaultCacheSize, err = units.ParseSize(defaultCache); err != nil {
-		return fmt.Errorf("--default-cache-size: %w", err)
+	cfg, err := f.config()
+	if err != nil {
+		return err
 	}
-	if cfg.MaxCacheSize, err = units.ParseSize(maxCache); err != nil {
-		return fmt.Errorf("--max-cache-size: %w", err)
-	}
-	if cfg.CacheRootBudget, err = csi.ParseCacheBudget(cacheBudget); err != nil {
-		return fmt.Errorf("--cache-root-budget: %w", err)
-	}
-	if cfg.MaxMounts < 1 {
-		return fmt.Errorf("--max-mounts %d: must be at least 1", cfg.MaxMounts)
-	}
-	if cfg.MaxNamespaceCacheBytes, err = csi.ParseCacheBudget(nsCacheBytes); err != nil {
-		return fmt.Errorf("--max-namespace-cache-bytes: %w", err)
-	}
-	if cfg.MaxNamespaceMounts < 1 {
-		return fmt.Errorf("--max-namespace-mounts %d: must be at least 1", cfg.MaxNamespaceMounts)
-	}
-	if maxInlineCache != "" {
-		if cfg.MaxInlineCacheSize, err = units.ParseSize(maxInlineCache); err != nil {
-			return fmt.Errorf("--max-inline-cache-size: %w", err)
-		}
-		if cfg.MaxInlineCacheSize <= 0 {
-			return fmt.Errorf("--max-inline-cache-size %s: must be more than 0", maxInlineCache)
-		}
-	}
-	if cfg.MountLogMaxSize, err = units.ParseSize(mountLogMax); err != nil {
-		return fmt.Errorf("--mount-log-max-size: %w", err)
-	}
-	cfg.AllowedLocalRoots, cfg.NetworkRules = splitList(localRoots), splitList(networkRules)
 	cfg.Version, cfg.Logger = version, log
 	// A mount must outlive whoever reads its output: with SIGPIPE ignored, a
 	// closed stdout/stderr pipe makes writes fail instead of killing the
@@ -134,7 +56,7 @@ func run() error {
 	defer stop()
 
 	if cfg.Mode == "registrar" {
-		return runRegistrar(ctx, cfg.Endpoint, reg, *metricsAddr, log)
+		return runRegistrar(ctx, cfg.Endpoint, f.reg, f.metricsAddr, log)
 	}
 	if cfg.Mode == "mounter" {
 		sock, ok := strings.CutPrefix(cfg.MounterEndpoint, "unix://")
@@ -147,12 +69,112 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if *metricsAddr != "" {
-		if err := serveMetrics(ctx, *metricsAddr, d, cfg.Endpoint); err != nil {
+	if f.metricsAddr != "" {
+		if err := serveMetrics(ctx, f.metricsAddr, d, cfg.Endpoint); err != nil {
 			return err
 		}
 	}
 	return d.Run(ctx)
+}
+
+// flags is the command line: the Config's fields that a flag sets as they
+// are, and the values that config parses into it.
+type flags struct {
+	cfg                    csi.Config
+	defaultCache, maxCache string
+	logFormat, logLevel    string
+	showVersion            bool
+	localRoots             string
+	networkRules           string
+	cacheBudget            string
+	nsCacheBytes           string
+	maxInlineCache         string
+	mountLogMax            string
+	metricsAddr            string
+	reg                    registrarFlags
+}
+
+// defineFlags defines the command's flags on fs.
+func defineFlags(fs *flag.FlagSet) *flags {
+	host, _ := os.Hostname()
+	f := &flags{}
+	fs.StringVar(&f.cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
+	fs.StringVar(&f.cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
+	fs.StringVar(&f.cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all; or mounter (only start mount processes for a node plugin, see --mounter-endpoint); or registrar (register the driver at --endpoint with the kubelet, see --kubelet-registration-path)")
+	fs.StringVar(&f.cfg.MounterEndpoint, "mounter-endpoint", "", "unix:///path/mounter.sock: in node mode, ask the mounter there to start mount processes (so they live outside this container); in mounter mode, serve there")
+	fs.StringVar(&f.cfg.StateDir, "state-dir", "/var/lib/epochfs/state", "driver state (volumes, dataset mounts, mount logs; credentials on a tmpfs at node/secrets); must survive driver restarts")
+	fs.StringVar(&f.cfg.CacheRoot, "cache-root", "/var/lib/epochfs/cache", "parent of the per-dataset NR cache directories")
+	fs.StringVar(&f.cfg.CachefsBinary, "cachefs-binary", defaultCachefs(), "the cachefs executable started for each dataset mount")
+	fs.StringVar(&f.defaultCache, "default-cache-size", "10GiB", "cache size of volumes without a cacheSize parameter")
+	fs.StringVar(&f.maxCache, "max-cache-size", "1TiB", "refuse volumes whose cacheSize is larger (OutOfRange)")
+	fs.BoolVar(&f.cfg.AllowInlineVolumes, "allow-inline-volumes", false, "accept CSI inline ephemeral volumes (pod-spec csi: volumes); they must then name a network source with the pod's own nodePublishSecretRef")
+	fs.DurationVar(&f.cfg.HealthInterval, "health-interval", 30*time.Second, "how often dataset mounts are checked and repaired (0 disables)")
+	fs.DurationVar(&f.cfg.MountTimeout, "mount-timeout", time.Minute, "how long a new dataset mount may take to become live")
+	fs.BoolVar(&f.cfg.StrictReadOnly, "strict-readonly", false, "refuse single-node writer access modes unless the publish is readOnly (csi-sanity and kubelet's inline volumes use SINGLE_NODE_WRITER)")
+	fs.BoolVar(&f.cfg.NodeLabels, "node-labels", false, "record which datasets this node holds cached (annotations cache.epochfs.io/<dataset-id>=<percent> on Lease cache-<node hash> in --namespace, renewed every --health-interval; for the job controller's cache-aware placement; needs leases get/create/update/delete there, no Node access)")
+	fs.StringVar(&f.cfg.Kubeconfig, "kubeconfig", "", "kubeconfig for --node-labels and cluster-scope peer discovery (default: the in-cluster config)")
+	fs.StringVar(&f.cfg.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the driver's namespace, which holds the Leases of --node-labels and of cluster-scope peers (default: $POD_NAMESPACE)")
+	fs.StringVar(&f.cfg.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's root directory: no volume source may be, lie under or contain it")
+	fs.StringVar(&f.localRoots, "allowed-local-roots", "", "comma-separated absolute directories under which local sources (/path, file://) may lie, after resolving symlinks (empty: local sources are refused)")
+	fs.StringVar(&f.networkRules, "network-rules", "", "comma-separated source URLs (s3://bucket[/prefix]?endpoint=URL, cephfs://mon/path, nfs://host/export) that network sources must lie within (empty: any network source that brings credentials; an nfs source, which has no credentials of its own, always needs a rule naming its export or --allow-node-credentials)")
+	fs.StringVar(&f.cacheBudget, "cache-root-budget", csi.DefaultCacheRootBudget.String(), "how much of the cache root the dataset caches may take, a size (500GiB) or a percentage of its filesystem (80%): the cacheSize of every running mount plus what idle caches hold; a volume that does not fit is refused (ResourceExhausted), idle caches are removed oldest first to make room")
+	fs.IntVar(&f.cfg.MaxMounts, "max-mounts", csi.DefaultMaxMounts, "most dataset mount processes on this node; a volume that needs one more is refused (ResourceExhausted)")
+	fs.StringVar(&f.nsCacheBytes, "max-namespace-cache-bytes", csi.DefaultMaxNamespaceCacheBytes.String(), "most cache bytes one namespace may hold on this node, a size (200GiB) or a percentage of --cache-root-budget (50%): the cacheSize of every dataset mount its volumes use, a shared mount counting whole for each namespace using it; a volume over it is refused (ResourceExhausted). A volume's namespace: its pod's (inline) or its claim's (PersistentVolume attribute csi.storage.k8s.io/pvc/namespace); an admin's PV without one is not limited")
+	fs.IntVar(&f.cfg.MaxNamespaceMounts, "max-namespace-mounts", csi.DefaultMaxNamespaceMounts, "most dataset mounts one namespace may hold on this node; a volume that needs one more is refused (ResourceExhausted)")
+	fs.StringVar(&f.maxInlineCache, "max-inline-cache-size", "", "refuse inline ephemeral volumes whose cacheSize is larger (ResourceExhausted); at most --max-cache-size (empty: "+units.FormatSize(csi.DefaultMaxInlineCacheSize)+", or --max-cache-size if smaller); inline volumes without a cacheSize get the smaller of it and --default-cache-size")
+	fs.DurationVar(&f.cfg.CacheRetention, "cache-retention", csi.DefaultCacheRetention, "how long the cache of a dataset no longer staged is kept for its next stage before it is removed (negative: until a new mount needs its room)")
+	fs.BoolVar(&f.cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
+	fs.BoolVar(&f.cfg.AllowDiskSecrets, "allow-disk-secrets", false, "when no tmpfs can be mounted on <state-dir>/node/secrets (not root), keep volumes' credentials there on disk (0600 files in a 0700 directory) instead of refusing to start")
+	fs.StringVar(&f.cfg.PeerListen, "peer-listen", "", "cluster scope (volume attribute cacheScope: cluster): this node's address for peer traffic, a host without port (the pod's status.hostIP); each cluster-scope dataset mount listens on its own port of --peer-port-range there. Empty: cluster-scope volumes are refused (FailedPrecondition)")
+	fs.StringVar(&f.cfg.PeerPortRange, "peer-port-range", csi.DefaultPeerPortRange, "cluster scope: LO-HI, the ports handed to cluster-scope dataset mounts, one per dataset on this node")
+	fs.StringVar(&f.cfg.PeerTokenFile, "peer-token-file", "", "cluster scope: file holding the token the peers share (from a Kubernetes Secret; at least 16 bytes); required with --peer-listen")
+	fs.StringVar(&f.cfg.PeerID, "peer-id", "", "cluster scope: this node's peer id, stable across restarts (default: --nodeid)")
+	fs.StringVar(&f.mountLogMax, "mount-log-max-size", "10MiB", "rotate a mount process's log (<state-dir>/node/logs/<key>.log) to <key>.log.1 when larger, at each health check (min 64KiB)")
+	fs.StringVar(&f.reg.kubeletRegistrationPath, "kubelet-registration-path", "", "registrar mode: the driver's CSI socket as the kubelet sees it on the host (/var/lib/kubelet/plugins/"+csi.DriverName+"/csi.sock)")
+	fs.StringVar(&f.reg.pluginRegistrationDir, "plugin-registration-dir", "/registration", "registrar mode: the kubelet's plugin-registration directory (the host's /var/lib/kubelet/plugins_registry) as mounted here")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty); /healthz fails when the CSI endpoint does not answer Probe as ready (registrar mode: when the registration socket is gone)")
+	fs.StringVar(&f.logFormat, "log-format", "json", "log format: json or text")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
+	return f
+}
+
+// config parses the flags' sizes, budgets and lists into the Config and
+// checks the counts that must be positive.
+func (f *flags) config() (csi.Config, error) {
+	cfg := f.cfg
+	var err error
+	if cfg.DefaultCacheSize, err = units.ParseSize(f.defaultCache); err != nil {
+		return cfg, fmt.Errorf("--default-cache-size: %w", err)
+	}
+	if cfg.MaxCacheSize, err = units.ParseSize(f.maxCache); err != nil {
+		return cfg, fmt.Errorf("--max-cache-size: %w", err)
+	}
+	if cfg.CacheRootBudget, err = csi.ParseCacheBudget(f.cacheBudget); err != nil {
+		return cfg, fmt.Errorf("--cache-root-budget: %w", err)
+	}
+	if cfg.MaxMounts < 1 {
+		return cfg, fmt.Errorf("--max-mounts %d: must be at least 1", cfg.MaxMounts)
+	}
+	if cfg.MaxNamespaceCacheBytes, err = csi.ParseCacheBudget(f.nsCacheBytes); err != nil {
+		return cfg, fmt.Errorf("--max-namespace-cache-bytes: %w", err)
+	}
+	if cfg.MaxNamespaceMounts < 1 {
+		return cfg, fmt.Errorf("--max-namespace-mounts %d: must be at least 1", cfg.MaxNamespaceMounts)
+	}
+	if f.maxInlineCache != "" {
+		if cfg.MaxInlineCacheSize, err = units.ParseSize(f.maxInlineCache); err != nil {
+			return cfg, fmt.Errorf("--max-inline-cache-size: %w", err)
+		}
+		if cfg.MaxInlineCacheSize <= 0 {
+			return cfg, fmt.Errorf("--max-inline-cache-size %s: must be more than 0", f.maxInlineCache)
+		}
+	}
+	if cfg.MountLogMaxSize, err = units.ParseSize(f.mountLogMax); err != nil {
+		return cfg, fmt.Errorf("--mount-log-max-size: %w", err)
+	}
+	cfg.AllowedLocalRoots, cfg.NetworkRules = splitList(f.localRoots), splitList(f.networkRules)
+	return cfg, nil
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"sync"
@@ -19,7 +20,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/metrics"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
@@ -53,9 +54,9 @@ const (
 // listingCaps are the cap label values of cachefs_listing_refusals_total
 // and the mount flag each one is set by: the only cap text an event carries.
 var listingCaps = map[string]string{
-	backend.CapDirEntries:    "--" + mount.FlagMaxDirEntries,
-	backend.CapListingMemory: "--" + mount.FlagMaxListingMemory,
-	backend.CapListingPages:  "--" + mount.FlagMaxDirEntries + " (the page cap: its value / 100 + 100 requests)",
+	backend.CapDirEntries:    "--" + mountapi.FlagMaxDirEntries,
+	backend.CapListingMemory: "--" + mountapi.FlagMaxListingMemory,
+	backend.CapListingPages:  "--" + mountapi.FlagMaxDirEntries + " (the page cap: its value / 100 + 100 requests)",
 	"page-size":              "none (an S3 listing page over 8 MiB)",
 }
 
@@ -153,7 +154,7 @@ func newListingEvents(client kubernetes.Interface, nodeID string, every time.Dur
 
 // refusals reads a mount's cachefs_listing_refusals_total by cap.
 func refusals(ctx context.Context, cacheDir string) (map[string]float64, error) {
-	mfs, err := mount.RemoteMetrics(ctx, cacheDir)
+	mfs, err := remoteMetrics(ctx, cacheDir)
 	if err != nil {
 		return nil, err
 	}
@@ -180,20 +181,38 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 		})
 		return
 	}
-	type target struct {
-		ds   *datasetMount
-		pid  int
-		pods []podRef
-	}
-	var targets []target
 	keys := n.datasetKeys()
+	targets := n.refusalTargets(keys)
+	all := n.scrapeRefusals(ctx, targets)
+	now := time.Now()
+	for i, t := range targets {
+		if all[i] != nil {
+			ev.report(n.cfg.log, t, all[i], now)
+		}
+	}
+	ev.forget(keys)
+}
+
+// refusalTarget is a dataset mount whose refusals are reported, with the
+// pods they are reported on.
+type refusalTarget struct {
+	ds   *datasetMount // its identity (datasetMount.identity)
+	pid  int
+	pods []podRef
+}
+
+// refusalTargets returns the dataset mounts with keys that volumes use,
+// with the pods of those volumes. A dataset whose lock is held (a start,
+// stop or repair) is left to the next round.
+func (n *nodeState) refusalTargets(keys []string) []refusalTarget {
+	var targets []refusalTarget
 	for _, key := range keys {
 		unlock, ok := n.dsLocks.tryLock(key)
 		if !ok {
-			continue // a start, stop or repair: the next round
+			continue
 		}
 		if ds := n.dataset(key); ds != nil && len(ds.Users) > 0 {
-			t := target{ds: ds.identity(), pid: ds.PID}
+			t := refusalTarget{ds: ds.identity(), pid: ds.PID}
 			n.mu.Lock()
 			for _, v := range n.volumes {
 				if v.DatasetKey == key {
@@ -209,11 +228,17 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 		}
 		unlock()
 	}
+	return targets
+}
 
-	// Ask the mounts in parallel, as a scrape does: a mount that does not
-	// answer within mountScrapeTimeout delays this step by that much only.
+// scrapeRefusals reads the refusal counts of the targets' mounts, nil for
+// a mount that did not answer. It asks them in parallel, as a scrape does:
+// a mount that does not answer within mountScrapeTimeout delays this step
+// by that much only.
+func (n *nodeState) scrapeRefusals(ctx context.Context, targets []refusalTarget) []map[string]float64 {
 	all := make([]map[string]float64, len(targets))
 	sctx, cancel := context.WithTimeout(ctx, mountScrapeTimeout)
+	defer cancel()
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		wg.Add(1)
@@ -228,45 +253,47 @@ func (n *nodeState) reportListingRefusals(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	cancel()
+	return all
+}
 
-	now := time.Now()
-	for i, t := range targets {
-		counts := all[i]
-		if counts == nil {
-			continue
-		}
-		ev.mu.Lock()
-		rc := ev.seen[t.ds.Key]
-		if rc == nil || rc.pid != t.pid { // a new process counts from 0
-			rc = &refusalCounts{pid: t.pid, reported: map[string]float64{}, at: map[string]time.Time{}}
-			ev.seen[t.ds.Key] = rc
-		}
-		for _, c := range rc.due(counts, now, ev.every) {
-			added := counts[c] - rc.reported[c]
-			rc.reported[c], rc.at[c] = counts[c], now
-			id, _ := cachelabel.DatasetID(t.ds.Params.Source)
-			msg := fmt.Sprintf("epochfs refused %.0f directory listing(s) of dataset %s on node %s: past the mount's %s cap (flag %s). "+
-				"Those directories read as EFBIG (\"File too large\"); the mount keeps serving every other directory. "+
-				"Give the dataset a manifest, split the directory, or ask the admin to raise the cap; the node's mount log names the directory.",
-				added, id, ev.node, c, listingCaps[c])
-			if len(t.pods) == 0 {
-				n.cfg.log.Warn("listing refused; no pod to report it on", "key", t.ds.Key, "cap", c, "count", counts[c])
-			}
-			for _, p := range t.pods {
-				ev.recorder.Event(&corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: types.UID(p.UID)},
-					corev1.EventTypeWarning, ReasonListingRefused, msg)
-			}
-		}
-		ev.mu.Unlock()
-	}
+// report records one event on each of t's pods for every cap whose count
+// in counts is due (refusalCounts.due), and remembers what it reported.
+func (ev *listingEvents) report(log *slog.Logger, t refusalTarget, counts map[string]float64, now time.Time) {
 	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	rc := ev.seen[t.ds.Key]
+	if rc == nil || rc.pid != t.pid { // a new process counts from 0
+		rc = &refusalCounts{pid: t.pid, reported: map[string]float64{}, at: map[string]time.Time{}}
+		ev.seen[t.ds.Key] = rc
+	}
+	for _, c := range rc.due(counts, now, ev.every) {
+		added := counts[c] - rc.reported[c]
+		rc.reported[c], rc.at[c] = counts[c], now
+		id, _ := cachelabel.DatasetID(t.ds.Params.Source)
+		msg := fmt.Sprintf("epochfs refused %.0f directory listing(s) of dataset %s on node %s: past the mount's %s cap (flag %s). "+
+			"Those directories read as EFBIG (\"File too large\"); the mount keeps serving every other directory. "+
+			"Give the dataset a manifest, split the directory, or ask the admin to raise the cap; the node's mount log names the directory.",
+			added, id, ev.node, c, listingCaps[c])
+		if len(t.pods) == 0 {
+			log.Warn("listing refused; no pod to report it on", "key", t.ds.Key, "cap", c, "count", counts[c])
+		}
+		for _, p := range t.pods {
+			ev.recorder.Event(&corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: types.UID(p.UID)},
+				corev1.EventTypeWarning, ReasonListingRefused, msg)
+		}
+	}
+}
+
+// forget drops what was seen of the dataset mounts whose key is not in
+// keys: their mounts are gone.
+func (ev *listingEvents) forget(keys []string) {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
 	for key := range ev.seen {
-		if !slices.Contains(keys, key) { // its mount is gone
+		if !slices.Contains(keys, key) {
 			delete(ev.seen, key)
 		}
 	}
-	ev.mu.Unlock()
 }
 
 // ReportListingRefusals runs the health loop's listing-refusal step now

@@ -18,7 +18,8 @@ import (
 
 // The node service's gRPC handlers. They validate requests, take the node
 // state's lock and translate its errors to gRPC status codes; the state
-// itself (dataset mounts, volumes, repairs) is in nodestate.go.
+// itself is in nodestate.go (volumes), acquire.go (dataset mounts and their
+// users) and health.go (repairs).
 
 func (d *Driver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
 	var caps []*csipb.NodeServiceCapability
@@ -152,6 +153,9 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVo
 	return &csipb.NodeUnstageVolumeResponse{}, nil
 }
 
+// NodePublishVolume binds the volume's dataset mount read-only to the
+// target: the mount of a staged volume (repaired if broken), or, for an
+// inline ephemeral volume, the mount it acquires here.
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	id, target, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
 	if err := d.checkVolumeAndPath(id, "target path", target); err != nil {
@@ -173,85 +177,115 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVo
 	}
 	defer unlockVol()
 
-	var src string
 	var v *nodeVolume
+	var src string
+	var unlockDS func()
 	if ephemeral {
-		params, err := d.inlineParams(req.GetVolumeContext())
-		if err != nil {
-			return nil, err
-		}
-		secrets, err := checkSecrets(req.GetSecrets())
-		if err != nil {
-			return nil, err
-		}
-		if err := d.checkInlineEnabled(); err != nil {
-			return nil, err
-		}
-		if err := d.checkSource(&params, secrets, true); err != nil {
-			return nil, err
-		}
-		key := n.datasetKey(params, secrets)
-		if old := n.volume(id); old != nil && (!old.Ephemeral || old.DatasetKey != key) {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %q is already in use with other parameters", id)
-		}
-		unlockDS, err := n.lockDataset(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		defer unlockDS()
-		ns := volumeNamespace(req.GetVolumeContext(), true)
-		ds, err := n.acquireAs(key, params, secrets, id, ns)
-		if err != nil {
-			return nil, err
-		}
-		src = ds.MountPoint
-		if v = n.volume(id); v == nil {
-			v = &nodeVolume{ID: id, DatasetKey: ds.Key, Ephemeral: true, Namespace: ns}
-		}
+		v, src, unlockDS, err = d.publishInline(ctx, req)
 	} else {
-		v = n.volume(id)
-		if v == nil || v.StagingPath != staging {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s", id, staging)
-		}
-		unlockDS, err := n.lockDataset(ctx, v.DatasetKey)
-		if err != nil {
-			return nil, err
-		}
-		defer unlockDS()
-		ds := n.dataset(v.DatasetKey)
-		if ds == nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %q: its dataset mount is gone; stage it again", id)
-		}
-		if err := n.healthy(ds); err != nil {
-			if err := n.repair(ds, err); err != nil {
-				return nil, mountError(err)
-			}
-		}
-		src = ds.MountPoint // not the staging path: see NodeStageVolume
+		v, src, unlockDS, err = d.publishStaged(ctx, id, staging)
 	}
+	if err != nil {
+		return nil, err
+	}
+	defer unlockDS()
+	if err := n.bindTarget(v, src, target, req.GetVolumeContext()); err != nil {
+		return nil, err
+	}
+	return &csipb.NodePublishVolumeResponse{}, nil
+}
 
+// publishInline acquires the dataset mount of an inline ephemeral volume
+// and returns the volume's record (new, or the one it has), the mount
+// point to bind and its dataset's unlock: the dataset's lock is held when
+// err is nil. Called with the volume's lock held.
+func (d *Driver) publishInline(ctx context.Context, req *csipb.NodePublishVolumeRequest) (v *nodeVolume, src string, unlock func(), err error) {
+	id, n := req.GetVolumeId(), d.node
+	params, err := d.inlineParams(req.GetVolumeContext())
+	if err != nil {
+		return nil, "", nil, err
+	}
+	secrets, err := checkSecrets(req.GetSecrets())
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if err := d.checkInlineEnabled(); err != nil {
+		return nil, "", nil, err
+	}
+	if err := d.checkSource(&params, secrets, true); err != nil {
+		return nil, "", nil, err
+	}
+	key := n.datasetKey(params, secrets)
+	if old := n.volume(id); old != nil && (!old.Ephemeral || old.DatasetKey != key) {
+		return nil, "", nil, status.Errorf(codes.AlreadyExists, "volume %q is already in use with other parameters", id)
+	}
+	unlock, err = n.lockDataset(ctx, key)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ns := volumeNamespace(req.GetVolumeContext(), true)
+	ds, err := n.acquireAs(key, params, secrets, id, ns)
+	if err != nil {
+		unlock()
+		return nil, "", nil, err
+	}
+	if v = n.volume(id); v == nil {
+		v = &nodeVolume{ID: id, DatasetKey: ds.Key, Ephemeral: true, Namespace: ns}
+	}
+	return v, ds.MountPoint, unlock, nil
+}
+
+// publishStaged returns the record of volume id, staged at staging, the
+// mount point of its dataset mount (repaired if broken) and its dataset's
+// unlock: the dataset's lock is held when err is nil. Called with the
+// volume's lock held.
+func (d *Driver) publishStaged(ctx context.Context, id, staging string) (v *nodeVolume, src string, unlock func(), err error) {
+	n := d.node
+	v = n.volume(id)
+	if v == nil || v.StagingPath != staging {
+		return nil, "", nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %s", id, staging)
+	}
+	unlock, err = n.lockDataset(ctx, v.DatasetKey)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ds := n.dataset(v.DatasetKey)
+	if ds == nil {
+		unlock()
+		return nil, "", nil, status.Errorf(codes.FailedPrecondition, "volume %q: its dataset mount is gone; stage it again", id)
+	}
+	if err := n.healthy(ds); err != nil {
+		if err := n.repair(ds, err); err != nil {
+			unlock()
+			return nil, "", nil, mountError(err)
+		}
+	}
+	return v, ds.MountPoint, unlock, nil // not the staging path: see NodeStageVolume
+}
+
+// bindTarget binds src read-only to target, unless it is bound there
+// already, and records target, and the pod of the publish's volume context
+// vctx, in v. Called with v's volume and dataset locks held.
+func (n *nodeState) bindTarget(v *nodeVolume, src, target string, vctx map[string]string) error {
 	if slices.Contains(v.Targets, target) && checkMount(target) == nil {
-		return &csipb.NodePublishVolumeResponse{}, nil // idempotent
+		return nil // idempotent
 	}
 	if err := os.MkdirAll(target, 0o750); err != nil {
-		return nil, status.Errorf(codes.Internal, "target path: %v", err)
+		return status.Errorf(codes.Internal, "target path: %v", err)
 	}
 	if err := rebind(src, target); err != nil {
-		return nil, status.Errorf(codes.Internal, "publish: %v", err)
+		return status.Errorf(codes.Internal, "publish: %v", err)
 	}
 	if !slices.Contains(v.Targets, target) {
 		v.Targets = append(v.Targets, target)
 	}
-	if pod, ok := publishPod(req.GetVolumeContext()); ok {
+	if pod, ok := publishPod(vctx); ok {
 		if v.Pods == nil {
 			v.Pods = map[string]podRef{}
 		}
 		v.Pods[target] = pod
 	}
-	if err := n.putVolume(v); err != nil {
-		return nil, err
-	}
-	return &csipb.NodePublishVolumeResponse{}, nil
+	return n.putVolume(v)
 }
 
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
