@@ -194,7 +194,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 			return err
 		}
 	} else {
-		store, err := cache.Open(cache.Options{Dir: c.cacheDir, Capacity: capacity, Policy: c.policy,
+		store, err := cache.Open(cache.Options{Dir: c.cacheDir, Capacity: capacity,
 			KeyScheme: src.VersionScheme(), Logger: log})
 		switch {
 		case errors.Is(err, cache.ErrLocked):

@@ -60,7 +60,10 @@ type Config struct {
 	Mountpoint string // existing empty directory; required
 	CacheDir   string // cache directory; required
 	CacheSize  int64  // cache capacity in bytes; required, > 0
-	Policy     string // cache policy; "" means nr
+	// Policy is the cache policy, built for CacheSize; nil means NR, the
+	// product's only one (cachefs mount accepts no other). Benchmarks
+	// inject others (bench/policies). The mount's Store owns it.
+	Policy cache.Policy
 
 	// MetricsAddr, when set, serves /metrics on HOST:PORT.
 	MetricsAddr string

@@ -1,4 +1,4 @@
-package cache
+package policies
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // simDataset is a dataset of n files with log-normal sizes (median 8 KiB).
 type simDataset struct {
-	keys  []Key
+	keys  []cache.Key
 	sizes []int64
 	total int64
 }
@@ -26,7 +27,7 @@ func newSimDataset(n int, seed uint64) simDataset {
 	for i := range n {
 		size := int64(math.Exp(math.Log(8<<10) + 0.8*rng.NormFloat64()))
 		size = min(max(size, 64), 256<<10)
-		d.keys = append(d.keys, Key{Dataset: "sim://ds", Path: fmt.Sprintf("train/%05d.jpg", i), Version: "v1"})
+		d.keys = append(d.keys, cache.Key{Dataset: "sim://ds", Path: fmt.Sprintf("train/%05d.jpg", i), Version: "v1"})
 		d.sizes = append(d.sizes, size)
 		d.total += size
 	}
@@ -36,15 +37,14 @@ func newSimDataset(n int, seed uint64) simDataset {
 // runEpochs reads every file of d once per epoch, in a new shuffled order
 // each epoch (the same orders for every policy), and returns each epoch's
 // byte hit ratio.
-func runEpochs(t *testing.T, s *Store, d simDataset, epochs int, seed uint64) []float64 {
+func runEpochs(t *testing.T, s *cache.Store, d simDataset, epochs int, seed uint64) []float64 {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 2))
-	var ld countingLoader
 	ratios := make([]float64, epochs)
 	for e := range epochs {
 		var hitBytes int64
 		for _, i := range rng.Perm(len(d.keys)) {
-			r, err := s.Get(context.Background(), d.keys[i], d.sizes[i], ld.load(d.keys[i]))
+			r, err := s.Get(context.Background(), d.keys[i], d.sizes[i], load(d.keys[i]))
 			if err != nil {
 				t.Fatalf("epoch %d: %v", e+1, err)
 			}
@@ -81,13 +81,13 @@ func TestPolicyEpochs(t *testing.T) {
 	var mu sync.Mutex
 	got := map[string][]float64{} // "policy C/D" -> per-epoch ratio
 	t.Run("run", func(t *testing.T) {
-		for _, pol := range Policies() {
+		for _, pol := range Names() {
 			for _, r := range ratios {
 				t.Run(pol+"/"+r.name, func(t *testing.T) {
 					t.Parallel()
-					s := testStore(t, Options{Dir: filepath.Join(root, pol, r.name), Policy: pol, Capacity: int64(r.c * float64(d.total)), seed: 7})
+					s := openStore(t, filepath.Join(root, pol, r.name), pol, int64(r.c*float64(d.total)))
 					h := runEpochs(t, s, d, epochs, 99)
-					if pol == PolicyNR && s.Stats().Evictions != 0 {
+					if pol == cache.PolicyNR && s.Stats().Evictions != 0 {
 						t.Errorf("NR evicted %d entries", s.Stats().Evictions)
 					}
 					mu.Lock()
@@ -104,7 +104,7 @@ func TestPolicyEpochs(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "byte hit ratio per epoch, %d files, %s dataset\n", files, units.FormatSize(d.total))
 	for _, r := range ratios {
-		for _, pol := range Policies() {
+		for _, pol := range Names() {
 			fmt.Fprintf(&table, "C/D=%-5s %-7s", r.name, pol)
 			for _, h := range got[pol+" "+r.name] {
 				fmt.Fprintf(&table, " %6.4f", h)
@@ -116,19 +116,19 @@ func TestPolicyEpochs(t *testing.T) {
 
 	for _, r := range ratios {
 		want := min(r.c, 1)
-		nr := got[PolicyNR+" "+r.name]
-		for _, pol := range Policies() {
+		nr := got[cache.PolicyNR+" "+r.name]
+		for _, pol := range Names() {
 			h := got[pol+" "+r.name]
 			if h[0] != 0 {
 				t.Errorf("%s C/D=%s: epoch 1 hit ratio %.4f, want 0", pol, r.name, h[0])
 			}
 			for e := 1; e < epochs; e++ {
 				switch pol {
-				case PolicyNR:
+				case cache.PolicyNR:
 					if math.Abs(h[e]-want) > 0.01 {
 						t.Errorf("NR C/D=%s epoch %d: hit ratio %.4f, want %.4f ± 0.01", r.name, e+1, h[e], want)
 					}
-				case PolicyTinyLFU:
+				case TinyLFU:
 					if h[e] > nr[e]+0.02 {
 						t.Errorf("tinylfu C/D=%s epoch %d: hit ratio %.4f > NR %.4f + 0.02", r.name, e+1, h[e], nr[e])
 					}
@@ -137,7 +137,7 @@ func TestPolicyEpochs(t *testing.T) {
 						t.Errorf("%s C/D=%s epoch %d: hit ratio %.4f > NR %.4f", pol, r.name, e+1, h[e], nr[e])
 					}
 				}
-				if pol == PolicyLRU && r.c < 1 && h[e] > 0.75*nr[e] {
+				if pol == LRU && r.c < 1 && h[e] > 0.75*nr[e] {
 					t.Errorf("LRU C/D=%s epoch %d: hit ratio %.4f, want thrashing (< 0.75 × NR %.4f)", r.name, e+1, h[e], nr[e])
 				}
 			}

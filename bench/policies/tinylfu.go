@@ -1,4 +1,4 @@
-package cache
+package policies
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 //
 // Ristretto is asynchronous; this adapter makes its decisions synchronous
 // enough for a disk store, with these known imprecisions (acceptable for a
-// benchmark-only policy):
+// policy that only benchmarks use):
 //   - Admit and Restore call Set then Wait, so the decision for the entry
 //     and every eviction it caused have been reported through the callbacks
 //     before they return. Because the Store serializes calls, the set
@@ -57,7 +57,7 @@ func newTinyLFUPolicy(capacity int64) (*tinyLFUPolicy, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cache: tinylfu: %w", err)
+		return nil, fmt.Errorf("policies: tinylfu: %w", err)
 	}
 	p.c = c
 	return p, nil
@@ -100,6 +100,8 @@ func (p *tinyLFUPolicy) set(id string, size int64) ([]string, bool) {
 	}
 	return evict, ok
 }
+
+func (p *tinyLFUPolicy) Name() string { return TinyLFU }
 
 func (p *tinyLFUPolicy) Admit(id string, size int64) ([]string, bool) {
 	p.c.Get(id) // record the access that missed
