@@ -25,6 +25,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv/cluster"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
 )
@@ -106,10 +107,10 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	other := exec.Command(cachefs, "mount", source, mnt, "--cache-dir", filepath.Join(dir, "cache"), "--cache-size", "64Mi",
-		"--cache-scope", "cluster", "--peer-id", otherID, "--peer-listen", otherAddr, "--peer-token-file", tokenFile,
-		"--peer-group", group, "--peers", peer.FormatPeers(append(nodePeers, peer.Peer{ID: otherID, Addr: otherAddr})),
-		"--metrics-addr", "127.0.0.1:"+strconv.Itoa(metricsPort))
+	other := exec.Command(cachefs, mountapi.CommandOptions{Source: source, Mountpoint: mnt, CacheDir: filepath.Join(dir, "cache"), CacheSize: 64 << 20,
+		CacheScope: mountapi.ScopeCluster, PeerID: otherID, PeerListen: otherAddr, PeerTokenFile: tokenFile,
+		PeerGroup: group, Peers: peer.FormatPeers(append(nodePeers, peer.Peer{ID: otherID, Addr: otherAddr})),
+		MetricsAddr: "127.0.0.1:" + strconv.Itoa(metricsPort)}.Args()...)
 	other.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+mi.AccessKey, "AWS_SECRET_ACCESS_KEY="+mi.SecretKey)
 	otherLog := filepath.Join(dir, "other.log")
 	lf, err := os.Create(otherLog)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // TestCrashConsistency kills `cachefs mount` with SIGKILL at random moments
@@ -38,7 +38,7 @@ func TestCrashConsistency(t *testing.T) {
 
 	var killedWithEntries, maxEntries int
 	for round := 1; round <= rounds; round++ {
-		cmd := exec.Command(bin, "mount", src, mnt, "--cache-dir", cacheDir, "--cache-size", strconv.FormatInt(capacity, 10), "--log-level", "error")
+		cmd := exec.Command(bin, mountapi.CommandOptions{Source: src, Mountpoint: mnt, CacheDir: cacheDir, CacheSize: capacity, LogLevel: "error"}.Args()...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -365,7 +366,7 @@ func TestMirrorSlowReplica(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			cfg := func(src string) mount.Config {
 				if mode == "listings" {
-					return mount.Config{Manifest: mount.ManifestNone}
+					return mount.Config{Manifest: mountapi.ManifestNone}
 				}
 				return mount.Config{Manifest: c.index(t, src)}
 			}
@@ -449,7 +450,7 @@ func TestMirrorBothDown(t *testing.T) {
 	root, _ := c.mount(t, mirrorURL(c.m[0].Endpoint, far), mount.Config{
 		CacheSize: 1 << 30, ReadTimeout: 10 * time.Second,
 		// Lists the directories now, while the servers are up.
-		Manifest: mount.ManifestNone,
+		Manifest: mountapi.ManifestNone,
 	})
 	cached, uncached := c.files[:20], c.files[20:]
 	for _, f := range cached {

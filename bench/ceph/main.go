@@ -34,6 +34,7 @@ import (
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -138,7 +139,7 @@ func main() {
 		if err := os.MkdirAll(mnt, 0o755); err != nil {
 			fatal(err)
 		}
-		cmd := exec.Command(*cachefs, append([]string{"mount", src, mnt, "--cache-dir", cache, "--cache-size", strconv.FormatInt(total+total/8, 10)}, flags...)...)
+		cmd := exec.Command(*cachefs, mountapi.CommandOptions{Source: src, Mountpoint: mnt, CacheDir: cache, CacheSize: total + total/8, Extra: flags}.Args()...)
 		cmd.Env = append(os.Environ(), extraEnv...)
 		p, err := benchproc.Start("cachefs mount", cmd, mnt)
 		if err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 const nodes = 3
@@ -529,22 +530,20 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 				return nil, err
 			}
 		}
-		source, size, manifestFile := src, strconv.FormatInt(capacity, 10), man
+		opts := mountapi.CommandOptions{Source: src, Mountpoint: mnt, CacheDir: cache, CacheSize: capacity,
+			MetricsAddr: n.metrics, Manifest: man, ReadaheadFiles: "0", Policy: policy}
 		if v.floor != "" {
-			source, size, manifestFile = v.floor, "1", v.floor+".manifest"
+			opts.Source, opts.CacheSize, opts.Manifest = v.floor, 1, v.floor+".manifest"
 		}
-		args := []string{"mount", source, mnt, "--cache-dir", cache, "--cache-size", size,
-			"--metrics-addr", n.metrics, "--manifest", manifestFile, "--readahead-files", "0"}
-		if scope == "cluster" {
-			args = append(args, "--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", n.peer,
-				"--peer-id", n.id, "--peer-token-file", tokenFile)
+		if scope == mountapi.ScopeCluster {
+			opts.CacheScope, opts.Peers, opts.PeerListen = mountapi.ScopeCluster, strings.Join(list, ","), n.peer
+			opts.PeerID, opts.PeerTokenFile = n.id, tokenFile
 		}
-		args = append(args, "--policy", policy)
 		if profileDir != "" {
 			name := fmt.Sprintf("%s-%s-%v-%v-%s.prof", scope, frac[2:], v.plain, all, n.id)
-			args = append(args, "--cpu-profile", filepath.Join(profileDir, name))
+			opts.CPUProfile = filepath.Join(profileDir, name)
 		}
-		cmd := exec.Command(v.cachefs, args...)
+		cmd := exec.Command(v.cachefs, opts.Args()...)
 		cmd.Env = env
 		p, err := benchproc.Start(n.id, cmd, mnt)
 		if err != nil {

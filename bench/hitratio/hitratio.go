@@ -34,6 +34,7 @@ import (
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
@@ -166,7 +167,7 @@ func series(ctx context.Context, cfg Config, data string, paths []string, want m
 	capacity := int64(frac * float64(total))
 	m, err := mount.New(mount.Config{
 		Source: data, Mountpoint: mnt, CacheDir: cacheDir, CacheSize: capacity, Policy: policy,
-		Manifest: mount.ManifestNone, Logger: slog.New(slog.DiscardHandler),
+		Manifest: mountapi.ManifestNone, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return r, err

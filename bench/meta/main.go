@@ -44,6 +44,7 @@ import (
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -328,10 +329,7 @@ type starter func(mnt, cache string) (*benchproc.Proc, error)
 // the default, found next to the dataset).
 func cachefsMount(bin, source, man string, env []string) starter {
 	return func(mnt, cache string) (*benchproc.Proc, error) {
-		args := []string{"mount", source, mnt, "--cache-dir", cache, "--cache-size", "1GiB", "--log-level", "warn"}
-		if man != "" {
-			args = append(args, "--manifest", man)
-		}
+		args := mountapi.CommandOptions{Source: source, Mountpoint: mnt, CacheDir: cache, CacheSize: 1 << 30, LogLevel: "warn", Manifest: man}.Args()
 		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), env...)
 		p, err := benchproc.Start("cachefs mount", cmd, mnt)

@@ -37,6 +37,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -220,7 +221,7 @@ func mountEpoch(ctx context.Context, cachefs, src, cacheDir, mnt string, total i
 	// now would make the next cold run pay for ext4's scan for inodes freed
 	// in the last dirty_expire interval (bench/RESULTS.md, P3 notes), a cost
 	// a node filling its cache does not pay.
-	args := append([]string{"mount", src, mnt, "--cache-dir", cacheDir, "--cache-size", strconv.FormatInt(total+total/10, 10)}, mountFlags...)
+	args := mountapi.CommandOptions{Source: src, Mountpoint: mnt, CacheDir: cacheDir, CacheSize: total + total/10, Extra: mountFlags}.Args()
 	cmd := exec.Command(cachefs, args...)
 	p, err := benchproc.Start("cachefs mount", cmd, mnt)
 	if err != nil {

@@ -1,10 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"expvar"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,47 +12,59 @@ import (
 	_ "net/http/pprof" // the mount child serves /debug/pprof for profiling
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // childEnv, when set in the environment, makes this binary a mount child:
 // exactly what `cachefs mount` runs (pkg/mount with AllowOther), plus
 // /debug/pprof and /debug/vars (fusefs request counters) on a debug address.
-// The parent runs the mount in its own process, like production, and reads
-// the counters and profiles over HTTP.
+// Its value is the mount's mountapi.CommandOptions in JSON, so the child
+// has no flag parser of its own to drift from the mount's defaults. The
+// parent runs the mount in its own process, like production, and reads the
+// counters and profiles over HTTP.
 const childEnv = "EPOCHFS_BENCH_MOUNT_CHILD"
 
 func init() {
 	expvar.Publish("fusefs", expvar.Func(func() any { return fusefs.ReadCounters() }))
 }
 
-// childMain runs the mount child: flags from args, "ready ADDR" on stdout
-// once mounted, unmount on SIGTERM.
-func childMain(args []string) {
-	fl := flag.NewFlagSet("mount-child", flag.ExitOnError)
-	var cfg mount.Config
-	fl.StringVar(&cfg.CacheDir, "cache-dir", "", "")
-	fl.Int64Var(&cfg.CacheSize, "cache-size", 0, "")
-	fl.StringVar(&cfg.Policy, "policy", "nr", "")
-	fl.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "")
-	fl.StringVar(&cfg.Manifest, "manifest", mount.ManifestNone, "")
-	fl.BoolVar(&cfg.Debug, "fuse-debug", false, "")
-	readaheadFiles := fl.String("readahead-files", mount.ReadaheadFilesAuto, "") // cachefs mount's default
-	_ = fl.Parse(args)
+// childConfig is the mount.Config of `cachefs mount` with opts, for the
+// options a benchmark sets; any other is an error rather than ignored.
+func childConfig(opts mountapi.CommandOptions) (mount.Config, error) {
+	cfg := mount.Config{Source: opts.Source, Mountpoint: opts.Mountpoint, CacheDir: opts.CacheDir, CacheSize: opts.CacheSize,
+		Policy: opts.Policy, Manifest: opts.Manifest, MetricsAddr: opts.MetricsAddr,
+		Debug: opts.FuseDebug, AllowOther: true}
 	var err error
-	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(*readaheadFiles); err != nil {
+	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(cmp.Or(opts.ReadaheadFiles, mountapi.ReadaheadFilesAuto)); err != nil {
+		return cfg, err
+	}
+	rest := opts
+	rest.Source, rest.Mountpoint, rest.CacheDir, rest.CacheSize, rest.Policy, rest.Manifest = "", "", "", 0, "", ""
+	rest.MetricsAddr, rest.FuseDebug, rest.ReadaheadFiles = "", false, ""
+	if !reflect.ValueOf(rest).IsZero() {
+		return cfg, fmt.Errorf("options the mount child does not take: %+v", rest)
+	}
+	return cfg, nil
+}
+
+// childMain runs the mount child with the options in optsJSON: "ready
+// ADDR" on stdout once mounted, unmount on SIGTERM.
+func childMain(optsJSON string) {
+	var opts mountapi.CommandOptions
+	err := json.Unmarshal([]byte(optsJSON), &opts)
+	var cfg mount.Config
+	if err == nil {
+		cfg, err = childConfig(opts)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "mount child:", err)
 		os.Exit(2)
 	}
-	if fl.NArg() != 2 {
-		fmt.Fprintln(os.Stderr, "mount child: want SOURCE MOUNTPOINT")
-		os.Exit(2)
-	}
-	cfg.Source, cfg.Mountpoint = fl.Arg(0), fl.Arg(1)
-	cfg.AllowOther = true
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -3,13 +3,14 @@ package main
 import (
 	"fmt"
 
-	"golang.org/x/sys/unix"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // CPU accounting of a run: where the CPU time of the whole machine went

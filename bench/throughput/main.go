@@ -18,7 +18,7 @@ import (
 
 func main() {
 	if os.Getenv(childEnv) != "" {
-		childMain(os.Args[1:])
+		childMain(os.Getenv(childEnv))
 		return
 	}
 	tiny := flag.Bool("tiny", false, "200 small files, 1 round (seconds; what CI runs)")

@@ -11,6 +11,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -33,7 +34,7 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			return err
 		}
 	}
-	efs, err := startEpochFS(ds.root, efsMnt, efsCache, capacity, nil)
+	efs, err := startEpochFS(mountapi.CommandOptions{Source: ds.root, Mountpoint: efsMnt, CacheDir: efsCache, CacheSize: capacity}, nil)
 	if err != nil {
 		return err
 	}
@@ -49,7 +50,8 @@ func benchP2(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		if err := os.RemoveAll(cacheDir); err != nil {
 			return err
 		}
-		m, err := startEpochFS(ds.root, filepath.Join(cfg.Dir, "mnt-epochfs-manifest"), cacheDir, capacity, nil, "-manifest", man)
+		m, err := startEpochFS(mountapi.CommandOptions{Source: ds.root, Mountpoint: filepath.Join(cfg.Dir, "mnt-epochfs-manifest"),
+			CacheDir: cacheDir, CacheSize: capacity, Manifest: man}, nil)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/internal/epoch"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // benchP3 is P3, the cold epoch from MinIO: mounts with an empty cache
@@ -93,11 +95,14 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 	for round := 1; round <= cfg.Rounds; round++ {
 		row := map[string]float64{}
 		// A: cold epoch through a mount with an empty cache (a fresh
-		// cache directory per run) and mount flags extra; after is called
-		// with the mount still up.
+		// cache directory per run) and the mount options opts (their source,
+		// mount point, cache directory and, unless set, cache size filled
+		// in); after is called with the mount still up.
 		mnt := filepath.Join(cfg.Dir, "mnt-cold")
-		cold := func(name, tag string, after func(*benchproc.Proc), extra ...string) error {
-			m, err := startEpochFS(srv.URL(bucket), mnt, newCache(round, tag), capacity, srv.Env(), extra...)
+		cold := func(name, tag string, after func(*benchproc.Proc), opts mountapi.CommandOptions) error {
+			opts.Source, opts.Mountpoint, opts.CacheDir = srv.URL(bucket), mnt, newCache(round, tag)
+			opts.CacheSize = cmp.Or(opts.CacheSize, capacity)
+			m, err := startEpochFS(opts, srv.Env())
 			if err != nil {
 				return err
 			}
@@ -126,7 +131,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 			}
 		}
 		// A: the default flags (--readahead-files auto).
-		if err := cold(mountCol, "cold", readAhead(mountCol)); err != nil {
+		if err := cold(mountCol, "cold", readAhead(mountCol), mountapi.CommandOptions{}); err != nil {
 			return err
 		}
 		// A2 (-p3-floor): the same mount admitting nothing (a one-byte
@@ -135,24 +140,24 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 		// the cache write; not a strict bound on a caching mount, whose
 		// hits of the just-written file go through passthrough instead.
 		if cfg.Floor {
-			if err := cold(mountNone, "none", nil, "-cache-size", "1"); err != nil {
+			if err := cold(mountNone, "none", nil, mountapi.CommandOptions{CacheSize: 1}); err != nil {
 				return err
 			}
 		}
 		// A0: readahead off (--readahead-files 0), the default before auto.
-		if err := cold(mountOff, "off", nil, "-readahead-files", "0"); err != nil {
+		if err := cold(mountOff, "off", nil, mountapi.CommandOptions{ReadaheadFiles: "0"}); err != nil {
 			return err
 		}
 		// A': the same with a pinned readahead of whole files.
 		if cfg.ReadaheadFiles > 0 {
-			if err := cold(mountRA, "readahead", readAhead(mountRA), "-readahead-files", fmt.Sprint(cfg.ReadaheadFiles)); err != nil {
+			if err := cold(mountRA, "readahead", readAhead(mountRA), mountapi.CommandOptions{ReadaheadFiles: fmt.Sprint(cfg.ReadaheadFiles)}); err != nil {
 				return err
 			}
 		}
 		// A'': the plain cold mount of the same bucket from its manifest:
 		// no LIST before the first GETs.
 		if hasPrefetch {
-			if err := cold(mountMan, "manifest", nil, "-manifest", manPath); err != nil {
+			if err := cold(mountMan, "manifest", nil, mountapi.CommandOptions{Manifest: manPath}); err != nil {
 				return err
 			}
 		}

@@ -2,35 +2,39 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
-// startEpochFS runs a mount child of this binary (see child.go) and waits
-// until it is mounted. extra are more child flags (e.g. -readahead-files).
-func startEpochFS(source, mnt, cacheDir string, capacity int64, env []string, extra ...string) (*benchproc.Proc, error) {
+// startEpochFS runs a mount child of this binary (see child.go) with opts
+// and waits until it is mounted.
+func startEpochFS(opts mountapi.CommandOptions, env []string) (*benchproc.Proc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
+	if err := os.MkdirAll(opts.Mountpoint, 0o755); err != nil {
 		return nil, err
 	}
-	args := append([]string{"-cache-dir", cacheDir, "-cache-size", strconv.FormatInt(capacity, 10)}, extra...)
-	cmd := exec.Command(self, append(args, source, mnt)...)
-	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
+	b, err := json.Marshal(opts)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+string(b)), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	p, err := benchproc.Start("epochfs mount", cmd, mnt)
+	p, err := benchproc.Start("epochfs mount", cmd, opts.Mountpoint)
 	if err != nil {
 		return nil, err
 	}

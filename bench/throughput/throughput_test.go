@@ -15,7 +15,7 @@ import (
 // command's binary does.
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
-		childMain(os.Args[1:])
+		childMain(os.Getenv(childEnv))
 		return
 	}
 	os.Exit(m.Run())

@@ -472,7 +472,7 @@ func parseDatasetFlag(v string) (v1alpha1.Dataset, error) {
 		return ds, nil
 	}
 	if _, err := source.Parse(src); err != nil {
-		return v1alpha1.Dataset{}, fmt.Errorf("--dataset %s: %s", name, strings.TrimPrefix(err.Error(), "backend: "))
+		return v1alpha1.Dataset{}, fmt.Errorf("--dataset %s: %w", name, err)
 	}
 	ds.Source = src
 	return ds, nil

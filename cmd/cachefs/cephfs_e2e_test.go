@@ -10,6 +10,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // cephSpec is the CephFS mount test's dataset: 2,000 files in 10 classes.
@@ -30,5 +31,5 @@ func TestMountBinaryCephFS(t *testing.T) {
 	// A sibling directory that must not show through the mount.
 	c.WriteFiles(t, dir+"2", map[string][]byte{"decoy.jpg": []byte("not part of the dataset")})
 	bin := testenv.GoBuildTags(t, "./cmd/cachefs", "ceph,pacific")
-	runE2EBin(t, bin, c.URL(dir), files, []string{"CEPH_CONF=" + c.Conf})
+	runE2EBin(t, bin, c.URL(dir), files, []string{"CEPH_CONF=" + c.Conf}, mountapi.CommandOptions{})
 }

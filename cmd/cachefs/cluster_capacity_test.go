@@ -8,6 +8,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
 )
 
@@ -45,9 +46,9 @@ func TestClusterScopeCapacities(t *testing.T) {
 			}
 			var mounts []*clusterMount
 			for _, p := range members {
-				cm := startClusterMount(t, ce.bin, ce.src, capacity, ce.env, "--manifest", ce.manifest,
-					"--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", p.Addr, "--peer-id", p.ID,
-					"--peer-token-file", ce.tokenFile)
+				cm := startClusterMount(t, ce.bin, ce.src, capacity, ce.env, mountapi.CommandOptions{Manifest: ce.manifest,
+					CacheScope: mountapi.ScopeCluster, Peers: strings.Join(list, ","), PeerListen: p.Addr, PeerID: p.ID,
+					PeerTokenFile: ce.tokenFile})
 				cm.id, cm.peerAddr = p.ID, p.Addr
 				mounts = append(mounts, cm)
 			}

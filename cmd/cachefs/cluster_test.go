@@ -32,6 +32,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/source"
 )
@@ -109,19 +110,18 @@ type clusterMount struct {
 	logs                                 chan string
 }
 
-func startClusterMount(t *testing.T, bin, src string, capacity int64, env []string, args ...string) *clusterMount {
+func startClusterMount(t *testing.T, bin, src string, capacity int64, env []string, opts mountapi.CommandOptions) *clusterMount {
 	t.Helper()
-	return startClusterMountDir(t, t.TempDir(), bin, src, capacity, env, args...)
+	return startClusterMountDir(t, t.TempDir(), bin, src, capacity, env, opts)
 }
 
 // startClusterMountDir is startClusterMount on an existing cache directory.
-func startClusterMountDir(t *testing.T, cacheDir, bin, src string, capacity int64, env []string, args ...string) *clusterMount {
+func startClusterMountDir(t *testing.T, cacheDir, bin, src string, capacity int64, env []string, opts mountapi.CommandOptions) *clusterMount {
 	t.Helper()
 	cm := &clusterMount{mnt: t.TempDir(), cacheDir: cacheDir, exited: make(chan error, 1), logs: make(chan string, 1)}
 	cm.metrics = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	all := append([]string{"mount", src, cm.mnt, "--cache-dir", cm.cacheDir, "--cache-size", strconv.FormatInt(capacity, 10),
-		"--metrics-addr", cm.metrics}, args...)
-	cm.cmd = exec.Command(bin, all...)
+	opts.Source, opts.Mountpoint, opts.CacheDir, opts.CacheSize, opts.MetricsAddr = src, cm.mnt, cm.cacheDir, capacity, cm.metrics
+	cm.cmd = exec.Command(bin, opts.Args()...)
 	cm.cmd.Env = append(os.Environ(), env...)
 	stderr, err := cm.cmd.StderrPipe()
 	if err != nil {
@@ -287,9 +287,9 @@ func TestClusterScope(t *testing.T) {
 	}
 	var mounts []*clusterMount
 	for _, id := range ids {
-		cm := startClusterMount(t, ce.bin, ce.src, capacity, ce.env, "--manifest", ce.manifest,
-			"--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", ports[id], "--peer-id", id,
-			"--peer-token-file", ce.tokenFile, "--whole-file-max", strconv.Itoa(wholeMax), "--block-size", strconv.Itoa(blockSize))
+		cm := startClusterMount(t, ce.bin, ce.src, capacity, ce.env, mountapi.CommandOptions{Manifest: ce.manifest,
+			CacheScope: mountapi.ScopeCluster, Peers: strings.Join(list, ","), PeerListen: ports[id], PeerID: id,
+			PeerTokenFile: ce.tokenFile, WholeFileMax: wholeMax, BlockSize: blockSize})
 		cm.id, cm.peerAddr = id, ports[id]
 		mounts = append(mounts, cm)
 	}
@@ -445,9 +445,9 @@ func TestClusterScope(t *testing.T) {
 	// c returns, on its cache: ownership does not move (a static list), and
 	// once a and b ask it again (after their down interval) it serves its
 	// files from its recovered cache.
-	c := startClusterMountDir(t, mounts[2].cacheDir, ce.bin, ce.src, capacity, ce.env, "--manifest", ce.manifest,
-		"--cache-scope", "cluster", "--peers", strings.Join(list, ","), "--peer-listen", ports["c"], "--peer-id", "c",
-		"--peer-token-file", ce.tokenFile, "--whole-file-max", strconv.Itoa(wholeMax), "--block-size", strconv.Itoa(blockSize))
+	c := startClusterMountDir(t, mounts[2].cacheDir, ce.bin, ce.src, capacity, ce.env, mountapi.CommandOptions{Manifest: ce.manifest,
+		CacheScope: mountapi.ScopeCluster, Peers: strings.Join(list, ","), PeerListen: ports["c"], PeerID: "c",
+		PeerTokenFile: ce.tokenFile, WholeFileMax: wholeMax, BlockSize: blockSize})
 	c.id, c.peerAddr = "c", ports["c"]
 	mounts[2] = c
 	hitsC := func(cm *clusterMount) float64 {
@@ -523,9 +523,9 @@ func TestClusterScopeBadPeer(t *testing.T) {
 	}
 	self := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	peers := "good=" + self + ",liar=" + badPeer("liar") + ",stale=" + badPeer("stale")
-	cm := startClusterMount(t, ce.bin, ce.src, ce.total, ce.env, "--manifest", ce.manifest,
-		"--cache-scope", "cluster", "--peers", peers, "--peer-listen", self, "--peer-id", "good",
-		"--peer-token-file", ce.tokenFile, "--peer-timeout", "2s")
+	cm := startClusterMount(t, ce.bin, ce.src, ce.total, ce.env, mountapi.CommandOptions{Manifest: ce.manifest,
+		CacheScope: mountapi.ScopeCluster, Peers: peers, PeerListen: self, PeerID: "good",
+		PeerTokenFile: ce.tokenFile, PeerTimeout: 2 * time.Second})
 	cm.id = "good"
 	for e := range 2 {
 		runEpochs(t, ce, []*clusterMount{cm}, uint64(e)+10, nil)

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/internal/testenv/nfs"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 var spec = datagen.Spec{Files: 400, Classes: 8, MedianSize: 30_000, MinSize: 1000, MaxSize: 400_000, Seed: 3}
@@ -32,7 +32,7 @@ var spec = datagen.Spec{Files: 400, Classes: 8, MedianSize: 30_000, MinSize: 100
 func TestMountBinaryPosix(t *testing.T) {
 	testenv.RequireFUSE(t)
 	src, files := testenv.WriteDataset(t, spec)
-	runE2E(t, src, files, nil)
+	runE2E(t, src, files, nil, mountapi.CommandOptions{})
 }
 
 func TestMountBinaryS3(t *testing.T) {
@@ -45,7 +45,7 @@ func TestMountBinaryS3(t *testing.T) {
 	m.Put(t, "datasets", "imagenet/train2/decoy.jpg", []byte("not part of the dataset"))
 	src := "s3://datasets/imagenet/train?endpoint=" + m.Endpoint + "&region=us-east-1"
 	env := []string{"AWS_ACCESS_KEY_ID=" + m.AccessKey, "AWS_SECRET_ACCESS_KEY=" + m.SecretKey}
-	runE2E(t, src, files, env)
+	runE2E(t, src, files, env, mountapi.CommandOptions{})
 }
 
 // nfsSpec is the dataset of the NFS mount tests: at least 2,000 files.
@@ -58,7 +58,7 @@ func TestMountBinaryNFSGanesha(t *testing.T) {
 	testenv.RequireFUSE(t)
 	dir, files := testenv.WriteDataset(t, nfsSpec)
 	g := nfs.StartGanesha(t, dir)
-	runE2E(t, g.URL, files, nil)
+	runE2E(t, g.URL, files, nil, mountapi.CommandOptions{})
 }
 
 // TestMountBinaryNFSGoNFS is TestMountBinaryNFSGanesha on go-nfs
@@ -67,7 +67,7 @@ func TestMountBinaryNFSGoNFS(t *testing.T) {
 	testenv.RequireFUSE(t)
 	dir, files := testenv.WriteDataset(t, nfsSpec)
 	srv := nfs.StartGoNFS(t, dir, 2*len(files)+1000)
-	runE2E(t, srv.URL+"?conns=8", files, nil)
+	runE2E(t, srv.URL+"?conns=8", files, nil, mountapi.CommandOptions{})
 }
 
 // TestMountBinaryNFSManifest: `cachefs index` of an nfs:// source, then a
@@ -82,7 +82,7 @@ func TestMountBinaryNFSManifest(t *testing.T) {
 	if out, err := exec.Command(bin, "index", srv.URL, "-o", man).CombinedOutput(); err != nil {
 		t.Fatalf("cachefs index: %v\n%s", err, out)
 	}
-	runE2E(t, srv.URL, files, nil, "--manifest", man)
+	runE2E(t, srv.URL, files, nil, mountapi.CommandOptions{Manifest: man})
 }
 
 // TestMountBinaryRGW is TestMountBinaryS3 against Ceph RGW.
@@ -96,24 +96,26 @@ func TestMountBinaryRGW(t *testing.T) {
 	r.Put(t, bucket, "imagenet/train2/decoy.jpg", []byte("not part of the dataset"))
 	src := "s3://" + bucket + "/imagenet/train?endpoint=" + r.Endpoint + "&region=us-east-1"
 	env := []string{"AWS_ACCESS_KEY_ID=" + r.AccessKey, "AWS_SECRET_ACCESS_KEY=" + r.SecretKey}
-	runE2E(t, src, files, env)
+	runE2E(t, src, files, env, mountapi.CommandOptions{})
 }
 
-// runE2E mounts src with extra mount flags and checks three epochs.
-func runE2E(t *testing.T, src string, files []datagen.File, env []string, extra ...string) {
-	runE2EBin(t, testenv.GoBuild(t, "./cmd/cachefs"), src, files, env, extra...)
+// runE2E mounts src with opts (its source, mount point, cache and
+// metrics address filled in) and checks three epochs.
+func runE2E(t *testing.T, src string, files []datagen.File, env []string, opts mountapi.CommandOptions) {
+	runE2EBin(t, testenv.GoBuild(t, "./cmd/cachefs"), src, files, env, opts)
 }
 
 // runE2EBin is runE2E with a given cachefs binary.
-func runE2EBin(t *testing.T, bin string, src string, files []datagen.File, env []string, extra ...string) {
+func runE2EBin(t *testing.T, bin string, src string, files []datagen.File, env []string, opts mountapi.CommandOptions) {
 	total := datagen.TotalSize(files)
 	capacity := total / 2
 	mnt, cacheDir := t.TempDir(), t.TempDir()
 	port := testenv.FreePort(t)
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 
-	cmd := exec.Command(bin, append([]string{"mount", src, mnt, "--cache-dir", cacheDir,
-		"--cache-size", strconv.FormatInt(capacity, 10), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)...)
+	opts.Source, opts.Mountpoint, opts.CacheDir, opts.CacheSize = src, mnt, cacheDir, capacity
+	opts.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(bin, opts.Args()...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

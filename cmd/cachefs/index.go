@@ -14,7 +14,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
 )
@@ -75,7 +75,7 @@ over 255 bytes) are skipped with a warning and counted.`,
 	f.StringVarP(&c.output, "output", "o", "", "write the manifest to this local file, or to the object a URL names")
 	f.BoolVar(&c.upload, "upload", false, "store the manifest next to the dataset, at SOURCE/.epochfs/manifest, where mounts find it")
 	f.StringVar(&c.verify, "verify", "", "compare this manifest with the dataset and report drift (exit 3 on drift)")
-	f.StringVar(&c.maxMem, mount.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "with --verify: as for mount, the most memory that manifest may take, estimated from its header")
+	f.StringVar(&c.maxMem, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "with --verify: as for mount, the most memory that manifest may take, estimated from its header")
 	f.BoolVar(&c.checksum, "checksum", false, "read every file and record its sha256 (compared by --verify when both have one)")
 	f.IntVar(&c.workers, "workers", manifest.DefaultIndexWorkers, "concurrent directory listings (and file reads with --checksum)")
 	f.StringVar(&c.progress, "progress", "auto", "progress display: auto (a live line on a terminal, plain lines otherwise), lines, none")
@@ -256,7 +256,7 @@ func parseManifestMax(v string) (int64, error) {
 	}
 	n, err := units.ParseSize(v)
 	if err != nil {
-		return 0, fmt.Errorf("--%s: %w", mount.FlagManifestMaxMemory, err)
+		return 0, fmt.Errorf("--%s: %w", mountapi.FlagManifestMaxMemory, err)
 	}
 	return n, nil
 }

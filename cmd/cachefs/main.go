@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epochfs/epochfs/internal/logging"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // exitError carries an exit code through cobra; reported when the
@@ -69,8 +69,8 @@ cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.PersistentFlags().StringVar(&g.logFormat, mount.FlagLogFormat, "text", "log format on stderr: text or json")
+	root.PersistentFlags().StringVar(&g.logLevel, mountapi.FlagLogLevel, "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.logFormat, mountapi.FlagLogFormat, "text", "log format on stderr: text or json")
 	root.AddCommand(newMountCmd(g), newIndexCmd(g), newPrefetchCmd(g), newStatsCmd(), newVersionCmd(), newDemoCmd(g))
 	root.AddCommand(newJobCmd())
 	return root

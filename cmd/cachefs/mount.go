@@ -10,10 +10,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/units"
 )
@@ -35,7 +37,7 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 		egressRules    string
 	)
 	cmd := &cobra.Command{
-		Use:   mount.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
+		Use:   mountapi.Command + " SOURCE MOUNTPOINT --cache-dir DIR --cache-size SIZE",
 		Short: "Mount a dataset read-only through the cache, in the foreground",
 		Long: `Mount SOURCE read-only at MOUNTPOINT through the node-local cache and serve
 until SIGINT/SIGTERM or an outside unmount, then unmount cleanly.
@@ -82,23 +84,23 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := units.ParseSize(manifestMax)
 			if err != nil {
-				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mount.FlagManifestMaxMemory, err)))
+				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mountapi.FlagManifestMaxMemory, err)))
 			}
 			cfg.ManifestMaxMemory = n
 			n, err = units.ParseSize(maxListingMem)
 			if err != nil {
-				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mount.FlagMaxListingMemory, err)))
+				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mountapi.FlagMaxListingMemory, err)))
 			}
 			cfg.MaxListingMemory = n
 			if cfg.MaxDirEntries <= 0 {
-				return g.mountFailed(usageError(fmt.Errorf("--%s: %d must be at least 1", mount.FlagMaxDirEntries, cfg.MaxDirEntries)))
+				return g.mountFailed(usageError(fmt.Errorf("--%s: %d must be at least 1", mountapi.FlagMaxDirEntries, cfg.MaxDirEntries)))
 			}
-			if cmd.Flags().Changed(mount.FlagCredentialsFD) {
-				creds, err := mount.ReadCredentialsFD(credsFD)
+			if cmd.Flags().Changed(mountapi.FlagCredentialsFD) {
+				creds, err := mountapi.ReadCredentialsFD(credsFD)
 				if err != nil {
 					return g.mountFailed(err)
 				}
-				cfg.Backend.Credentials = creds
+				cfg.Backend.Credentials = backend.Credentials(creds)
 			}
 			if restrictEgress || egressRules != "" {
 				d, err := mount.NewEgress(mount.SplitRules(egressRules))
@@ -110,20 +112,20 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 			if peers != "" {
 				list, err := peer.ParsePeers(peers)
 				if err != nil {
-					return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mount.FlagPeers, err)))
+					return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mountapi.FlagPeers, err)))
 				}
 				cfg.Peer.Peers = list
 			}
 			if peersFile != "" {
 				if peers != "" {
-					return g.mountFailed(usageError(fmt.Errorf("--%s and --%s: give one", mount.FlagPeers, mount.FlagPeersFile)))
+					return g.mountFailed(usageError(fmt.Errorf("--%s and --%s: give one", mountapi.FlagPeers, mountapi.FlagPeersFile)))
 				}
-				if cfg.Peer.Scope != mount.ScopeCluster {
-					return g.mountFailed(usageError(fmt.Errorf("--%s needs --%s %s", mount.FlagPeersFile, mount.FlagCacheScope, mount.ScopeCluster)))
+				if cfg.Peer.Scope != mountapi.ScopeCluster {
+					return g.mountFailed(usageError(fmt.Errorf("--%s needs --%s %s", mountapi.FlagPeersFile, mountapi.FlagCacheScope, mountapi.ScopeCluster)))
 				}
 				fm, err := peer.OpenFile(cmd.Context(), peersFile, 0)
 				if err != nil {
-					return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mount.FlagPeersFile, err)))
+					return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mountapi.FlagPeersFile, err)))
 				}
 				cfg.Peer.Membership = fm
 			}
@@ -132,37 +134,37 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return g.mountFailed(usageError(err)) })
 	f := cmd.Flags()
-	f.StringVar(&cfg.CacheDir, mount.FlagCacheDir, "", "cache directory (created if missing; one mount process per directory) (required)")
-	f.StringVar(&cacheSize, mount.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
-	f.StringVar(&cfg.Policy, mount.FlagPolicy, "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
-	f.StringVar(&cfg.Manifest, mount.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
-	f.StringVar(&manifestMax, mount.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "the most memory the manifest may take, estimated from its header before it is decompressed (about 30-40 B per file, +32 with checksums); a larger manifest fails the mount")
-	f.StringVar(&cfg.MetricsAddr, mount.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
-	f.BoolVar(&cfg.AllowOther, mount.FlagAllowOther, true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
-	f.StringVar(&wholeFileMax, mount.FlagWholeFileMax, fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
-	f.StringVar(&blockSize, mount.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
-	f.IntVar(&cfg.Readahead, mount.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
-	f.StringVar(&readaheadFiles, mount.FlagReadaheadFiles, mount.ReadaheadFilesAuto, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background: 'auto' follows the backend's measured latency (on for a far store, off for a local one), a number pins it (0: off); raises a cold epoch's backend concurrency above the loader's workers")
+	f.StringVar(&cfg.CacheDir, mountapi.FlagCacheDir, "", "cache directory (created if missing; one mount process per directory) (required)")
+	f.StringVar(&cacheSize, mountapi.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
+	f.StringVar(&cfg.Policy, mountapi.FlagPolicy, "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
+	f.StringVar(&cfg.Manifest, mountapi.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
+	f.StringVar(&manifestMax, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "the most memory the manifest may take, estimated from its header before it is decompressed (about 30-40 B per file, +32 with checksums); a larger manifest fails the mount")
+	f.StringVar(&cfg.MetricsAddr, mountapi.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
+	f.BoolVar(&cfg.AllowOther, mountapi.FlagAllowOther, true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
+	f.StringVar(&wholeFileMax, mountapi.FlagWholeFileMax, fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
+	f.StringVar(&blockSize, mountapi.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
+	f.IntVar(&cfg.Readahead, mountapi.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
+	f.StringVar(&readaheadFiles, mountapi.FlagReadaheadFiles, mountapi.ReadaheadFilesAuto, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background: 'auto' follows the backend's measured latency (on for a far store, off for a local one), a number pins it (0: off); raises a cold epoch's backend concurrency above the loader's workers")
 	f.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (runtime/pprof) of the whole mount to this file, for benchmarks")
 	_ = f.MarkHidden("cpu-profile")
-	f.IntVar(&cfg.ListingCacheEntries, mount.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
-	f.IntVar(&cfg.MaxDirEntries, mount.FlagMaxDirEntries, fusefs.DefaultMaxDirEntries, "without a manifest: most entries of one directory; a larger directory reads as EFBIG (\"File too large\"), with an error line in the log naming it, and the rest of the mount serves on (a listing also stops after this/100 + 100 requests)")
-	f.StringVar(&maxListingMem, mount.FlagMaxListingMemory, "256MiB", "without a manifest: most memory of the listings the mount holds and fetches, together; the least recently used are dropped to make room, and a listing that still does not fit reads as EFBIG")
-	f.DurationVar(&cfg.ReadTimeout, mount.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
-	f.IntVar(&credsFD, mount.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
-	f.StringVar(&cfg.Peer.Scope, mount.FlagCacheScope, mount.ScopeNode, "node: a node-local cache; cluster: the cache peers of the dataset (--peers) split its files, each cached by its owner only, and a miss of another peer's file asks that owner before the backend")
-	f.StringVar(&peers, mount.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (this mount included, or it is added as --peer-id=--peer-listen); with a manifest, capacities make ownership byte-balanced")
-	f.StringVar(&peersFile, mount.FlagPeersFile, "", "cluster scope: instead of --peers, a file with the cache peers (id=host:port[;capacity=BYTES], one a line; this mount included) that another program rewrites and the mount reloads every second: the CSI node plugin keeps it from Kubernetes discovery")
-	f.StringVar(&cfg.Peer.Listen, mount.FlagPeerListen, "", "cluster scope: serve peers at HOST:PORT (a host is required: 0.0.0.0 only when written out)")
-	f.StringVar(&cfg.Peer.ID, mount.FlagPeerID, "", "cluster scope: this mount's peer id (default: the --peer-listen address)")
-	f.StringVar(&cfg.Peer.TokenFile, mount.FlagPeerTokenFile, "", "cluster scope: file holding the token shared by the peers (at least 16 bytes; peers without it are refused)")
-	f.StringVar(&cfg.Peer.Group, mount.FlagPeerGroup, "", "cluster scope: this mount's peer group: requests carry it with its key (an HMAC of the token and the group) and the peer server serves this group only (default: derived from the source ID, so every mount of one source is one group; the CSI driver passes one that includes the volume's credentials)")
-	f.DurationVar(&cfg.Peer.Timeout, mount.FlagPeerTimeout, peer.DefaultTimeout, "cluster scope: deadline of one request to a peer; then the read goes to the backend")
-	f.BoolVar(&restrictEgress, mount.FlagRestrictEgress, false, "refuse connections of the source (and a manifest URL) to loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), unspecified and multicast addresses and this node's own, judged on the resolved IP that is dialed, unless --"+mount.FlagEgressRules+" names the endpoint; the CSI driver sets it on every mount it starts (off: a mount run by hand is the admin's)")
-	f.StringVar(&egressRules, mount.FlagEgressRules, "", "comma-separated network rules (s3://bucket?endpoint=URL, nfs://host/export, cephfs://mon/path, as the driver's --network-rules) whose endpoints a restricted mount may reach anyway; implies --"+mount.FlagRestrictEgress)
-	f.BoolVar(&cfg.Debug, mount.FlagFuseDebug, false, "log every FUSE request (very verbose)")
-	_ = cmd.MarkFlagRequired(mount.FlagCacheDir)
-	_ = cmd.MarkFlagRequired(mount.FlagCacheSize)
+	f.IntVar(&cfg.ListingCacheEntries, mountapi.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
+	f.IntVar(&cfg.MaxDirEntries, mountapi.FlagMaxDirEntries, fusefs.DefaultMaxDirEntries, "without a manifest: most entries of one directory; a larger directory reads as EFBIG (\"File too large\"), with an error line in the log naming it, and the rest of the mount serves on (a listing also stops after this/100 + 100 requests)")
+	f.StringVar(&maxListingMem, mountapi.FlagMaxListingMemory, "256MiB", "without a manifest: most memory of the listings the mount holds and fetches, together; the least recently used are dropped to make room, and a listing that still does not fit reads as EFBIG")
+	f.DurationVar(&cfg.ReadTimeout, mountapi.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
+	f.IntVar(&credsFD, mountapi.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
+	f.StringVar(&cfg.Peer.Scope, mountapi.FlagCacheScope, mountapi.ScopeNode, "node: a node-local cache; cluster: the cache peers of the dataset (--peers) split its files, each cached by its owner only, and a miss of another peer's file asks that owner before the backend")
+	f.StringVar(&peers, mountapi.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (this mount included, or it is added as --peer-id=--peer-listen); with a manifest, capacities make ownership byte-balanced")
+	f.StringVar(&peersFile, mountapi.FlagPeersFile, "", "cluster scope: instead of --peers, a file with the cache peers (id=host:port[;capacity=BYTES], one a line; this mount included) that another program rewrites and the mount reloads every second: the CSI node plugin keeps it from Kubernetes discovery")
+	f.StringVar(&cfg.Peer.Listen, mountapi.FlagPeerListen, "", "cluster scope: serve peers at HOST:PORT (a host is required: 0.0.0.0 only when written out)")
+	f.StringVar(&cfg.Peer.ID, mountapi.FlagPeerID, "", "cluster scope: this mount's peer id (default: the --peer-listen address)")
+	f.StringVar(&cfg.Peer.TokenFile, mountapi.FlagPeerTokenFile, "", "cluster scope: file holding the token shared by the peers (at least 16 bytes; peers without it are refused)")
+	f.StringVar(&cfg.Peer.Group, mountapi.FlagPeerGroup, "", "cluster scope: this mount's peer group: requests carry it with its key (an HMAC of the token and the group) and the peer server serves this group only (default: derived from the source ID, so every mount of one source is one group; the CSI driver passes one that includes the volume's credentials)")
+	f.DurationVar(&cfg.Peer.Timeout, mountapi.FlagPeerTimeout, peer.DefaultTimeout, "cluster scope: deadline of one request to a peer; then the read goes to the backend")
+	f.BoolVar(&restrictEgress, mountapi.FlagRestrictEgress, false, "refuse connections of the source (and a manifest URL) to loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), unspecified and multicast addresses and this node's own, judged on the resolved IP that is dialed, unless --"+mountapi.FlagEgressRules+" names the endpoint; the CSI driver sets it on every mount it starts (off: a mount run by hand is the admin's)")
+	f.StringVar(&egressRules, mountapi.FlagEgressRules, "", "comma-separated network rules (s3://bucket?endpoint=URL, nfs://host/export, cephfs://mon/path, as the driver's --network-rules) whose endpoints a restricted mount may reach anyway; implies --"+mountapi.FlagRestrictEgress)
+	f.BoolVar(&cfg.Debug, mountapi.FlagFuseDebug, false, "log every FUSE request (very verbose)")
+	_ = cmd.MarkFlagRequired(mountapi.FlagCacheDir)
+	_ = cmd.MarkFlagRequired(mountapi.FlagCacheSize)
 	return cmd
 }
 
@@ -188,13 +190,13 @@ func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []stri
 	}
 	cfg.Source, cfg.Mountpoint, cfg.Logger = args[0], args[1], log
 	if cfg.CacheSize, err = units.ParseSize(cacheSize); err != nil {
-		return usageError(fmt.Errorf("--%s: %w", mount.FlagCacheSize, err))
+		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagCacheSize, err))
 	}
 	if cfg.WholeFileMax, err = units.ParseSize(wholeFileMax); err != nil {
-		return usageError(fmt.Errorf("--%s: %w", mount.FlagWholeFileMax, err))
+		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagWholeFileMax, err))
 	}
 	if cfg.BlockSize, err = units.ParseSize(blockSize); err != nil {
-		return usageError(fmt.Errorf("--%s: %w", mount.FlagBlockSize, err))
+		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagBlockSize, err))
 	}
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(readaheadFiles); err != nil {
 		return usageError(err)

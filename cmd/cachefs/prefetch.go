@@ -16,7 +16,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/manifest"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/prefetch"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -84,16 +84,16 @@ full, 1 error or files that could not be read, 130 interrupted.`,
 	f.StringVar(&c.cacheDir, "cache-dir", "", "cache directory, the one the mount will use (required)")
 	f.StringVar(&c.cacheSize, "cache-size", "", "cache capacity, as for mount (required unless a mount is running on --cache-dir)")
 	f.StringVar(&c.manifest, "manifest", "", "dataset manifest: a local file or a URL; default: SOURCE/.epochfs/manifest when it exists; 'none' walks the source")
-	f.StringVar(&c.manifestMax, mount.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "as for mount: the most memory the manifest may take, estimated from its header")
+	f.StringVar(&c.manifestMax, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "as for mount: the most memory the manifest may take, estimated from its header")
 	f.StringVar(&c.policy, "policy", cache.PolicyNR, "cache policy; only nr (prefetching into a replacing policy would evict what it fetched)")
 	f.StringVar(&c.wholeFileMax, "whole-file-max", fmt.Sprint(cache.DefaultWholeFileMax), "as for mount: files up to this size are cached whole")
 	f.StringVar(&c.blockSize, "block-size", fmt.Sprint(cache.DefaultBlockSize), "as for mount: larger files are cached in blocks of this size")
 	f.IntVar(&c.workers, "workers", prefetch.DefaultWorkers, "parallel reads from the source")
 	f.BoolVar(&c.json, "json", false, "print the final summary as JSON on stdout")
 	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a live line on a terminal, plain lines otherwise), lines, none")
-	f.StringVar(&c.scope, mount.FlagCacheScope, mount.ScopeNode, "cluster: fill only the files this node owns among --peers (as its cluster-scope mount admits them); a running mount on --cache-dir applies its own scope")
-	f.StringVar(&c.peers, mount.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (as given to the mounts)")
-	f.StringVar(&c.peerID, mount.FlagPeerID, "", "cluster scope: this node's peer id (as given to its mount)")
+	f.StringVar(&c.scope, mountapi.FlagCacheScope, mountapi.ScopeNode, "cluster: fill only the files this node owns among --peers (as its cluster-scope mount admits them); a running mount on --cache-dir applies its own scope")
+	f.StringVar(&c.peers, mountapi.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (as given to the mounts)")
+	f.StringVar(&c.peerID, mountapi.FlagPeerID, "", "cluster scope: this node's peer id (as given to its mount)")
 	f.DurationVar(&c.readTimeout, "read-timeout", prefetch.DefaultReadTimeout, "deadline of one read (a file or a block), retries included")
 	_ = cmd.MarkFlagRequired("cache-dir")
 	return cmd
@@ -114,20 +114,20 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 	}
 	var members []peer.Peer
 	switch c.scope {
-	case mount.ScopeNode, "":
-	case mount.ScopeCluster:
+	case mountapi.ScopeNode, "":
+	case mountapi.ScopeCluster:
 		if members, err = peer.ParsePeers(c.peers); err != nil {
-			return fmt.Errorf("prefetch: --%s: %w", mount.FlagPeers, err)
+			return fmt.Errorf("prefetch: --%s: %w", mountapi.FlagPeers, err)
 		}
 		found := false
 		for _, p := range members {
 			found = found || p.ID == c.peerID
 		}
 		if !found {
-			return fmt.Errorf("prefetch: --%s %q is not one of --%s", mount.FlagPeerID, c.peerID, mount.FlagPeers)
+			return fmt.Errorf("prefetch: --%s %q is not one of --%s", mountapi.FlagPeerID, c.peerID, mountapi.FlagPeers)
 		}
 	default:
-		return fmt.Errorf("prefetch: --%s %q: want %s or %s", mount.FlagCacheScope, c.scope, mount.ScopeNode, mount.ScopeCluster)
+		return fmt.Errorf("prefetch: --%s %q: want %s or %s", mountapi.FlagCacheScope, c.scope, mountapi.ScopeNode, mountapi.ScopeCluster)
 	}
 	whole, err := units.ParseSize(c.wholeFileMax)
 	if err != nil {
@@ -153,15 +153,16 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 		via string
 	)
 	remote := func() error {
-		req := mount.ControlRequest{Source: src.String(), Workers: c.workers}
+		req := mountapi.ControlRequest{Source: src.String(), Workers: c.workers}
 		if c.splitSet {
 			req.WholeFileMax, req.BlockSize = whole, block
 		}
 		var latest atomic.Pointer[prefetch.Progress]
 		stop := func() {}
-		sum, err = mount.RemotePrefetch(ctx, c.cacheDir, req, func(ev mount.ControlEvent) {
+		var rsum mountapi.PrefetchSummary
+		rsum, err = mountapi.RemotePrefetch(ctx, c.cacheDir, req, func(ev mountapi.ControlEvent) {
 			switch ev.Type {
-			case mount.EventStarted:
+			case mountapi.EventStarted:
 				s := ev.Started
 				fmt.Fprintf(stderr, "%s is in use by a running mount (pid %d): prefetching through its control socket (capacity %s)\n",
 					c.cacheDir, s.Pid, units.FormatSize(s.CapacityBytes))
@@ -171,10 +172,11 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 					}
 					return prefetch.Progress{Phase: prefetch.PhaseListing, ETASeconds: -1}
 				})
-			case mount.EventProgress:
-				latest.Store(ev.Progress)
+			case mountapi.EventProgress:
+				latest.Store((*prefetch.Progress)(ev.Progress))
 			}
 		})
+		sum = prefetch.Summary(rsum)
 		stop()
 		via = "mount"
 		if err != nil && ctx.Err() != nil {
@@ -185,7 +187,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 
 	if capacity == 0 {
 		if err := remote(); err != nil {
-			if errors.Is(err, mount.ErrNoControl) {
+			if errors.Is(err, mountapi.ErrNoControl) {
 				return errors.New("prefetch: --cache-size is required (no mount is running on --cache-dir)")
 			}
 			return err
@@ -196,8 +198,8 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 		switch {
 		case errors.Is(err, cache.ErrLocked):
 			if rerr := remote(); rerr != nil {
-				if errors.Is(rerr, mount.ErrNoControl) {
-					return fmt.Errorf("prefetch: %w, and no mount serves %s: %v", err, mount.ControlSocket(c.cacheDir), rerr)
+				if errors.Is(rerr, mountapi.ErrNoControl) {
+					return fmt.Errorf("prefetch: %w, and no mount serves %s: %v", err, mountapi.ControlSocket(c.cacheDir), rerr)
 				}
 				return rerr
 			}
@@ -232,7 +234,7 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 	man, where, err := manifest.DiscoverMax(ctx, b, c.manifest, bopts, maxMem)
 	switch {
 	case errors.Is(err, manifest.ErrTooLarge):
-		return prefetch.Summary{}, fmt.Errorf("prefetch: %w: raise --%s or use --manifest none", err, mount.FlagManifestMaxMemory)
+		return prefetch.Summary{}, fmt.Errorf("prefetch: %w: raise --%s or use --manifest none", err, mountapi.FlagManifestMaxMemory)
 	case err != nil:
 		return prefetch.Summary{}, fmt.Errorf("prefetch: %w", err)
 	case man != nil:

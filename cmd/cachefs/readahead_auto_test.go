@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 func TestMountReadaheadAuto(t *testing.T) {
@@ -111,13 +111,13 @@ func TestMountReadaheadAuto(t *testing.T) {
 // startMount runs `cachefs mount` with default flags (and a metrics
 // address) until the test ends, and returns its mount point and metrics
 // URL.
-func startMount(t *testing.T, bin, src string, capacity int64, env []string, extra ...string) (mnt, metricsURL string) {
+func startMount(t *testing.T, bin, src string, capacity int64, env []string) (mnt, metricsURL string) {
 	t.Helper()
 	mnt, cacheDir := t.TempDir(), t.TempDir()
 	port := testenv.FreePort(t)
 	metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-	args := append([]string{"mount", src, mnt, "--cache-dir", cacheDir,
-		"--cache-size", strconv.FormatInt(capacity, 10), "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
+	args := mountapi.CommandOptions{Source: src, Mountpoint: mnt, CacheDir: cacheDir, CacheSize: capacity,
+		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", port)}.Args()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()

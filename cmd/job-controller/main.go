@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -77,9 +76,7 @@ func run() error {
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "job-controller.jobs.epochfs.io",
 		LeaderElectionNamespace: *leaderNS,
-		// The capacity pre-check reads every Node and Pod from the cache:
-		// keep it lean.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:                   controller.CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)

@@ -47,13 +47,7 @@ func Start(name string, cmd *exec.Cmd, mnt string) (*Proc, error) {
 // Stop sends SIGTERM, waits, kills after a grace period, and detaches the
 // mount point if it is still mounted.
 func (p *Proc) Stop() {
-	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.Done:
-	case <-time.After(30 * time.Second):
-		_ = p.Cmd.Process.Kill()
-		<-p.Done
-	}
+	p.Terminate(30 * time.Second)
 	if p.Mnt != "" && Mounted(p.Mnt) {
 		_ = syscall.Unmount(p.Mnt, syscall.MNT_DETACH)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -59,6 +60,17 @@ func (p *Proc) Err() error {
 func (p *Proc) Kill() {
 	_ = p.Cmd.Process.Kill()
 	<-p.Done
+}
+
+// Terminate sends SIGTERM to the process (a clean shutdown: a mount
+// unmounts), waits up to grace for it to exit, then kills it (Kill).
+func (p *Proc) Terminate(grace time.Duration) {
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.Done:
+	case <-time.After(grace):
+		p.Kill()
+	}
 }
 
 // Tail returns the last n bytes of the process's output (Out, else the

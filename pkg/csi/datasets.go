@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 	"github.com/epochfs/epochfs/pkg/mount/fusectl"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // datasetMount is one `cachefs mount` process serving one set of volume
@@ -128,7 +128,7 @@ func (n *nodeState) start(ds *datasetMount) error {
 			return err
 		}
 	}
-	opts := mount.CommandOptions{
+	opts := mountapi.CommandOptions{
 		Source:         ds.Params.Source,
 		Mountpoint:     ds.MountPoint,
 		CacheDir:       ds.CacheDir,
@@ -136,7 +136,7 @@ func (n *nodeState) start(ds *datasetMount) error {
 		Policy:         ds.Params.Policy,
 		Manifest:       ds.Params.Manifest,
 		ReadaheadFiles: readaheadArg(ds.Params.ReadaheadFiles),
-		LogFormat:      mount.LogFormatJSON,
+		LogFormat:      mountapi.LogFormatJSON,
 		// Every mount the driver starts is a tenant's: closed egress.
 		RestrictEgress: true,
 		EgressRules:    strings.Join(n.cfg.egressRules, ","),

@@ -27,12 +27,12 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/epochfs/epochfs/pkg/csiprobe"
-	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/volattr"
-	"k8s.io/client-go/kubernetes"
 )
 
 // DriverName is the CSI driver name (defined with the volume attributes).
@@ -165,11 +165,8 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 		}
 		return client, nil
 	}
-	eg, err := mount.NewEgress(d.cfg.NetworkRules)
-	if err != nil {
-		return nodeConfig{}, fmt.Errorf("csi: network rules: %w", err)
-	}
-	cfg.egress, cfg.egressRules = eg, d.cfg.NetworkRules
+	// The rules were checked by sourcepolicy.New.
+	cfg.egressRules = d.cfg.NetworkRules
 	if d.cfg.MounterEndpoint != "" {
 		ml, err := newMounterLauncher(d.cfg.MounterEndpoint)
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,12 +16,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
-	"github.com/epochfs/epochfs/pkg/manifest"
-	"github.com/epochfs/epochfs/pkg/mount"
-	"github.com/epochfs/epochfs/pkg/source"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // nodeLabeler records which datasets this node's caches hold, for the job
@@ -43,7 +39,7 @@ type nodeLabeler struct {
 	duration  time.Duration // of the Lease: it expires unless renewed within
 }
 
-// datasetSizes remembers each dataset's size from its manifest.
+// datasetSizes remembers each dataset's size, as its mount reported it.
 type datasetSizes struct {
 	mu    sync.Mutex
 	sizes map[string]int64 // dataset key → bytes (-1: no manifest)
@@ -64,17 +60,16 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// datasetBytes returns the dataset's size from its manifest, found as the
-// mount finds it (the manifest parameter, else SOURCE/.epochfs/manifest),
-// or -1 when it has none. Remembered per dataset, and so is a manifest that
-// is refused (corrupt, or larger than a mount loads): neither is read again
-// at every sync.
+// datasetBytes returns the dataset's size as its mount reports it over
+// the control socket (mountapi.RemoteDataset): the total bytes of the
+// manifest the mount loaded, or -1 when it serves without one or does not
+// answer. Remembered per dataset once the mount has answered.
 //
-// The node plugin runs within a small memory limit and the manifest is the
-// tenant's: it never loads nor decompresses it. manifest.ReadInfo streams
-// the file through a 1 MiB buffer to check its checksum and returns what the
-// header says (the total bytes, the entry count), refusing a header that
-// announces more than the mounts load (manifest.DefaultMaxMemory).
+// The node plugin never opens the dataset nor reads its manifest, which is
+// the tenant's: the mount process loads it within its own limit
+// (--manifest-max-memory) and refuses a corrupt or oversized one, and a
+// mount that refuses its manifest does not run, so its dataset has no size
+// (asked again at the next sync).
 func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 	l := &n.sizes
 	l.mu.Lock()
@@ -83,35 +78,16 @@ func (n *nodeState) datasetBytes(ctx context.Context, ds *datasetMount) int64 {
 	if ok {
 		return size
 	}
+	ctx, cancel := context.WithTimeout(ctx, mountScrapeTimeout)
+	defer cancel()
+	info, err := mountapi.RemoteDataset(ctx, ds.CacheDir)
+	if err != nil {
+		n.cfg.log.Warn("node labels: the dataset's mount did not tell its size", "key", ds.Key, "err", err)
+		return -1 // not remembered: asked again next time
+	}
 	size = -1
-	src, err := source.Parse(ds.Params.Source)
-	if err != nil {
-		return size
-	}
-	opts := backend.Options{Logger: n.cfg.log, Egress: n.cfg.egress}
-	if env, err := n.readSecrets(ds.Key); err == nil && len(env) > 0 {
-		// The same parser as the mount process's --credentials-fd.
-		if c, err := mount.ReadCredentials(strings.NewReader(strings.Join(env, "\n"))); err == nil {
-			opts.Credentials = c
-		}
-	}
-	b, err := backend.Open(ctx, src, opts)
-	if err != nil {
-		n.cfg.log.Warn("node labels: cannot open the dataset to find its manifest", "key", ds.Key, "err", err)
-		return size // not remembered: retried next time
-	}
-	defer b.Close()
-	info, _, err := manifest.ReadInfo(ctx, b, ds.Params.Manifest, opts, 0)
-	switch {
-	case errors.Is(err, manifest.ErrTooLarge) || errors.Is(err, manifest.ErrCorrupt) || errors.Is(err, manifest.ErrUnsupported):
-		// Remembered: the mount refuses it too; it is not fetched again
-		// on every sync.
-		n.cfg.log.Warn("node labels: the dataset's manifest is refused; no size for it", "key", ds.Key, "err", err)
-	case err != nil:
-		n.cfg.log.Warn("node labels: cannot read the dataset's manifest", "key", ds.Key, "err", err)
-		return size
-	case info != nil:
-		size = info.TotalBytes
+	if info.Manifest {
+		size = info.Bytes
 	}
 	l.mu.Lock()
 	l.sizes[ds.Key] = size

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // A launcher starts `cachefs` with args in its own session, its output
@@ -79,7 +79,7 @@ func startDetached(binary string, args, creds []string, logPath string) (*exec.C
 		}
 		defer r.Close() // the child has its copy
 		cmd.ExtraFiles = []*os.File{r}
-		cmd.Args = append(cmd.Args, "--"+mount.FlagCredentialsFD, strconv.Itoa(credentialsFD))
+		cmd.Args = append(cmd.Args, "--"+mountapi.FlagCredentialsFD, strconv.Itoa(credentialsFD))
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -138,12 +138,12 @@ func mountEnv(env []string, ownCredentials bool) []string {
 
 // credentialsPipe returns the read end of a pipe holding creds (KEY=VALUE
 // lines) and closed for writing. They fit the pipe's buffer (64 KiB; the
-// mount process reads at most mount.MaxCredentialsSize), so the write does
+// mount process reads at most mountapi.MaxCredentialsSize), so the write does
 // not wait for the reader.
 func credentialsPipe(creds []string) (*os.File, error) {
 	b := []byte(strings.Join(creds, "\n") + "\n")
-	if len(b) > mount.MaxCredentialsSize {
-		return nil, fmt.Errorf("csi: credentials are %d bytes, over the %d-byte limit", len(b), mount.MaxCredentialsSize)
+	if len(b) > mountapi.MaxCredentialsSize {
+		return nil, fmt.Errorf("csi: credentials are %d bytes, over the %d-byte limit", len(b), mountapi.MaxCredentialsSize)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -373,12 +373,12 @@ func listenSocket(path string) (net.Listener, os.FileInfo, error) {
 // secret keys and a log file under logDir. The credentials descriptor is
 // the mounter's to name (startDetached), not the caller's.
 func checkLaunch(req launchRequest, logDir string) error {
-	if len(req.Args) < 3 || req.Args[0] != mount.Command {
+	if len(req.Args) < 3 || req.Args[0] != mountapi.Command {
 		return errors.New("only `cachefs mount SOURCE MOUNTPOINT …` may be launched")
 	}
 	for _, a := range req.Args[3:] {
-		if a == "--"+mount.FlagCredentialsFD || strings.HasPrefix(a, "--"+mount.FlagCredentialsFD+"=") {
-			return fmt.Errorf("--%s is set by the mounter, not in a request", mount.FlagCredentialsFD)
+		if a == "--"+mountapi.FlagCredentialsFD || strings.HasPrefix(a, "--"+mountapi.FlagCredentialsFD+"=") {
+			return fmt.Errorf("--%s is set by the mounter, not in a request", mountapi.FlagCredentialsFD)
 		}
 	}
 	for _, kv := range req.Env {

@@ -20,7 +20,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/metrics"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
@@ -54,9 +54,9 @@ const (
 // listingCaps are the cap label values of cachefs_listing_refusals_total
 // and the mount flag each one is set by: the only cap text an event carries.
 var listingCaps = map[string]string{
-	backend.CapDirEntries:    "--" + mount.FlagMaxDirEntries,
-	backend.CapListingMemory: "--" + mount.FlagMaxListingMemory,
-	backend.CapListingPages:  "--" + mount.FlagMaxDirEntries + " (the page cap: its value / 100 + 100 requests)",
+	backend.CapDirEntries:    "--" + mountapi.FlagMaxDirEntries,
+	backend.CapListingMemory: "--" + mountapi.FlagMaxListingMemory,
+	backend.CapListingPages:  "--" + mountapi.FlagMaxDirEntries + " (the page cap: its value / 100 + 100 requests)",
 	"page-size":              "none (an S3 listing page over 8 MiB)",
 }
 
@@ -154,7 +154,7 @@ func newListingEvents(client kubernetes.Interface, nodeID string, every time.Dur
 
 // refusals reads a mount's cachefs_listing_refusals_total by cap.
 func refusals(ctx context.Context, cacheDir string) (map[string]float64, error) {
-	mfs, err := mount.RemoteMetrics(ctx, cacheDir)
+	mfs, err := remoteMetrics(ctx, cacheDir)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/pkg/csi"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // TestMountLogRotated: a mount log over --mount-log-max-size is copied to
@@ -54,7 +54,7 @@ func TestMountLogRotated(t *testing.T) {
 
 	// The mount logs a prefetch it runs for its control socket.
 	key := strings.TrimSuffix(filepath.Base(log), ".log")
-	if _, err := mount.RemotePrefetch(ctx, filepath.Join(td.cacheDir, key), mount.ControlRequest{}, nil); err != nil {
+	if _, err := mountapi.RemotePrefetch(ctx, filepath.Join(td.cacheDir, key), mountapi.ControlRequest{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the mount to log the prefetch", func() bool {

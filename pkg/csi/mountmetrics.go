@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -10,10 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/epochfs/epochfs/pkg/cachelabel"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // mountScrapeTimeout bounds asking one mount process for its metrics.
@@ -26,6 +29,21 @@ const (
 	LabelDatasetKey = "dataset_key" // the dataset mount (ds-…): one per parameters and credentials
 	LabelDatasetID  = "dataset_id"  // the dataset (pkg/cachelabel), as in the node's cache labels
 )
+
+// remoteMetrics asks the mount serving cacheDir for its metrics
+// (mountapi.RemoteMetrics), parsed by family name.
+func remoteMetrics(ctx context.Context, cacheDir string) (map[string]*dto.MetricFamily, error) {
+	text, err := mountapi.RemoteMetrics(ctx, cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("csi: metrics of the mount of %s: %w", cacheDir, err)
+	}
+	return mfs, nil
+}
 
 // mountGatherer gathers the cachefs_* metrics of every dataset mount on the
 // node through their control sockets (OpMetrics), each labelled with its
@@ -65,7 +83,7 @@ func (g *mountGatherer) Gather() ([]*dto.MetricFamily, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mfs, err := mount.RemoteMetrics(ctx, ds.CacheDir)
+			mfs, err := remoteMetrics(ctx, ds.CacheDir)
 			if err != nil {
 				g.errors.Add(1)
 				g.n.cfg.log.Debug("dataset mount metrics not scraped", "key", ds.Key, "err", err)

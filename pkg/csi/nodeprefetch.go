@@ -5,8 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/epochfs/epochfs/pkg/mount"
-	"github.com/epochfs/epochfs/pkg/prefetch"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // controlSocketWait bounds how long a prefetch waits for a new mount's
@@ -41,11 +40,11 @@ func (n *nodeState) startPrefetch(ds *datasetMount) {
 		}()
 		// A mount serves its control socket a moment after its FUSE mount
 		// answers (what start waits for): until then, ask again.
-		var sum prefetch.Summary
+		var sum mountapi.PrefetchSummary
 		var err error
 		for wait := time.Now().Add(controlSocketWait); ; {
-			sum, err = mount.RemotePrefetch(ctx, cacheDir, mount.ControlRequest{Source: source}, nil)
-			if !errors.Is(err, mount.ErrNoControl) || time.Now().After(wait) || ctx.Err() != nil {
+			sum, err = mountapi.RemotePrefetch(ctx, cacheDir, mountapi.ControlRequest{Source: source}, nil)
+			if !errors.Is(err, mountapi.ErrNoControl) || time.Now().After(wait) || ctx.Err() != nil {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)

@@ -15,8 +15,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/epochfs/epochfs/pkg/backend"
 )
 
 // nodeConfig is what the node state needs, taken from the driver's Config
@@ -46,10 +44,9 @@ type nodeConfig struct {
 	// egressRules are the node's network rules, handed to every mount it
 	// starts (--restrict-egress --egress-rules): a tenant's mount reaches
 	// the node's own, loopback or link-local addresses only where a rule
-	// names the endpoint. egress is the same dialer for the node plugin's
-	// own reads of a dataset (its manifest, for labels and stats).
+	// names the endpoint. The node plugin itself never connects to a
+	// dataset.
 	egressRules []string
-	egress      backend.Egress
 }
 
 // nodeState is the node service's view of its volumes and dataset mounts,

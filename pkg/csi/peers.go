@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/volattr"
 )
@@ -305,12 +305,12 @@ func (n *nodeState) leaveCluster(ds *datasetMount) {
 }
 
 // clusterArgs fills the cluster-scope flags of ds's command line.
-func (n *nodeState) clusterArgs(ds *datasetMount, o *mount.CommandOptions) {
+func (n *nodeState) clusterArgs(ds *datasetMount, o *mountapi.CommandOptions) {
 	if ds.PeerGroup == "" {
 		return
 	}
 	self := n.self(ds)
-	o.CacheScope = mount.ScopeCluster
+	o.CacheScope = mountapi.ScopeCluster
 	o.PeersFile = n.peersPath(ds.Key)
 	o.PeerListen = self.Addr
 	o.PeerID = self.ID

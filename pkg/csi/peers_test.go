@@ -13,13 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"net"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/internal/testenv"
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
 )
 
@@ -122,7 +120,7 @@ var errLaunch = errors.New("test: no launch")
 
 func (l *failLauncher) launch(args, _ []string, _ string) (int, error) {
 	l.args = args
-	if i := slices.Index(args, "--"+mount.FlagPeersFile); i >= 0 {
+	if i := slices.Index(args, "--"+mountapi.FlagPeersFile); i >= 0 {
 		l.peers, _ = os.ReadFile(args[i+1])
 	}
 	return 0, errLaunch
@@ -316,17 +314,6 @@ func TestCheckPeerConfig(t *testing.T) {
 	}
 }
 
-// freePort returns a port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestClusterScopeTwoNodes: two node states (node-a, node-b) sharing a
 // directory start real cluster-scope mounts of one dataset: each one's
 // peers file lists both, every file reads right through both mounts, the
@@ -345,7 +332,7 @@ func TestClusterScopeTwoNodes(t *testing.T) {
 		}
 	}
 	dir := newMemDirectory()
-	pa, pb := freePort(t), freePort(t)
+	pa, pb := testenv.FreePort(t), testenv.FreePort(t)
 	a := newPeerNode(t, localLauncher{binary: cachefs}, dir.as("node-a"), true, "node-a", pa, pa)
 	b := newPeerNode(t, localLauncher{binary: cachefs}, dir.as("node-b"), true, "node-b", pb, pb)
 	params, err := parseParams(map[string]string{"source": src, "cacheScope": "cluster"}, 64<<20)

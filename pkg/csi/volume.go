@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/sourcepolicy"
 	"github.com/epochfs/epochfs/pkg/units"
@@ -35,7 +35,7 @@ const (
 // Secret keys accepted in node-stage (and, for inline volumes, node-publish)
 // secrets: those `cachefs mount --credentials-fd` reads, through which they
 // reach the mount process (see startDetached).
-var secretKeys = mount.CredentialKeys
+var secretKeys = mountapi.CredentialKeys
 
 // volumeParams are a volume's validated parameters.
 type volumeParams = volattr.Params
@@ -258,11 +258,11 @@ func checkSecrets(in map[string]string) (map[string]string, error) {
 		sort.Strings(unknown)
 		return nil, status.Errorf(codes.InvalidArgument, "unknown secret keys %q (known: %s)", unknown, strings.Join(secretKeys, ", "))
 	}
-	if (out[mount.CredentialAccessKeyID] == "") != (out[mount.CredentialSecretAccessKey] == "") {
-		return nil, status.Errorf(codes.InvalidArgument, "secrets must hold both %s and %s, or neither", mount.CredentialAccessKeyID, mount.CredentialSecretAccessKey)
+	if (out[mountapi.CredentialAccessKeyID] == "") != (out[mountapi.CredentialSecretAccessKey] == "") {
+		return nil, status.Errorf(codes.InvalidArgument, "secrets must hold both %s and %s, or neither", mountapi.CredentialAccessKeyID, mountapi.CredentialSecretAccessKey)
 	}
-	if (out[mount.CredentialCephUserID] == "") != (out[mount.CredentialCephUserKey] == "") {
-		return nil, status.Errorf(codes.InvalidArgument, "secrets must hold both %s and %s (a CephFS client name and its key), or neither", mount.CredentialCephUserID, mount.CredentialCephUserKey)
+	if (out[mountapi.CredentialCephUserID] == "") != (out[mountapi.CredentialCephUserKey] == "") {
+		return nil, status.Errorf(codes.InvalidArgument, "secrets must hold both %s and %s (a CephFS client name and its key), or neither", mountapi.CredentialCephUserID, mountapi.CredentialCephUserKey)
 	}
 	return out, nil
 }
@@ -284,11 +284,11 @@ func hasCredentials(src source.Source, secrets map[string]string) bool {
 		switch p.Kind {
 		case source.KindPosix:
 		case source.KindS3:
-			if secrets[mount.CredentialAccessKeyID] == "" || secrets[mount.CredentialSecretAccessKey] == "" {
+			if secrets[mountapi.CredentialAccessKeyID] == "" || secrets[mountapi.CredentialSecretAccessKey] == "" {
 				return false
 			}
 		case source.KindCephFS:
-			if secrets[mount.CredentialCephUserID] == "" || secrets[mount.CredentialCephUserKey] == "" {
+			if secrets[mountapi.CredentialCephUserID] == "" || secrets[mountapi.CredentialCephUserKey] == "" {
 				return false
 			}
 		default:

@@ -16,7 +16,9 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/prefetch"
 )
 
@@ -84,7 +86,7 @@ func TestPrefetchThroughControlWhileServing(t *testing.T) {
 	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: cacheDir, CacheSize: total / 2,
 		WholeFileMax: ctlWholeMax, BlockSize: ctlBlockSize}
 	m, unmount := unmountable(t, cfg)
-	if fi, err := os.Stat(mount.ControlSocket(cacheDir)); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
+	if fi, err := os.Stat(mountapi.ControlSocket(cacheDir)); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("control socket: %v %v", fi, err)
 	}
 
@@ -108,9 +110,9 @@ func TestPrefetchThroughControlWhileServing(t *testing.T) {
 		}()
 	}
 	var events []string
-	sum, err := mount.RemotePrefetch(context.Background(), cacheDir,
-		mount.ControlRequest{Source: src, Workers: 4, ProgressIntervalMS: 5},
-		func(ev mount.ControlEvent) { events = append(events, ev.Type) })
+	sum, err := mountapi.RemotePrefetch(context.Background(), cacheDir,
+		mountapi.ControlRequest{Source: src, Workers: 4, ProgressIntervalMS: 5},
+		func(ev mountapi.ControlEvent) { events = append(events, ev.Type) })
 	prefetchDone.Store(true)
 	wg.Wait()
 	if err != nil {
@@ -120,7 +122,7 @@ func TestPrefetchThroughControlWhileServing(t *testing.T) {
 	if mismatches.Load() != 0 {
 		t.Fatalf("%d reads through the mount returned wrong bytes during the prefetch", mismatches.Load())
 	}
-	if len(events) == 0 || events[0] != mount.EventStarted {
+	if len(events) == 0 || events[0] != mountapi.EventStarted {
 		t.Errorf("events %v: want started first", events)
 	}
 	if sum.State != prefetch.StateCacheFull || sum.CachedBytes == 0 || sum.UsedBytes > cfg.CacheSize {
@@ -129,7 +131,7 @@ func TestPrefetchThroughControlWhileServing(t *testing.T) {
 
 	// Nothing in flight now: a second prefetch finds nothing more that fits
 	// and reports the truth, which the mount's store agrees with.
-	again, err := mount.RemotePrefetch(context.Background(), cacheDir, mount.ControlRequest{}, nil)
+	again, err := mountapi.RemotePrefetch(context.Background(), cacheDir, mountapi.ControlRequest{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +143,7 @@ func TestPrefetchThroughControlWhileServing(t *testing.T) {
 		t.Fatalf("%d wrong files after the prefetch", n)
 	}
 	unmount()
-	if _, err := os.Stat(mount.ControlSocket(cacheDir)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(mountapi.ControlSocket(cacheDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("control socket left after unmount: %v", err)
 	}
 
@@ -186,9 +188,9 @@ func TestRemotePrefetchCancel(t *testing.T) {
 	m, _ := unmountable(t, cfg)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	sum, err := mount.RemotePrefetch(ctx, cacheDir, mount.ControlRequest{Workers: 2, ProgressIntervalMS: 10},
-		func(ev mount.ControlEvent) {
-			if ev.Type == mount.EventProgress && ev.Progress.DoneFiles >= 20 {
+	sum, err := mountapi.RemotePrefetch(ctx, cacheDir, mountapi.ControlRequest{Workers: 2, ProgressIntervalMS: 10},
+		func(ev mountapi.ControlEvent) {
+			if ev.Type == mountapi.EventProgress && ev.Progress.DoneFiles >= 20 {
 				cancel()
 			}
 		})
@@ -201,7 +203,7 @@ func TestRemotePrefetchCancel(t *testing.T) {
 		sum.CachedBytes != m.Stats().UsedBytes {
 		t.Errorf("cancelled prefetch: %+v; store used %d", sum, m.Stats().UsedBytes)
 	}
-	rest, err := mount.RemotePrefetch(context.Background(), cacheDir, mount.ControlRequest{Workers: 8}, nil)
+	rest, err := mountapi.RemotePrefetch(context.Background(), cacheDir, mountapi.ControlRequest{Workers: 8}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,24 +228,24 @@ func TestControlRefusals(t *testing.T) {
 	firstDone := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		_, err := mount.RemotePrefetch(context.Background(), cacheDir, mount.ControlRequest{Workers: 1},
-			func(ev mount.ControlEvent) { once.Do(func() { close(started) }) })
+		_, err := mountapi.RemotePrefetch(context.Background(), cacheDir, mountapi.ControlRequest{Workers: 1},
+			func(ev mountapi.ControlEvent) { once.Do(func() { close(started) }) })
 		firstDone <- err
 	}()
 	<-started
 
 	for _, tc := range []struct {
 		name string
-		req  mount.ControlRequest
+		req  mountapi.ControlRequest
 		want string
 	}{
-		{"another dataset", mount.ControlRequest{Source: t.TempDir()}, "is used by a mount of"},
-		{"bad source", mount.ControlRequest{Source: "s3:///x"}, "bucket"},
-		{"another split", mount.ControlRequest{WholeFileMax: 1 << 20}, "same split"},
-		{"busy", mount.ControlRequest{Source: "file://" + src}, "already running"},
+		{"another dataset", mountapi.ControlRequest{Source: t.TempDir()}, "is used by a mount of"},
+		{"bad source", mountapi.ControlRequest{Source: "s3:///x"}, "bucket"},
+		{"another split", mountapi.ControlRequest{WholeFileMax: 1 << 20}, "same split"},
+		{"busy", mountapi.ControlRequest{Source: "file://" + src}, "already running"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := mount.RemotePrefetch(context.Background(), cacheDir, tc.req, nil)
+			_, err := mountapi.RemotePrefetch(context.Background(), cacheDir, tc.req, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("RemotePrefetch: %v, want an error saying %q", err, tc.want)
 			}
@@ -252,7 +254,44 @@ func TestControlRefusals(t *testing.T) {
 	if err := <-firstDone; err != nil {
 		t.Errorf("first prefetch: %v", err)
 	}
-	if _, err := mount.RemotePrefetch(context.Background(), t.TempDir(), mount.ControlRequest{}, nil); !errors.Is(err, mount.ErrNoControl) {
+	if _, err := mountapi.RemotePrefetch(context.Background(), t.TempDir(), mountapi.ControlRequest{}, nil); !errors.Is(err, mountapi.ErrNoControl) {
 		t.Errorf("no mount: %v, want ErrNoControl", err)
+	}
+}
+
+// TestControlDataset: a mount tells what it serves (OpDataset): the size
+// of the manifest it loaded, or no size without one.
+func TestControlDataset(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	man, _, err := manifest.Build([]manifest.File{{Path: "a", Size: 1000, Version: "v"}, {Path: "d/b", Size: 234, Version: "v"}},
+		manifest.BuildOptions{Info: manifest.Info{Source: "file://" + src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := filepath.Join(t.TempDir(), "m")
+	if _, err := man.WriteFile(local); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		manifest string
+		want     mountapi.DatasetInfo
+	}{
+		{local, mountapi.DatasetInfo{Source: src, ID: "file://" + src, Manifest: true, Bytes: 1234, Files: 2}},
+		{mountapi.ManifestNone, mountapi.DatasetInfo{Source: src, ID: "file://" + src}},
+	} {
+		cacheDir := t.TempDir()
+		_, unmount := unmountable(t, mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: cacheDir, CacheSize: 1 << 20, Manifest: tc.manifest})
+		got, err := mountapi.RemoteDataset(context.Background(), cacheDir)
+		if err != nil || got != tc.want {
+			t.Errorf("--manifest %q: RemoteDataset = %+v, %v; want %+v", tc.manifest, got, err, tc.want)
+		}
+		unmount()
+		if _, err := mountapi.RemoteDataset(context.Background(), cacheDir); !errors.Is(err, mountapi.ErrNoControl) {
+			t.Errorf("after unmount: %v, want ErrNoControl", err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/epochfs/epochfs/pkg/egress"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -21,7 +22,7 @@ func EgressAllow(rules []string) ([]string, error) {
 	for _, r := range rules {
 		src, err := source.Parse(r)
 		if err != nil {
-			return nil, fmt.Errorf("mount: --%s: %w", FlagEgressRules, err)
+			return nil, fmt.Errorf("mount: --%s: %w", mountapi.FlagEgressRules, err)
 		}
 		switch src.Kind {
 		case source.KindS3:
@@ -30,7 +31,7 @@ func EgressAllow(rules []string) ([]string, error) {
 			}
 			u, err := url.Parse(src.Endpoint)
 			if err != nil || u.Host == "" {
-				return nil, fmt.Errorf("mount: --%s: rule %s: bad endpoint", FlagEgressRules, r)
+				return nil, fmt.Errorf("mount: --%s: rule %s: bad endpoint", mountapi.FlagEgressRules, r)
 			}
 			host, port := u.Hostname(), u.Port()
 			if port == "" {
@@ -49,7 +50,7 @@ func EgressAllow(rules []string) ([]string, error) {
 				out = append(out, hostOnly(src.Host))
 			}
 		default:
-			return nil, fmt.Errorf("mount: --%s: rule %s is a %s source, want s3://, cephfs:// or nfs://", FlagEgressRules, r, src.Kind)
+			return nil, fmt.Errorf("mount: --%s: rule %s is a %s source, want s3://, cephfs:// or nfs://", mountapi.FlagEgressRules, r, src.Kind)
 		}
 	}
 	return out, nil

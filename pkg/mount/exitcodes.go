@@ -7,6 +7,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -23,7 +24,7 @@ func ExitCode(err error) exitcode.Code {
 		return exitcode.CacheUnusable
 	case errors.Is(err, ErrMountpoint):
 		return exitcode.Mountpoint
-	case errors.Is(err, ErrInvalidConfig), errors.Is(err, source.ErrInvalidURL),
+	case errors.Is(err, ErrInvalidConfig), errors.Is(err, mountapi.ErrCredentials), errors.Is(err, source.ErrInvalidURL),
 		errors.Is(err, backend.ErrUnsupported), errors.Is(err, cache.ErrInvalidOptions):
 		return exitcode.Usage
 	case errors.Is(err, backend.ErrPermission), errors.Is(err, fs.ErrPermission):

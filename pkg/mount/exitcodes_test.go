@@ -11,6 +11,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -26,6 +27,7 @@ func TestExitCode(t *testing.T) {
 		{errors.New("boom"), exitcode.Internal},
 		{wrap(manifest.ErrCorrupt), exitcode.Internal},
 		{wrap(mount.ErrInvalidConfig), exitcode.Usage},
+		{wrap(mountapi.ErrCredentials), exitcode.Usage},
 		{wrap(source.ErrInvalidURL), exitcode.Usage},
 		{wrap(backend.ErrUnsupported), exitcode.Usage},
 		{wrap(cache.ErrInvalidOptions), exitcode.Usage},

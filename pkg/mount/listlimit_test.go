@@ -1,7 +1,6 @@
 package mount_test
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,29 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/testenv"
+
 	"github.com/epochfs/epochfs/internal/fakes3"
 	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
-
-// lockedBuffer is a log sink safe for the mount's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestEndlessListingRefused: two real FUSE mounts in this process, without
 // a manifest, of an S3 server (internal/fakes3 on 127.0.0.1) whose
@@ -61,14 +45,14 @@ func TestEndlessListingRefused(t *testing.T) {
 	s := &fakes3.Server{Bucket: "data", Objects: map[string][]byte{"ok/a": []byte("a"), "ok/b": []byte("bb")},
 		Endless: []string{"endless/"}, EmptyPages: []string{"empty/"}, KeyLen: 100, Backstop: 400_000}
 	s.Start(t)
-	start := func(cfg mount.Config, log *lockedBuffer) *mount.Mount {
-		cfg.Source, cfg.Manifest, cfg.CacheSize, cfg.MetricsAddr = s.Source(), mount.ManifestNone, 1<<20, "127.0.0.1:0"
+	start := func(cfg mount.Config, log *testenv.SyncBuffer) *mount.Mount {
+		cfg.Source, cfg.Manifest, cfg.CacheSize, cfg.MetricsAddr = s.Source(), mountapi.ManifestNone, 1<<20, "127.0.0.1:0"
 		cfg.ReadTimeout = time.Minute
 		cfg.Backend.Credentials = backend.Credentials{AccessKey: "k", SecretKey: "s"}
 		cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
 		return mounttest.Start(t, cfg)
 	}
-	var logA, logB lockedBuffer
+	var logA, logB testenv.SyncBuffer
 	mntA, mntB := t.TempDir(), t.TempDir()
 	a := start(mount.Config{Mountpoint: mntA, MaxDirEntries: 10_000}, &logA)
 	b := start(mount.Config{Mountpoint: mntB, MaxListingMemory: 2 << 20}, &logB)
@@ -155,7 +139,7 @@ func TestEndlessListingRefused(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		m    *mount.Mount
-		log  *lockedBuffer
+		log  *testenv.SyncBuffer
 		caps map[string]int // cap label (and flag, but for listing-pages) → refusals
 	}{
 		{"A", a, &logA, map[string]int{"max-dir-entries": 1, "listing-pages": 1}},
@@ -177,7 +161,7 @@ func TestEndlessListingRefused(t *testing.T) {
 			}
 			flag := label
 			if label == backend.CapListingPages {
-				flag = mount.FlagMaxDirEntries // the page cap is derived from it
+				flag = mountapi.FlagMaxDirEntries // the page cap is derived from it
 			}
 			if !strings.Contains(c.log.String(), "--"+flag) {
 				t.Errorf("mount %s: no log line names --%s:\n%s", c.name, flag, strings.Join(lines, "\n"))

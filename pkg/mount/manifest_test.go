@@ -19,6 +19,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // requestCounter is an http.RoundTripper that counts S3 requests by kind.
@@ -207,7 +208,7 @@ func TestManifestOption(t *testing.T) {
 		}
 	})
 	t.Run("auto without manifest", func(t *testing.T) {
-		c := cfg(mount.ManifestAuto)
+		c := cfg(mountapi.ManifestAuto)
 		if m := mounttest.Start(t, c); m.Manifest() != nil {
 			t.Error("a manifest appeared")
 		}
@@ -220,12 +221,12 @@ func TestManifestOption(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer os.RemoveAll(filepath.Join(src, ".epochfs"))
-		c := cfg(mount.ManifestAuto)
+		c := cfg(mountapi.ManifestAuto)
 		mounttest.Start(t, c)
 		if got := names(c.Mountpoint); got != "only-in-manifest" {
 			t.Errorf("auto: mount lists %q", got)
 		}
-		c = cfg(mount.ManifestNone)
+		c = cfg(mountapi.ManifestNone)
 		mounttest.Start(t, c)
 		if got := names(c.Mountpoint); got != ".epochfs,f0,f1,f2,f3,f4" {
 			t.Errorf("none: mount lists %q", got)

@@ -13,6 +13,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/manifest/manifesttest"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // TestManifestMaxMemory: a mount refuses, before decompressing anything, a
@@ -57,9 +58,9 @@ func TestManifestMaxMemory(t *testing.T) {
 				_ = m.Unmount()
 				t.Fatal("mounted")
 			}
-			if !errors.Is(err, manifest.ErrTooLarge) || !strings.Contains(err.Error(), "--"+mount.FlagManifestMaxMemory) ||
+			if !errors.Is(err, manifest.ErrTooLarge) || !strings.Contains(err.Error(), "--"+mountapi.FlagManifestMaxMemory) ||
 				!strings.Contains(err.Error(), tc.wantLimit) {
-				t.Errorf("Start: %v, want ErrTooLarge naming --%s (%s)", err, mount.FlagManifestMaxMemory, tc.wantLimit)
+				t.Errorf("Start: %v, want ErrTooLarge naming --%s (%s)", err, mountapi.FlagManifestMaxMemory, tc.wantLimit)
 			}
 			if code := mount.ExitCode(err); code != exitcode.Internal {
 				t.Errorf("exit code %v", code)

@@ -34,17 +34,9 @@ import (
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/metrics"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 	"github.com/epochfs/epochfs/pkg/units"
-)
-
-// Values of Config.Manifest besides a location.
-const (
-	// ManifestAuto looks for the manifest at manifest.DefaultPath in the
-	// dataset and mounts without one when it is missing.
-	ManifestAuto = manifest.LocAuto
-	// ManifestNone mounts without a manifest (lazy backend listings).
-	ManifestNone = manifest.LocNone
 )
 
 // Sentinel errors of New and Start, besides those of pkg/backend and
@@ -73,8 +65,8 @@ type Config struct {
 	MetricsAddr string
 	// Manifest selects the dataset manifest that names, sizes and versions
 	// come from (then no List or Stat request reaches the backend):
-	// ManifestAuto ("") uses SOURCE/.epochfs/manifest when it exists;
-	// ManifestNone ("none") never uses one; anything else is a local file
+	// mountapi.ManifestAuto ("") uses SOURCE/.epochfs/manifest when it
+	// exists; mountapi.ManifestNone ("none") never uses one; anything else is a local file
 	// path or a source URL of the manifest object (e.g.
 	// s3://bucket/prefix/manifest?endpoint=…), which must load.
 	Manifest string
@@ -157,7 +149,7 @@ func New(cfg Config) (*Mount, error) {
 	case cfg.CacheSize <= 0:
 		return nil, fmt.Errorf("%w: --cache-size must be positive, got %d", ErrInvalidConfig, cfg.CacheSize)
 	case cfg.ManifestMaxMemory < 0:
-		return nil, fmt.Errorf("%w: --%s must not be negative, got %d", ErrInvalidConfig, FlagManifestMaxMemory, cfg.ManifestMaxMemory)
+		return nil, fmt.Errorf("%w: --%s must not be negative, got %d", ErrInvalidConfig, mountapi.FlagManifestMaxMemory, cfg.ManifestMaxMemory)
 	}
 	st, err := os.Stat(cfg.Mountpoint)
 	if err != nil {
@@ -175,15 +167,80 @@ func New(cfg Config) (*Mount, error) {
 // Start opens the backend and the cache, mounts, and starts the metrics
 // server. On error nothing is left mounted or open.
 func (m *Mount) Start(ctx context.Context) (err error) {
-	var cleanup []func()
+	var undo undoList
 	defer func() {
 		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
+			undo.run()
 		}
 	}()
+	b, man, err := m.openSource(ctx, &undo)
+	if err != nil {
+		return err
+	}
+	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy,
+		KeyScheme: m.src.VersionScheme(), Logger: m.log})
+	if err != nil {
+		if errors.Is(err, cache.ErrLocked) || errors.Is(err, cache.ErrInvalidOptions) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrCacheDir, err)
+	}
+	undo.add(func() { store.Close() })
+	reg, b, err := m.serveMetrics(store, b, &undo)
+	if err != nil {
+		return err
+	}
+	var ps *peerState
+	var peers fusefs.Peers
+	if m.cfg.Peer.Scope == mountapi.ScopeCluster {
+		if ps, err = m.startPeer(b.ID(), reg, man); err != nil {
+			return err
+		}
+		peers = ps.cluster
+	}
+	fsys, err := m.newFS(reg, b, store, man, peers, &undo)
+	if err != nil {
+		return err
+	}
+	if ps != nil {
+		if err := m.servePeer(ps, b.ID(), fsys); err != nil {
+			return err
+		}
+		undo.add(ps.stop)
+		m.recordShare(ps, man)
+		go m.followShare(ps, man, 2*time.Second)
+	}
+	server, err := m.mountFS(fsys)
+	if err != nil {
+		return err
+	}
+	m.backend, m.manifest, m.store, m.fsys, m.server, m.peer = b, man, store, fsys, server, ps
+	if m.control, err = m.startControl(); err != nil {
+		m.log.Warn("no control socket: `cachefs prefetch` cannot reach this mount", "err", err)
+		err = nil
+	}
+	m.log.Info("mounted", "source", m.src.String(), "mountpoint", m.cfg.Mountpoint,
+		"cache_dir", m.cfg.CacheDir, "cache_size", m.cfg.CacheSize, "policy", store.Stats().Policy,
+		"metrics", m.metricsAddr)
+	return nil
+}
 
+// undoList is what Start undoes when it fails: cleanups run in reverse
+// order.
+type undoList []func()
+
+func (u *undoList) add(f func()) { *u = append(*u, f) }
+
+func (u undoList) run() {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]()
+	}
+}
+
+// openSource opens the backend and loads the manifest, and proves the
+// dataset reachable: fetching the manifest does, else a listing of the
+// root (within the listing caps, as every listing of the mount).
+func (m *Mount) openSource(ctx context.Context, undo *undoList) (backend.Backend, *manifest.Manifest, error) {
 	bopts := m.cfg.Backend
 	if bopts.Logger == nil {
 		bopts.Logger = m.log
@@ -193,74 +250,64 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	bopts.Lazy = true
 	b, err := backend.Open(ctx, m.src, bopts)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	cleanup = append(cleanup, func() { b.Close() })
+	undo.add(func() { b.Close() })
 	if m.cfg.wrapBackend != nil {
 		b = m.cfg.wrapBackend(b)
 	}
 	man, err := m.loadManifest(ctx, b, bopts)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	if man != nil && man.Info().Checksums {
-		// A mirror checks whole-file reads against the manifest's sha256s
-		// and stops reading a file from a replica that disagrees.
-		backend.SetChecksums(b, func(p string) []byte {
-			if i, ok := man.Find(p); ok {
-				return man.Checksum(i)
-			}
-			return nil
-		})
-	}
-	if man == nil {
-		// Fail before mounting if the dataset root is not there. (With a
-		// manifest, fetching it proved the dataset reachable.) Within the
-		// listing caps, as every listing of the mount.
-		maxEntries := cmp.Or(m.cfg.MaxDirEntries, fusefs.DefaultMaxDirEntries)
-		lctx := backend.WithListLimits(ctx, backend.ListLimits{
-			MaxEntries: maxEntries, MaxPages: fusefs.MaxListingPages(maxEntries),
-			Memory: backend.NewListMemory(cmp.Or(m.cfg.MaxListingMemory, fusefs.DefaultMaxListingMemory)),
-		})
-		if _, err := b.List(lctx, ""); err != nil {
-			return fmt.Errorf("mount: source %s: %w", m.src, err)
+	if man != nil {
+		if man.Info().Checksums {
+			// A mirror checks whole-file reads against the manifest's
+			// sha256s and stops reading a file from a replica that
+			// disagrees.
+			backend.SetChecksums(b, func(p string) []byte {
+				if i, ok := man.Find(p); ok {
+					return man.Checksum(i)
+				}
+				return nil
+			})
 		}
+		return b, man, nil
 	}
-
-	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy,
-		KeyScheme: m.src.VersionScheme(), Logger: m.log})
-	if err != nil {
-		if errors.Is(err, cache.ErrLocked) || errors.Is(err, cache.ErrInvalidOptions) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrCacheDir, err)
+	maxEntries := cmp.Or(m.cfg.MaxDirEntries, fusefs.DefaultMaxDirEntries)
+	lctx := backend.WithListLimits(ctx, backend.ListLimits{
+		MaxEntries: maxEntries, MaxPages: fusefs.MaxListingPages(maxEntries),
+		Memory: backend.NewListMemory(cmp.Or(m.cfg.MaxListingMemory, fusefs.DefaultMaxListingMemory)),
+	})
+	if _, err := b.List(lctx, ""); err != nil {
+		return nil, nil, fmt.Errorf("mount: source %s: %w", m.src, err)
 	}
-	cleanup = append(cleanup, func() { store.Close() })
+	return b, nil, nil
+}
 
-	reg, observer := metrics.NewRegistry(store.Stats, b)
+// serveMetrics makes the mount's registry over the store and the backend,
+// which it returns observed, and serves it at MetricsAddr when set.
+func (m *Mount) serveMetrics(store *cache.Store, b backend.Backend, undo *undoList) (*prometheus.Registry, backend.Backend, error) {
+	reg, observer := newRegistry(store.Stats, b)
 	m.registry = reg
 	b = backend.WithObserver(b, observer)
-	if m.cfg.MetricsAddr != "" {
-		mctx, stop := context.WithCancel(context.Background())
-		addr, err := metrics.Serve(mctx, m.cfg.MetricsAddr, reg)
-		if err != nil {
-			stop()
-			return err
-		}
-		m.stopMetrics = stop
-		m.metricsAddr = addr
-		cleanup = append(cleanup, stop)
+	if m.cfg.MetricsAddr == "" {
+		return reg, b, nil
 	}
-
-	var ps *peerState
-	var peers fusefs.Peers
-	if m.cfg.Peer.Scope == ScopeCluster {
-		if ps, err = m.startPeer(b.ID(), reg, man); err != nil {
-			return err
-		}
-		peers = ps.cluster
+	mctx, stop := context.WithCancel(context.Background())
+	addr, err := metrics.Serve(mctx, m.cfg.MetricsAddr, reg)
+	if err != nil {
+		stop()
+		return nil, nil, err
 	}
+	m.stopMetrics, m.metricsAddr = stop, addr
+	undo.add(stop)
+	return reg, b, nil
+}
 
+// newFS builds the file system and registers its listing and readahead
+// metrics.
+func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.Store, man *manifest.Manifest, peers fusefs.Peers, undo *undoList) (*fusefs.FS, error) {
 	fsys, err := fusefs.New(fusefs.Options{
 		Peers:        peers,
 		Backend:      b,
@@ -278,17 +325,9 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		ReadaheadFiles:      m.cfg.ReadaheadFiles,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cleanup = append(cleanup, fsys.Close)
-	if ps != nil {
-		if err := m.servePeer(ps, b.ID(), fsys); err != nil {
-			return err
-		}
-		cleanup = append(cleanup, ps.stop)
-		m.recordShare(ps, man)
-		go m.followShare(ps, man, 2*time.Second)
-	}
+	undo.add(fsys.Close)
 	metrics.RegisterListings(reg, func() metrics.Listings {
 		r := fsys.ListingRefusals()
 		return metrics.Listings{Entries: r.Entries, Memory: r.Memory, Pages: r.Pages, PageSize: r.PageSize}
@@ -297,27 +336,24 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		st := fsys.ReadaheadState()
 		return metrics.Readahead{Auto: st.Auto, Window: st.Window, Latency: st.Latency, Files: fusefs.ReadCounters().FilesReadAhead}
 	})
+	return fsys, nil
+}
+
+// mountFS mounts fsys on the mount point and waits for the kernel.
+func (m *Mount) mountFS(fsys *fusefs.FS) (*fuse.Server, error) {
 	server, err := fsys.Mount(m.cfg.Mountpoint, fusefs.MountOptions{
 		FsName:     "cachefs:" + m.src.String(),
 		AllowOther: m.cfg.AllowOther,
 		Debug:      m.cfg.Debug,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrMountpoint, err)
+		return nil, fmt.Errorf("%w: %w", ErrMountpoint, err)
 	}
 	if err := server.WaitMount(); err != nil {
 		_ = server.Unmount()
-		return fmt.Errorf("%w: waiting for the mount: %w", ErrMountpoint, err)
+		return nil, fmt.Errorf("%w: waiting for the mount: %w", ErrMountpoint, err)
 	}
-	m.backend, m.manifest, m.store, m.fsys, m.server, m.peer = b, man, store, fsys, server, ps
-	if m.control, err = m.startControl(); err != nil {
-		m.log.Warn("no control socket: `cachefs prefetch` cannot reach this mount", "err", err)
-		err = nil
-	}
-	m.log.Info("mounted", "source", m.src.String(), "mountpoint", m.cfg.Mountpoint,
-		"cache_dir", m.cfg.CacheDir, "cache_size", m.cfg.CacheSize, "policy", store.Stats().Policy,
-		"metrics", m.metricsAddr)
-	return nil
+	return server, nil
 }
 
 // loadManifest returns the manifest selected by cfg.Manifest (see
@@ -332,10 +368,10 @@ func (m *Mount) loadManifest(ctx context.Context, b backend.Backend, bopts backe
 			limit = manifest.DefaultMaxMemory
 		}
 		return nil, fmt.Errorf("mount: %w: raise --%s (now %s) or mount with --%s %s",
-			err, FlagManifestMaxMemory, units.FormatSize(limit), FlagManifest, ManifestNone)
+			err, mountapi.FlagManifestMaxMemory, units.FormatSize(limit), mountapi.FlagManifest, mountapi.ManifestNone)
 	case err != nil:
 		return nil, fmt.Errorf("mount: %w", err)
-	case man == nil && m.cfg.Manifest == ManifestNone:
+	case man == nil && m.cfg.Manifest == mountapi.ManifestNone:
 		m.log.Info("no manifest: names come from backend listings", "reason", "--manifest none")
 		return nil, nil
 	case man == nil:
@@ -359,15 +395,6 @@ func (m *Mount) Manifest() *manifest.Manifest { return m.manifest }
 
 // MetricsAddr is the bound metrics address after Start ("" when disabled).
 func (m *Mount) MetricsAddr() string { return m.metricsAddr }
-
-// PeerAddr is the peer server's bound address after Start ("" in node
-// scope).
-func (m *Mount) PeerAddr() string {
-	if m.peer == nil {
-		return ""
-	}
-	return m.peer.addr
-}
 
 // Stats returns the cache counters (after Start).
 func (m *Mount) Stats() cache.Stats { return m.store.Stats() }

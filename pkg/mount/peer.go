@@ -9,18 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
-)
-
-// Cache scopes (Config.CacheScope, --cache-scope).
-const (
-	ScopeNode    = "node"    // the default: a node-local cache
-	ScopeCluster = "cluster" // the dataset's cache peers split its files (pkg/peer)
 )
 
 // PeerConfig is the cluster scope of a mount (Config.Peer).
 type PeerConfig struct {
-	// Scope is ScopeNode ("" too) or ScopeCluster.
+	// Scope is mountapi.ScopeNode ("" too) or mountapi.ScopeCluster.
 	Scope string
 	// Peers is the static member list (`--peers id=host:port,…`); ignored
 	// when Membership is set. This mount is added (with ID and the bound
@@ -64,18 +59,18 @@ type peerState struct {
 // validatePeer checks the cluster scope's settings (New).
 func validatePeer(c *PeerConfig) error {
 	switch c.Scope {
-	case "", ScopeNode:
+	case "", mountapi.ScopeNode:
 		if c.Listen != "" || len(c.Peers) > 0 || c.Membership != nil || c.TokenFile != "" || c.Group != "" {
-			return fmt.Errorf("%w: --peers, --peer-listen, --peer-token-file and --peer-group need --cache-scope %s", ErrInvalidConfig, ScopeCluster)
+			return fmt.Errorf("%w: --peers, --peer-listen, --peer-token-file and --peer-group need --cache-scope %s", ErrInvalidConfig, mountapi.ScopeCluster)
 		}
-		c.Scope = ScopeNode
+		c.Scope = mountapi.ScopeNode
 		return nil
-	case ScopeCluster:
+	case mountapi.ScopeCluster:
 	default:
-		return fmt.Errorf("%w: --cache-scope %q: want %s or %s", ErrInvalidConfig, c.Scope, ScopeNode, ScopeCluster)
+		return fmt.Errorf("%w: --cache-scope %q: want %s or %s", ErrInvalidConfig, c.Scope, mountapi.ScopeNode, mountapi.ScopeCluster)
 	}
 	if c.Listen == "" || c.TokenFile == "" || (len(c.Peers) == 0 && c.Membership == nil) {
-		return fmt.Errorf("%w: --cache-scope %s needs --peers, --peer-listen and --peer-token-file", ErrInvalidConfig, ScopeCluster)
+		return fmt.Errorf("%w: --cache-scope %s needs --peers, --peer-listen and --peer-token-file", ErrInvalidConfig, mountapi.ScopeCluster)
 	}
 	if err := peer.CheckListenAddr(c.Listen); err != nil {
 		return fmt.Errorf("%w: --peer-listen: %w", ErrInvalidConfig, err)
@@ -180,7 +175,7 @@ func (m *Mount) recordShare(ps *peerState, man *manifest.Manifest) {
 	for _, p := range ps.cluster.Members() {
 		ids = append(ids, p.ID)
 	}
-	s := peer.Share{Scope: ScopeCluster, Self: m.cfg.Peer.ID, Peers: ids}
+	s := peer.Share{Scope: mountapi.ScopeCluster, Self: m.cfg.Peer.ID, Peers: ids}
 	if len(ids) > 0 {
 		s.OwnedShare = 1 / float64(len(ids))
 	}

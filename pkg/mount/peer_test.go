@@ -17,6 +17,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/source"
 )
@@ -71,9 +72,9 @@ func TestClusterInProcess(t *testing.T) {
 	var ms []*mount.Mount
 	mnts := []string{t.TempDir(), t.TempDir()}
 	for i, id := range []string{"x", "y"} {
-		ms = append(ms, mounttest.Start(t, mount.Config{Source: src, Mountpoint: mnts[i], CacheSize: 1 << 30, Manifest: mount.ManifestNone,
+		ms = append(ms, mounttest.Start(t, mount.Config{Source: src, Mountpoint: mnts[i], CacheSize: 1 << 30, Manifest: mountapi.ManifestNone,
 			WholeFileMax: 32 << 10, BlockSize: 8 << 10,
-			Peer: mount.PeerConfig{Scope: mount.ScopeCluster, Peers: members, Listen: addrs[i], ID: id, TokenFile: tok}}))
+			Peer: mount.PeerConfig{Scope: mountapi.ScopeCluster, Peers: members, Listen: addrs[i], ID: id, TokenFile: tok}}))
 	}
 	want := datagen.Sums(files)
 	for round := range 2 {
@@ -115,9 +116,9 @@ func TestClusterGroups(t *testing.T) {
 	mnts := []string{t.TempDir(), t.TempDir()}
 	var ms []*mount.Mount
 	for i, g := range []string{"", "g-tenant-b"} {
-		ms = append(ms, mounttest.Start(t, mount.Config{Source: src, Mountpoint: mnts[i], CacheSize: 1 << 30, Manifest: mount.ManifestNone,
+		ms = append(ms, mounttest.Start(t, mount.Config{Source: src, Mountpoint: mnts[i], CacheSize: 1 << 30, Manifest: mountapi.ManifestNone,
 			WholeFileMax: 32 << 10, BlockSize: 8 << 10,
-			Peer: mount.PeerConfig{Scope: mount.ScopeCluster, Peers: members, Listen: addrs[i], ID: []string{"x", "y"}[i], TokenFile: tokFile, Group: g}}))
+			Peer: mount.PeerConfig{Scope: mountapi.ScopeCluster, Peers: members, Listen: addrs[i], ID: []string{"x", "y"}[i], TokenFile: tokFile, Group: g}}))
 	}
 	want := datagen.Sums(files)
 	for i := range ms {
@@ -158,10 +159,10 @@ func TestClusterGroups(t *testing.T) {
 		name, addr, group string
 		want              int
 	}{
-		{"A's key at B's server", ms[1].PeerAddr(), groupA, http.StatusForbidden},
-		{"B's key at A's server", ms[0].PeerAddr(), "g-tenant-b", http.StatusForbidden},
-		{"A's key at A's server", ms[0].PeerAddr(), groupA, http.StatusOK},
-		{"B's key at B's server", ms[1].PeerAddr(), "g-tenant-b", http.StatusOK},
+		{"A's key at B's server", addrs[1], groupA, http.StatusForbidden},
+		{"B's key at A's server", addrs[0], "g-tenant-b", http.StatusForbidden},
+		{"A's key at A's server", addrs[0], groupA, http.StatusOK},
+		{"B's key at B's server", addrs[1], "g-tenant-b", http.StatusOK},
 	} {
 		if got := get(tc.addr, tc.group); got != tc.want {
 			t.Errorf("%s: status %d, want %d", tc.name, got, tc.want)

@@ -14,6 +14,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // mountOnce mounts cfg, runs fn, and unmounts (also when fn fails the
@@ -81,7 +82,7 @@ func TestRemountSeesRewrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 20, Manifest: mount.ManifestNone}
+	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 20, Manifest: mountapi.ManifestNone}
 	mountOnce(t, cfg, func(m *mount.Mount) {
 		checkReads(t, "first mount", readNames(cfg.Mountpoint, "inplace", "renamed"),
 			map[string]string{"inplace": "old bytes of inplace", "renamed": "old bytes of renamed"})
@@ -190,7 +191,7 @@ func TestLegacyPosixVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: cacheDir, CacheSize: fi.Size(), Manifest: mount.ManifestNone}
+	cfg := mount.Config{Source: src, Mountpoint: t.TempDir(), CacheDir: cacheDir, CacheSize: fi.Size(), Manifest: mountapi.ManifestNone}
 	mountOnce(t, cfg, func(m *mount.Mount) {
 		if st := m.Stats(); st.Entries != 0 || st.UsedBytes != 0 {
 			t.Errorf("entries of the old version format kept: %+v", st)

@@ -13,10 +13,26 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
+
+// CacheOptions are the options of the manager's cache the controller
+// expects (cmd/job-controller and the tests use them): the capacity
+// pre-check lists every Node and every bound Pod from the cache, so Pods
+// are cached only once bound to a node (the check counts no other), and
+// managed fields are stripped from every cached object.
+func CacheOptions() cache.Options {
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Field: fields.OneTermNotEqualSelector("spec.nodeName", "")},
+		},
+	}
+}
 
 // checkCapacity runs the pre-check before anything is created. wait means
 // the job must wait (status set, requeue in res).
@@ -24,7 +40,8 @@ func (r *Reconciler) checkCapacity(ctx context.Context, tj *v1alpha1.TrainingJob
 	if r.cfg.SkipCapacityCheck {
 		return result{}, false, nil
 	}
-	// From the manager's cache, read-only: no copies of every Node and Pod.
+	// From the manager's cache (bound pods only, CacheOptions), read-only:
+	// no copies of every Node and Pod.
 	var nodes corev1.NodeList
 	if err := r.cfg.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return result{}, false, fmt.Errorf("capacity: list nodes: %w", err)

@@ -42,9 +42,9 @@ import (
 // Config configures the controller. The zero value of every field but
 // Client, APIReader and Scheme means its default.
 type Config struct {
-	// Client reads (from the manager's cache) and writes. The capacity
-	// pre-check lists Nodes, Pods and TrainingJobs through it, so the
-	// manager caches (watches) every Node and Pod.
+	// Client reads (from the manager's cache, built with CacheOptions) and
+	// writes. The capacity pre-check lists Nodes, bound Pods and
+	// TrainingJobs through it, so the manager caches (watches) them.
 	Client client.Client
 	// APIReader reads directly from the API server what the manager does
 	// not cache or must be current: PersistentVolumes, cache-location

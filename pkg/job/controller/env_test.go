@@ -97,6 +97,7 @@ func startController(t *testing.T, kube *kube.Server, cfg *rest.Config) *env {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:                  CacheOptions(),
 	})
 	if err != nil {
 		t.Fatal(err)

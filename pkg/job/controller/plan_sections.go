@@ -265,8 +265,8 @@ func newDatasetPlan(tj *v1alpha1.TrainingJob, d v1alpha1.Dataset) (datasetPlan, 
 	}
 	id, err := cachelabel.DatasetID(d.Source)
 	if err != nil {
-		return dp, fmt.Errorf("dataset %q: %s: fix the URL (forms: /abs/path, s3://bucket/prefix?endpoint=URL&region=R, cephfs://mon/path, nfs://host/export, mirror:URL,URL)",
-			d.Name, strings.TrimPrefix(err.Error(), "backend: "))
+		return dp, fmt.Errorf("dataset %q: %w: fix the URL (forms: /abs/path, s3://bucket/prefix?endpoint=URL&region=R, cephfs://mon/path, nfs://host/export, mirror:URL,URL)",
+			d.Name, err)
 	}
 	dp.id = id
 	dp.claimName = tj.Name + "-" + d.Name

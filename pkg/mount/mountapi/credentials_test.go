@@ -1,4 +1,4 @@
-package mount_test
+package mountapi_test
 
 import (
 	"errors"
@@ -7,9 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/mount"
-	"github.com/epochfs/epochfs/pkg/mount/exitcode"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // secretValue is in every test input; no error may contain it.
@@ -19,35 +17,35 @@ func TestReadCredentials(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		in      string
-		want    backend.Credentials
+		want    mountapi.Credentials
 		wantErr string // substring; "" for success
 	}{
 		{"pair", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=" + secretValue + "\n",
-			backend.Credentials{AccessKey: "AK", SecretKey: secretValue}, ""},
+			mountapi.Credentials{AccessKey: "AK", SecretKey: secretValue}, ""},
 		{"with token, no final newline, empty lines", "\nAWS_SESSION_TOKEN=tok\n\nAWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=" + secretValue,
-			backend.Credentials{AccessKey: "AK", SecretKey: secretValue, SessionToken: "tok"}, ""},
+			mountapi.Credentials{AccessKey: "AK", SecretKey: secretValue, SessionToken: "tok"}, ""},
 		{"value with =", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=a=b" + secretValue + "\n",
-			backend.Credentials{AccessKey: "AK", SecretKey: "a=b" + secretValue}, ""},
+			mountapi.Credentials{AccessKey: "AK", SecretKey: "a=b" + secretValue}, ""},
 		{"ceph pair", "userID=dataset-reader\nuserKey=" + secretValue + "\n",
-			backend.Credentials{CephUser: "dataset-reader", CephKey: secretValue}, ""},
+			mountapi.Credentials{CephUser: "dataset-reader", CephKey: secretValue}, ""},
 		{"both pairs", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=" + secretValue + "\nuserID=u\nuserKey=" + secretValue + "\n",
-			backend.Credentials{AccessKey: "AK", SecretKey: secretValue, CephUser: "u", CephKey: secretValue}, ""},
-		{"empty", "", backend.Credentials{}, "no credentials: want AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or userID and userKey"},
-		{"ceph key missing", "userID=u\n", backend.Credentials{}, "userID and userKey are both required"},
-		{"ceph user missing", "userKey=" + secretValue + "\n", backend.Credentials{}, "userID and userKey are both required"},
-		{"token alone", "AWS_SESSION_TOKEN=" + secretValue + "\nuserID=u\nuserKey=k\n", backend.Credentials{}, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are both required"},
-		{"secret missing", "AWS_ACCESS_KEY_ID=AK\nAWS_SESSION_TOKEN=" + secretValue + "\n", backend.Credentials{}, "are both required"},
-		{"empty secret", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=\n", backend.Credentials{}, "are both required"},
-		{"not KEY=VALUE", "AWS_ACCESS_KEY_ID=AK\n" + secretValue + "\n", backend.Credentials{}, "line 2 is not KEY=VALUE"},
-		{"unknown key", secretValue + "=x\nAWS_ACCESS_KEY_ID=AK\n", backend.Credentials{}, "line 1: unknown key (want one of AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, userID, userKey)"},
-		{"lower-case key", "aws_access_key_id=AK\n", backend.Credentials{}, "line 1: unknown key"},
-		{"duplicate", "AWS_SECRET_ACCESS_KEY=" + secretValue + "\nAWS_SECRET_ACCESS_KEY=" + secretValue + "\n", backend.Credentials{}, "line 2: AWS_SECRET_ACCESS_KEY given twice"},
-		{"NUL", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=" + secretValue + "\x00\n", backend.Credentials{}, "line 2: the value of AWS_SECRET_ACCESS_KEY holds a NUL or carriage return"},
-		{"CRLF", "AWS_ACCESS_KEY_ID=AK\r\nAWS_SECRET_ACCESS_KEY=" + secretValue + "\r\n", backend.Credentials{}, "line 1: the value of AWS_ACCESS_KEY_ID holds a NUL"},
-		{"too large", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=" + secretValue + strings.Repeat("x", mount.MaxCredentialsSize) + "\n", backend.Credentials{}, "over 16384 bytes"},
+			mountapi.Credentials{AccessKey: "AK", SecretKey: secretValue, CephUser: "u", CephKey: secretValue}, ""},
+		{"empty", "", mountapi.Credentials{}, "no credentials: want AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or userID and userKey"},
+		{"ceph key missing", "userID=u\n", mountapi.Credentials{}, "userID and userKey are both required"},
+		{"ceph user missing", "userKey=" + secretValue + "\n", mountapi.Credentials{}, "userID and userKey are both required"},
+		{"token alone", "AWS_SESSION_TOKEN=" + secretValue + "\nuserID=u\nuserKey=k\n", mountapi.Credentials{}, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are both required"},
+		{"secret missing", "AWS_ACCESS_KEY_ID=AK\nAWS_SESSION_TOKEN=" + secretValue + "\n", mountapi.Credentials{}, "are both required"},
+		{"empty secret", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=\n", mountapi.Credentials{}, "are both required"},
+		{"not KEY=VALUE", "AWS_ACCESS_KEY_ID=AK\n" + secretValue + "\n", mountapi.Credentials{}, "line 2 is not KEY=VALUE"},
+		{"unknown key", secretValue + "=x\nAWS_ACCESS_KEY_ID=AK\n", mountapi.Credentials{}, "line 1: unknown key (want one of AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, userID, userKey)"},
+		{"lower-case key", "aws_access_key_id=AK\n", mountapi.Credentials{}, "line 1: unknown key"},
+		{"duplicate", "AWS_SECRET_ACCESS_KEY=" + secretValue + "\nAWS_SECRET_ACCESS_KEY=" + secretValue + "\n", mountapi.Credentials{}, "line 2: AWS_SECRET_ACCESS_KEY given twice"},
+		{"NUL", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=" + secretValue + "\x00\n", mountapi.Credentials{}, "line 2: the value of AWS_SECRET_ACCESS_KEY holds a NUL or carriage return"},
+		{"CRLF", "AWS_ACCESS_KEY_ID=AK\r\nAWS_SECRET_ACCESS_KEY=" + secretValue + "\r\n", mountapi.Credentials{}, "line 1: the value of AWS_ACCESS_KEY_ID holds a NUL"},
+		{"too large", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=" + secretValue + strings.Repeat("x", mountapi.MaxCredentialsSize) + "\n", mountapi.Credentials{}, "over 16384 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := mount.ReadCredentials(strings.NewReader(tc.in))
+			got, err := mountapi.ReadCredentials(strings.NewReader(tc.in))
 			if tc.wantErr == "" {
 				if err != nil || got != tc.want {
 					t.Fatalf("ReadCredentials = %v, %v; want %v", got, err, tc.want)
@@ -60,10 +58,10 @@ func TestReadCredentials(t *testing.T) {
 			if strings.Contains(err.Error(), secretValue) {
 				t.Errorf("the error echoes a value: %v", err)
 			}
-			if !errors.Is(err, mount.ErrCredentials) || mount.ExitCode(err) != exitcode.Usage {
-				t.Errorf("error %v: not ErrCredentials with exit code %d (got %d)", err, exitcode.Usage, mount.ExitCode(err))
+			if !errors.Is(err, mountapi.ErrCredentials) {
+				t.Errorf("error %v: not ErrCredentials", err)
 			}
-			if !got.IsZero() {
+			if got != (mountapi.Credentials{}) {
 				t.Errorf("credentials returned with an error: %v", got)
 			}
 		})
@@ -90,15 +88,15 @@ func TestReadCredentialsFD(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
-	c, err := mount.ReadCredentialsFD(fd)
+	c, err := mountapi.ReadCredentialsFD(fd)
 	if err != nil || c.SecretKey != secretValue {
 		t.Fatalf("ReadCredentialsFD = %v, %v", c, err)
 	}
-	_, err = mount.ReadCredentialsFD(fd) // closed by the first call
-	if err == nil || !strings.Contains(err.Error(), "--credentials-fd") || !errors.Is(err, mount.ErrCredentials) {
+	_, err = mountapi.ReadCredentialsFD(fd) // closed by the first call
+	if err == nil || !strings.Contains(err.Error(), "--credentials-fd") || !errors.Is(err, mountapi.ErrCredentials) {
 		t.Fatalf("second read of a closed fd: %v, want an ErrCredentials naming --credentials-fd", err)
 	}
-	if _, err := mount.ReadCredentialsFD(-1); !errors.Is(err, mount.ErrCredentials) {
+	if _, err := mountapi.ReadCredentialsFD(-1); !errors.Is(err, mountapi.ErrCredentials) {
 		t.Fatalf("fd -1: %v", err)
 	}
 }
@@ -110,7 +108,7 @@ func FuzzReadCredentials(f *testing.F) {
 	f.Add("AWS_SESSION_TOKEN=t\n\n=\nx")
 	f.Add("AWS_ACCESS_KEY_ID=A\x00K\n")
 	f.Fuzz(func(t *testing.T, in string) {
-		c, err := mount.ReadCredentials(strings.NewReader(in))
+		c, err := mountapi.ReadCredentials(strings.NewReader(in))
 		if err == nil {
 			if c.AccessKey == "" || c.SecretKey == "" {
 				t.Fatalf("success without a pair: %v", c)

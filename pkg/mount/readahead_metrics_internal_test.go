@@ -1,4 +1,4 @@
-package metrics
+package mount
 
 import (
 	"testing"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/metrics"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -24,9 +25,9 @@ func TestPrefetchAndReadaheadMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, _ := NewRegistry(func() cache.Stats { return st }, src)
-	ra := Readahead{Auto: true, Window: 8, Latency: 21 * time.Millisecond, Files: 5}
-	RegisterReadahead(reg, func() Readahead { return ra })
+	reg, _ := newRegistry(func() cache.Stats { return st }, src)
+	ra := metrics.Readahead{Auto: true, Window: 8, Latency: 21 * time.Millisecond, Files: 5}
+	metrics.RegisterReadahead(reg, func() metrics.Readahead { return ra })
 	want := map[string]float64{
 		"cachefs_cache_hits_total":                 10,
 		"cachefs_cache_prefetch_fills_total":       7,
@@ -44,7 +45,7 @@ func TestPrefetchAndReadaheadMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, g, ok, v)
 		}
 	}
-	ra = Readahead{Window: 3} // pinned
+	ra = metrics.Readahead{Window: 3} // pinned
 	if got := gatherValues(t, reg); got["cachefs_readahead_auto"] != 0 || got["cachefs_readahead_window_files"] != 3 {
 		t.Errorf("pinned at 3: auto %v, window %v; want 0 and 3", got["cachefs_readahead_auto"], got["cachefs_readahead_window_files"])
 	}

@@ -1,4 +1,4 @@
-package metrics
+package mount
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func (plain) ReadAt(context.Context, string, string, []byte, int64) (int, error)
 
 func gather(t *testing.T, src backend.Backend) map[string]*dto.MetricFamily {
 	t.Helper()
-	reg, _ := NewRegistry(func() cache.Stats { return cache.Stats{} }, src)
+	reg, _ := newRegistry(func() cache.Stats { return cache.Stats{} }, src)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
