@@ -78,7 +78,7 @@ vet:
 
 ## lint: go vet, gofmt and staticcheck of the default (cgo-free) build; also of the ceph-tagged files when
 ## libcephfs-dev is installed (scripts/ceph-deps.sh), else it says it skipped them. Then the tests of the
-## tree's shape (internal/archtest): the size rule and DESIGN.md's layout block.
+## tree's shape (internal/archtest): the size rule, DESIGN.md's layout block, what each binary links.
 lint: vet $(TOOLS_BIN)/staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(TOOLS_BIN)/staticcheck ./...

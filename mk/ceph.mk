@@ -1,16 +1,16 @@
 # CephFS (cgo, libcephfs through go-ceph) and the throw-away Ceph cluster of
 # the CephFS and RGW tests (included by the main Makefile; issue 14).
 #
-# `make build` stays cgo-free: pkg/backend/cephfs.go is behind the `ceph`
+# `make build` stays cgo-free: pkg/backend/cephfs/cephfs.go is behind the `ceph`
 # build tag (cephfs_stub.go, without it, says which build has it). go-ceph
 # v0.34.0 is built against Debian 12's Ceph 16 with its `pacific` tag.
 
 CEPH_TAGS := ceph,pacific
 # Packages with ceph-tagged tests; `make test` runs only their CephFS tests
 # (-run CephFS) again with the tags, the rest ran already in the cgo-free run.
-CEPH_TEST_PKGS := ./pkg/backend ./cmd/cachefs
+CEPH_TEST_PKGS := ./pkg/backend/cephfs ./cmd/cachefs
 # ...and what lint checks with the tags as well.
-CEPH_LINT_PKGS := $(CEPH_TEST_PKGS) ./bench/ceph
+CEPH_LINT_PKGS := ./pkg/backend/... ./cmd/cachefs ./bench/ceph
 CEPH_DIR ?= $(CURDIR)/.ceph
 
 .PHONY: ceph-deps build-ceph test-ceph ceph-up ceph-down bench-ceph

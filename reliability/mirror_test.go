@@ -22,6 +22,7 @@ import (
 	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
@@ -425,7 +426,7 @@ func (c *mirrorClouds) index(t *testing.T, src string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := backend.Open(context.Background(), s, backend.Options{})
+	b, err := all.Open(context.Background(), s, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

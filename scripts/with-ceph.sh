@@ -5,7 +5,7 @@
 # the command's outcome. Free 127.0.0.1 ports, a new directory under
 # ${TMPDIR:-/tmp}. Used by `make test`; needs root and scripts/ceph-deps.sh.
 #
-#   scripts/with-ceph.sh go test ./pkg/backend
+#   scripts/with-ceph.sh go test ./pkg/backend/...
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 parent=$(mktemp -d "${TMPDIR:-/tmp}/epochfs-ceph-make.XXXXXX")

@@ -34,6 +34,7 @@ import (
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
@@ -168,7 +169,7 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		b, err := backend.Open(ctx, src, backend.Options{})
+		b, err := all.Open(ctx, src, backend.Options{})
 		if err != nil {
 			fatal(err)
 		}

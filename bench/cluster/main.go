@@ -40,9 +40,6 @@ const nodes = 3
 // profileDir, when set, receives each mount's CPU profile (-profile-dir).
 var profileDir string
 
-// policy is every mount's --policy (-policy).
-var policy = "nr"
-
 func main() {
 	tools := flag.String("tools", ".tools/bin", "directory holding minio")
 	cachefs := flag.String("cachefs", "bin/cachefs", "the cachefs binary")
@@ -67,7 +64,6 @@ func main() {
 	fractions := flag.String("fractions", "3,6", "per-node cache sizes as divisors of D (3: C = D/3)")
 	variants := flag.String("variants", "node,cluster,plain", "sampler runs: node, cluster (capacities advertised), plain (cluster scope without capacities; only at C = D/3)")
 	peerReads := flag.Bool("peer-reads", true, "also the every-node-reads-every-file runs")
-	flag.StringVar(&policy, "policy", "nr", "every mount's cache policy (cachefs mount --policy): nr, or lru for the comparison")
 	flag.StringVar(&profileDir, "profile-dir", "", "write a CPU profile of every mount (cachefs mount --cpu-profile) to DIR/<scope>-<C/D>-<node>.prof")
 	flag.Parse()
 	spec := datagen.Spec{Files: *files, Classes: *classes, MedianSize: *medianSize, MinSize: *minSize, MaxSize: *maxSize, Seed: 15}
@@ -335,8 +331,8 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 		last[round/len(all)] = append(last[round/len(all)], r[len(r)-1].filesPerSec)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB; MinIO behind %v per request; %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off (--readahead-files 0) so that backend bytes are the caches' doing; cache policy %s. Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
-		nodes, len(files), float64(total)/1e6, latency, workers, policy)
+	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB; MinIO behind %v per request; %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off (--readahead-files 0) so that backend bytes are the caches' doing; cache policy nr. Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
+		nodes, len(files), float64(total)/1e6, latency, workers)
 	b.WriteString("CPU per file: user + system time of the three mount processes (/proc/PID/stat, 10 ms ticks) and of the bench process (the readers: their FUSE syscalls and a sha256 of every file; MinIO and the proxies not included), over the epoch, divided by the files read.\n\n")
 	b.WriteString("| C/D | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / bytes read) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s | mounts' CPU µs/file | readers' CPU µs/file |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
@@ -447,8 +443,8 @@ func runPosix(work, cachefs string, opt options, epochs, workers int) (string, [
 		return "", nil, err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB, in a local directory (posix source, ext4); %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off; cache policy %s. Backend bytes: the mounts' cache miss bytes less the bytes peers sent them (a peer server's own misses count at the owner). Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
-		nodes, len(files), float64(total)/1e6, workers, policy)
+	fmt.Fprintf(&b, "N = %d mount processes on one machine, D = %d files, %.1f MB, in a local directory (posix source, ext4); %d readers per node; each epoch every node reads a different random third of the files (page cache dropped between epochs); readahead off; cache policy nr. Backend bytes: the mounts' cache miss bytes less the bytes peers sent them (a peer server's own misses count at the owner). Node cache byte hit ratio: Δhit/(Δhit+Δmiss) bytes of the node's cache lookups, in cluster scope including the lookups its peer server made for other nodes.\n\n",
+		nodes, len(files), float64(total)/1e6, workers)
 	b.WriteString("| C/D per node | scope | epoch | backend bytes (% of D) | cluster hit ratio (1 − backend / D) | node cache byte hit ratios | peer bytes received (% of D) | cluster files/s | slowest node files/s | mounts' CPU µs/file | readers' CPU µs/file |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %.3f | %.3f / %.3f / %.3f | %.1f %% | %.0f | %.0f | %.0f | %.0f |\n", r.frac, r.scope, r.epoch,
@@ -531,7 +527,7 @@ func runScope(work string, v variant, src, man, tokenFile string, env []string, 
 			}
 		}
 		opts := mountapi.CommandOptions{Source: src, Mountpoint: mnt, CacheDir: cache, CacheSize: capacity,
-			MetricsAddr: n.metrics, Manifest: man, ReadaheadFiles: "0", Policy: policy}
+			MetricsAddr: n.metrics, Manifest: man, ReadaheadFiles: "0"}
 		if v.floor != "" {
 			opts.Source, opts.CacheSize, opts.Manifest = v.floor, 1, v.floor+".manifest"
 		}

@@ -164,7 +164,7 @@ func writeLocal(dir string, f datagen.File) error {
 	return out.Close()
 }
 
-// s3Client parses an s3:// source URL (pkg/backend's parser) and returns a
+// s3Client parses an s3:// source URL (pkg/source's parser) and returns a
 // client with the standard credential chain, creating the bucket if it is
 // missing.
 func s3Client(ctx context.Context, raw string) (*minio.Client, string, string, error) {

@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/epochfs/epochfs/bench/policies"
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/cache"
@@ -56,7 +57,7 @@ func FullConfig() Config {
 	return Config{
 		Spec:      datagen.Spec{Files: 2400, Classes: 24, Seed: 5},
 		Fractions: []float64{1.0 / 16, 5.0 / 16, 10.0 / 16, 1, 1.25},
-		Policies:  cache.Policies(),
+		Policies:  policies.Names(),
 		Epochs:    5,
 		Workers:   8,
 		Drop:      true,
@@ -69,7 +70,7 @@ func TinyConfig() Config {
 	return Config{
 		Spec:      datagen.Spec{Files: 300, Classes: 6, Seed: 5, MedianSize: 8_000, MinSize: 1_000, MaxSize: 64_000},
 		Fractions: []float64{5.0 / 16, 1},
-		Policies:  []string{cache.PolicyNR, cache.PolicyLRU},
+		Policies:  []string{cache.PolicyNR, policies.LRU},
 		Epochs:    2,
 		Workers:   8,
 	}
@@ -165,8 +166,12 @@ func series(ctx context.Context, cfg Config, data string, paths []string, want m
 	defer os.RemoveAll(cacheDir)
 	defer os.Remove(mnt)
 	capacity := int64(frac * float64(total))
+	pol, err := policies.New(policy, capacity, 0)
+	if err != nil {
+		return r, err
+	}
 	m, err := mount.New(mount.Config{
-		Source: data, Mountpoint: mnt, CacheDir: cacheDir, CacheSize: capacity, Policy: policy,
+		Source: data, Mountpoint: mnt, CacheDir: cacheDir, CacheSize: capacity, Policy: pol,
 		Manifest: mountapi.ManifestNone, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

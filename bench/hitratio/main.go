@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epochfs/epochfs/bench/policies"
 	"github.com/epochfs/epochfs/internal/benchproc"
-	"github.com/epochfs/epochfs/pkg/cache"
 )
 
 func main() {
@@ -20,7 +20,7 @@ func main() {
 	dir := flag.String("dir", "", "work directory (default: a temporary directory, removed afterwards)")
 	files := flag.Int("files", 0, "number of files (default 2400; tiny 300)")
 	epochs := flag.Int("epochs", 0, "epochs per (policy, cache size) (default 5; tiny 2)")
-	policies := flag.String("policies", "", "comma-separated policies (default "+strings.Join(cache.Policies(), ",")+")")
+	policies := flag.String("policies", "", "comma-separated policies (default "+strings.Join(policies.Names(), ",")+")")
 	fractions := flag.String("fractions", "", "comma-separated cache sizes as fractions of the dataset (default 1/16,5/16,10/16,1,1.25)")
 	classes := flag.Int("classes", 0, "number of class directories (default 24; tiny 6)")
 	minSize := flag.Int64("min-size", 0, "smallest file, bytes (default 16000; tiny 1000)")

@@ -43,6 +43,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -92,7 +93,7 @@ func index(ctx context.Context, url string) (*manifest.Manifest, manifest.IndexS
 	if err != nil {
 		return nil, manifest.IndexStats{}, 0, err
 	}
-	b, err := backend.Open(ctx, src, backend.Options{})
+	b, err := all.Open(ctx, src, backend.Options{})
 	if err != nil {
 		return nil, manifest.IndexStats{}, 0, err
 	}

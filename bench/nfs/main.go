@@ -37,6 +37,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
 )
@@ -255,7 +256,7 @@ func directEpoch(ctx context.Context, raw string, paths []string, want map[strin
 	if err != nil {
 		return 0, err
 	}
-	b, err := backend.Open(ctx, src, backend.Options{})
+	b, err := all.Open(ctx, src, backend.Options{})
 	if err != nil {
 		return 0, err
 	}

@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"syscall"
 
+	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
@@ -37,8 +38,10 @@ func init() {
 // options a benchmark sets; any other is an error rather than ignored.
 func childConfig(opts mountapi.CommandOptions) (mount.Config, error) {
 	cfg := mount.Config{Source: opts.Source, Mountpoint: opts.Mountpoint, CacheDir: opts.CacheDir, CacheSize: opts.CacheSize,
-		Policy: opts.Policy, Manifest: opts.Manifest, MetricsAddr: opts.MetricsAddr,
-		Debug: opts.FuseDebug, AllowOther: true}
+		Manifest: opts.Manifest, MetricsAddr: opts.MetricsAddr, Debug: opts.FuseDebug, AllowOther: true}
+	if opts.Policy != "" && opts.Policy != cache.PolicyNR {
+		return cfg, fmt.Errorf("policy %q: the mount child, as cachefs mount, takes %q only", opts.Policy, cache.PolicyNR)
+	}
 	var err error
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(cmp.Or(opts.ReadaheadFiles, mountapi.ReadaheadFilesAuto)); err != nil {
 		return cfg, err

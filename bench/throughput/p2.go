@@ -9,6 +9,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/benchproc"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
@@ -120,7 +121,7 @@ func writeManifest(ctx context.Context, root, path string) error {
 	if err != nil {
 		return err
 	}
-	b, err := backend.Open(ctx, src, backend.Options{})
+	b, err := all.Open(ctx, src, backend.Options{})
 	if err != nil {
 		return err
 	}

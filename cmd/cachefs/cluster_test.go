@@ -31,6 +31,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
@@ -551,7 +552,7 @@ func TestPrefetchClusterScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := backend.Open(context.Background(), src, backend.Options{})
+	b, err := all.Open(context.Background(), src, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ type demoConfig struct {
 	epochs        int
 	workers       int
 	cacheFraction float64
-	policy        string
 	seed          uint64
 	keep          bool
 	noDrop        bool
@@ -51,7 +50,6 @@ before each epoch so files/s measures the cache, not the kernel.`,
 	f.IntVar(&c.epochs, "epochs", 3, "epochs to read")
 	f.IntVar(&c.workers, "workers", 8, "parallel readers, like a data loader's workers")
 	f.Float64Var(&c.cacheFraction, "cache-fraction", 0.5, "cache capacity as a fraction of the dataset's bytes")
-	f.StringVar(&c.policy, "policy", "nr", "cache policy: nr, lru, fifo, random, tinylfu")
 	f.Uint64Var(&c.seed, "seed", 1, "dataset and shuffle seed")
 	f.BoolVar(&c.keep, "keep", false, "keep the temporary directory (dataset, cache) for inspection")
 	f.BoolVar(&c.noDrop, "no-drop-caches", false, "do not drop the kernel page cache between epochs")
@@ -97,11 +95,11 @@ func runDemo(cmd *cobra.Command, g *globalFlags, c demoConfig) (err error) {
 	paths, want := datagen.Paths(files), datagen.Sums(files)
 	capacity := int64(float64(total) * c.cacheFraction)
 	fmt.Fprintf(out, "dataset: %d files, %s in %s (generated in %.1fs)\n", len(files), units.FormatSize(total), data, time.Since(start).Seconds())
-	fmt.Fprintf(out, "cache:   %s = %.2f of the dataset, policy %s\n", units.FormatSize(capacity), c.cacheFraction, c.policy)
+	fmt.Fprintf(out, "cache:   %s = %.2f of the dataset, policy nr\n", units.FormatSize(capacity), c.cacheFraction)
 
 	m, err := mount.New(mount.Config{
 		Source: data, Mountpoint: mnt, CacheDir: cacheDir, CacheSize: capacity,
-		Policy: c.policy, Logger: log,
+		Logger: log,
 	})
 	if err != nil {
 		return err

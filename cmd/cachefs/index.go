@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -112,7 +113,7 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 		return err
 	}
 	bopts := backend.Options{Logger: log}
-	b, err := backend.Open(ctx, src, bopts)
+	b, err := all.Open(ctx, src, bopts)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount"
@@ -24,6 +25,7 @@ func newMountCmd(g *globalFlags) *cobra.Command {
 	var (
 		cfg            mount.Config
 		cacheSize      string
+		policy         string
 		wholeFileMax   string
 		blockSize      string
 		readaheadFiles string
@@ -82,6 +84,9 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if policy != cache.PolicyNR {
+				return g.mountFailed(usageError(fmt.Errorf("--%s %q: the only cache policy is %q", mountapi.FlagPolicy, policy, cache.PolicyNR)))
+			}
 			n, err := units.ParseSize(manifestMax)
 			if err != nil {
 				return g.mountFailed(usageError(fmt.Errorf("--%s: %w", mountapi.FlagManifestMaxMemory, err)))
@@ -136,7 +141,7 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.CacheDir, mountapi.FlagCacheDir, "", "cache directory (created if missing; one mount process per directory) (required)")
 	f.StringVar(&cacheSize, mountapi.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
-	f.StringVar(&cfg.Policy, mountapi.FlagPolicy, "nr", "cache policy: nr (recommended), lru, fifo, random, tinylfu (the last four for benchmarks)")
+	f.StringVar(&policy, mountapi.FlagPolicy, cache.PolicyNR, "cache policy: nr (no replacement), the only one")
 	f.StringVar(&cfg.Manifest, mountapi.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
 	f.StringVar(&manifestMax, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "the most memory the manifest may take, estimated from its header before it is decompressed (about 30-40 B per file, +32 with checksums); a larger manifest fails the mount")
 	f.StringVar(&cfg.MetricsAddr, mountapi.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")

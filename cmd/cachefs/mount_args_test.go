@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"reflect"
 	"slices"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/units"
 )
@@ -23,7 +26,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 		{"minimal", mountapi.CommandOptions{Source: "/data/set", Mountpoint: "/mnt/x", CacheDir: "/var/cache/x", CacheSize: 1 << 30}},
 		{"everything", mountapi.CommandOptions{
 			Source: "s3://bucket/prefix?endpoint=http://127.0.0.1:9000&region=us-east-1", Mountpoint: "/mnt/with space",
-			CacheDir: "/var/cache/ds", CacheSize: 123456789, Policy: "lru", Manifest: "none", ReadaheadFiles: "16",
+			CacheDir: "/var/cache/ds", CacheSize: 123456789, Policy: "nr", Manifest: "none", ReadaheadFiles: "16",
 			LogFormat: mountapi.LogFormatJSON, CredentialsFD: 3,
 			CacheScope: mountapi.ScopeCluster, Peers: "a=10.0.0.1:7070,b=10.0.0.2:7070", PeerListen: "10.0.0.1:7070", PeerID: "a",
 			PeerTokenFile:  "/etc/epochfs/peer-token",
@@ -113,6 +116,19 @@ func TestCommandOptionsParseBack(t *testing.T) {
 				t.Errorf("positional args %q", f.Args())
 			}
 		})
+	}
+}
+
+// TestMountPolicyOnlyNR: `cachefs mount --policy` accepts nr only; another
+// name (the benchmarks' policies included) is a usage error naming nr.
+func TestMountPolicyOnlyNR(t *testing.T) {
+	root := newRoot()
+	root.SetArgs([]string{"mount", t.TempDir(), t.TempDir(), "--cache-dir", t.TempDir(), "--cache-size", "1MiB", "--policy", "lru"})
+	root.SetErr(io.Discard)
+	err := root.Execute()
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != int(exitcode.Usage) || !strings.Contains(err.Error(), `--policy "lru": the only cache policy is "nr"`) {
+		t.Fatalf("mount --policy lru: %v, want a usage error naming nr", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
@@ -193,7 +194,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 			return err
 		}
 	} else {
-		store, err := cache.Open(cache.Options{Dir: c.cacheDir, Capacity: capacity, Policy: c.policy,
+		store, err := cache.Open(cache.Options{Dir: c.cacheDir, Capacity: capacity,
 			KeyScheme: src.VersionScheme(), Logger: log})
 		switch {
 		case errors.Is(err, cache.ErrLocked):
@@ -222,7 +223,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 // prefetchLocal runs the prefetch in this process against store.
 func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src source.Source, store *cache.Store, whole, block int64, members []peer.Peer, stderr io.Writer) (prefetch.Summary, error) {
 	bopts := backend.Options{Logger: log}
-	b, err := backend.Open(ctx, src, bopts)
+	b, err := all.Open(ctx, src, bopts)
 	if err != nil {
 		return prefetch.Summary{}, err
 	}

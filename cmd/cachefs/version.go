@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/cephfs"
 )
 
 // version is set at build time: -ldflags "-X main.version=v0.1.0".
@@ -20,11 +20,11 @@ func newVersionCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
 			fmt.Printf("cachefs %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			cephfs := "cephfs (libcephfs)"
-			if !backend.CephFSBuilt {
-				cephfs = "no cephfs: make build-ceph"
+			ceph := "cephfs (libcephfs)"
+			if !cephfs.Built {
+				ceph = "no cephfs: make build-ceph"
 			}
-			fmt.Printf("  sources: posix, s3, mirror, %s\n", cephfs)
+			fmt.Printf("  sources: posix, s3, mirror, %s\n", ceph)
 			if bi, ok := debug.ReadBuildInfo(); ok {
 				for _, d := range bi.Deps {
 					switch d.Path {

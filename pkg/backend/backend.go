@@ -1,17 +1,24 @@
-// Package backend is the read-only view of a dataset's real home: a local or
-// kernel-mounted directory (posix), an S3 bucket prefix (s3), an NFSv3 export
-// read with a pure-Go client (nfs), a CephFS directory through libcephfs
-// (cephfs, in builds with the ceph tag only), or a mirror of several of
-// those.
+// Package backend is the read-only view of a dataset's real home: the
+// Backend interface, its sentinel errors, the path rules (CleanPath), the
+// retry policy and Retrier, the listing caps (ListLimits, ListGuard), timing
+// for metrics (WithObserver) and the optional abilities. The backends
+// themselves are one package each: pkg/backend/posix (a local or
+// kernel-mounted directory), s3 (an S3 bucket prefix), nfs (an NFSv3 export
+// read with a pure-Go client), cephfs (libcephfs, in builds with the ceph
+// tag only) and mirror (several of those); pkg/backend/all opens a Source of
+// any kind. pkg/source parses source URLs.
 //
-// Parse turns a source URL into a Source; Open turns a Source into a
-// Backend. Optional abilities are separate interfaces found by type
-// assertion (RetryCounter, SkipCounter, Unwrapper); WithObserver times
-// reads for metrics.
+// Optional abilities are separate interfaces found by type assertion, through
+// wrappers (Unwrapper), each with a helper: RetryCounter (Retries),
+// SkipCounter (Skipped), Unwrapper, Putter (Put), ReplicaStatser
+// (ReplicaStats) and ChecksumSetter (SetChecksums). Callers hand backends
+// three interfaces of their own: Observer (WithObserver), Egress
+// (Options.Egress) and ListMemory (ListLimits.Memory).
 //
 // A Backend lists directories, stats entries and reads byte ranges. It knows
 // nothing of caching, FUSE or CSI: those sit to its left on the data path
-// (backend ← cache ← fusefs ← csi) and depend on it, never the reverse.
+// (backend ← cache ← fusefs ← csi) and depend on it, never the reverse; nor
+// does this package know any one backend.
 //
 // Paths are slash-separated, relative to the dataset root, with no leading or
 // trailing slash; the root itself is "". Every method documents the sentinel

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
+	"github.com/epochfs/epochfs/pkg/backend/cephfs"
 	"github.com/epochfs/epochfs/pkg/egress"
 	"github.com/epochfs/epochfs/pkg/source"
 )
@@ -91,7 +93,7 @@ func TestEgressRefusesLocalSources(t *testing.T) {
 			}
 			r := &egressRecorder{}
 			opts := backend.Options{Egress: r.dialer(t), Credentials: backend.Credentials{AccessKey: "AKIAEXAMPLE", SecretKey: "secret-not-used"}}
-			b, err := backend.Open(context.Background(), src, opts)
+			b, err := all.Open(context.Background(), src, opts)
 			if err == nil {
 				b.Close()
 				t.Fatalf("Open(%s): opened, want refused", tc.source)
@@ -126,7 +128,7 @@ func TestEgressAllowsRuleEndpoint(t *testing.T) {
 	}
 	r := &egressRecorder{}
 	opts := backend.Options{Egress: r.dialer(t, host), Credentials: backend.Credentials{AccessKey: "AKIAEXAMPLE", SecretKey: "secret"}}
-	b, err := backend.Open(context.Background(), src, opts)
+	b, err := all.Open(context.Background(), src, opts)
 	if err != nil {
 		t.Fatalf("Open with a rule naming %s: %v", host, err)
 	}
@@ -138,7 +140,7 @@ func TestEgressAllowsRuleEndpoint(t *testing.T) {
 	// The same source without the rule: refused, nothing dialed.
 	r2 := &egressRecorder{}
 	opts.Egress = r2.dialer(t)
-	if _, err := backend.Open(context.Background(), src, opts); !errors.Is(err, egress.ErrRefused) {
+	if _, err := all.Open(context.Background(), src, opts); !errors.Is(err, egress.ErrRefused) {
 		t.Errorf("Open without the rule: %v, want refused", err)
 	}
 	if a := r2.got(); len(a) != 0 {
@@ -149,7 +151,7 @@ func TestEgressAllowsRuleEndpoint(t *testing.T) {
 // TestEgressCephMonitorAllowed: a cephfs monitor that passes the check
 // reaches the cephfs backend (in this cgo-free build: ErrUnsupported).
 func TestEgressCephMonitorAllowed(t *testing.T) {
-	if backend.CephFSBuilt {
+	if cephfs.Built {
 		t.Skip("a ceph build would connect to the monitor; this test only checks the check")
 	}
 	src, err := source.Parse("cephfs://admin@127.0.0.1:3300/data")
@@ -157,7 +159,7 @@ func TestEgressCephMonitorAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &egressRecorder{}
-	_, err = backend.Open(context.Background(), src, backend.Options{Egress: r.dialer(t, "127.0.0.1")})
+	_, err = all.Open(context.Background(), src, backend.Options{Egress: r.dialer(t, "127.0.0.1")})
 	if !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("Open: %v, want ErrUnsupported (past the monitor check)", err)
 	}

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"sync/atomic"
 	"unsafe"
 )
@@ -122,9 +120,11 @@ func ListEntryCost(name, version string) int64 {
 // so that gathering an entry costs no atomic operation on a shared counter.
 const listReserveChunk = 64 << 10
 
-// listGuard checks one List call against its ListLimits. It is used by
-// that call's goroutine only.
-type listGuard struct {
+// ListGuard checks one List call against its ListLimits, for backends: each
+// List makes one (NewListGuard), counts every request (Page) and gathered
+// entry (Entry), and releases it when it returns. It is used by that call's
+// goroutine only.
+type ListGuard struct {
 	lim      ListLimits
 	path     string
 	pageCap  string // "" is CapListingPages
@@ -134,13 +134,21 @@ type listGuard struct {
 	reserved int64 // bytes reserved from lim.Memory (≥ used)
 }
 
-func newListGuard(ctx context.Context, p string) *listGuard {
-	return &listGuard{lim: ListLimitsFrom(ctx), path: p}
+// NewListGuard returns the guard of a List of directory p under the
+// ListLimits of ctx.
+func NewListGuard(ctx context.Context, p string) *ListGuard {
+	return &ListGuard{lim: ListLimitsFrom(ctx), path: p}
 }
 
-// entry counts one gathered entry, or returns the *ListLimitError of the
+// NewProbeGuard returns the guard of a probe for one key under p: at most
+// probeMaxPages requests, refused as CapProbePages.
+func NewProbeGuard(p string) *ListGuard {
+	return &ListGuard{lim: ListLimits{MaxPages: probeMaxPages}, path: p, pageCap: CapProbePages}
+}
+
+// Entry counts one gathered entry, or returns the *ListLimitError of the
 // cap it passes.
-func (g *listGuard) entry(name, version string) error {
+func (g *ListGuard) Entry(name, version string) error {
 	g.entries++
 	if g.lim.MaxEntries > 0 && g.entries > g.lim.MaxEntries {
 		return &ListLimitError{Path: g.path, Cap: CapDirEntries, Limit: int64(g.lim.MaxEntries)}
@@ -159,8 +167,8 @@ func (g *listGuard) entry(name, version string) error {
 	return nil
 }
 
-// page counts one request, or returns the *ListLimitError of the page cap.
-func (g *listGuard) page() error {
+// Page counts one request, or returns the *ListLimitError of the page cap.
+func (g *ListGuard) Page() error {
 	g.pages++
 	if g.lim.MaxPages > 0 && g.pages > g.lim.MaxPages {
 		return &ListLimitError{Path: g.path, Cap: cmp.Or(g.pageCap, CapListingPages), Limit: int64(g.lim.MaxPages)}
@@ -168,74 +176,18 @@ func (g *listGuard) page() error {
 	return nil
 }
 
-// restart forgets the entries gathered (a retry that lists again from the
+// Restart forgets the entries gathered (a retry that lists again from the
 // start); pages stay counted.
-func (g *listGuard) restart() {
+func (g *ListGuard) Restart() {
 	g.entries, g.used = 0, 0
 }
 
-// release gives the reserved memory back; call it when List returns.
-func (g *listGuard) release() {
+// Release gives the reserved memory back; call it when List returns.
+func (g *ListGuard) Release() {
 	if g.reserved > 0 {
 		g.lim.Memory.Release(g.reserved)
 		g.reserved = 0
 	}
-}
-
-// maxListPageBytes bounds one S3 listing page's response body: 1,000 keys
-// of 1,024 bytes, URL-encoded (up to 3 bytes each), with their metadata
-// are under 4 MiB; a server that sends more (ignoring max-keys) is refused
-// before the XML decoder holds it. A variable for tests only.
-var maxListPageBytes int64 = 8 << 20
-
-// errListPageTooLarge: an S3 listing page over maxListPageBytes.
-var errListPageTooLarge = fmt.Errorf("%w: a listing page over 8 MiB", ErrListTooLarge)
-
-type listGuardKey struct{}
-
-// listPageTransport counts the requests of an S3 List against its
-// listGuard (the ctx of minio-go's paginating iterator carries it, so a
-// page that yields nothing is counted too) and bounds each page's body.
-// Requests without a guard pass through.
-type listPageTransport struct {
-	base http.RoundTripper
-}
-
-func (t *listPageTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	g, ok := req.Context().Value(listGuardKey{}).(*listGuard)
-	if !ok {
-		return t.base.RoundTrip(req)
-	}
-	if err := g.page(); err != nil {
-		if req.Body != nil {
-			_ = req.Body.Close()
-		}
-		return nil, err
-	}
-	resp, err := t.base.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	resp.Body = &limitedBody{ReadCloser: resp.Body, left: maxListPageBytes}
-	return resp, nil
-}
-
-// limitedBody fails a read past left bytes with errListPageTooLarge.
-type limitedBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if int64(len(p)) > b.left+1 {
-		p = p[:b.left+1] // one byte more tells a body of exactly left bytes from a longer one
-	}
-	n, err := b.ReadCloser.Read(p)
-	if int64(n) > b.left {
-		return int(b.left), errListPageTooLarge
-	}
-	b.left -= int64(n)
-	return n, err
 }
 
 // NewListMemory returns a ListMemory of limit bytes that only counts (a

@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/fakes3"
 	"github.com/epochfs/epochfs/internal/testenv/nfs"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -68,7 +70,7 @@ func TestS3ListCaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := backend.Open(context.Background(), src, backend.Options{Credentials: backend.Credentials{AccessKey: "k", SecretKey: "s"}})
+	b, err := all.Open(context.Background(), src, backend.Options{Credentials: backend.Credentials{AccessKey: "k", SecretKey: "s"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,32 +135,6 @@ func TestS3ListCaps(t *testing.T) {
 	})
 }
 
-// TestS3ListPageSizeCap: a page body over the cap (8 MiB; 1 MiB here, so
-// that the race detector's decoder is quick) from a server ignoring
-// max-keys is refused before it is decoded, not retried. Without the cap,
-// minio-go decodes the whole page.
-func TestS3ListPageSizeCap(t *testing.T) {
-	defer backend.SetMaxListPageBytes(1 << 20)()
-	s := &fakes3.Server{Bucket: "data", Endless: []string{"big/"}, PageKeys: 2000, KeyLen: 1000, Backstop: 2000}
-	s.Start(t)
-	src, err := source.Parse(s.Source())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := backend.Open(context.Background(), src, backend.Options{Credentials: backend.Credentials{AccessKey: "k", SecretKey: "s"}, Lazy: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	_, err = b.List(limited(backend.ListLimits{MaxEntries: 1 << 20}), "big")
-	if !errors.Is(err, backend.ErrListTooLarge) {
-		t.Fatalf("List(big) = %v, want ErrListTooLarge (a page over the cap)", err)
-	}
-	if n := s.Pages("big/"); n != 1 {
-		t.Errorf("%d requests, want 1 (no retry of a page over the cap)", n)
-	}
-}
-
 // TestMirrorListCapNoFailover: a replica's listing over a cap is the
 // answer (the other replica would hold the same directory): no failover.
 func TestMirrorListCapNoFailover(t *testing.T) {
@@ -167,7 +143,7 @@ func TestMirrorListCapNoFailover(t *testing.T) {
 		srv[i] = &fakes3.Server{Bucket: "data", Endless: []string{"endless/"}, Backstop: 100_000}
 		srv[i].Start(t)
 	}
-	b := openMirror(t, "mirror:"+srv[0].Source()+","+srv[1].Source(),
+	b := backendtest.OpenOptions(t, "mirror:"+srv[0].Source()+","+srv[1].Source(),
 		backend.Options{Credentials: backend.Credentials{AccessKey: "k", SecretKey: "s"}, Lazy: true})
 	_, err := b.List(limited(backend.ListLimits{MaxEntries: 2000}), "endless")
 	wantCap(t, err, "endless", backend.CapDirEntries)
@@ -188,7 +164,7 @@ func TestPosixListCaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := openURL(t, dir, backend.Options{})
+	b := backendtest.OpenOptions(t, dir, backend.Options{})
 	mem := &recordingMemory{ListMemory: backend.NewListMemory(1 << 30)}
 	_, err := b.List(limited(backend.ListLimits{MaxEntries: 1000, Memory: mem}), "big")
 	wantCap(t, err, "big", backend.CapDirEntries)
@@ -217,7 +193,7 @@ func TestNFSListCaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := openURL(t, nfs.StartGoNFS(t, dir, 4096).URL, backend.Options{})
+	b := backendtest.OpenOptions(t, nfs.StartGoNFS(t, dir, 4096).URL, backend.Options{})
 	mem := &recordingMemory{ListMemory: backend.NewListMemory(1 << 30)}
 	_, err := b.List(limited(backend.ListLimits{MaxEntries: 1000, Memory: mem}), "big")
 	wantCap(t, err, "big", backend.CapDirEntries)

@@ -7,6 +7,6 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 )
 
-// TestMain stops the Ceph cluster (ceph.Start) that the RGW and
-// cephfs tests start once for this test binary.
+// TestMain stops the Ceph cluster (ceph.Start) that the RGW tests start
+// once for this test binary.
 func TestMain(m *testing.M) { os.Exit(ceph.Main(m)) }

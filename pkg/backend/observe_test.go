@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
+	"github.com/epochfs/epochfs/pkg/backend/cephfs"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -32,8 +35,8 @@ func (r *recorder) ObserveRead(d time.Duration, n int, err error) {
 
 func TestWithObserver(t *testing.T) {
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string][]byte{"f": []byte("0123456789"), "bad\x01name": nil})
-	inner := openPosix(t, dir)
+	backendtest.WriteFiles(t, dir, map[string][]byte{"f": []byte("0123456789"), "bad\x01name": nil})
+	inner := backendtest.OpenOptions(t, dir, backend.Options{})
 	rec := &recorder{}
 	b := backend.WithObserver(inner, rec)
 	defer b.Close()
@@ -79,7 +82,7 @@ func TestWithObserver(t *testing.T) {
 
 func TestOpenUnsupported(t *testing.T) {
 	raws := []string{}
-	if !backend.CephFSBuilt {
+	if !cephfs.Built {
 		raws = append(raws, "cephfs://mon/x")
 	}
 	for _, raw := range raws {
@@ -87,7 +90,7 @@ func TestOpenUnsupported(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = backend.Open(context.Background(), src, backend.Options{})
+		_, err = all.Open(context.Background(), src, backend.Options{})
 		if !errors.Is(err, backend.ErrUnsupported) {
 			t.Errorf("Open(%s) = %v, want ErrUnsupported", raw, err)
 		}
@@ -106,7 +109,7 @@ func TestOpenOptionsValidated(t *testing.T) {
 		{RequestTimeout: -time.Second},
 		{Credentials: backend.Credentials{AccessKey: "only-the-key"}},
 	} {
-		if _, err := backend.Open(context.Background(), src, o); err == nil {
+		if _, err := all.Open(context.Background(), src, o); err == nil {
 			t.Errorf("Open with %+v: no error", o)
 		}
 	}

@@ -40,18 +40,18 @@ func CleanPath(p string) (string, error) {
 	return p, nil
 }
 
-// joinPath joins a directory path and a child name ("" is the root).
-func joinPath(dir, name string) string {
+// JoinPath joins a directory path and a child name ("" is the root).
+func JoinPath(dir, name string) string {
 	if dir == "" {
 		return name
 	}
 	return dir + "/" + name
 }
 
-// checkRead validates what every ReadAt is given, in the order the backends
+// CheckRead validates what every ReadAt is given, in the order the backends
 // answer it: the path (returned cleaned; its error as CleanPath's), a
 // context not yet done, a non-negative offset. Errors name kind and path.
-func checkRead(ctx context.Context, kind source.Kind, p string, off int64) (string, error) {
+func CheckRead(ctx context.Context, kind source.Kind, p string, off int64) (string, error) {
 	p, err := CleanPath(p)
 	if err != nil {
 		return "", err

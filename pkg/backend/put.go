@@ -1,14 +1,8 @@
 package backend
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"path"
-	"strconv"
-
-	"github.com/minio/minio-go/v7"
 )
 
 // Putter is the one write a Backend may offer: storing a small object at a
@@ -30,62 +24,3 @@ func Put(ctx context.Context, b Backend, p string, data []byte) error {
 	}
 	return fmt.Errorf("put %q: %w: this source cannot store objects (a mirror: store it in each replica)", p, ErrUnsupported)
 }
-
-// Put writes data to a temporary file in p's directory (created as needed)
-// and renames it over p, all inside the dataset root.
-func (b *posixBackend) Put(ctx context.Context, p string, data []byte) error {
-	p, err := CleanPath(p)
-	if err != nil {
-		return err
-	}
-	if p == "" {
-		return fmt.Errorf("posix: put: %w: the root is a directory", ErrInvalidPath)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("posix: put %q: %w", p, err)
-	}
-	if dir := path.Dir(p); dir != "." {
-		if err := b.root.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("posix: put %q: %w", p, mapPosixErr(err))
-		}
-	}
-	tmp := p + ".tmp-" + strconv.FormatUint(rand.Uint64(), 36)
-	if err := b.root.WriteFile(tmp, data, 0o644); err != nil {
-		_ = b.root.Remove(tmp)
-		return fmt.Errorf("posix: put %q: %w", p, mapPosixErr(err))
-	}
-	if err := b.root.Rename(tmp, p); err != nil {
-		_ = b.root.Remove(tmp)
-		return fmt.Errorf("posix: put %q: %w", p, mapPosixErr(err))
-	}
-	return nil
-}
-
-// Put stores data as the object at p with one PUT (S3 replaces objects
-// atomically), retried like reads.
-func (b *s3Backend) Put(ctx context.Context, p string, data []byte) error {
-	p, err := CleanPath(p)
-	if err != nil {
-		return err
-	}
-	if p == "" {
-		return fmt.Errorf("s3: put: %w: the root is a prefix", ErrInvalidPath)
-	}
-	_, err = b.retry.do(ctx, "put", b.retryable, func(ctx context.Context) error {
-		// Ceph RGW refuses the x-amz-content-sha256 minio-go signs an empty
-		// body with (XAmzContentSHA256Mismatch); an empty object goes up as
-		// UNSIGNED-PAYLOAD, which every S3 server takes.
-		_, err := b.core.Client.PutObject(ctx, b.bucket, b.key(p), bytes.NewReader(data), int64(len(data)),
-			minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true, DisableContentSha256: len(data) == 0})
-		return err
-	})
-	if err != nil {
-		return b.mapErr("put", p, err)
-	}
-	return nil
-}
-
-var (
-	_ Putter = (*posixBackend)(nil)
-	_ Putter = (*s3Backend)(nil)
-)

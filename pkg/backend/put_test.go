@@ -10,6 +10,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/internal/testenv/ceph"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
@@ -57,7 +58,7 @@ func TestPutPosix(t *testing.T) {
 	if err := os.Mkdir(data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b := openMirror(t, data, backend.Options{})
+	b := backendtest.OpenOptions(t, data, backend.Options{})
 	checkPut(t, b)
 	if _, err := os.Stat(filepath.Join(dir, "escape")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a refused path was written outside the root: %v", err)
@@ -88,7 +89,7 @@ func testPutS3(t *testing.T, m *s3.Server) {
 
 func TestPutMirrorUnsupported(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
-	mb := openMirror(t, "mirror:"+a+","+b, backend.Options{})
+	mb := backendtest.OpenOptions(t, "mirror:"+a+","+b, backend.Options{})
 	if err := backend.Put(context.Background(), mb, "x", nil); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("Put on a mirror: %v, want ErrUnsupported", err)
 	}

@@ -7,11 +7,14 @@ import (
 	"io"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/backendtest"
 	"github.com/epochfs/epochfs/pkg/backend"
 )
 
 func TestReadFull(t *testing.T) {
-	b := makePosix(t, map[string][]byte{"f": []byte("0123456789")})
+	dir := t.TempDir()
+	backendtest.WriteFiles(t, dir, map[string][]byte{"f": []byte("0123456789")})
+	b := backendtest.OpenOptions(t, dir, backend.Options{})
 	ctx := context.Background()
 	tests := []struct {
 		name string

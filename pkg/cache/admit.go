@@ -47,7 +47,10 @@ func (s *Store) settle(key Key, id string, e *entry, err error, prefetch bool) b
 	defer s.mu.Unlock()
 	if s.entries[id] != e {
 		// Evicted by another admission while being written: the evictor
-		// released the bytes and left the files to us.
+		// released the bytes and left the files to us. Only a policy that
+		// evicts (a benchmark's) gets here: NR's Admit evicts nothing, its
+		// Restore runs at Open before any write, and a drop
+		// (checkCached) only takes ready entries.
 		if err == nil {
 			s.removeFilesLocked(id)
 		}

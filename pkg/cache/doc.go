@@ -12,13 +12,14 @@
 // copies of the dataset bytes (offset 0 is byte 0 of the entry), so that a
 // caller can hand the descriptor to the kernel, e.g. for FUSE passthrough.
 //
-// The default policy is NR: admit on first miss while the entry fits, and
-// once the cache is full admit nothing and evict nothing. Under the access
+// The policy is NR: admit on first miss while the entry fits, and once
+// the cache is full admit nothing and evict nothing. Under the access
 // pattern of deep-learning training (every file once per epoch, in a fresh
 // random order) that freezes the cached set and makes every epoch from the
 // second on hit exactly capacity/dataset of the bytes, while LRU, FIFO and
-// random replacement thrash. LRU, FIFO, Random and TinyLFU exist only so
-// that benchmarks can show the difference on the same data.
+// random replacement thrash. NR is the only policy in this package; the
+// Store takes any Policy (Options.Policy) so that benchmarks can compare
+// others on the same data (bench/policies).
 //
 // The store survives restarts: Open rescans the directory, removes debris
 // of interrupted writes and verifies each recovered entry's checksum before

@@ -97,19 +97,11 @@ func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load L
 	if s.checkCached(key, id, size) {
 		return &fillResult{hit: true, cached: true}, nil
 	}
-	if kind == fillNoAdmit {
-		buf := make([]byte, size)
-		if err := load(ctx, buf); err != nil {
-			s.loadErrors.Add(1)
-			return nil, fmt.Errorf("cache: load %s: %w", key, err)
-		}
-		return &fillResult{data: buf}, nil
-	}
 	prefetch := kind == fillPrefetch
 	// A pooled buffer when the bytes will probably be admitted (written,
 	// then the buffer is free again); an exact one when they will
 	// probably be read through and handed to the callers.
-	pooled := s.mayAdmit(size)
+	pooled := kind != fillNoAdmit && s.mayAdmit(size)
 	var buf []byte
 	if pooled {
 		buf = getBuf(size)
@@ -123,7 +115,7 @@ func (s *Store) fill(ctx context.Context, key Key, id string, size int64, load L
 		}
 		return nil, fmt.Errorf("cache: load %s: %w", key, err)
 	}
-	if s.admit(key, id, buf, prefetch) {
+	if kind != fillNoAdmit && s.admit(key, id, buf, prefetch) {
 		if pooled {
 			putBuf(buf)
 		}

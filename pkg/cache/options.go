@@ -4,22 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 )
-
-// Policy names accepted by Options.Policy.
-const (
-	PolicyNR      = "nr"      // no replacement: the default, and the one for training
-	PolicyLRU     = "lru"     // least recently used (benchmarks only)
-	PolicyFIFO    = "fifo"    // first in, first out (benchmarks only)
-	PolicyRandom  = "random"  // random replacement (benchmarks only)
-	PolicyTinyLFU = "tinylfu" // ristretto's TinyLFU admission + sampled LFU eviction (benchmarks only)
-)
-
-// Policies returns the accepted policy names, the default first.
-func Policies() []string {
-	return []string{PolicyNR, PolicyLRU, PolicyFIFO, PolicyRandom, PolicyTinyLFU}
-}
 
 // Options configure a Store. Validated in Open.
 type Options struct {
@@ -29,8 +14,10 @@ type Options struct {
 	Dir string
 	// Capacity is the most bytes of entries the store keeps, > 0. Required.
 	Capacity int64
-	// Policy is one of Policies(); "" means "nr".
-	Policy string
+	// Policy decides admissions and evictions, built for Capacity; nil
+	// means NR (NewNR), the product's policy. Benchmarks inject others
+	// (bench/policies). The Store owns it from Open on (see Policy).
+	Policy Policy
 	// KeyScheme names the format of the versions in the callers' keys
 	// (the source's source.Source.VersionScheme: "" for S3 ETags, another
 	// name since posix versions gained the ctime and inode). When it is
@@ -44,8 +31,6 @@ type Options struct {
 	// Info line at Open. Default: discard.
 	Logger *slog.Logger
 
-	// seed seeds the random policy; 0 picks a random seed. Tests only.
-	seed uint64
 	// sidecar writes checksum records to .sum sidecar files, as on a
 	// filesystem without user xattrs (and as before records moved into
 	// the xattr). Tests and benchmarks only.
@@ -60,15 +45,8 @@ func (o Options) validate() (Options, error) {
 	if o.Capacity <= 0 {
 		return o, fmt.Errorf("%w: Capacity must be > 0, got %d", ErrInvalidOptions, o.Capacity)
 	}
-	if o.Policy == "" {
-		o.Policy = PolicyNR
-	}
-	known := false
-	for _, p := range Policies() {
-		known = known || o.Policy == p
-	}
-	if !known {
-		return o, fmt.Errorf("%w: unknown policy %q (want one of %s)", ErrInvalidOptions, o.Policy, strings.Join(Policies(), ", "))
+	if o.Policy == nil {
+		o.Policy = NewNR(o.Capacity)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -92,8 +92,8 @@ type entry struct {
 // used, nready), closed, the write-failure state and every call into
 // policy; it is never held across a Loader call or across reading or
 // writing entry bytes, only across metadata operations (unlinking evicted
-// or dropped entries). Lock order: mu, then the policy's own lock
-// (tinyLFUPolicy.mu); nothing else is taken under mu. Fills of one entry id
+// or dropped entries). Lock order: mu, then whatever lock the policy takes
+// inside its own methods (NR takes none); nothing else is taken under mu. Fills of one entry id
 // are serialized by flights, so at most one goroutine loads, writes,
 // verifies or drops a given id at a time (evictions by other fills are the
 // exception, and are handled under mu: see admit).
@@ -139,15 +139,20 @@ type Store struct {
 // or a sidecar without data) are removed,
 // used bytes are recomputed from the files, and the policy is seeded with
 // the entries oldest first (by mtime). If the capacity shrank below what is
-// held, NR keeps everything and admits nothing; the other policies evict
-// down to capacity. Recovered entries are verified against their checksum
+// held, NR keeps everything and admits nothing (a policy that evicts may
+// evict down to capacity). Recovered entries are verified against their checksum
 // when first served.
 //
 // Errors: ErrInvalidOptions for bad options, ErrLocked if another store
-// holds the directory.
-func Open(opts Options) (*Store, error) {
-	opts, err := opts.validate()
-	if err != nil {
+// holds the directory. A failed Open closes opts.Policy when it is an
+// io.Closer.
+func Open(opts Options) (_ *Store, err error) {
+	defer func() {
+		if c, ok := opts.Policy.(io.Closer); ok && err != nil {
+			_ = c.Close()
+		}
+	}()
+	if opts, err = opts.validate(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
@@ -161,16 +166,14 @@ func Open(opts Options) (*Store, error) {
 		dir:        opts.Dir,
 		entriesDir: filepath.Join(opts.Dir, entriesName),
 		capacity:   opts.Capacity,
-		policyName: opts.Policy,
+		policyName: opts.Policy.Name(),
+		policy:     opts.Policy,
 		log:        opts.Logger,
 		lockFile:   lf,
 		entries:    map[string]*entry{},
 	}
 	s.sidecar.Store(opts.sidecar)
 	if err := s.open(opts); err != nil {
-		if c, ok := s.policy.(io.Closer); ok {
-			_ = c.Close()
-		}
 		_ = unlockDir(lf)
 		return nil, err
 	}
@@ -196,9 +199,6 @@ func (s *Store) open(opts Options) error {
 		return err
 	}
 	if err := makeEntriesDir(s.entriesDir); err != nil {
-		return err
-	}
-	if s.policy, err = newPolicy(s.policyName, s.capacity, opts.seed); err != nil {
 		return err
 	}
 	if drop {

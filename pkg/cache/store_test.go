@@ -36,7 +36,6 @@ func TestOpenOptions(t *testing.T) {
 		{"no dir", Options{Capacity: 1}, "cache: invalid options: Dir is required"},
 		{"zero capacity", Options{Dir: dir}, "cache: invalid options: Capacity must be > 0, got 0"},
 		{"negative capacity", Options{Dir: dir, Capacity: -5}, "cache: invalid options: Capacity must be > 0, got -5"},
-		{"unknown policy", Options{Dir: dir, Capacity: 1, Policy: "arc"}, `cache: invalid options: unknown policy "arc" (want one of nr, lru, fifo, random, tinylfu)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,50 +59,46 @@ func TestOpenOptions(t *testing.T) {
 }
 
 func TestGetMissThenHit(t *testing.T) {
-	for _, pol := range Policies() {
-		t.Run(pol, func(t *testing.T) {
-			s := testStore(t, Options{Capacity: 1 << 20, Policy: pol})
-			var ld countingLoader
-			k := key("a/b.jpg")
-			if s.Contains(k) {
-				t.Fatal("Contains before Get")
-			}
-			r := mustGet(t, s, k, 5000, ld.load(k))
-			if r.Hit || r.File == nil {
-				t.Fatalf("first Get: Hit=%v File=%v, want a miss admitted as a file", r.Hit, r.File)
-			}
-			checkBytes(t, k, readResult(t, r), 5000)
-			r = mustGet(t, s, k, 5000, failLoader(t))
-			if !r.Hit || r.File == nil {
-				t.Fatalf("second Get: Hit=%v File=%v, want a hit", r.Hit, r.File)
-			}
-			checkBytes(t, k, readResult(t, r), 5000)
-			if !s.Contains(k) || s.Contains(Key{Dataset: k.Dataset, Path: k.Path, Version: "v2"}) {
-				t.Fatal("Contains: want the key held and another version not held")
-			}
-			// A new version is a miss, never the old bytes.
-			k2 := Key{Dataset: k.Dataset, Path: k.Path, Version: "v2"}
-			r = mustGet(t, s, k2, 5000, ld.load(k2))
-			if r.Hit {
-				t.Fatal("new version was a hit")
-			}
-			checkBytes(t, k2, readResult(t, r), 5000)
-			// Zero-sized entries work too.
-			k3 := key("empty")
-			checkBytes(t, k3, readResult(t, mustGet(t, s, k3, 0, ld.load(k3))), 0)
-			if r := mustGet(t, s, k3, 0, failLoader(t)); !r.Hit {
-				t.Fatal("empty entry: want a hit")
-			}
+	s := testStore(t, Options{Capacity: 1 << 20})
+	var ld countingLoader
+	k := key("a/b.jpg")
+	if s.Contains(k) {
+		t.Fatal("Contains before Get")
+	}
+	r := mustGet(t, s, k, 5000, ld.load(k))
+	if r.Hit || r.File == nil {
+		t.Fatalf("first Get: Hit=%v File=%v, want a miss admitted as a file", r.Hit, r.File)
+	}
+	checkBytes(t, k, readResult(t, r), 5000)
+	r = mustGet(t, s, k, 5000, failLoader(t))
+	if !r.Hit || r.File == nil {
+		t.Fatalf("second Get: Hit=%v File=%v, want a hit", r.Hit, r.File)
+	}
+	checkBytes(t, k, readResult(t, r), 5000)
+	if !s.Contains(k) || s.Contains(Key{Dataset: k.Dataset, Path: k.Path, Version: "v2"}) {
+		t.Fatal("Contains: want the key held and another version not held")
+	}
+	// A new version is a miss, never the old bytes.
+	k2 := Key{Dataset: k.Dataset, Path: k.Path, Version: "v2"}
+	r = mustGet(t, s, k2, 5000, ld.load(k2))
+	if r.Hit {
+		t.Fatal("new version was a hit")
+	}
+	checkBytes(t, k2, readResult(t, r), 5000)
+	// Zero-sized entries work too.
+	k3 := key("empty")
+	checkBytes(t, k3, readResult(t, mustGet(t, s, k3, 0, ld.load(k3))), 0)
+	if r := mustGet(t, s, k3, 0, failLoader(t)); !r.Hit {
+		t.Fatal("empty entry: want a hit")
+	}
 
-			want := Stats{Hits: 2, Misses: 3, HitBytes: 5000, MissBytes: 10000, Entries: 3, UsedBytes: 10000,
-				CapacityBytes: 1 << 20, Admissions: 3, Policy: pol}
-			if got := s.Stats(); got != want {
-				t.Fatalf("Stats:\n got %+v\nwant %+v", got, want)
-			}
-			if ld.calls.Load() != 3 {
-				t.Fatalf("load called %d times, want 3", ld.calls.Load())
-			}
-		})
+	want := Stats{Hits: 2, Misses: 3, HitBytes: 5000, MissBytes: 10000, Entries: 3, UsedBytes: 10000,
+		CapacityBytes: 1 << 20, Admissions: 3, Policy: PolicyNR}
+	if got := s.Stats(); got != want {
+		t.Fatalf("Stats:\n got %+v\nwant %+v", got, want)
+	}
+	if ld.calls.Load() != 3 {
+		t.Fatalf("load called %d times, want 3", ld.calls.Load())
 	}
 }
 
@@ -210,66 +205,62 @@ func TestNRFull(t *testing.T) {
 // TestRecovery: a reopened store serves the same entries without loading,
 // and removes the debris of interrupted writes.
 func TestRecovery(t *testing.T) {
-	for _, pol := range Policies() {
-		t.Run(pol, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(Options{Dir: dir, Capacity: 1 << 20, Policy: pol})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ld countingLoader
-			var keys []Key
-			for i := range 40 {
-				k := key(fmt.Sprintf("f%02d", i))
-				keys = append(keys, k)
-				readResult(t, mustGet(t, s, k, int64(100+i*37), ld.load(k)))
-			}
-			before := s.Stats()
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Get(context.Background(), keys[0], 100, ld.load(keys[0])); !errors.Is(err, ErrClosed) {
-				t.Fatalf("Get after Close: %v, want ErrClosed", err)
-			}
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, Capacity: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ld countingLoader
+	var keys []Key
+	for i := range 40 {
+		k := key(fmt.Sprintf("f%02d", i))
+		keys = append(keys, k)
+		readResult(t, mustGet(t, s, k, int64(100+i*37), ld.load(k)))
+	}
+	before := s.Stats()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(context.Background(), keys[0], 100, ld.load(keys[0])); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
+	}
 
-			// Debris: a tmp file, data without a record, a record without data.
-			shard := filepath.Join(dir, entriesName, "ab")
-			orphanData := strings.Repeat("ab", 32)
-			orphanSum := "ab" + strings.Repeat("cd", 31) + sumSuffix
-			debris := []string{orphanData + ".123.tmp", orphanData, orphanSum}
-			for _, name := range debris {
-				if err := os.WriteFile(filepath.Join(shard, name), []byte("junk"), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if info, err := ReadInfo(dir); err != nil || info.TempFiles != 1 || info.Entries != before.Entries {
-				t.Fatalf("ReadInfo before reopen: %+v, %v", info, err)
-			}
+	// Debris: a tmp file, data without a record, a record without data.
+	shard := filepath.Join(dir, entriesName, "ab")
+	orphanData := strings.Repeat("ab", 32)
+	orphanSum := "ab" + strings.Repeat("cd", 31) + sumSuffix
+	debris := []string{orphanData + ".123.tmp", orphanData, orphanSum}
+	for _, name := range debris {
+		if err := os.WriteFile(filepath.Join(shard, name), []byte("junk"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info, err := ReadInfo(dir); err != nil || info.TempFiles != 1 || info.Entries != before.Entries {
+		t.Fatalf("ReadInfo before reopen: %+v, %v", info, err)
+	}
 
-			s = testStore(t, Options{Dir: dir, Capacity: 1 << 20, Policy: pol})
-			after := s.Stats()
-			if after.Entries != before.Entries || after.UsedBytes != before.UsedBytes {
-				t.Fatalf("after reopen: %d entries %d bytes, want %d and %d", after.Entries, after.UsedBytes, before.Entries, before.UsedBytes)
-			}
-			for _, name := range debris {
-				if _, err := os.Stat(filepath.Join(shard, name)); !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("debris %s not removed: %v", name, err)
-				}
-			}
-			for i, k := range keys {
-				if !s.Contains(k) {
-					t.Fatalf("%s not held after reopen", k)
-				}
-				r := mustGet(t, s, k, int64(100+i*37), failLoader(t))
-				if !r.Hit {
-					t.Fatalf("%s: not a hit after reopen", k)
-				}
-				checkBytes(t, k, readResult(t, r), int64(100+i*37))
-			}
-			if st := s.Stats(); st.Hits != 40 || st.CorruptDropped != 0 {
-				t.Fatalf("Stats after reopen: %+v", st)
-			}
-		})
+	s = testStore(t, Options{Dir: dir, Capacity: 1 << 20})
+	after := s.Stats()
+	if after.Entries != before.Entries || after.UsedBytes != before.UsedBytes {
+		t.Fatalf("after reopen: %d entries %d bytes, want %d and %d", after.Entries, after.UsedBytes, before.Entries, before.UsedBytes)
+	}
+	for _, name := range debris {
+		if _, err := os.Stat(filepath.Join(shard, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("debris %s not removed: %v", name, err)
+		}
+	}
+	for i, k := range keys {
+		if !s.Contains(k) {
+			t.Fatalf("%s not held after reopen", k)
+		}
+		r := mustGet(t, s, k, int64(100+i*37), failLoader(t))
+		if !r.Hit {
+			t.Fatalf("%s: not a hit after reopen", k)
+		}
+		checkBytes(t, k, readResult(t, r), int64(100+i*37))
+	}
+	if st := s.Stats(); st.Hits != 40 || st.CorruptDropped != 0 {
+		t.Fatalf("Stats after reopen: %+v", st)
 	}
 }
 
@@ -510,45 +501,35 @@ func TestNoXattrFilesystem(t *testing.T) {
 }
 
 // TestCapacityChange: reopening with a smaller capacity keeps everything
-// under NR (admitting nothing more) and evicts down to capacity otherwise.
+// under NR, admitting nothing more.
 func TestCapacityChange(t *testing.T) {
-	for _, pol := range Policies() {
-		t.Run(pol, func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(Options{Dir: dir, Capacity: 100_000, Policy: pol})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ld countingLoader
-			for i := range 50 {
-				k := key(fmt.Sprintf("f%02d", i))
-				readResult(t, mustGet(t, s, k, 2000, ld.load(k)))
-			}
-			s.Close()
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, Capacity: 100_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ld countingLoader
+	for i := range 50 {
+		k := key(fmt.Sprintf("f%02d", i))
+		readResult(t, mustGet(t, s, k, 2000, ld.load(k)))
+	}
+	s.Close()
 
-			s = testStore(t, Options{Dir: dir, Capacity: 30_000, Policy: pol})
-			st := s.Stats()
-			info, err := ReadInfo(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if info.Entries != st.Entries || info.UsedBytes != st.UsedBytes || info.CapacityBytes != 30_000 || info.Policy != pol {
-				t.Fatalf("disk %+v disagrees with %+v", info, st)
-			}
-			if pol == PolicyNR {
-				if st.Entries != 50 || st.Evictions != 0 {
-					t.Fatalf("NR after shrink: %+v, want all 50 entries kept", st)
-				}
-				k := key("new")
-				if r := mustGet(t, s, k, 10, ld.load(k)); r.File != nil {
-					t.Fatal("NR over capacity admitted a new entry")
-				}
-				return
-			}
-			if st.UsedBytes > 30_000 || st.Entries != st.UsedBytes/2000 || st.Evictions != 50-st.Entries {
-				t.Fatalf("%s after shrink: %+v, want used <= 30000", pol, st)
-			}
-		})
+	s = testStore(t, Options{Dir: dir, Capacity: 30_000})
+	st := s.Stats()
+	info, err := ReadInfo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Entries != st.Entries || info.UsedBytes != st.UsedBytes || info.CapacityBytes != 30_000 || info.Policy != PolicyNR {
+		t.Fatalf("disk %+v disagrees with %+v", info, st)
+	}
+	if st.Entries != 50 || st.Evictions != 0 {
+		t.Fatalf("NR after shrink: %+v, want all 50 entries kept", st)
+	}
+	k := key("new")
+	if r := mustGet(t, s, k, 10, ld.load(k)); r.File != nil {
+		t.Fatal("NR over capacity admitted a new entry")
 	}
 }
 
@@ -557,7 +538,7 @@ func TestReadInfo(t *testing.T) {
 	if _, err := ReadInfo(dir); !errors.Is(err, ErrNotCacheDir) || err.Error() != fmt.Sprintf("cache: not an epochfs cache directory: %s has no epochfs-cache.json", dir) {
 		t.Fatalf("ReadInfo of an empty dir: %v", err)
 	}
-	s := testStore(t, Options{Dir: dir, Capacity: 5 << 20, Policy: PolicyLRU})
+	s := testStore(t, Options{Dir: dir, Capacity: 5 << 20})
 	var ld countingLoader
 	for i := range 10 {
 		k := key(fmt.Sprint(i))
@@ -567,7 +548,7 @@ func TestReadInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Info{Dir: dir, Policy: PolicyLRU, CapacityBytes: 5 << 20, UsedBytes: 10_000, Entries: 10, FormatVersion: 1}
+	want := Info{Dir: dir, Policy: PolicyNR, CapacityBytes: 5 << 20, UsedBytes: 10_000, Entries: 10, FormatVersion: 1}
 	if got != want {
 		t.Fatalf("ReadInfo:\n got %+v\nwant %+v", got, want)
 	}
@@ -870,22 +851,21 @@ func TestDiskFull(t *testing.T) {
 	}
 }
 
-// TestCloseStopsEverything: no goroutine outlives Close, for any policy.
+// TestCloseStopsEverything: no goroutine outlives Close. (The policies
+// of benchmarks that run goroutines: bench/policies.)
 func TestCloseStopsEverything(t *testing.T) {
 	before := runtime.NumGoroutine()
-	for _, pol := range Policies() {
-		s, err := Open(Options{Dir: t.TempDir(), Capacity: 1 << 20, Policy: pol})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ld countingLoader
-		for i := range 20 {
-			k := key(strconv.Itoa(i % 7))
-			readResult(t, mustGet(t, s, k, 100_000, ld.load(k)))
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+	s, err := Open(Options{Dir: t.TempDir(), Capacity: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ld countingLoader
+	for i := range 20 {
+		k := key(strconv.Itoa(i % 7))
+		readResult(t, mustGet(t, s, k, 100_000, ld.load(k)))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 	var after int
 	for range 100 {
@@ -901,34 +881,30 @@ func TestCloseStopsEverything(t *testing.T) {
 // TestConcurrentGets hammers a small store with many keys from many
 // goroutines: used bytes stay exact and every Get returns the right bytes.
 func TestConcurrentGets(t *testing.T) {
-	for _, pol := range Policies() {
-		t.Run(pol, func(t *testing.T) {
-			dir := t.TempDir()
-			s := testStore(t, Options{Dir: dir, Capacity: 200_000, Policy: pol})
-			var wg sync.WaitGroup
-			for g := range 8 {
-				wg.Go(func() {
-					var ld countingLoader
-					for i := range 200 {
-						k := key(strconv.Itoa((i*7 + g*13) % 60))
-						size := int64(1000 + (i*7+g*13)%60*100)
-						checkBytes(t, k, readResult(t, mustGet(t, s, k, size, ld.load(k))), size)
-					}
-				})
-			}
-			wg.Wait()
-			st := s.Stats()
-			info, err := ReadInfo(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.UsedBytes > st.CapacityBytes || info.UsedBytes != st.UsedBytes || info.Entries != st.Entries || info.TempFiles != 0 {
-				t.Fatalf("store %+v, disk %+v", st, info)
-			}
-			if st.Hits+st.Misses != 1600 {
-				t.Fatalf("counted %d Gets, want 1600", st.Hits+st.Misses)
+	dir := t.TempDir()
+	s := testStore(t, Options{Dir: dir, Capacity: 200_000})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			var ld countingLoader
+			for i := range 200 {
+				k := key(strconv.Itoa((i*7 + g*13) % 60))
+				size := int64(1000 + (i*7+g*13)%60*100)
+				checkBytes(t, k, readResult(t, mustGet(t, s, k, size, ld.load(k))), size)
 			}
 		})
+	}
+	wg.Wait()
+	st := s.Stats()
+	info, err := ReadInfo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.UsedBytes > st.CapacityBytes || info.UsedBytes != st.UsedBytes || info.Entries != st.Entries || info.TempFiles != 0 {
+		t.Fatalf("store %+v, disk %+v", st, info)
+	}
+	if st.Hits+st.Misses != 1600 {
+		t.Fatalf("counted %d Gets, want 1600", st.Hits+st.Misses)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv/kube"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/csi"
 	"github.com/epochfs/epochfs/pkg/manifest"
@@ -49,7 +50,7 @@ func TestNodeCacheLabels(t *testing.T) {
 
 	data, files := dataset(t)
 	src, _ := source.Parse(data)
-	b, err := backend.Open(ctx, src, backend.Options{})
+	b, err := all.Open(ctx, src, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/csi"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -115,7 +116,7 @@ func TestManifestAllowed(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
 	src, _ := source.Parse(data)
-	b, err := backend.Open(ctx, src, backend.Options{})
+	b, err := all.Open(ctx, src, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

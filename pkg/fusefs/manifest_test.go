@@ -21,6 +21,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -342,7 +343,7 @@ func openDir(t *testing.T, src string) backend.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := backend.Open(context.Background(), s, backend.Options{})
+	b, err := all.Open(context.Background(), s, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

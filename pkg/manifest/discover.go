@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
@@ -108,7 +109,7 @@ func openURLDir(ctx context.Context, loc string, opts backend.Options) (backend.
 	if err != nil {
 		return nil, "", err
 	}
-	b, err := backend.Open(ctx, src, opts)
+	b, err := all.Open(ctx, src, opts)
 	if err != nil {
 		return nil, "", err
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/manifest"
@@ -59,7 +60,10 @@ type Config struct {
 	Mountpoint string // existing empty directory; required
 	CacheDir   string // cache directory; required
 	CacheSize  int64  // cache capacity in bytes; required, > 0
-	Policy     string // cache policy; "" means nr
+	// Policy is the cache policy, built for CacheSize; nil means NR, the
+	// product's only one (cachefs mount accepts no other). Benchmarks
+	// inject others (bench/policies). The mount's Store owns it.
+	Policy cache.Policy
 
 	// MetricsAddr, when set, serves /metrics on HOST:PORT.
 	MetricsAddr string
@@ -248,7 +252,7 @@ func (m *Mount) openSource(ctx context.Context, undo *undoList) (backend.Backend
 	// No probe at Open: fetching the manifest, or else listing the root,
 	// below proves the dataset reachable with one request fewer.
 	bopts.Lazy = true
-	b, err := backend.Open(ctx, m.src, bopts)
+	b, err := all.Open(ctx, m.src, bopts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/epochfs/epochfs/internal/mounttest"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/mount"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
@@ -132,7 +133,7 @@ func TestClusterGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := backend.Open(context.Background(), source, backend.Options{})
+	b, err := all.Open(context.Background(), source, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

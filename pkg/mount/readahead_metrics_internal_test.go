@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/metrics"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -21,7 +22,7 @@ func TestPrefetchAndReadaheadMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := backend.Open(t.Context(), u, backend.Options{})
+	src, err := all.Open(t.Context(), u, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

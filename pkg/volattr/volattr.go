@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,7 +34,7 @@ const (
 	CacheSize = "cacheSize"
 	// Manifest is a dataset manifest: an absolute path or a URL.
 	Manifest = "manifest"
-	// Policy is the cache policy; "nr" (the default) is the one for training.
+	// Policy is the cache policy: "nr" (the default) is the only one.
 	Policy = "policy"
 	// Prefetch ("true"/"false") fills the NR cache in the background once
 	// the dataset is mounted.
@@ -167,8 +166,8 @@ func Parse(in map[string]string, defaultCacheSize int64) (Params, error) {
 				return p, invalid("parameter %q: %q is neither %q nor %q", CacheScope, v, CacheScopeNode, CacheScopeCluster)
 			}
 		case Policy:
-			if !slices.Contains(source.Policies(), v) {
-				return p, invalid("parameter %q: unknown policy %q (want one of %s)", Policy, v, strings.Join(source.Policies(), ", "))
+			if v != source.PolicyNR {
+				return p, invalid("parameter %q: %q is not a cache policy of EpochFS (the only one is %q)", Policy, v, source.PolicyNR)
 			}
 			p.Policy = v
 		default:

@@ -14,9 +14,9 @@ func TestParse(t *testing.T) {
 		err  string
 	}{
 		{name: "defaults", in: map[string]string{Source: "/data"}, want: Params{Source: "/data", CacheSize: 1 << 30, Policy: "nr"}},
-		{name: "all", in: map[string]string{Source: "s3://bucket/p", CacheSize: "2Gi", Manifest: "/m.efm", Policy: "lru", Prefetch: "true", ReadaheadFiles: "256",
+		{name: "all", in: map[string]string{Source: "s3://bucket/p", CacheSize: "2Gi", Manifest: "/m.efm", Policy: "nr", Prefetch: "true", ReadaheadFiles: "256",
 			"csi.storage.k8s.io/pod.name": "x"},
-			want: Params{Source: "s3://bucket/p", CacheSize: 2 << 30, Manifest: "/m.efm", Policy: "lru", Prefetch: true, ReadaheadFiles: ptr(256)}},
+			want: Params{Source: "s3://bucket/p", CacheSize: 2 << 30, Manifest: "/m.efm", Policy: "nr", Prefetch: true, ReadaheadFiles: ptr(256)}},
 		{name: "readahead auto", in: map[string]string{Source: "/d", ReadaheadFiles: "auto"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr"}},
 		{name: "readahead off", in: map[string]string{Source: "/d", ReadaheadFiles: "0"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr", ReadaheadFiles: ptr(0)}},
 		{name: "scope node", in: map[string]string{Source: "/d", CacheScope: "node"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr"}},
@@ -27,7 +27,8 @@ func TestParse(t *testing.T) {
 		{name: "readahead over", in: map[string]string{Source: "/d", ReadaheadFiles: "257"}, err: `parameter "readaheadFiles": "257" is neither "auto" nor a number of files from 0 to 256`},
 		{name: "readahead negative", in: map[string]string{Source: "/d", ReadaheadFiles: "-1"}, err: `parameter "readaheadFiles": "-1" is neither "auto" nor a number of files from 0 to 256`},
 		{name: "readahead Auto", in: map[string]string{Source: "/d", ReadaheadFiles: "Auto"}, err: `parameter "readaheadFiles": "Auto" is neither "auto" nor a number of files from 0 to 256`},
-		{name: "policy", in: map[string]string{Source: "/d", Policy: "mru"}, err: `parameter "policy": unknown policy "mru" (want one of nr, lru, fifo, random, tinylfu)`},
+		{name: "policy", in: map[string]string{Source: "/d", Policy: "mru"}, err: `parameter "policy": "mru" is not a cache policy of EpochFS (the only one is "nr")`},
+		{name: "benchmark policy", in: map[string]string{Source: "/d", Policy: "lru"}, err: `parameter "policy": "lru" is not a cache policy of EpochFS (the only one is "nr")`},
 		{name: "relative manifest", in: map[string]string{Source: "/d", Manifest: "m.efm"}, err: `parameter "manifest": "m.efm" must be an absolute path or a URL`},
 		{name: "prefetch", in: map[string]string{Source: "/d", Prefetch: "yes"}, err: `parameter "prefetch": "yes" is not true or false`},
 		{name: "unknown", in: map[string]string{Source: "/d", "cachesize": "1G", "zz": ""},
