@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -178,25 +177,6 @@ func setRecordFile(t testing.TB, dataPath string, sidecar bool, rec []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// fastTempDir returns a temporary directory on a fresh tmpfs when this host
-// lets the test mount one (root in a privileged container), else a plain
-// t.TempDir(). Tests that create thousands of entry files use it: on a
-// loaded VM disk each create+rename costs about a millisecond.
-func fastTempDir(t testing.TB) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1g,mode=0700", "tmpfs", dir).Run(); err != nil {
-		t.Logf("no tmpfs (%v); using %s", err, dir)
-		return dir
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
 }
 
 // victimAndOther caches two 3000-byte entries, "victim" and "other", in a

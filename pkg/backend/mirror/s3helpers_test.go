@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,8 +12,6 @@ import (
 
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/backend/all"
-	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // Helpers for tests that use an S3 server too (as in s3_test.go).
@@ -40,24 +37,6 @@ func s3URL(m *s3.Server, bucket, prefix string) string {
 
 func creds(m *s3.Server) backend.Credentials {
 	return backend.Credentials{AccessKey: m.AccessKey, SecretKey: m.SecretKey}
-}
-
-// openS3 opens s3://bucket/prefix on m; opts.Credentials default to m's.
-func openS3(t *testing.T, m *s3.Server, bucket, prefix string, opts backend.Options) backend.Backend {
-	t.Helper()
-	src, err := source.Parse(s3URL(m, bucket, prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if opts.Credentials.IsZero() {
-		opts.Credentials = creds(m)
-	}
-	b, err := all.Open(context.Background(), src, opts)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", src, err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
 }
 
 // s3Error answers req with an S3 error of status and code (as s3_test.go's
