@@ -586,7 +586,7 @@ dashboard_text = None
 # The files that define every metric the node plugin serves (its own and, labelled
 # dataset_key and dataset_id, every mount's cachefs_*), and the one naming those labels.
 METRIC_SOURCES = [os.path.join("pkg", "metrics", "metrics.go"), os.path.join("cmd", "csi-driver", "metrics.go"),
-                  os.path.join("pkg", "peer", "metrics.go")]
+                  os.path.join("pkg", "peer", "metrics.go"), os.path.join("pkg", "mount", "metrics.go")]
 LABEL_SOURCE = os.path.join("pkg", "csi", "mountmetrics.go")
 # Target labels the dashboard may use besides the mounts' own: Prometheus's (job,
 # instance), the operator's (pod, namespace), the node label the chart's monitors add.
