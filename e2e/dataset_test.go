@@ -574,7 +574,7 @@ func TestVolumeLifecycle(t *testing.T) {
 		}{
 			{"missing-bucket", secret, map[string]string{"source": s3Source(mi, "no-such-bucket", "ds"), "cacheSize": "16Mi"}, "not_found"},
 			{"wrong-credentials", "wrong-keys", map[string]string{"source": source, "cacheSize": "16Mi"}, "permission_denied"},
-			{"unknown-policy", secret, map[string]string{"source": source, "cacheSize": "16Mi", "policy": "mru"}, `unknown policy "mru"`},
+			{"unknown-policy", secret, map[string]string{"source": source, "cacheSize": "16Mi", "policy": "mru"}, `"mru" is not a cache policy of EpochFS`},
 			{"zero-cache", secret, map[string]string{"source": source, "cacheSize": "0"}, `parameter "cacheSize"`},
 		} {
 			v := in.createPV(ctx, t, ns, tc.name, tc.attrs, tc.secret)

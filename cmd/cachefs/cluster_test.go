@@ -514,7 +514,7 @@ func TestPrefetchClusterScope(t *testing.T) {
 	}
 	dataset := b.ID()
 	b.Close()
-	members := []peer.Peer{{ID: "a", Addr: "10.0.0.1:7070"}, {ID: "b", Addr: "10.0.0.2:7070"}, {ID: "c", Addr: "10.0.0.3:7070"}}
+	members := []peer.Peer{{ID: "a", Addr: "127.0.0.11:7070"}, {ID: "b", Addr: "127.0.0.12:7070"}, {ID: "c", Addr: "127.0.0.13:7070"}}
 	var ownedFiles, ownedBytes int64
 	for _, f := range files {
 		if o, _ := peer.Owner(members, peer.FileKey(dataset, f.Path)); o.ID == "b" {
@@ -524,12 +524,12 @@ func TestPrefetchClusterScope(t *testing.T) {
 	}
 	cacheDir := t.TempDir()
 	s := runPrefetch(t, bin, nil, 0, dir, "--cache-dir", cacheDir, "--cache-size", strconv.FormatInt(datagen.TotalSize(files), 10),
-		"--manifest", "none", "--cache-scope", "cluster", "--peers", "a=10.0.0.1:7070,b=10.0.0.2:7070,c=10.0.0.3:7070", "--peer-id", "b")
+		"--manifest", "none", "--cache-scope", "cluster", "--peers", "a=127.0.0.11:7070,b=127.0.0.12:7070,c=127.0.0.13:7070", "--peer-id", "b")
 	if s.State != "complete" || s.Files != ownedFiles || s.Bytes != ownedBytes || s.UsedBytes != ownedBytes {
 		t.Errorf("prefetch summary %+v; want complete with b's %d files, %d bytes, and nothing else cached", s, ownedFiles, ownedBytes)
 	}
 	out, err := exec.Command(bin, "prefetch", dir, "--cache-dir", t.TempDir(), "--cache-size", "1MiB", "--cache-scope", "cluster",
-		"--peers", "a=10.0.0.1:7070", "--peer-id", "z").CombinedOutput()
+		"--peers", "a=127.0.0.11:7070", "--peer-id", "z").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "not one of") {
 		t.Errorf("a peer id not in --peers: %v\n%s", err, out)
 	}

@@ -43,6 +43,12 @@ import (
 // A held listing is sorted by name, unique and never modified, so callers
 // use the slice get returned without a lock, even after it is dropped.
 //
+// Hand-written rather than ristretto (the bounded cache this project uses
+// elsewhere): the budget is shared with listings being fetched, which must
+// drop the oldest held listing synchronously (ristretto's Sets are buffered
+// and its TinyLFU admission may refuse a new listing, which would make the
+// mount list that directory again at every lookup).
+//
 // max, ttl and mem are immutable; mu guards order, byPath, entries and
 // evicted.
 type listingCache struct {

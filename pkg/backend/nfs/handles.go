@@ -10,7 +10,11 @@ import (
 	"github.com/willscott/go-nfs-client/nfs/xdr"
 )
 
-// nfsHandle is a cached LOOKUP result.
+// nfsHandle is a cached LOOKUP result. The cache is a map bounded by
+// nfsHandleMax with random eviction, hand-written rather than ristretto: a
+// handle resolved by one block read must be visible to the next read of the
+// same file at once, and ristretto's buffered Sets and admission policy would
+// send those reads back to LOOKUP.
 type nfsHandle struct {
 	fh      []byte
 	typ     uint32
