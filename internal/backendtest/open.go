@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -46,6 +47,21 @@ func OpenOptions(t testing.TB, url string, opts backend.Options) backend.Backend
 	}
 	t.Cleanup(func() { b.Close() })
 	return b
+}
+
+// S3Credentials are the credentials of the test user of the S3 server m.
+func S3Credentials(m *s3.Server) backend.Credentials {
+	return backend.Credentials{AccessKey: m.AccessKey, SecretKey: m.SecretKey}
+}
+
+// OpenS3 opens s3://bucket/prefix on m (OpenOptions); opts.Credentials
+// default to m's.
+func OpenS3(t testing.TB, m *s3.Server, bucket, prefix string, opts backend.Options) backend.Backend {
+	t.Helper()
+	if opts.Credentials.IsZero() {
+		opts.Credentials = S3Credentials(m)
+	}
+	return OpenOptions(t, m.URL(bucket, prefix), opts)
 }
 
 // WriteFiles writes files (slash-separated paths relative to dir, and their

@@ -71,8 +71,8 @@ func TestPutS3(t *testing.T) { testPutS3(t, &s3.StartMinIO(t).Server) }
 func TestPutRGW(t *testing.T) { testPutS3(t, ceph.RequireRGW(t)) }
 
 func testPutS3(t *testing.T, m *s3.Server) {
-	bucket := newBucket(t, m)
-	b := openS3(t, m, bucket, "ds", backend.Options{})
+	bucket := m.NewBucket(t)
+	b := backendtest.OpenS3(t, m, bucket, "ds", backend.Options{})
 	checkPut(t, b)
 	// The object lies under the prefix, next to the dataset.
 	if _, err := m.Client().StatObject(context.Background(), bucket, "ds/.epochfs/manifest", minio.StatObjectOptions{}); err != nil {

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/url"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,6 +68,28 @@ func (s *Server) MakeBucket(t testing.TB, name string) {
 	if err := s.client.MakeBucket(ctx, name, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
 		t.Fatalf("s3: make bucket %q: %v", name, err)
 	}
+}
+
+var bucketSeq atomic.Int64
+
+// NewBucket creates a uniquely named bucket or fails the test, and returns
+// its name.
+func (s *Server) NewBucket(t testing.TB) string {
+	t.Helper()
+	// The pid keeps names apart on a Ceph cluster reused across runs.
+	name := fmt.Sprintf("epochfs-test-%d-%d", os.Getpid(), bucketSeq.Add(1))
+	s.MakeBucket(t, name)
+	return name
+}
+
+// URL is the source URL of s3://bucket/prefix on s (prefix may be empty),
+// as `cachefs mount` takes it.
+func (s *Server) URL(bucket, prefix string) string {
+	u := "s3://" + bucket
+	if prefix != "" {
+		u += "/" + prefix
+	}
+	return u + "?endpoint=" + url.QueryEscape(s.Endpoint) + "&region=us-east-1"
 }
 
 // PutFiles writes generated dataset files as objects prefix+path (prefix

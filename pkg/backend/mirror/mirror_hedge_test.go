@@ -54,14 +54,14 @@ func sumStats(b backend.Backend) (s backend.ReplicaStat) {
 // stalled request is canceled, and the bytes are right.
 func TestMirrorHedgedRead(t *testing.T) {
 	m := s3.StartMinIO(t)
-	a, b := newBucket(t, &m.Server), newBucket(t, &m.Server)
+	a, b := m.NewBucket(t), m.NewBucket(t)
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	for _, bk := range []string{a, b} {
 		m.Put(t, bk, "ds/f", data)
 	}
 	st := &stallOnce{}
-	mb := backendtest.OpenOptions(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
-		Credentials: creds(&m.Server), Transport: st, Retry: backend.RetryPolicy{MaxAttempts: 1},
+	mb := backendtest.OpenOptions(t, "mirror:"+m.URL(a, "ds")+","+m.URL(b, "ds"), backend.Options{
+		Credentials: backendtest.S3Credentials(&m.Server), Transport: st, Retry: backend.RetryPolicy{MaxAttempts: 1},
 	})
 	ctx := context.Background()
 	e, err := mb.Stat(ctx, "f")
@@ -193,14 +193,14 @@ func (s *slowBucket) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestMirrorSlowReplicaComesBack(t *testing.T) {
 	t.Cleanup(mirror.SetRemeasure(300 * time.Millisecond))
 	m := s3.StartMinIO(t)
-	a, b := newBucket(t, &m.Server), newBucket(t, &m.Server)
+	a, b := m.NewBucket(t), m.NewBucket(t)
 	data := bytes.Repeat([]byte("x"), 8192)
 	for _, bk := range []string{a, b} {
 		m.Put(t, bk, "ds/f", data)
 	}
 	sb := &slowBucket{bucket: a, delay: 40 * time.Millisecond}
-	mb := backendtest.OpenOptions(t, "mirror:"+s3URL(&m.Server, a, "ds")+","+s3URL(&m.Server, b, "ds"), backend.Options{
-		Credentials: creds(&m.Server), Transport: sb,
+	mb := backendtest.OpenOptions(t, "mirror:"+m.URL(a, "ds")+","+m.URL(b, "ds"), backend.Options{
+		Credentials: backendtest.S3Credentials(&m.Server), Transport: sb,
 	})
 	ctx := context.Background()
 	e, err := mb.Stat(ctx, "f")

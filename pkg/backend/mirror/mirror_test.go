@@ -47,13 +47,13 @@ func TestMirrorPosixConformance(t *testing.T) {
 func TestMirrorS3PosixConformance(t *testing.T) {
 	m := &s3.StartMinIO(t).Server
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
-		bucket := newBucket(t, m)
+		bucket := m.NewBucket(t)
 		dir := t.TempDir()
 		for p, data := range files {
 			m.Put(t, bucket, "ds/"+p, data)
 		}
 		backendtest.WriteFiles(t, dir, files)
-		mb := backendtest.OpenOptions(t, "mirror:"+s3URL(m, bucket, "ds")+","+dir, backend.Options{Credentials: creds(m)})
+		mb := backendtest.OpenOptions(t, "mirror:"+m.URL(bucket, "ds")+","+dir, backend.Options{Credentials: backendtest.S3Credentials(m)})
 		mirrorModifiers.Store(mb, func(t *testing.T, p string, data []byte) {
 			m.Put(t, bucket, "ds/"+p, data)
 			backendtest.WriteFiles(t, dir, map[string][]byte{p: data})
@@ -92,7 +92,7 @@ func (s *switchTransport) set(broken bool) (calls int) {
 
 func TestMirrorFailover(t *testing.T) {
 	m := &s3.StartMinIO(t).Server
-	bucket := newBucket(t, m)
+	bucket := m.NewBucket(t)
 	dir := t.TempDir()
 	same := bytes.Repeat([]byte("abc"), 1000)
 	m.Put(t, bucket, "same", same)
@@ -100,8 +100,8 @@ func TestMirrorFailover(t *testing.T) {
 	backendtest.WriteFiles(t, dir, map[string][]byte{"same": same, "differs": []byte("eleven byte")})
 	st := &switchTransport{}
 	var logs bytes.Buffer
-	b := backendtest.OpenOptions(t, "mirror:"+s3URL(m, bucket, "")+","+dir, backend.Options{
-		Credentials: creds(m), Transport: st, Logger: backendtest.Logger(&logs),
+	b := backendtest.OpenOptions(t, "mirror:"+m.URL(bucket, "")+","+dir, backend.Options{
+		Credentials: backendtest.S3Credentials(m), Transport: st, Logger: backendtest.Logger(&logs),
 		Retry: backend.RetryPolicy{MaxAttempts: 1},
 	})
 	ctx := context.Background()

@@ -9,11 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,47 +23,6 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/source"
 )
-
-var bucketSeq atomic.Int64
-
-// newBucket creates a uniquely named bucket on m.
-func newBucket(t *testing.T, m *s3.Server) string {
-	t.Helper()
-	// The pid keeps names apart on a Ceph cluster reused across runs.
-	name := fmt.Sprintf("epochfs-test-%d-%d", os.Getpid(), bucketSeq.Add(1))
-	m.MakeBucket(t, name)
-	return name
-}
-
-func s3URL(m *s3.Server, bucket, prefix string) string {
-	u := "s3://" + bucket
-	if prefix != "" {
-		u += "/" + prefix
-	}
-	return u + "?endpoint=" + url.QueryEscape(m.Endpoint) + "&region=us-east-1"
-}
-
-func creds(m *s3.Server) backend.Credentials {
-	return backend.Credentials{AccessKey: m.AccessKey, SecretKey: m.SecretKey}
-}
-
-// openS3 opens s3://bucket/prefix on m; opts.Credentials default to m's.
-func openS3(t *testing.T, m *s3.Server, bucket, prefix string, opts backend.Options) backend.Backend {
-	t.Helper()
-	src, err := source.Parse(s3URL(m, bucket, prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if opts.Credentials.IsZero() {
-		opts.Credentials = creds(m)
-	}
-	b, err := all.Open(context.Background(), src, opts)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", src, err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
 
 type s3Dataset struct {
 	m      *s3.Server
@@ -82,7 +39,7 @@ func TestRGWConformance(t *testing.T) { testS3Conformance(t, ceph.RequireRGW(t))
 
 func testS3Conformance(t *testing.T, m *s3.Server) {
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
-		bucket := newBucket(t, m)
+		bucket := m.NewBucket(t)
 		for p, data := range files {
 			m.Put(t, bucket, "ds/"+p, data)
 		}
@@ -90,7 +47,7 @@ func testS3Conformance(t *testing.T, m *s3.Server) {
 		m.Put(t, bucket, "ds2/a.txt", []byte("not in the dataset"))
 		m.Put(t, bucket, "ds.txt", []byte("not in the dataset"))
 		m.Put(t, bucket, "dsx/dir/b.bin", []byte("not in the dataset"))
-		b := openS3(t, m, bucket, "ds", backend.Options{})
+		b := backendtest.OpenS3(t, m, bucket, "ds", backend.Options{})
 		s3Datasets.Store(b, s3Dataset{m, bucket, "ds"})
 		return b
 	}
@@ -111,7 +68,7 @@ func TestS3PrefixBoundary(t *testing.T) { testS3PrefixBoundary(t, &s3.StartMinIO
 func TestRGWPrefixBoundary(t *testing.T) { testS3PrefixBoundary(t, ceph.RequireRGW(t)) }
 
 func testS3PrefixBoundary(t *testing.T, m *s3.Server) {
-	bucket := newBucket(t, m)
+	bucket := m.NewBucket(t)
 	for _, k := range []string{"data/a", "data/sub/b", "data2/c", "data.txt", "database/x", "datab"} {
 		m.Put(t, bucket, k, []byte(k))
 	}
@@ -128,7 +85,7 @@ func testS3PrefixBoundary(t *testing.T, m *s3.Server) {
 		{"", "data", []string{"a", "sub/"}},
 		{"data2", "", []string{"c"}},
 	} {
-		b := openS3(t, m, bucket, tc.prefix, backend.Options{})
+		b := backendtest.OpenS3(t, m, bucket, tc.prefix, backend.Options{})
 		es, err := b.List(ctx, tc.dir)
 		if err != nil {
 			t.Fatalf("prefix %q: List(%q): %v", tc.prefix, tc.dir, err)
@@ -137,14 +94,14 @@ func testS3PrefixBoundary(t *testing.T, m *s3.Server) {
 			t.Errorf("prefix %q: List(%q) = %q, want %q", tc.prefix, tc.dir, got, tc.want)
 		}
 	}
-	b := openS3(t, m, bucket, "data", backend.Options{})
+	b := backendtest.OpenS3(t, m, bucket, "data", backend.Options{})
 	for _, p := range []string{"data2", "2/c", "base", "c"} {
 		if _, err := b.Stat(ctx, p); !errors.Is(err, backend.ErrNotExist) {
 			t.Errorf("prefix data: Stat(%q) = %v, want backend.ErrNotExist", p, err)
 		}
 	}
 	// "dat" is a key prefix of every key but not a directory.
-	root := openS3(t, m, bucket, "", backend.Options{})
+	root := backendtest.OpenS3(t, m, bucket, "", backend.Options{})
 	if _, err := root.Stat(ctx, "dat"); !errors.Is(err, backend.ErrNotExist) {
 		t.Errorf("Stat(dat) = %v, want backend.ErrNotExist", err)
 	}
@@ -177,7 +134,7 @@ func TestS3Pagination(t *testing.T) { testS3Pagination(t, &s3.StartMinIO(t).Serv
 func TestRGWPagination(t *testing.T) { testS3Pagination(t, ceph.RequireRGW(t)) }
 
 func testS3Pagination(t *testing.T, m *s3.Server) {
-	bucket := newBucket(t, m)
+	bucket := m.NewBucket(t)
 	const n = 1100
 	var want []string
 	keys := make(chan int)
@@ -198,7 +155,7 @@ func testS3Pagination(t *testing.T, m *s3.Server) {
 	m.Put(t, bucket, "many/sub/x", []byte("x"))
 	want = append(want, "sub/")
 
-	b := openS3(t, m, bucket, "many", backend.Options{})
+	b := backendtest.OpenS3(t, m, bucket, "many", backend.Options{})
 	es, err := b.List(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -228,13 +185,13 @@ func TestS3CredentialsFromEnv(t *testing.T) { testS3CredentialsFromEnv(t, &s3.St
 func TestRGWCredentialsFromEnv(t *testing.T) { testS3CredentialsFromEnv(t, ceph.RequireRGW(t)) }
 
 func testS3CredentialsFromEnv(t *testing.T, m *s3.Server) {
-	bucket := newBucket(t, m)
+	bucket := m.NewBucket(t)
 	m.Put(t, bucket, "f", []byte("from env"))
 	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
 	t.Setenv("AWS_SESSION_TOKEN", "")
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-	src, err := source.Parse(s3URL(m, bucket, ""))
+	src, err := source.Parse(m.URL(bucket, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +212,7 @@ func TestS3WrongCredentials(t *testing.T) { testS3WrongCredentials(t, &s3.StartM
 func TestRGWWrongCredentials(t *testing.T) { testS3WrongCredentials(t, ceph.RequireRGW(t)) }
 
 func testS3WrongCredentials(t *testing.T, m *s3.Server) {
-	bucket := newBucket(t, m)
+	bucket := m.NewBucket(t)
 	for _, tc := range []struct {
 		name  string
 		creds backend.Credentials
@@ -265,7 +222,7 @@ func testS3WrongCredentials(t *testing.T, m *s3.Server) {
 		{"wrong secret", backend.Credentials{AccessKey: m.AccessKey, SecretKey: "wrong-secret-0123456789"}, "SignatureDoesNotMatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src, err := source.Parse(s3URL(m, bucket, ""))
+			src, err := source.Parse(m.URL(bucket, ""))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,11 +247,11 @@ func TestS3OpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, &s3.Star
 func TestRGWOpenMissingBucket(t *testing.T) { testS3OpenMissingBucket(t, ceph.RequireRGW(t)) }
 
 func testS3OpenMissingBucket(t *testing.T, m *s3.Server) {
-	src, err := source.Parse(s3URL(m, "no-such-bucket", "x"))
+	src, err := source.Parse(m.URL("no-such-bucket", "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = all.Open(context.Background(), src, backend.Options{Credentials: creds(m)})
+	_, err = all.Open(context.Background(), src, backend.Options{Credentials: backendtest.S3Credentials(m)})
 	if !errors.Is(err, backend.ErrNotExist) || !strings.Contains(err.Error(), `bucket "no-such-bucket" does not exist`) {
 		t.Fatalf("Open = %v, want backend.ErrNotExist naming the bucket", err)
 	}
@@ -425,7 +382,7 @@ func fastRetry() backend.RetryPolicy {
 
 func TestS3Retries(t *testing.T) {
 	m := &s3.StartMinIO(t).Server
-	bucket := newBucket(t, m)
+	bucket := m.NewBucket(t)
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
 	m.Put(t, bucket, "ds/f", data)
 
@@ -453,7 +410,7 @@ func TestS3Retries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ft := &faultTransport{base: http.DefaultTransport, match: isRangedGet, faults: tc.faults}
-			b := openS3(t, m, bucket, "ds", backend.Options{Transport: ft, Retry: fastRetry(), RequestTimeout: tc.timeout})
+			b := backendtest.OpenS3(t, m, bucket, "ds", backend.Options{Transport: ft, Retry: fastRetry(), RequestTimeout: tc.timeout})
 			buf := make([]byte, 40000)
 			n, err := b.ReadAt(context.Background(), "f", "", buf, 1000)
 			switch {
@@ -484,14 +441,14 @@ var errAny = errors.New("any error")
 
 func TestS3RetriesListAndStat(t *testing.T) {
 	m := &s3.StartMinIO(t).Server
-	bucket := newBucket(t, m)
+	bucket := m.NewBucket(t)
 	m.Put(t, bucket, "ds/a", []byte("a"))
 	m.Put(t, bucket, "ds/d/b", []byte("b"))
 	isList := func(req *http.Request) bool { return req.URL.Query().Get("list-type") == "2" }
 	isHead := func(req *http.Request) bool { return req.Method == http.MethodHead }
 
 	ft := &faultTransport{base: http.DefaultTransport, match: isList}
-	b := openS3(t, m, bucket, "ds", backend.Options{Transport: ft, Retry: fastRetry()})
+	b := backendtest.OpenS3(t, m, bucket, "ds", backend.Options{Transport: ft, Retry: fastRetry()})
 	ft.mu.Lock()
 	ft.faults = []fault{s3Error(503, "SlowDown"), connReset}
 	ft.mu.Unlock()
@@ -501,7 +458,7 @@ func TestS3RetriesListAndStat(t *testing.T) {
 	}
 
 	ft2 := &faultTransport{base: http.DefaultTransport, match: isHead, faults: []fault{s3Error(500, "InternalError")}}
-	b2 := openS3(t, m, bucket, "ds", backend.Options{Transport: ft2, Retry: fastRetry()})
+	b2 := backendtest.OpenS3(t, m, bucket, "ds", backend.Options{Transport: ft2, Retry: fastRetry()})
 	if e, err := b2.Stat(context.Background(), "a"); err != nil || e.Size != 1 {
 		t.Fatalf("Stat = %+v, %v", e, err)
 	}
@@ -512,13 +469,13 @@ func TestS3RetriesListAndStat(t *testing.T) {
 
 func TestS3Cancellation(t *testing.T) {
 	m := &s3.StartMinIO(t).Server
-	bucket := newBucket(t, m)
+	bucket := m.NewBucket(t)
 	m.Put(t, bucket, "f", bytes.Repeat([]byte("x"), 1000))
 
 	t.Run("during backoff", func(t *testing.T) {
 		ft := &faultTransport{base: http.DefaultTransport, match: isRangedGet,
 			faults: repeatFault(s3Error(503, "ServiceUnavailable"), 100)}
-		b := openS3(t, m, bucket, "", backend.Options{Transport: ft,
+		b := backendtest.OpenS3(t, m, bucket, "", backend.Options{Transport: ft,
 			Retry: backend.RetryPolicy{MaxAttempts: 100, BaseDelay: 10 * time.Second, MaxDelay: 10 * time.Second}})
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -534,7 +491,7 @@ func TestS3Cancellation(t *testing.T) {
 
 	t.Run("during body read", func(t *testing.T) {
 		ft := &faultTransport{base: http.DefaultTransport, match: isRangedGet, faults: []fault{stuckBody}}
-		b := openS3(t, m, bucket, "", backend.Options{Transport: ft, Retry: fastRetry()})
+		b := backendtest.OpenS3(t, m, bucket, "", backend.Options{Transport: ft, Retry: fastRetry()})
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(200*time.Millisecond, cancel)
 		start := time.Now()
@@ -577,7 +534,7 @@ func (b *badKeys) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func TestS3SkipsKeysThatEscape(t *testing.T) {
 	m := &s3.StartMinIO(t).Server
-	bucket := newBucket(t, m)
+	bucket := m.NewBucket(t)
 	m.Put(t, bucket, "ds/ok file ✓", []byte("ok"))
 	m.Put(t, bucket, "ds/", nil) // a directory marker: neither listed nor counted
 	content := func(key string) string {
@@ -590,7 +547,7 @@ func TestS3SkipsKeysThatEscape(t *testing.T) {
 		content("ds/nul\x00byte") + content("ds/ctl\x01char") + content("ds/"+strings.Repeat("n", 256)) +
 		content("ds/bad\xffutf8") + content("ds/"+strings.Repeat("n", 255))
 	var logs bytes.Buffer
-	b := openS3(t, m, bucket, "ds", backend.Options{
+	b := backendtest.OpenS3(t, m, bucket, "ds", backend.Options{
 		Transport: &badKeys{base: http.DefaultTransport, extra: extra},
 		Logger:    backendtest.Logger(&logs),
 	})
