@@ -217,14 +217,14 @@ func prefetchRemote(ctx context.Context, c prefetchConfig, src source.Source, wh
 				return prefetch.Progress{Phase: prefetch.PhaseListing, ETASeconds: -1}
 			})
 		case mountapi.EventProgress:
-			latest.Store((*prefetch.Progress)(ev.Progress))
+			latest.Store(ev.Progress)
 		}
 	})
 	stop()
 	if err != nil && ctx.Err() != nil {
 		return prefetch.Summary{}, &exitError{code: exitInterrupted, err: err}
 	}
-	return prefetch.Summary(sum), err
+	return sum, err
 }
 
 // prefetchLocal runs the prefetch in this process against store.

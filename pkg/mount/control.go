@@ -276,7 +276,7 @@ func (c *controlServer) stream(ctx context.Context, cancel context.CancelFunc, p
 	for {
 		select {
 		case <-tick.C:
-			pr := mountapi.PrefetchProgress(p.Progress())
+			pr := p.Progress()
 			if r.send(mountapi.ControlEvent{Type: mountapi.EventProgress, Progress: &pr}) != nil {
 				cancel() // the client is gone
 			}
@@ -288,8 +288,7 @@ func (c *controlServer) stream(ctx context.Context, cancel context.CancelFunc, p
 				return
 			}
 			c.m.log.Info("control: prefetch ended", "state", res.sum.State, "message", res.sum.Message)
-			sum := mountapi.PrefetchSummary(res.sum)
-			_ = r.send(mountapi.ControlEvent{Type: mountapi.EventSummary, Summary: &sum})
+			_ = r.send(mountapi.ControlEvent{Type: mountapi.EventSummary, Summary: &res.sum})
 			return
 		}
 	}

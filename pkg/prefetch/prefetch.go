@@ -36,6 +36,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // Defaults of Config.
@@ -89,31 +90,10 @@ type Config struct {
 	Owns func(path string) bool
 }
 
-// Progress is a snapshot of a running prefetch. Byte and file counts of the
-// dataset are final once Phase is past listing.
-type Progress struct {
-	Phase        string `json:"phase"`
-	DatasetFiles int64  `json:"dataset_files"` // while listing: found so far
-	DatasetBytes int64  `json:"dataset_bytes"`
-	ListedDirs   int64  `json:"listed_dirs"`
-	// Already: entries held before this run (files whose every entry is).
-	AlreadyFiles int64 `json:"already_files"`
-	AlreadyBytes int64 `json:"already_bytes"`
-	// Planned: entries this run set out to fetch (they fit).
-	PlannedFiles int64 `json:"planned_files"`
-	PlannedBytes int64 `json:"planned_bytes"`
-	// Done: planned entries handled so far, cached or not.
-	DoneFiles int64 `json:"done_files"`
-	DoneBytes int64 `json:"done_bytes"`
-	// Fetched: bytes read and cached by this run so far.
-	FetchedBytes int64 `json:"fetched_bytes"`
-	FailedFiles  int64 `json:"failed_files"`
-	// ElapsedSeconds since Run started; BytesPerSecond and ETASeconds are
-	// about the fetch phase (ETASeconds is -1 when unknown).
-	ElapsedSeconds float64 `json:"elapsed_seconds"`
-	BytesPerSecond float64 `json:"bytes_per_second"`
-	ETASeconds     float64 `json:"eta_seconds"`
-}
+// Progress is a snapshot of a running prefetch (its fields are documented
+// at mountapi.PrefetchProgress, which it is so that the control socket
+// sends it as is).
+type Progress = mountapi.PrefetchProgress
 
 // Prefetcher runs one prefetch. Progress may be called from any goroutine
 // while Run runs.

@@ -6,66 +6,24 @@ import (
 	"time"
 
 	"github.com/epochfs/epochfs/pkg/manifest"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/units"
 )
 
 // What a run reports: its Summary, counted from the store at the end.
 
-// States of a Summary.
+// States of a Summary (mountapi's, which documents each).
 const (
-	// StateComplete: every file of the dataset is cached.
-	StateComplete = "complete"
-	// StateCacheFull: everything that fits is cached; the rest did not fit.
-	StateCacheFull = "cache-full"
-	// StateInterrupted: the context ended before the plan was done.
-	StateInterrupted = "interrupted"
-	// StateFailed: some files could not be read or cached (see Errors).
-	StateFailed = "failed"
+	StateComplete    = mountapi.StateComplete
+	StateCacheFull   = mountapi.StateCacheFull
+	StateInterrupted = mountapi.StateInterrupted
+	StateFailed      = mountapi.StateFailed
 )
 
-// Summary is the outcome of a prefetch, computed from the store at the end.
-type Summary struct {
-	State   string `json:"state"`   // one of the State constants
-	Message string `json:"message"` // one line for people, e.g. "cache full at 49.9% of the dataset: …"
-	Dataset string `json:"dataset"` // the backend ID (the cache keys' dataset)
-	// Manifest tells whether the files came from a manifest (else a walk).
-	Manifest bool `json:"manifest"`
-
-	// The dataset (zero when a run was interrupted while listing).
-	Files int64 `json:"files"`
-	Bytes int64 `json:"bytes"`
-	// Cached in total now: files whose every entry is held, and the bytes of
-	// every held entry (a partly cached large file counts its held blocks).
-	CachedFiles int64 `json:"cached_files"`
-	CachedBytes int64 `json:"cached_bytes"`
-	// PercentBytes = 100 × CachedBytes / Bytes, rounded down to 0.1 (an
-	// empty dataset is 100); PercentFiles likewise.
-	PercentBytes float64 `json:"percent_bytes"`
-	PercentFiles float64 `json:"percent_files"`
-	// Already cached before this run.
-	AlreadyFiles int64 `json:"already_files"`
-	AlreadyBytes int64 `json:"already_bytes"`
-	// Cached by this run: files now complete that were not before and of
-	// which this run admitted at least one entry (a concurrent reader of the
-	// same store may have admitted others), and the bytes this run read and
-	// admitted.
-	FetchedFiles int64 `json:"fetched_files"`
-	FetchedBytes int64 `json:"fetched_bytes"`
-	// Files (and bytes of entries) that are not cached because they did not
-	// fit.
-	NotFitFiles int64 `json:"not_fit_files"`
-	NotFitBytes int64 `json:"not_fit_bytes"`
-	// Files that could not be read or written, with the first errors.
-	FailedFiles int64    `json:"failed_files"`
-	Errors      []string `json:"errors,omitempty"`
-
-	CapacityBytes  int64   `json:"capacity_bytes"`
-	UsedBytes      int64   `json:"used_bytes"`
-	WholeFileMax   int64   `json:"whole_file_max"`
-	BlockSize      int64   `json:"block_size"`
-	Workers        int     `json:"workers"`
-	ElapsedSeconds float64 `json:"elapsed_seconds"`
-}
+// Summary is the outcome of a prefetch, computed from the store at the end
+// (its fields are documented at mountapi.PrefetchSummary, which it is so
+// that the control socket sends it as is).
+type Summary = mountapi.PrefetchSummary
 
 // tally fills sum with the truth, from the store and the counters: what
 // the dataset (pl's files) holds, what is cached of it, by whom, and why
