@@ -183,15 +183,7 @@ func tsNanos(ts cephfs.Timespec) int64 { return ts.Sec*1e9 + ts.Nsec }
 // cephVersion is "MTIMENANOS-SIZE-CTIMENANOS-INO" from statx, the posix
 // backend's version for the same reasons (see posixVersion).
 func cephVersion(sx *cephfs.CephStatx) string {
-	v := make([]byte, 0, 64)
-	v = strconv.AppendInt(v, tsNanos(sx.Mtime), 10)
-	v = append(v, '-')
-	v = strconv.AppendUint(v, sx.Size, 10)
-	v = append(v, '-')
-	v = strconv.AppendInt(v, tsNanos(sx.Ctime), 10)
-	v = append(v, '-')
-	v = strconv.AppendUint(v, uint64(sx.Inode), 10)
-	return string(v)
+	return backend.FileVersion(tsNanos(sx.Mtime), sx.Size, tsNanos(sx.Ctime), uint64(sx.Inode))
 }
 
 func cephEntry(name string, sx *cephfs.CephStatx) backend.Entry {

@@ -286,15 +286,7 @@ func (b *nfsBackend) mapErr(op, p string, err error) error {
 // nfsVersion is the version of a file: "MTIMENANOS-SIZE-CTIMENANOS-FILEID"
 // from its NFSv3 attributes.
 func nfsVersion(a *nfsc.Fattr) string {
-	buf := make([]byte, 0, 64)
-	buf = strconv.AppendInt(buf, nfsNanos(a.Mtime), 10)
-	buf = append(buf, '-')
-	buf = strconv.AppendUint(buf, a.Filesize, 10)
-	buf = append(buf, '-')
-	buf = strconv.AppendInt(buf, nfsNanos(a.Ctime), 10)
-	buf = append(buf, '-')
-	buf = strconv.AppendUint(buf, a.Fileid, 10)
-	return string(buf)
+	return backend.FileVersion(nfsNanos(a.Mtime), a.Filesize, nfsNanos(a.Ctime), a.Fileid)
 }
 
 func nfsNanos(t nfsc.NFS3Time) int64 { return int64(t.Seconds)*1e9 + int64(t.Nseconds) }

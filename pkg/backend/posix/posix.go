@@ -111,15 +111,7 @@ func posixVersion(fi fs.FileInfo) string {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		ctime, ino = st.Ctim.Nano(), st.Ino
 	}
-	b := make([]byte, 0, 64)
-	b = strconv.AppendInt(b, fi.ModTime().UnixNano(), 10)
-	b = append(b, '-')
-	b = strconv.AppendInt(b, fi.Size(), 10)
-	b = append(b, '-')
-	b = strconv.AppendInt(b, ctime, 10)
-	b = append(b, '-')
-	b = strconv.AppendUint(b, ino, 10)
-	return string(b)
+	return backend.FileVersion(fi.ModTime().UnixNano(), uint64(fi.Size()), ctime, ino)
 }
 
 func posixEntry(name string, fi fs.FileInfo) backend.Entry {
