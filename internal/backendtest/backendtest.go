@@ -410,3 +410,22 @@ func join(dir, name string) string {
 	}
 	return dir + "/" + name
 }
+
+// Modifiers maps each backend a test made to the function that rewrites a
+// file in it (e.g. in every replica of a mirror); its Modify is what
+// WithModify takes. Safe for concurrent use.
+type Modifiers struct{ m sync.Map } // backend.Backend → func(t, path, data)
+
+// Add registers fn as the rewrite of files in b.
+func (r *Modifiers) Add(b backend.Backend, fn func(t *testing.T, p string, data []byte)) {
+	r.m.Store(b, fn)
+}
+
+// Modify rewrites p in b with data through b's registered function.
+func (r *Modifiers) Modify(t *testing.T, b backend.Backend, p string, data []byte) {
+	fn, ok := r.m.Load(b)
+	if !ok {
+		t.Fatal("backendtest: no modifier registered for this backend")
+	}
+	fn.(func(*testing.T, string, []byte))(t, p, data)
+}

@@ -19,15 +19,7 @@ import (
 )
 
 // mirrorModifiers rewrites a file in every replica of a mirror a test made.
-var mirrorModifiers sync.Map // backend.Backend → func(t, path, data)
-
-func modifyMirror(t *testing.T, b backend.Backend, p string, data []byte) {
-	fn, ok := mirrorModifiers.Load(b)
-	if !ok {
-		t.Fatal("unknown mirror backend")
-	}
-	fn.(func(*testing.T, string, []byte))(t, p, data)
-}
+var mirrorModifiers backendtest.Modifiers
 
 func TestMirrorPosixConformance(t *testing.T) {
 	mk := func(t *testing.T, files map[string][]byte) backend.Backend {
@@ -35,13 +27,13 @@ func TestMirrorPosixConformance(t *testing.T) {
 		backendtest.WriteFiles(t, a, files)
 		backendtest.WriteFiles(t, b, files)
 		m := backendtest.OpenOptions(t, "mirror:"+a+","+b, backend.Options{})
-		mirrorModifiers.Store(m, func(t *testing.T, p string, data []byte) {
+		mirrorModifiers.Add(m, func(t *testing.T, p string, data []byte) {
 			backendtest.WriteFiles(t, a, map[string][]byte{p: data})
 			backendtest.WriteFiles(t, b, map[string][]byte{p: data})
 		})
 		return m
 	}
-	backendtest.Run(t, mk, backendtest.WithModify(modifyMirror))
+	backendtest.Run(t, mk, backendtest.WithModify(mirrorModifiers.Modify))
 }
 
 func TestMirrorS3PosixConformance(t *testing.T) {
@@ -54,13 +46,13 @@ func TestMirrorS3PosixConformance(t *testing.T) {
 		}
 		backendtest.WriteFiles(t, dir, files)
 		mb := backendtest.OpenOptions(t, "mirror:"+m.URL(bucket, "ds")+","+dir, backend.Options{Credentials: backendtest.S3Credentials(m)})
-		mirrorModifiers.Store(mb, func(t *testing.T, p string, data []byte) {
+		mirrorModifiers.Add(mb, func(t *testing.T, p string, data []byte) {
 			m.Put(t, bucket, "ds/"+p, data)
 			backendtest.WriteFiles(t, dir, map[string][]byte{p: data})
 		})
 		return mb
 	}
-	backendtest.Run(t, mk, backendtest.WithModify(modifyMirror))
+	backendtest.Run(t, mk, backendtest.WithModify(mirrorModifiers.Modify))
 }
 
 // switchTransport fails every request with a 503 once broken is set.

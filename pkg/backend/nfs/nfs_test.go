@@ -469,15 +469,7 @@ func TestNFSGaneshaReplacedByRename(t *testing.T) {
 }
 
 // mirrorModifiers rewrites a file in every replica of a mirror a test made.
-var mirrorModifiers sync.Map // backend.Backend → func(t, path, data)
-
-func modifyMirror(t *testing.T, b backend.Backend, p string, data []byte) {
-	fn, ok := mirrorModifiers.Load(b)
-	if !ok {
-		t.Fatal("unknown mirror backend")
-	}
-	fn.(func(*testing.T, string, []byte))(t, p, data)
-}
+var mirrorModifiers backendtest.Modifiers
 
 // TestMirrorNFSPosixConformance: an nfs replica (go-nfs) and a posix one
 // make a mirror that passes the suite, and its reads still succeed once
@@ -488,13 +480,13 @@ func TestMirrorNFSPosixConformance(t *testing.T) {
 		backendtest.WriteFiles(t, a, files)
 		backendtest.WriteFiles(t, b, files)
 		m := backendtest.OpenOptions(t, "mirror:"+goNFS(t, a)+","+b, backend.Options{})
-		mirrorModifiers.Store(m, func(t *testing.T, p string, data []byte) {
+		mirrorModifiers.Add(m, func(t *testing.T, p string, data []byte) {
 			backendtest.WriteFiles(t, a, map[string][]byte{p: data})
 			backendtest.WriteFiles(t, b, map[string][]byte{p: data})
 		})
 		return m
 	}
-	backendtest.Run(t, mk, backendtest.WithModify(modifyMirror))
+	backendtest.Run(t, mk, backendtest.WithModify(mirrorModifiers.Modify))
 
 	a, dir := t.TempDir(), t.TempDir()
 	files := map[string][]byte{"x/f": []byte("same bytes")}
