@@ -45,7 +45,7 @@ func TestImagesRun(t *testing.T) {
 		{[]string{"job-controller", "--version"}, "job-controller " + tag + "\n"},
 		{[]string{"cachefs", "version"}, "cachefs " + tag + " ("},
 		// Built with the ceph tag, its libcephfs2 found in the image.
-		{[]string{"cachefs", "version"}, "sources: posix, s3, mirror, cephfs (libcephfs)\n"},
+		{[]string{"cachefs", "version"}, "sources: posix, s3, nfs, mirror, cephfs (libcephfs)\n"},
 		{[]string{"cachefs-job", "--help"}, "Usage:"},
 		{[]string{"fusermount3", "-V"}, "fusermount3 version: 3."},
 		{[]string{"sh", "-c", "test -s /etc/ssl/certs/ca-certificates.crt && id -u && pwd"}, "0\n/\n"},

@@ -24,7 +24,7 @@ func newVersionCmd() *cobra.Command {
 			if !cephfs.Built {
 				ceph = "no cephfs: make build-ceph"
 			}
-			fmt.Printf("  sources: posix, s3, mirror, %s\n", ceph)
+			fmt.Printf("  sources: posix, s3, nfs, mirror, %s\n", ceph)
 			if bi, ok := debug.ReadBuildInfo(); ok {
 				for _, d := range bi.Deps {
 					switch d.Path {
