@@ -168,7 +168,9 @@ func (n *nodeState) start(ds *datasetMount) error {
 			}
 		}
 		if time.Now().After(deadline) {
+			conn, isFUSE := fuseConn(ds.MountPoint)
 			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
+			n.reap(ds, conn, isFUSE) // no mount process is left behind a failed start
 			_ = unmountAll(ds.MountPoint)
 			return fmt.Errorf("csi: cachefs mount of %s not live after %s: %s", ds.Params.Source, n.cfg.mountTimeout, n.logTail(ds.Key, logStart))
 		}
@@ -190,6 +192,21 @@ func (n *nodeState) stop(ds *datasetMount) error {
 			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
 		}
 	}
+	n.reap(ds, conn, isFUSE)
+	if err := unmountAll(ds.MountPoint); err != nil {
+		return err
+	}
+	if err := os.Remove(ds.MountPoint); err != nil && !errors.Is(err, os.ErrNotExist) {
+		n.cfg.log.Warn("cannot remove dataset mount point", "path", ds.MountPoint, "err", err)
+	}
+	return nil
+}
+
+// reap waits, up to 5 s, for a mount process sent SIGKILL (or one that
+// is exiting) to be gone; one that survives, blocked on its own FUSE mount
+// (conn, when isFUSE), has that connection aborted (package fusectl) and
+// is waited for again.
+func (n *nodeState) reap(ds *datasetMount, conn uint32, isFUSE bool) {
 	for i := 0; i < 250 && processAlive(ds.PID, ds.StartTicks); i++ {
 		time.Sleep(20 * time.Millisecond) // after SIGKILL: until the kernel has reaped it
 	}
@@ -203,13 +220,6 @@ func (n *nodeState) stop(ds *datasetMount) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if err := unmountAll(ds.MountPoint); err != nil {
-		return err
-	}
-	if err := os.Remove(ds.MountPoint); err != nil && !errors.Is(err, os.ErrNotExist) {
-		n.cfg.log.Warn("cannot remove dataset mount point", "path", ds.MountPoint, "err", err)
-	}
-	return nil
 }
 
 // mountExit is a mount process that exited before its mount was live, with
