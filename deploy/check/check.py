@@ -106,6 +106,11 @@ REFUSALS = [
     (["jobController.enabled=true"], "node.networkRules is empty"),
     (["node.inlineVolumes=true", "node.allowAnyNetworkSource=yes"], "/node/allowAnyNetworkSource"),
     (["node.maxCacheSize=lots"], "/node/maxCacheSize"),
+    (["node.maxCacheSize=500m"], "/node/maxCacheSize"),      # milli in Kubernetes quantities: units.ParseSize refuses it
+    (["node.inlineMaxCacheSize=0.5Ki"], "/node/inlineMaxCacheSize"),
+    (["node.cacheRootBudget=50.5%"], "/node/cacheRootBudget"),  # csi.ParseCacheBudget: whole percentages only
+    (["node.cacheRootBudget=120%"], "/node/cacheRootBudget"),
+    (["node.namespaceMaxCacheBytes=101%"], "/node/namespaceMaxCacheBytes"),
     (["node.clusterCache.enabled=true", "node.clusterCache.tokenSecretName=t"], "needs node.hostNetwork"),
     (["node.clusterCache.enabled=true", "node.hostNetwork=true"], "needs node.clusterCache.tokenSecretName"),
     (["node.clusterCache.peerPortRange=7400"], "/node/clusterCache/peerPortRange"),

@@ -27,6 +27,11 @@ type CacheBudget struct {
 	Percent int
 }
 
+// PercentSchemaPattern is the chart's JSON-schema pattern for a
+// percentage ParseCacheBudget takes (values.schema.json, $defs/percent; a
+// test checks they are the same): a whole number from 1 to 100, then "%".
+const PercentSchemaPattern = `^([1-9][0-9]?|100)%$`
+
 // ParseCacheBudget reads a budget: a size (pkg/units: 500GiB, 2Ti) or a
 // percentage of the cache root's filesystem (80%).
 func ParseCacheBudget(s string) (CacheBudget, error) {

@@ -37,6 +37,16 @@ var sizeUnits = map[string]int64{
 
 const sizeUnitList = "B, K, KB, KiB, Ki, M, MB, MiB, Mi, G, GB, GiB, Gi, T, TB, TiB, Ti, P, PB, PiB, Pi, E, EB, EiB, Ei"
 
+// SizeSchemaPattern is the chart's JSON-schema pattern for a byte size
+// (deploy/helm/epochfs/values.schema.json, $defs/byteSize; a test in
+// pkg/csi checks the two are the same string). It is valid in both RE2 and
+// ECMA-262 and accepts a subset of what ParseSize accepts: a number that
+// starts with a non-zero digit (so never zero, and never one that rounds
+// down to zero bytes), at most one space, and a unit of sizeUnits in any
+// case but a lone lower-case "m". The one value it accepts that ParseSize
+// refuses is a size too large for an int64 (over 8EiB).
+const SizeSchemaPattern = `^[1-9][0-9]*(\.[0-9]+)? ?([KkGgTtPpEe]|M|[KkMmGgTtPpEe]([Ii][Bb]?|[Bb])|[Bb])?$`
+
 // ParseSize parses a byte size such as "50GiB", "512MiB", "10G", "1.5GiB"
 // or "4096".
 //
