@@ -88,16 +88,18 @@ class ChecksumImageFolder(torch.utils.data.Dataset):
 
 
 class TinyCNN(nn.Module):
-    """Two strided convolutions, global average pooling and a linear layer:
+    """Two strided convolutions with batch norm, global average pooling and a linear layer:
     small enough for CPU training on shared cores, enough to learn the
     generated classes' hues and stripes in an epoch or two."""
 
     def __init__(self, classes):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, stride=2, padding=1),
+            nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(16),
             nn.ReLU(inplace=True),
-            nn.Conv2d(16, 32, 3, stride=2, padding=1),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(32),
             nn.ReLU(inplace=True),
             nn.AdaptiveAvgPool2d(1),
         )
