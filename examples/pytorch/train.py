@@ -27,13 +27,17 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+try:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import epochdata  # noqa: E402  (the sibling module, wherever the directory is copied)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import epochdata  # the sibling module, wherever the directory is copied
+except ImportError as e:
+    sys.exit("train.py: %s: %s needs torch and torchvision (Debian 12: apt-get install python3-torch "
+             "python3-torchvision python3-pil, then run /usr/bin/python3)" % (e, sys.executable))
 
 
 def parse_args(argv):
