@@ -46,6 +46,7 @@ type Config struct {
 	PProf           string        // file for a CPU profile of the mount; "" none
 	PProfEpochs     int           // epochs the profiled mount serves
 	Variants        []string      // keys of variants: more EpochFS mounts, side by side
+	Buffered        bool          // also read local and epochfs opening files with an explicit buffer size
 	MD              string        // markdown report; "" stdout only
 }
 
@@ -69,6 +70,7 @@ func main() {
 	flag.BoolVar(&cfg.Opcodes, "opcodes", true, "count FUSE requests by opcode (a second pass with the request log on)")
 	flag.StringVar(&cfg.PProf, "pprof", "", "write a CPU profile of a new mount over the warm cache to this file")
 	flag.IntVar(&cfg.PProfEpochs, "pprof-epochs", 6, "epochs of the profiled mount (the first verifies the recovered entries)")
+	flag.BoolVar(&cfg.Buffered, "buffered", false, "also run local+buffered and epochfs+buffered: the reader opens with buffering set, so no isatty ioctl")
 	var vars string
 	flag.StringVar(&vars, "variants", "", "more EpochFS mounts side by side: procs1 (GOMAXPROCS=1), gogc400 (GOGC=400)")
 	flag.StringVar(&cfg.MD, "md", "", "write the report (markdown) to this file too")

@@ -61,15 +61,21 @@ type readerResult struct {
 	Seconds float64 `json:"seconds"`
 	Pixels  int64   `json:"pixels"`
 	First   int64   `json:"first"`
+	InBytes int64   `json:"-"` // the reader's block input (getrusage ru_inblock)
 }
 
-// runReader runs the PIL reader over root and returns its result and the
-// CPU time it and its workers used (user, system).
-func runReader(python, script, root, list string, workers int, seed uint64) (readerResult, time.Duration, time.Duration, error) {
-	var res readerResult
+// runReader runs the PIL reader over root (opening files with an explicit
+// buffer size when buffered) and returns its result and the CPU time it and
+// its workers used (user, system).
+func runReader(python, script, root, list string, workers int, seed uint64, buffered bool) (readerResult, time.Duration, time.Duration, error) {
+	res := readerResult{}
 	var before, after syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &before)
-	cmd := exec.Command(python, script, root, list, strconv.Itoa(workers), strconv.FormatUint(seed, 10))
+	args := []string{script, root, list, strconv.Itoa(workers), strconv.FormatUint(seed, 10)}
+	if buffered {
+		args = append(args, "buffered")
+	}
+	cmd := exec.Command(python, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -80,6 +86,7 @@ func runReader(python, script, root, list string, workers int, seed uint64) (rea
 	if err := json.Unmarshal(bytes.TrimSpace(out), &res); err != nil {
 		return res, 0, 0, fmt.Errorf("reader over %s: %w: %q", root, err, out)
 	}
+	res.InBytes = (after.Inblock - before.Inblock) * 512
 	user := tvDur(after.Utime) - tvDur(before.Utime)
 	sys := tvDur(after.Stime) - tvDur(before.Stime)
 	return res, user, sys, nil
@@ -136,4 +143,27 @@ func fileSize(path string) int64 {
 		return 0
 	}
 	return st.Size()
+}
+
+// diskReads is the bytes read from the block device that holds dir so far
+// (/proc/diskstats, sectors of 512 bytes), or 0 when it cannot be read.
+func diskReads(dir string) int64 {
+	var st syscall.Stat_t
+	if syscall.Stat(dir, &st) != nil {
+		return 0
+	}
+	major, minor := int64(st.Dev>>8&0xfff), int64(st.Dev&0xff|st.Dev>>12&0xfff00)
+	b, err := os.ReadFile("/proc/diskstats")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l) // major minor name reads merged sectors …
+		if len(f) < 6 || f[0] != strconv.FormatInt(major, 10) || f[1] != strconv.FormatInt(minor, 10) {
+			continue
+		}
+		sectors, _ := strconv.ParseInt(f[5], 10, 64)
+		return sectors * 512
+	}
+	return 0
 }

@@ -18,6 +18,7 @@ type epochRun struct {
 	Mount       procCPU       // the mount process's CPU over the epoch (zero for local)
 	User, Sys   time.Duration // the reader's CPU (all its workers)
 	Load        string        // /proc/loadavg at the start
+	DiskBytes   int64         // read from the work directory's disk over the epoch
 }
 
 func (r epochRun) imgs() float64 { return float64(r.Res.Files) / r.Res.Seconds }
@@ -31,6 +32,7 @@ type Report struct {
 	MeasuredMisses float64                           // cache misses of the mount over the measured rounds (0: warm)
 	Opcodes        map[string]map[int]map[string]int // source → drop mode → opcode → requests in one epoch
 	Sources        []string                          // in the order of the first round
+	Priming        []epochRun                        // each EpochFS mount's first epoch, which fills its cache (cold)
 	first          *readerResult
 }
 
@@ -101,13 +103,21 @@ func (rep *Report) Markdown() string {
 				}
 			}
 			mount := "—"
-			if src != srcLocal {
+			if !strings.HasPrefix(src, srcLocal) {
 				mount = fmt.Sprintf("%.0f (%.0f)", median(sched), median(ticks))
-			} else {
+			} else if src == srcLocal {
 				localCPU = median(total)
 			}
 			fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %.0f | %.0f | %.0f | %.2f |\n", drop, src, median(imgs), mount,
 				median(user), median(sys), median(total), localCPU/median(total))
+		}
+	}
+	if len(rep.Priming) > 0 {
+		b.WriteString("\nThe priming epochs (a new cache filled from the local dataset: cold, drop_caches 3, one run each):\n\n" +
+			"| mount | img/s (load) | mount CPU µs/image | reader user + sys µs/image |\n|---|---|---|---|\n")
+		for _, r := range rep.Priming {
+			fmt.Fprintf(&b, "| %s | %.0f (%s) | %.0f | %.0f |\n", r.Source, r.imgs(), r.Load,
+				perFile(r.Mount.sched, r.Res.Files), perFile(r.User+r.Sys, r.Res.Files))
 		}
 	}
 	rep.opcodeTable(&b)
