@@ -103,8 +103,8 @@ func mountDebug(t *testing.T, mode, src string, logs io.Writer) string {
 	prev, flags := log.Writer(), log.Flags()
 	log.SetOutput(logs)
 	log.SetFlags(0)
+	t.Cleanup(func() { log.SetOutput(prev); log.SetFlags(flags) }) // after the unmount: cleanups run last first
 	mnt, _, _ := mountFSWith(t, opts, 1<<30, b, fusefs.MountOptions{FsName: "test", Debug: true})
-	t.Cleanup(func() { log.SetOutput(prev); log.SetFlags(flags) }) // before the unmount (cleanups run last first)
 	return mnt
 }
 
