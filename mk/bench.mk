@@ -9,6 +9,7 @@
 #   make bench-cluster       the cluster-wide cache: 3 mounts, cluster scope vs node scope, C = D/3 and D/6
 #   make bench-cluster-1m    the same at 1M tiny files over a local directory, NR, C = D/4 and D/2 per node (~35 min)
 #   make bench-manifest-scale  a 10M-entry ImageNet-like manifest: build, size, load, heap per entry, mount ready
+#   make bench-warm-profile  a warm PIL epoch: local disk vs the mount vs go-fuse's loopback, mount CPU and FUSE requests per file
 #
 # BENCH_ARGS passes flags (e.g. BENCH_ARGS=-tiny, BENCH_ARGS='-rounds 5').
 
@@ -16,6 +17,7 @@ BENCH_ARGS       ?=
 BENCH_S3_LATENCY ?= 20ms
 
 .PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-cluster bench-cluster-1m bench-manifest-scale bench-tools
+.PHONY: bench-warm-profile
 
 ## bench-hitratio: table (bench/hitratio.md) and plot (bench/hitratio.png) of byte hit ratio per epoch per policy.
 bench-hitratio:
@@ -61,6 +63,14 @@ bench-cluster-1m: build
 bench-manifest-scale:
 	$(GO) build -o bin/bench-manifest-scale ./bench/manifestscale
 	bin/bench-manifest-scale -files 10000000 $(BENCH_ARGS)
+
+## bench-warm-profile: where a warm epoch's time goes (issue 24): a PIL reader (open, Image.open, convert('RGB'), as
+## an ImageFolder worker; Debian's python3-pil) over 2,000 JPEGs on local disk, through a warm cachefs mount and
+## through go-fuse's loopback, interleaved rounds: images/s, mount and reader CPU per image, FUSE requests by opcode,
+## a CPU profile of the mount (bench/RESULTS.md, "Warm epoch: where the time goes"). Root; ~10 min.
+bench-warm-profile: bin/cachefs
+	$(GO) build -o bin/bench-warm-profile ./bench/warmprofile
+	bin/bench-warm-profile -cachefs bin/cachefs -rounds 4 -buffered -variants procs1 -pprof bin/warm-profile.pprof $(BENCH_ARGS)
 
 ## bench-tools: rclone (pinned, from the Go module proxy), MinIO, and fuse3 for rclone mount.
 bench-tools: $(TOOLS_BIN)/rclone $(TOOLS_BIN)/minio

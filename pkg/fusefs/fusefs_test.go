@@ -69,6 +69,12 @@ func mountDir(t *testing.T, mode, src string, capacity int64, opts fusefs.Option
 // and closer (the backend opts.Backend wraps, or opts.Backend itself).
 func mountFS(t *testing.T, opts fusefs.Options, capacity int64, closer backend.Backend) (string, *cache.Store, *fusefs.FS) {
 	t.Helper()
+	return mountFSWith(t, opts, capacity, closer, fusefs.MountOptions{FsName: "test"})
+}
+
+// mountFSWith is mountFS with these mount options.
+func mountFSWith(t *testing.T, opts fusefs.Options, capacity int64, closer backend.Backend, mo fusefs.MountOptions) (string, *cache.Store, *fusefs.FS) {
+	t.Helper()
 	store, err := cache.Open(cache.Options{Dir: t.TempDir(), Capacity: capacity})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +85,7 @@ func mountFS(t *testing.T, opts fusefs.Options, capacity int64, closer backend.B
 		t.Fatal(err)
 	}
 	mnt := t.TempDir()
-	server, err := fsys.Mount(mnt, fusefs.MountOptions{FsName: "test"})
+	server, err := fsys.Mount(mnt, mo)
 	if err != nil {
 		t.Fatal(err)
 	}
