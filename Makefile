@@ -112,5 +112,11 @@ csi-sanity: build $(TOOLS_BIN)/csi-sanity
 deploy-check: $(TOOLS_BIN)/helm
 	HELM=$(TOOLS_BIN)/helm bash scripts/deploy-check.sh
 
+.PHONY: bump-version
+## bump-version: NEW=MAJOR.MINOR.PATCH: the chart's version and appVersion, its default image tag and CHANGELOG.md's release heading.
+bump-version:
+	@test -n "$(NEW)" || { echo "usage: make bump-version NEW=0.2.0" >&2; exit 2; }
+	bash scripts/bump-version.sh $(NEW)
+
 # More targets (and tools: prerequisites) live in mk/*.mk.
 -include $(wildcard mk/*.mk)
