@@ -14,12 +14,21 @@ import (
 // examples/pytorch/ (train.py): `torchrun /opt/epochfs/examples/pytorch/train.py`.
 const examplesDir = "opt/epochfs/examples/pytorch"
 
+// torchrun is the image's /usr/local/bin/torchrun, ahead of Debian's
+// /usr/bin/torchrun in PATH: torch 1.13's launcher fails on Debian 12's
+// Python 3.11 before it starts a worker (its Std.from_str("0") is None), and
+// examples/pytorch/torchrun.py runs torch.distributed.run with that one
+// conversion fixed, so users' and the controller's `torchrun` commands work.
+const torchrun = `#!/bin/sh
+exec python3 /` + examplesDir + `/torchrun.py "$@"
+`
+
 // torchExample writes epochfs/torch-example: two layers, the Debian root
 // filesystem that scripts/image-rootfs.sh made with IMAGE_PACKAGES
-// python3-torch, python3-torchvision and python3-pil (Debian's
-// python3-torch ships /usr/bin/torchrun; converted once and kept beside
-// the tar, as the epochfs image's base), and examples's regular files
-// (byte-compiled caches left out) in /opt/epochfs/examples/pytorch.
+// python3-torch, python3-torchvision and python3-pil (converted once and
+// kept beside the tar, as the epochfs image's base), and a layer of
+// examples's files (not its Go test, not byte-compiled caches) in
+// /opt/epochfs/examples/pytorch with /usr/local/bin/torchrun.
 func torchExample(out, ref, rootfs, examples string) error {
 	if rootfs == "" || examples == "" {
 		return errors.New("torch-example: -rootfs and -examples are required")
@@ -43,8 +52,10 @@ func torchExample(out, ref, rootfs, examples string) error {
 
 // exampleEntries are the examples layer's entries: the directories down to
 // examplesDir and the tree under dir, without __pycache__ directories and
-// .pyc files (a local run of train.py leaves them) and with every file
-// readable by all (the job's container may run as any user).
+// .pyc files (a local run of train.py leaves them) or .go files (the
+// example's CI test), every file readable by all (the job's container may
+// run as any user); and /usr/local/bin/torchrun. dir must hold train.py
+// and torchrun.py.
 func exampleEntries(dir string) ([]ociimage.Entry, error) {
 	tree, err := ociimage.DirEntries(dir, examplesDir)
 	if err != nil {
@@ -54,9 +65,11 @@ func exampleEntries(dir string) ([]ociimage.Entry, error) {
 	for p := examplesDir; p != "."; p = path.Dir(p) {
 		entries = append(entries, ociimage.Dir(p))
 	}
-	hasScript := false
+	entries = append(entries, ociimage.Dir("usr"), ociimage.Dir("usr/local"), ociimage.Dir("usr/local/bin"),
+		ociimage.Entry{Name: "usr/local/bin/torchrun", Mode: 0o755, Data: []byte(torchrun)})
+	scripts := 0
 	for _, e := range tree {
-		if strings.Contains("/"+e.Name+"/", "/__pycache__/") || strings.HasSuffix(e.Name, ".pyc") {
+		if strings.Contains("/"+e.Name+"/", "/__pycache__/") || strings.HasSuffix(e.Name, ".pyc") || strings.HasSuffix(e.Name, ".go") {
 			continue
 		}
 		if e.Mode.IsDir() {
@@ -64,11 +77,13 @@ func exampleEntries(dir string) ([]ociimage.Entry, error) {
 		} else if e.Mode.IsRegular() {
 			e.Mode |= 0o444
 		}
-		hasScript = hasScript || e.Name == examplesDir+"/train.py"
+		if e.Name == examplesDir+"/train.py" || e.Name == examplesDir+"/torchrun.py" {
+			scripts++
+		}
 		entries = append(entries, e)
 	}
-	if !hasScript {
-		return nil, fmt.Errorf("torch-example: %s has no train.py", dir)
+	if scripts != 2 {
+		return nil, fmt.Errorf("torch-example: %s lacks train.py or torchrun.py", dir)
 	}
 	return entries, nil
 }
