@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,9 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,8 +56,8 @@ type torchEvent struct {
 // PyTorch (Debian's torch 1.13 and torchvision 0.14 in the
 // epochfs/torch-example image) trains on real JPEGs in a private MinIO
 // bucket through an EpochFS volume the TrainingJob controller makes, on the
-// real kubelet. A pytorch-mode job of 2 worker pods (nprocPerNode 1) runs a
-// bare `torchrun .../train.py` with the environment the controller sets:
+// real kubelet. A pytorch-mode job of 1 worker pod with nprocPerNode 2 runs
+// `torchrun --tee 3 .../train.py` with the environment the controller sets:
 // ImageFolder → DataLoader with 2 worker processes → a tiny CNN → DDP over
 // gloo, 2 epochs, the node's cache half the dataset (C = D/2).
 //
@@ -67,11 +71,13 @@ type torchEvent struct {
 // The job is docs/PYTORCH.md's `cachefs job submit` command, taken from
 // the doc (whose YAML it must print with --dry-run), with the image, the
 // source, the cache size and the CPU request of the test cluster.
-// The test cluster has no DNS or Service proxy: a worker template puts
-// the pods in the node's network, resolves the master's name (worker 0's
-// in the job's Service domain, PET_MASTER_ADDR) to 127.0.0.1 with a host
-// alias, and sets GLOO_SOCKET_IFNAME=lo, so that the rendezvous and gloo
-// talk over the loopback on a free port (--port).
+// The test cluster has no DNS, and the tests send packets to the loopback
+// only: a worker template resolves the master's name (worker 0's in the
+// job's Service domain, PET_MASTER_ADDR) to 127.0.0.1 in the pod and sets
+// GLOO_SOCKET_IFNAME=lo, so the two ranks talk over the pod's loopback.
+// Two pods of one rank each would need pod-to-pod traffic, or the node's
+// network, where both cannot declare the rendezvous port on one node
+// (docs/PYTORCH.md, "More pods").
 func TestTrainingJobPyTorch(t *testing.T) {
 	requireE2E(t)
 	torchTar, torchRef := imageArchive(t, "torch-example")
@@ -93,7 +99,7 @@ func TestTrainingJobPyTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const workers, epochs = 2, 2
+	const pods, ranks, epochs = 1, 2, 2
 	capacity := total / 2
 	source := "s3://training/imagenet?endpoint=" + mi.Endpoint + "&region=us-east-1"
 	args := torchDocSubmit(t, e)
@@ -104,7 +110,7 @@ func TestTrainingJobPyTorch(t *testing.T) {
 		setFlag(t, args, flag, value)
 	}
 	dash := slicesIndex(args, "--")
-	args = append(args[:dash:dash], append([]string{"--image-pull-policy", "Never", "--port", strconv.Itoa(testenv.FreePort(t)),
+	args = append(args[:dash:dash], append([]string{"--image-pull-policy", "Never",
 		"--worker-template", torchWorkerTemplate(t, name)}, args[dash:]...)...)
 	start = time.Now()
 	e.mustJob(t, args...)
@@ -113,21 +119,12 @@ func TestTrainingJobPyTorch(t *testing.T) {
 	// still there when the workers are gone.
 	holdClaim(ctx, t, e, name+"-imagenet")
 	tj := e.waitPhase(ctx, t, name, v1alpha1.PhaseSucceeded)
-	fmt.Printf("TrainingJob %s (pytorch, %d workers): %d epochs over %d JPEGs (%d bytes) Succeeded %.1fs after submit\n",
-		name, workers, epochs, len(images), total, time.Since(start).Seconds())
-	if tj.Status.Workers.Succeeded != workers {
-		t.Errorf("status.workers %+v, want %d succeeded", tj.Status.Workers, workers)
+	fmt.Printf("TrainingJob %s (pytorch, %d pod × %d processes): %d epochs over %d JPEGs (%d bytes) Succeeded %.1fs after submit\n",
+		name, pods, ranks, epochs, len(images), total, time.Since(start).Seconds())
+	if tj.Status.Workers.Succeeded != pods {
+		t.Errorf("status.workers %+v, want %d succeeded", tj.Status.Workers, pods)
 	}
-
-	byRank := map[int][]torchEvent{}
-	for i := range workers {
-		evs := torchEvents(t, e.mustJob(t, "logs", name, "--worker", strconv.Itoa(i)), i)
-		rank := evs[0].Rank
-		if _, dup := byRank[rank]; dup || rank < 0 || rank >= workers {
-			t.Fatalf("worker %d: rank %d out of 0..%d or taken twice", i, rank, workers-1)
-		}
-		byRank[rank] = evs
-	}
+	byRank := torchEvents(t, e.mustJob(t, "logs", name, "--worker", "0"), ranks)
 	checkTorchEpochs(t, byRank, len(images), torchJobImages.Classes, epochs)
 	pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelOwnerUID + "=" + string(tj.UID)})
 	if err != nil || len(pvs.Items) != 1 {
@@ -168,9 +165,9 @@ func torchDocSubmit(t *testing.T, e *jobEnv) []string {
 	if got.Name != want.Name || got.Namespace != want.Namespace || !equality.Semantic.DeepEqual(got.Spec, want.Spec) {
 		t.Fatalf("docs/PYTORCH.md: the submit command prints\n%s\nnot the doc's TrainingJob torch-imagenet", out)
 	}
-	if want.Spec.Mode != v1alpha1.ModePyTorch || want.Spec.Workers != 2 || want.Spec.NprocPerNode == nil || *want.Spec.NprocPerNode != 1 ||
+	if want.Spec.Mode != v1alpha1.ModePyTorch || want.Spec.Workers != 1 || want.Spec.NprocPerNode == nil || *want.Spec.NprocPerNode != 2 ||
 		len(want.Spec.Datasets) != 1 || want.Spec.Command[0] != "torchrun" {
-		t.Fatalf("the doc's job is no longer 2 pytorch workers of 1 process with one dataset and a bare torchrun: %+v", want.Spec)
+		t.Fatalf("the doc's job is no longer 1 pytorch worker of 2 processes with one dataset and torchrun: %+v", want.Spec)
 	}
 	return args
 }
@@ -259,14 +256,9 @@ func putTorchImages(t *testing.T, mi *s3.MinIO, bucket, prefix string) ([]datage
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total int64
-	for _, im := range images {
-		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(im.Path)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		mi.Put(t, bucket, prefix+im.Path, b)
-		total += int64(len(b))
+	total, err := putDir(mi, bucket, prefix, dir, images, 8)
+	if err != nil {
+		t.Fatal(err)
 	}
 	// Nothing but the images: ImageFolder would count any other file.
 	n := 0
@@ -283,15 +275,50 @@ func putTorchImages(t *testing.T, mi *s3.MinIO, bucket, prefix string) ([]datage
 	return images, total
 }
 
+// putDir puts the images' files under dir into bucket as prefix+path, up
+// to workers at once, and returns their total size.
+func putDir(mi *s3.MinIO, bucket, prefix, dir string, images []datagen.Image, workers int) (int64, error) {
+	var (
+		wg    sync.WaitGroup
+		total atomic.Int64
+		first atomic.Value // error
+		next  atomic.Int64
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(images)) && first.Load() == nil; i = next.Add(1) - 1 {
+				b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(images[i].Path)))
+				if err == nil {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					_, err = mi.Client().PutObject(ctx, bucket, prefix+images[i].Path, bytes.NewReader(b), int64(len(b)),
+						minio.PutObjectOptions{ContentType: "image/jpeg"})
+					cancel()
+				}
+				if err != nil {
+					first.CompareAndSwap(nil, fmt.Errorf("put %s: %w", images[i].Path, err))
+					return
+				}
+				total.Add(int64(len(b)))
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := first.Load().(error); err != nil {
+		return 0, err
+	}
+	return total.Load(), nil
+}
+
 // torchWorkerTemplate writes the worker pod template of job name: the
-// node's network, the master's name (worker 0's, PET_MASTER_ADDR) on the
-// loopback, and gloo on the loopback interface.
+// master's name (worker 0's, PET_MASTER_ADDR) on the pod's loopback, and
+// gloo on the loopback interface.
 func torchWorkerTemplate(t *testing.T, name string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "worker.yaml")
 	tmpl := fmt.Sprintf(`
 spec:
-  hostNetwork: true
   hostAliases:
   - ip: 127.0.0.1
     hostnames: [%s-0.%s]
@@ -316,6 +343,8 @@ func holdClaim(ctx context.Context, t *testing.T, e *jobEnv, claim string) {
 		ObjectMeta: metav1.ObjectMeta{Name: "claim-holder", Namespace: jobNamespace},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
+			// sleep as PID 1 ignores SIGTERM: no grace to wait out at teardown.
+			TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{
 				Name: "hold", Image: e.readerImage, ImagePullPolicy: corev1.PullNever,
 				Command:      []string{"sleep", "3600"},
@@ -342,31 +371,38 @@ func holdClaim(ctx context.Context, t *testing.T, e *jobEnv, claim string) {
 	}
 }
 
-// torchEvents parses worker i's log (`cachefs job logs`): train.py's JSON
-// lines (human lines do not start with "{"), which must be start, the
-// epochs in order, then done, all of one rank.
-func torchEvents(t *testing.T, log string, i int) []torchEvent {
+// torchEvents parses the worker's log (`cachefs job logs`): torchrun --tee 3
+// prefixes each line of local rank N with "[defaultN]:"; train.py's JSON
+// lines are the ones that then start with "{" (its human lines do not).
+// Each of the ranks must have a start event, its epochs and then done.
+func torchEvents(t *testing.T, log string, ranks int) map[int][]torchEvent {
 	t.Helper()
-	var evs []torchEvent
+	byRank := map[int][]torchEvent{}
 	for _, line := range strings.Split(log, "\n") {
+		if strings.HasPrefix(line, "[default") {
+			if _, rest, ok := strings.Cut(line, "]:"); ok {
+				line = rest
+			}
+		}
 		if !strings.HasPrefix(line, "{") {
 			continue
 		}
 		var ev torchEvent
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			t.Fatalf("worker %d: %q: %v", i, line, err)
+			t.Fatalf("%q: %v", line, err)
 		}
-		evs = append(evs, ev)
+		if ev.Rank < 0 || ev.Rank >= ranks {
+			t.Fatalf("rank %d out of 0..%d: %q", ev.Rank, ranks-1, line)
+		}
+		byRank[ev.Rank] = append(byRank[ev.Rank], ev)
 	}
-	if len(evs) < 2 || evs[0].Event != "start" || evs[len(evs)-1].Event != "done" {
-		t.Fatalf("worker %d: events %+v, want start … done; log:\n%s", i, evs, tail(log, 4000))
-	}
-	for _, ev := range evs {
-		if ev.Rank != evs[0].Rank {
-			t.Fatalf("worker %d: events of ranks %d and %d in one pod (nprocPerNode 1)", i, evs[0].Rank, ev.Rank)
+	for rank := range ranks {
+		evs := byRank[rank]
+		if len(evs) < 2 || evs[0].Event != "start" || evs[len(evs)-1].Event != "done" {
+			t.Fatalf("rank %d: events %+v, want start … done; log:\n%s", rank, evs, tail(log, 4000))
 		}
 	}
-	return evs
+	return byRank
 }
 
 // checkTorchEpochs checks the ranks' events: the world and the dataset
@@ -481,7 +517,7 @@ func checkTorchHitRatio(t *testing.T, body string, total, capacity int64) {
 		t.Errorf("lookups of %v bytes in 2 epochs, want 2·D = %v (each image opened once per epoch)", hit+miss, 2*d)
 	}
 	ratio, want := (hit-prefetched)/epoch2, c/d
-	fmt.Printf("node plugin metrics: hit %v miss %v prefetched-hit %v bytes, cache used %v of %v; "+
+	fmt.Printf("node plugin metrics: hit %.0f miss %.0f prefetched-hit %.0f bytes, cache used %.0f of %.0f; "+
 		"epoch 2 NR byte hit ratio %.4f, C/D = %.4f (used/D %.4f)\n", hit, miss, prefetched, used, capBytes, ratio, want, used/d)
 	if math.Abs(ratio-want) > 0.02*want {
 		t.Errorf("epoch 2's byte hit ratio %.4f, want C/D = %.4f within 2 %%", ratio, want)
