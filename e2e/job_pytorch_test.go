@@ -20,6 +20,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -336,7 +337,8 @@ spec:
 
 // holdClaim runs a pod that mounts claim (read-only) and sleeps, and waits
 // for it to run: the kubelet then keeps the volume staged, its mount
-// process and its metrics, after the job's workers end.
+// process and its metrics, after the job's workers end. t.Cleanup deletes
+// it and waits for it to go.
 func holdClaim(ctx context.Context, t *testing.T, e *jobEnv, claim string) {
 	t.Helper()
 	pod := &corev1.Pod{
@@ -358,6 +360,23 @@ func holdClaim(ctx context.Context, t *testing.T, e *jobEnv, claim string) {
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Gone before the chart is (t.Cleanup runs last in, first out): the node
+	// plugin must still be there to unpublish its volume.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Logf("delete pod %s: %v", pod.Name, err)
+			return
+		}
+		for ctx.Err() == nil {
+			if _, err := pods.Get(ctx, pod.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("pod %s not gone a minute after its deletion", pod.Name)
+	})
 	for {
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if err == nil && p.Status.Phase == corev1.PodRunning {
