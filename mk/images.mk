@@ -7,6 +7,10 @@
 #                     scripts/image-rootfs.sh)
 #   test-reader.tar   epochfs/test-reader:$(IMAGE_TAG): Debian's static busybox and
 #                     read-dataset (reads a dataset twice, prints sha256s)
+#   torch-example.tar epochfs/torch-example:$(IMAGE_TAG): Debian bookworm with
+#                     python3-torch, python3-torchvision, python3-pil (torchrun in
+#                     /usr/bin) and examples/pytorch/ in /opt/epochfs/examples/pytorch
+#                     (docs/PYTORCH.md)
 #
 # Docker-archive tars: `ctr -n k8s.io images import FILE` (or `docker load`).
 # The Debian root filesystem is made once per machine (mmdebstrap, root, apt)
@@ -22,13 +26,17 @@ IMAGES_DIR   := bin/images
 IMAGE_LDFLAGS := -s -w -X main.version=$(VERSION)
 ROOTFS_KEY   := $(shell cat scripts/image-rootfs.sh | sha256sum | cut -c1-16)
 ROOTFS_TAR   := $(TOOLS_CACHE)/image-rootfs-$(ROOTFS_KEY)/rootfs.tar
+# The torch-example base: the same script with IMAGE_PACKAGES, keyed by both.
+TORCH_PACKAGES    := python3-torch,python3-torchvision,python3-pil
+TORCH_ROOTFS_KEY  := $(shell { cat scripts/image-rootfs.sh; echo $(TORCH_PACKAGES); } | sha256sum | cut -c1-16)
+TORCH_ROOTFS_TAR  := $(TOOLS_CACHE)/image-rootfs-torch-$(TORCH_ROOTFS_KEY)/rootfs.tar
 
 .PHONY: images image-deps
 
-## images: the epochfs/epochfs and epochfs/test-reader images as importable Docker-archive tars in bin/images/ (needs root, mmdebstrap).
+## images: the epochfs/epochfs, epochfs/test-reader and epochfs/torch-example images as importable Docker-archive tars in bin/images/ (needs root, mmdebstrap).
 # cachefs is built with cgo and -tags ceph,pacific against this machine's Debian 12 libcephfs-dev (ceph-deps),
 # the same Ceph 16 as the image's libcephfs2, so the image serves cephfs:// sources; the others stay static.
-images: $(ROOTFS_TAR) image-deps ceph-deps
+images: $(ROOTFS_TAR) $(TORCH_ROOTFS_TAR) image-deps ceph-deps
 	@mkdir -p $(IMAGES_DIR)/bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(IMAGE_LDFLAGS)" -o $(IMAGES_DIR)/bin/ \
 		$(addprefix ./cmd/,$(filter-out cachefs,$(BINARIES)))
@@ -37,6 +45,8 @@ images: $(ROOTFS_TAR) image-deps ceph-deps
 		-ref epochfs/epochfs:$(IMAGE_TAG) -out $(IMAGES_DIR)/epochfs.tar
 	$(GO) run ./internal/cmd/mkimage test-reader -busybox /bin/busybox \
 		-ref epochfs/test-reader:$(IMAGE_TAG) -out $(IMAGES_DIR)/test-reader.tar
+	$(GO) run ./internal/cmd/mkimage torch-example -rootfs $(TORCH_ROOTFS_TAR) -examples examples/pytorch \
+		-ref epochfs/torch-example:$(IMAGE_TAG) -out $(IMAGES_DIR)/torch-example.tar
 
 # image-deps: Debian's mmdebstrap and busybox-static, apt-get only when missing.
 image-deps:
@@ -53,3 +63,8 @@ $(ROOTFS_TAR): | image-deps
 	@mkdir -p $(@D)
 	@echo "making the image's Debian root filesystem into $(@D) (once per machine)"
 	bash scripts/image-rootfs.sh $@
+
+$(TORCH_ROOTFS_TAR): | image-deps
+	@mkdir -p $(@D)
+	@echo "making the torch-example image's Debian root filesystem into $(@D) (once per machine)"
+	IMAGE_PACKAGES=$(TORCH_PACKAGES) bash scripts/image-rootfs.sh $@

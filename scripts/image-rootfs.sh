@@ -4,24 +4,30 @@
 # fuse3 (fusermount3, /etc/fuse.conf), ca-certificates (HTTPS S3 endpoints)
 # and libcephfs2 (with librados2: the Ceph 16 client libraries the image's
 # cachefs, built with -tags ceph,pacific, links for cephfs:// sources), with
-# their dependencies. No apt, no package lists or caches, no
+# their dependencies (no Recommends). No apt, no package lists or caches, no
 # docs (copyright files stay), no man pages, no logs, no apt sources.
 #
 #   scripts/image-rootfs.sh OUT.tar [SOURCES]
+#   IMAGE_PACKAGES=python3-torch,python3-torchvision,python3-pil scripts/image-rootfs.sh OUT.tar
+#
+# IMAGE_PACKAGES, a comma-separated list, replaces the epochfs image's
+# packages (the epochfs/torch-example image's base, mk/images.mk); the
+# recipe is otherwise the same.
 #
 # SOURCES is an apt sources file (one-line or deb822) naming a bookworm
 # mirror; default: $EPOCHFS_DEBIAN_SOURCES, else this machine's own Debian
 # sources (/etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list).
 # Needs root (mmdebstrap's root mode, no mounts: it also runs unprivileged
 # in the Dockerfile's build stage). mk/images.mk caches OUT.tar by a hash of
-# this file, so a change here (packages, hooks) makes a new base.
+# this file (and IMAGE_PACKAGES), so a change here (packages, hooks) makes a
+# new base.
 #
 # Reproducible for one state of the mirror: SOURCE_DATE_EPOCH (default below)
 # fixes every timestamp mmdebstrap and dpkg write.
 set -euo pipefail
 
 # PACKAGES: the image's packages beyond Essential:yes.
-PACKAGES=fuse3,ca-certificates,libcephfs2
+PACKAGES=${IMAGE_PACKAGES:-fuse3,ca-certificates,libcephfs2}
 SUITE=bookworm
 
 out=${1:?usage: $0 OUT.tar [SOURCES]}

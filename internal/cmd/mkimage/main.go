@@ -4,6 +4,7 @@
 //
 //	mkimage epochfs -rootfs ROOTFS.tar -bin-dir DIR -ref epochfs/epochfs:TAG -out FILE.tar
 //	mkimage test-reader -busybox /bin/busybox -ref epochfs/test-reader:TAG -out FILE.tar
+//	mkimage torch-example -rootfs ROOTFS.tar -examples examples/pytorch -ref epochfs/torch-example:TAG -out FILE.tar
 //
 // epochfs: two layers, the Debian root filesystem that
 // scripts/image-rootfs.sh made (converted once and kept beside it as
@@ -11,6 +12,9 @@
 // DIR's cachefs, cachefs-job, csi-driver and job-controller in
 // /usr/local/bin. test-reader: one layer, Debian's static busybox and its
 // applets (sh, find, sort, xargs, sha256sum) plus /usr/local/bin/read-dataset.
+// torch-example (torch.go): two layers, a Debian root filesystem with
+// PyTorch (scripts/image-rootfs.sh with IMAGE_PACKAGES, kept converted
+// the same way) and examples/pytorch/ in /opt/epochfs/examples/pytorch.
 package main
 
 import (
@@ -55,12 +59,13 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: mkimage epochfs|test-reader FLAGS")
+		return errors.New("usage: mkimage epochfs|test-reader|torch-example FLAGS")
 	}
 	fs := flag.NewFlagSet("mkimage "+args[0], flag.ContinueOnError)
 	ref := fs.String("ref", "", "image NAME:TAG")
 	out := fs.String("out", "", "the Docker-archive tar to write")
-	rootfs := fs.String("rootfs", "", "epochfs: the root filesystem tar of scripts/image-rootfs.sh")
+	rootfs := fs.String("rootfs", "", "epochfs, torch-example: the root filesystem tar of scripts/image-rootfs.sh")
+	examples := fs.String("examples", "", "torch-example: the repository's examples/pytorch directory")
 	binDir := fs.String("bin-dir", "", "epochfs: directory holding "+strings.Join(binaries, ", "))
 	busybox := fs.String("busybox", "/bin/busybox", "test-reader: Debian's static busybox")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -76,8 +81,10 @@ func run(args []string) error {
 		err = epochfs(*out, *ref, *rootfs, *binDir)
 	case "test-reader":
 		err = testReader(*out, *ref, *busybox)
+	case "torch-example":
+		err = torchExample(*out, *ref, *rootfs, *examples)
 	default:
-		return fmt.Errorf("unknown image %q: want epochfs or test-reader", args[0])
+		return fmt.Errorf("unknown image %q: want epochfs, test-reader or torch-example", args[0])
 	}
 	if err != nil {
 		return err
