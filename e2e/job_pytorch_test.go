@@ -57,12 +57,14 @@ type torchEvent struct {
 // PyTorch (Debian's torch 1.13 and torchvision 0.14 in the
 // epochfs/torch-example image) trains on real JPEGs in a private MinIO
 // bucket through an EpochFS volume the TrainingJob controller makes, on the
-// real kubelet. A pytorch-mode job of 1 worker pod with nprocPerNode 2 runs
-// `torchrun --tee 3 .../train.py` with the environment the controller sets:
+// real kubelet. A pytorch-mode job of 2 worker pods with nprocPerNode 1
+// runs `torchrun --tee 3 .../train.py` with the environment the controller
+// sets (PET_NNODES=2, each pod's PET_NODE_RANK, worker 0 the master):
 // ImageFolder → DataLoader with 2 worker processes → a tiny CNN → DDP over
 // gloo, 2 epochs, the node's cache half the dataset (C = D/2).
 //
-// It checks: the job Succeeds; in each epoch the two ranks read disjoint
+// It checks: the job Succeeds; each pod ran one rank; in each epoch the
+// two ranks (one per pod, both reading the node's one mount) read disjoint
 // DistributedSampler shards whose union is every image; the order-free
 // checksums of the decoded tensors add up to the same sum in both epochs
 // (the same images, decoded the same); epoch 2's mean loss is below epoch
@@ -73,19 +75,20 @@ type torchEvent struct {
 // the doc (whose YAML it must print with --dry-run), with the image, the
 // source, the cache size and the CPU request of the test cluster.
 // The test cluster has no DNS, and the tests send packets to the loopback
-// only: a worker template resolves the master's name (worker 0's in the
-// job's Service domain, PET_MASTER_ADDR) to 127.0.0.1 in the pod and sets
-// GLOO_SOCKET_IFNAME=lo, so the two ranks talk over the pod's loopback.
-// Two pods of one rank each would need pod-to-pod traffic, or the node's
-// network, where both cannot declare the rendezvous port on one node
-// (docs/PYTORCH.md, "More pods").
+// only: a worker template puts the pods in the node's network
+// (hostNetwork, which the chart allows with jobController.allowHostNetwork),
+// resolves the master's name (worker 0's in the job's Service domain,
+// PET_MASTER_ADDR) to 127.0.0.1 and sets GLOO_SOCKET_IFNAME=lo, so the two
+// pods' ranks talk over the node's loopback. In the node's network the
+// controller declares no rendezvous container port (it would be a host
+// port, and the second pod would not fit on the node).
 func TestTrainingJobPyTorch(t *testing.T) {
 	requireE2E(t)
 	torchTar, torchRef := imageArchive(t, "torch-example")
 	mi := s3.StartMinIO(t)
 	mi.MakeBucket(t, "training")
 	images, total := putTorchImages(t, mi, "training", "imagenet/")
-	e := installJobController(t, minioRules(mi, "training")...)
+	e := installJobController(t, append(minioRules(mi, "training"), "--set", "jobController.allowHostNetwork=true")...)
 	start := time.Now()
 	if err := e.c.ImportImage(torchTar); err != nil { // this test's alone: the others do not pay for it
 		t.Fatal(err)
@@ -100,7 +103,7 @@ func TestTrainingJobPyTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const pods, ranks, epochs = 1, 2, 2
+	const pods, ranks, epochs = 2, 1, 2
 	capacity := total / 2
 	source := "s3://training/imagenet?endpoint=" + mi.Endpoint + "&region=us-east-1"
 	args := torchDocSubmit(t, e)
@@ -125,7 +128,16 @@ func TestTrainingJobPyTorch(t *testing.T) {
 	if tj.Status.Workers.Succeeded != pods {
 		t.Errorf("status.workers %+v, want %d succeeded", tj.Status.Workers, pods)
 	}
-	byRank := torchEvents(t, e.mustJob(t, "logs", name, "--worker", "0"), ranks)
+	// Each pod ran its one rank (its node rank); together they are the world.
+	var logs strings.Builder
+	for w := range pods {
+		log := e.mustJob(t, "logs", name, "--worker", strconv.Itoa(w))
+		if want := fmt.Sprintf(`{"event":"start","rank":%d,"world":%d,`, w, pods*ranks); !strings.Contains(log, want) {
+			t.Errorf("worker %d's log has no %s…; tail:\n%s", w, want, tail(log, 2000))
+		}
+		logs.WriteString(log + "\n")
+	}
+	byRank := torchEvents(t, logs.String(), pods*ranks)
 	checkTorchEpochs(t, byRank, len(images), torchJobImages.Classes, epochs)
 	pvs, err := cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelOwnerUID + "=" + string(tj.UID)})
 	if err != nil || len(pvs.Items) != 1 {
@@ -166,9 +178,9 @@ func torchDocSubmit(t *testing.T, e *jobEnv) []string {
 	if got.Name != want.Name || got.Namespace != want.Namespace || !equality.Semantic.DeepEqual(got.Spec, want.Spec) {
 		t.Fatalf("docs/PYTORCH.md: the submit command prints\n%s\nnot the doc's TrainingJob torch-imagenet", out)
 	}
-	if want.Spec.Mode != v1alpha1.ModePyTorch || want.Spec.Workers != 1 || want.Spec.NprocPerNode == nil || *want.Spec.NprocPerNode != 2 ||
+	if want.Spec.Mode != v1alpha1.ModePyTorch || want.Spec.Workers != 2 || want.Spec.NprocPerNode == nil || *want.Spec.NprocPerNode != 1 ||
 		len(want.Spec.Datasets) != 1 || want.Spec.Command[0] != "torchrun" {
-		t.Fatalf("the doc's job is no longer 1 pytorch worker of 2 processes with one dataset and torchrun: %+v", want.Spec)
+		t.Fatalf("the doc's job is no longer 2 pytorch workers of 1 process with one dataset and torchrun: %+v", want.Spec)
 	}
 	return args
 }
@@ -320,6 +332,7 @@ func torchWorkerTemplate(t *testing.T, name string) string {
 	p := filepath.Join(t.TempDir(), "worker.yaml")
 	tmpl := fmt.Sprintf(`
 spec:
+  hostNetwork: true
   hostAliases:
   - ip: 127.0.0.1
     hostnames: [%s-0.%s]

@@ -128,6 +128,13 @@ func (p *plan) podSpec(replica string, tmpl *corev1.PodTemplateSpec, reqs corev1
 	}
 	p.trainer(&c, replica, reqs)
 	pod := tmpl.Spec
+	if pod.HostNetwork {
+		// In the node's network a declared container port is a host port
+		// (the API server defaults hostPort to it), which would keep a
+		// second worker of the job off the node: the rendezvous port is
+		// then only in the Service and the environment.
+		c.Ports = slices.DeleteFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == "rendezvous" })
+	}
 	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Subdomain = p.serviceName()
 	if s.PriorityClassName != "" {

@@ -128,6 +128,31 @@ func TestTemplateMerge(t *testing.T) {
 	}
 }
 
+// TestTemplateHostNetworkPort: a trainer declares the rendezvous port,
+// except in the node's network, where a declared port is a host port and
+// would keep the job's second worker off the node; the Service and the
+// environment keep the port either way.
+func TestTemplateHostNetworkPort(t *testing.T) {
+	rendezvous := func(c *corev1.Container) bool {
+		return slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == "rendezvous" })
+	}
+	if c := trainer(t, render(t, templateJob(checkpointTemplate()), v1alpha1.ReplicaWorker)); !rendezvous(c) {
+		t.Errorf("trainer ports %v: want the rendezvous port", c.Ports)
+	}
+	rs := checkpointTemplate()
+	rs.Template.Spec.HostNetwork = true
+	tmpl := render(t, templateJob(rs), v1alpha1.ReplicaWorker)
+	if c := trainer(t, tmpl); rendezvous(c) {
+		t.Errorf("hostNetwork trainer ports %v: want no rendezvous port (it would be a host port)", c.Ports)
+	}
+	if m := tmpl.Spec.Containers[0]; len(m.Ports) != 1 || m.Ports[0].ContainerPort != 9400 {
+		t.Errorf("the sidecar's own ports %v must stay", m.Ports)
+	}
+	if env := podEnv(t, tmpl, 0); env["PET_MASTER_PORT"] == "" {
+		t.Errorf("hostNetwork: PET_MASTER_PORT missing from %v", env)
+	}
+}
+
 // TestTemplateRefused: what a template may not do, refused naming the field.
 func TestTemplateRefused(t *testing.T) {
 	for _, tc := range []struct {
