@@ -271,7 +271,7 @@ func (b *bench) prefetchEpoch(ctx context.Context, round, w int, far bool, seed 
 		}
 	}
 	cmd := exec.CommandContext(ctx, b.cfg.CacheFS, "prefetch", srv.URL(bucket),
-		"--cache-dir", cacheDir, "--cache-size", fmt.Sprint(b.capacity))
+		"--cache-dir", cacheDir, "--cache-size", fmt.Sprint(b.capacity), "--progress", "none")
 	cmd.Env = append(os.Environ(), srv.Env()...)
 	start := time.Now()
 	if out, err := cmd.CombinedOutput(); err != nil {

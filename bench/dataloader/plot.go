@@ -32,6 +32,10 @@ func (r *Report) WritePNG(path string) error {
 	for i, c := range cells {
 		names[i] = c.Name()
 	}
+	top := 0.0
+	for _, v := range r.Runs {
+		top = max(top, median(v))
+	}
 	width := vg.Points(min(60/float64(max(len(r.Workers), 1)), 18))
 	for i, w := range r.Workers {
 		vals := make(plotter.Values, len(cells))
@@ -53,6 +57,6 @@ func (r *Report) WritePNG(path string) error {
 	p.X.Tick.Label.Rotation = math.Pi / 5
 	p.X.Tick.Label.XAlign = draw.XRight
 	p.X.Tick.Label.YAlign = draw.YCenter
-	p.Y.Min = 0
+	p.Y.Min, p.Y.Max = 0, top*1.12 // room for the legend
 	return p.Save(11*vg.Inch, 6*vg.Inch, path)
 }

@@ -33,7 +33,7 @@ func (c Cell) Name() string {
 	}
 	s := c.Source
 	switch {
-	case c.Source == srcPrefetch:
+	case c.Source == srcPrefetch || c.Source == srcBoto3:
 	case c.Warm:
 		s += " warm"
 	default:
