@@ -51,12 +51,12 @@ $(addprefix bin/,$(BINARIES)): bin/%:
 ## the cluster tools and the images first, once per machine). What CI runs.
 ## The Ceph tests (CephFS, RGW) share one throw-away cluster (scripts/with-ceph.sh); the CephFS ones run
 ## in a second, cgo run with -tags ceph,pacific (mk/ceph.mk).
-test: tools cluster-tools images nfs-deps ceph-deps
+test: tools cluster-tools images nfs-deps ceph-deps torch-deps
 	EPOCHFS_E2E=1 bash scripts/with-ceph.sh bash -c '$(GO) test -race -count=1 -timeout 45m ./... && \
 		CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags $(CEPH_TAGS) -run CephFS $(CEPH_TEST_PKGS)'
 
 ## test-fast: `make test` without the end-to-end tests (no cluster, no images); they run anyway under CI=true.
-test-fast: tools nfs-deps ceph-deps
+test-fast: tools nfs-deps ceph-deps torch-deps
 	bash scripts/with-ceph.sh bash -c '$(GO) test -race -count=1 -timeout 30m ./... && \
 		CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m -tags $(CEPH_TAGS) -run CephFS $(CEPH_TEST_PKGS)'
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"image/jpeg"
 	"io"
 	"io/fs"
 	"os"
@@ -87,6 +88,11 @@ func TestBadFlags(t *testing.T) {
 		{Spec: spec, Out: t.TempDir()},
 		{Spec: datagen.Spec{Files: 10, TotalBytes: 10}, Out: t.TempDir(), Workers: 1},
 		{Spec: spec, S3: "/not/s3", Workers: 1},
+		{Format: "png", Spec: spec, Out: t.TempDir(), Workers: 1},
+		{Format: FormatJPEG, Spec: datagen.Spec{TotalBytes: 1 << 20}, JPEG: jpegSpec, Out: t.TempDir(), Workers: 1},
+		{Format: FormatJPEG, JPEG: datagen.JPEGSpec{Files: 3, Quality: 101}, Out: t.TempDir(), Workers: 1},
+		{Format: FormatJPEG, Out: t.TempDir(), Workers: 1},
+		{Spec: spec, JPEG: jpegSpec, Out: t.TempDir(), Workers: 1},
 	} {
 		if err := run(context.Background(), c, io.Discard); err == nil {
 			t.Errorf("run(%+v) succeeded", c)
@@ -140,4 +146,84 @@ func TestUploadToMinIO(t *testing.T) {
 	if err := run(ctx, Config{Spec: spec, S3: url, Workers: 2}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
+}
+
+var jpegSpec = datagen.JPEGSpec{Files: 20, Classes: 4, Seed: 3, Quality: 85}
+
+// checkJPEGs checks that got (path → bytes) holds exactly jpegSpec's
+// images, each decodable by image/jpeg to its planned size, with the bytes
+// of Encode.
+func checkJPEGs(t *testing.T, got map[string][]byte) {
+	t.Helper()
+	ims, err := jpegSpec.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ims) {
+		t.Errorf("%d files, want %d", len(got), len(ims))
+	}
+	for _, im := range ims {
+		b, ok := got[im.Path]
+		if !ok {
+			t.Errorf("%s missing", im.Path)
+			continue
+		}
+		img, err := jpeg.Decode(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s: %v", im.Path, err)
+		}
+		if r := img.Bounds(); r.Dx() != im.Width || r.Dy() != im.Height {
+			t.Errorf("%s: %dx%d, planned %dx%d", im.Path, r.Dx(), r.Dy(), im.Width, im.Height)
+		}
+		if want, _ := im.Encode(); !bytes.Equal(b, want) {
+			t.Errorf("%s: bytes differ from Encode", im.Path)
+		}
+	}
+}
+
+func TestJPEGToDir(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	if err := run(context.Background(), Config{Format: FormatJPEG, JPEG: jpegSpec, Out: dir, Workers: 3}, &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(out.String())
+	checkJPEGs(t, tree(t, dir))
+	for _, want := range []string{"generated 20 files", "in 4 classes", "seed 3, jpeg quality 85", "sizes min "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary %q lacks %q", out.String(), want)
+		}
+	}
+}
+
+func TestJPEGToMinIO(t *testing.T) {
+	m := s3.StartMinIO(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	url := "s3://jpegs/train?endpoint=" + m.Endpoint + "&region=us-east-1"
+	if err := run(context.Background(), Config{Format: FormatJPEG, JPEG: jpegSpec, S3: url, Workers: 4}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	got := map[string][]byte{}
+	for obj := range m.Client().ListObjects(ctx, "jpegs", minio.ListObjectsOptions{Recursive: true}) {
+		if obj.Err != nil {
+			t.Fatal(obj.Err)
+		}
+		r, err := m.Client().GetObject(ctx, "jpegs", obj.Key, minio.GetObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, ok := strings.CutPrefix(obj.Key, "train/")
+		if !ok {
+			t.Errorf("object %s outside the prefix", obj.Key)
+		}
+		got[key] = b
+	}
+	checkJPEGs(t, got)
 }
