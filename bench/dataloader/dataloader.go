@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/epochfs/epochfs/internal/benchproc"
+	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/epoch"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
@@ -40,7 +41,7 @@ import (
 // Config of one run.
 type Config struct {
 	Dir     string // work directory (dataset, MinIO data, caches, mount points)
-	Files   int    // JPEGs in the dataset
+	Files   int    // JPEGs in the dataset (datagen.JPEGSpec, its other fields at their defaults)
 	Seed    uint64 // dataset seed
 	Rounds  int
 	Workers []int         // DataLoader worker counts
@@ -99,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	b.loader = Loader{Python: cfg.Python, Script: script}
 	b.data = filepath.Join(cfg.Dir, "data")
-	paths, size, err := writeDataset(b.data, cfg.Files, cfg.Seed)
+	paths, size, err := writeDataset(b.data, datagen.JPEGSpec{Files: cfg.Files, Seed: cfg.Seed})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
 )
 
@@ -67,7 +68,8 @@ func TestLoaderSmoke(t *testing.T) {
 		testenv.RequireOrSkip(t, "python3 with torch and torchvision", err.Error())
 	}
 	dir := t.TempDir()
-	paths, _, err := writeDataset(dir, 40, 7)
+	small := datagen.JPEGSpec{Files: 40, Classes: 4, Seed: 7, MedianPixels: 20_000}
+	paths, _, err := writeDataset(dir, small)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,12 +91,12 @@ func TestLoaderSmoke(t *testing.T) {
 		}
 	}
 	// Another image in place of one of them: another checksum.
-	other := t.TempDir()
-	more, _, err := writeDataset(other, 41, 7)
+	small.Files, small.Seed = 1, 8
+	ims, err := small.Plan()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(other, filepath.FromSlash(more[40])))
+	b, err := ims[0].Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
