@@ -56,8 +56,8 @@ type Report struct {
 	Torch    string
 	// Runs are images/s per round, per cell.
 	Runs map[Cell][]float64
-	// PrefetchSeconds are the `cachefs prefetch` times per round, near
-	// (false) and far (true).
+	// PrefetchSeconds are the `cachefs prefetch` times, one per round and
+	// worker count, near (false) and far (true).
 	PrefetchSeconds map[bool][]float64
 	Notes           []string
 }
@@ -221,7 +221,7 @@ func (r *Report) Markdown(header string) string {
 	}
 	for _, far := range []bool{false, true} {
 		if s := r.PrefetchSeconds[far]; len(s) > 0 {
-			fmt.Fprintf(&b, "\n`cachefs prefetch` (default flags) into an empty cache, %s: %s s per round (median %.2f s): **%.1f s per GiB** (%.0f MB/s, %.0f files/s)\n",
+			fmt.Fprintf(&b, "\n`cachefs prefetch` (default flags) into an empty cache, %s: %s s (one run before each epoch after prefetch; median %.2f s): **%.1f s per GiB** (%.0f MB/s, %.0f files/s)\n",
 				place(far), joinf(s, "%.2f"), median(s), r.PrefetchPerGiB(far), float64(r.Bytes)/1e6/median(s), float64(r.Images)/median(s))
 		}
 	}
