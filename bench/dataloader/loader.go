@@ -61,13 +61,13 @@ type Loader struct {
 	Script string // path of loader.py
 }
 
-// LoadArgs says what one epoch reads: Dir (ImageFolder) or Bucket (boto3
-// in the workers at Endpoint).
+// LoadArgs says what one epoch reads: Dir (ImageFolder) or Bucket and
+// Prefix (boto3 in the workers at Endpoint).
 type LoadArgs struct {
-	Dir              string
-	Bucket, Endpoint string
-	Workers          int
-	Seed             uint64
+	Dir                      string
+	Bucket, Prefix, Endpoint string
+	Workers                  int
+	Seed                     uint64
 	// Env is added to the environment (the S3 credentials).
 	Env []string
 }
@@ -76,7 +76,11 @@ type LoadArgs struct {
 func (a LoadArgs) argv(script string) []string {
 	args := []string{script, "--workers", strconv.Itoa(a.Workers), "--seed", strconv.FormatUint(a.Seed, 10)}
 	if a.Bucket != "" {
-		return append(args, "--s3-bucket", a.Bucket, "--endpoint-url", a.Endpoint)
+		args = append(args, "--s3-bucket", a.Bucket, "--endpoint-url", a.Endpoint)
+		if a.Prefix != "" {
+			args = append(args, "--s3-prefix", a.Prefix)
+		}
+		return args
 	}
 	return append(args, "--data", a.Dir)
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/internal/testenv/s3"
 )
 
 func TestParseEpoch(t *testing.T) {
@@ -63,17 +66,13 @@ func TestLoadArgsNoSecrets(t *testing.T) {
 // sees every image; the checksum does not depend on the order (seed) or the
 // number of workers, and changes when one image does.
 func TestLoaderSmoke(t *testing.T) {
-	py, err := FindPython("")
-	if err != nil {
-		testenv.RequireOrSkip(t, "python3 with torch and torchvision", err.Error())
-	}
+	l := requireLoader(t)
 	dir := t.TempDir()
 	small := datagen.JPEGSpec{Files: 40, Classes: 4, Seed: 7, MedianPixels: 20_000}
 	paths, _, err := writeDataset(dir, small)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := Loader{Python: py, Script: "loader.py"}
 	ctx := context.Background()
 	var first Epoch
 	for i, a := range []LoadArgs{{Dir: dir, Workers: 0, Seed: 1}, {Dir: dir, Workers: 2, Seed: 2}} {
@@ -109,5 +108,54 @@ func TestLoaderSmoke(t *testing.T) {
 	}
 	if e.Images != len(paths) || e.Checksum == first.Checksum {
 		t.Fatalf("one image replaced: %d images, checksum %s (was %s)", e.Images, e.Checksum, first.Checksum)
+	}
+}
+
+// requireLoader is loader.py with an interpreter that has torch, or skips
+// (fails under CI=true).
+func requireLoader(t *testing.T) Loader {
+	t.Helper()
+	py, err := FindPython("")
+	if err != nil {
+		testenv.RequireOrSkip(t, "python3 with torch and torchvision", err.Error())
+	}
+	return Loader{Python: py, Script: "loader.py"}
+}
+
+// TestLoaderS3Smoke reads the same small tree from a MinIO prefix with
+// boto3 in 2 workers: the same images, the same checksum as ImageFolder over
+// the directory.
+func TestLoaderS3Smoke(t *testing.T) {
+	l := requireLoader(t)
+	if out, err := exec.Command(l.Python, "-c", "import boto3").CombinedOutput(); err != nil {
+		testenv.RequireOrSkip(t, "python3-boto3", fmt.Sprintf("%v: %s", err, out))
+	}
+	dir := t.TempDir()
+	paths, _, err := writeDataset(dir, datagen.JPEGSpec{Files: 30, Classes: 3, Seed: 9, MedianPixels: 20_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := s3.StartMinIO(t)
+	bucket := m.NewBucket(t)
+	for _, p := range paths {
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(p)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Put(t, bucket, "train/"+p, b)
+	}
+	m.Put(t, bucket, "train2/class-000/stray.jpg", []byte("not under the prefix"))
+	ctx := context.Background()
+	want, err := l.Run(ctx, LoadArgs{Dir: dir, Workers: 0, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Run(ctx, LoadArgs{Bucket: bucket, Prefix: "train", Endpoint: m.Endpoint, Workers: 2, Seed: 2,
+		Env: []string{"AWS_ACCESS_KEY_ID=" + m.AccessKey, "AWS_SECRET_ACCESS_KEY=" + m.SecretKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Images != len(paths) || got.Checksum != want.Checksum {
+		t.Fatalf("boto3: %d images, checksum %s; ImageFolder: %d, %s", got.Images, got.Checksum, want.Images, want.Checksum)
 	}
 }
