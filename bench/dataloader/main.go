@@ -74,7 +74,12 @@ func main() {
 	rep, err := Run(ctx, cfg)
 	if err != nil {
 		removeDir()
-		fatal(err)
+		if rep == nil || len(rep.Runs) == 0 {
+			fatal(err)
+		}
+		// Interrupted or failed after some rounds: keep what was measured,
+		// marked incomplete, and still exit 1.
+		rep.Notes = append(rep.Notes, "INCOMPLETE run, stopped by: "+err.Error())
 	}
 	header := reportHeader(rep, loadStart, waited, time.Since(start))
 	out := rep.Markdown(header)
@@ -88,6 +93,9 @@ func main() {
 		if err := rep.WritePNG(*png); err != nil {
 			fatal(err)
 		}
+	}
+	if err != nil {
+		fatal(err)
 	}
 }
 
