@@ -22,18 +22,24 @@ Exit status: 0 done, 2 bad arguments or a missing/empty data directory.
 """
 
 import argparse
+import fcntl
 import json
 import os
 import sys
+import tempfile
 import time
 
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+try:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import epochdata  # noqa: E402  (the sibling module, wherever the directory is copied)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import epochdata  # the sibling module, wherever the directory is copied
+except ImportError as e:
+    sys.exit("train.py: %s: %s needs torch and torchvision (Debian 12: apt-get install python3-torch "
+             "python3-torchvision python3-pil, then run /usr/bin/python3)" % (e, sys.executable))
 
 
 def parse_args(argv):
@@ -55,12 +61,43 @@ def parse_args(argv):
     return a
 
 
+def _stdout_lock():
+    """An exclusive lock shared by every process writing to this stdout
+    (torchrun's ranks of one pod share its pipe), or None. torchrun runs
+    python -u and pods set PYTHONUNBUFFERED, so print() writes a line and
+    its newline apart, and a pipe write over 4 KiB (an epoch line's
+    indices) is not atomic: without the lock the ranks' lines interleave."""
+    try:
+        st = os.fstat(1)
+        path = os.path.join(tempfile.gettempdir(), "epochfs-train-stdout-%d-%d.lock" % (st.st_dev, st.st_ino))
+        return os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+
+
+_LOCK = _stdout_lock()
+
+
+def write_line(line):
+    """Writes line and a newline to stdout at once, under the stdout lock."""
+    data = (line + "\n").encode()
+    sys.stdout.flush()
+    if _LOCK is not None:
+        fcntl.flock(_LOCK, fcntl.LOCK_EX)
+    try:
+        while data:
+            data = data[os.write(1, data):]
+    finally:
+        if _LOCK is not None:
+            fcntl.flock(_LOCK, fcntl.LOCK_UN)
+
+
 def emit(obj):
-    print(json.dumps(obj, separators=(",", ":")), flush=True)
+    write_line(json.dumps(obj, separators=(",", ":")))
 
 
 def say(line):
-    print(line, flush=True)
+    write_line(line)
 
 
 class Run:

@@ -123,59 +123,79 @@ func (im Image) Encode() ([]byte, error) {
 // pixels paints the image in Y'CbCr 4:2:0 (what image/jpeg encodes without
 // converting): the class's hue in the chroma planes, the class's stripe
 // orientation in the luma, each jittered per image, plus noise everywhere.
+// The inner loops are integer: a phase of 2^32 per stripe period indexes a
+// sine table, and each noise draw feeds 8 pixels.
 func (im Image) pixels() *image.YCbCr {
 	img := image.NewYCbCr(image.Rect(0, 0, im.Width, im.Height), image.YCbCrSubsampleRatio420)
 	rng := rand.New(rand.NewPCG(im.Seed, 0xbb67ae8584caa73b))
 	k := max(im.NumClasses, 1)
 	hue := 2*math.Pi*float64(im.Class)/float64(k) + (rng.Float64()-0.5)*0.6*math.Pi/float64(k)
 	sat := 40 + 20*rng.Float64()
-	cb0, cr0 := 128+sat*math.Cos(hue), 128+sat*math.Sin(hue)
+	cb0, cr0 := int(128+sat*math.Cos(hue)), int(128+sat*math.Sin(hue))
 	// Stripes: orientation from the class, period and phase from the image.
 	theta := math.Pi*float64(im.Class)/float64(k) + (rng.Float64()-0.5)*0.2
 	period := 6 + 10*rng.Float64()
-	fx, fy := 2*math.Pi*math.Cos(theta)/period, 2*math.Pi*math.Sin(theta)/period
-	phase := 2 * math.Pi * rng.Float64()
-	base := 100 + 50*rng.Float64()
-	noise := xorshift{s: rng.Uint64() | 1}
+	const turn = 1 << 32 // one stripe period in phase units
+	dx := uint32(int64(math.Cos(theta) / period * turn))
+	dy := uint32(int64(math.Sin(theta) / period * turn))
+	p0 := uint32(rng.Uint64())
+	base := 100 + rng.IntN(50)
+	noise := noiseBytes{x: xorshift{s: rng.Uint64() | 1}}
 	for y := range im.Height {
 		row := img.Y[y*img.YStride : y*img.YStride+im.Width]
-		rowPhase := fy*float64(y) + phase
+		p := p0 + uint32(y)*dy
 		for x := range row {
-			v := base + 45*math.Sin(fx*float64(x)+rowPhase)
-			row[x] = clamp8(v + noise.centered(48))
+			row[x] = clamp8(base + int(sine[p>>(32-sineBits)]) + noise.centered(48))
+			p += dx
 		}
 	}
-	for y := range img.Rect.Dy() / 2 {
-		cb := img.Cb[y*img.CStride : y*img.CStride+img.CStride]
-		cr := img.Cr[y*img.CStride : y*img.CStride+img.CStride]
-		for x := range cb {
-			cb[x] = clamp8(cb0 + noise.centered(16))
-			cr[x] = clamp8(cr0 + noise.centered(16))
-		}
-	}
-	if im.Height%2 == 1 { // the last chroma row of an odd height
-		y := im.Height / 2
-		for x := range img.CStride {
-			img.Cb[y*img.CStride+x] = clamp8(cb0 + noise.centered(16))
-			img.Cr[y*img.CStride+x] = clamp8(cr0 + noise.centered(16))
-		}
+	for i := range img.Cb { // chroma rows, the last one of an odd height included
+		img.Cb[i] = clamp8(cb0 + noise.centered(16))
+		img.Cr[i] = clamp8(cr0 + noise.centered(16))
 	}
 	return img
 }
 
-func clamp8(v float64) uint8 {
+// sine is 45·sin over one period in 2^sineBits steps: the stripes' profile.
+var sine = func() (t [1 << sineBits]int8) {
+	for i := range t {
+		t[i] = int8(math.Round(45 * math.Sin(2*math.Pi*float64(i)/float64(len(t)))))
+	}
+	return t
+}()
+
+const sineBits = 10
+
+func clamp8(v int) uint8 {
 	return uint8(min(max(v, 0), 255))
 }
 
-// xorshift is a small, fast noise source: one step per pixel.
+// xorshift is a small, fast noise source.
 type xorshift struct{ s uint64 }
 
-// centered returns a value uniform in [-a, a).
-func (r *xorshift) centered(a float64) float64 {
+func (r *xorshift) next() uint64 {
 	r.s ^= r.s << 13
 	r.s ^= r.s >> 7
 	r.s ^= r.s << 17
-	return (float64(r.s>>40)/(1<<24)*2 - 1) * a
+	return r.s
+}
+
+// noiseBytes hands out a xorshift's draws a byte at a time.
+type noiseBytes struct {
+	x    xorshift
+	bits uint64
+	left int
+}
+
+// centered returns a value roughly uniform in [-a, a].
+func (n *noiseBytes) centered(a int) int {
+	if n.left == 0 {
+		n.bits, n.left = n.x.next(), 8
+	}
+	b := int(n.bits & 0xff)
+	n.bits >>= 8
+	n.left--
+	return b*(2*a+1)>>8 - a
 }
 
 // WriteJPEGs writes the spec's images under dir (created if missing), up to
