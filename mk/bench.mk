@@ -8,6 +8,7 @@
 #   make bench-meta          metadata at 1M files: mount with a manifest vs without vs rclone mount (local and MinIO)
 #   make bench-cluster       the cluster-wide cache: 3 mounts, cluster scope vs node scope, C = D/3 and D/6
 #   make bench-cluster-1m    the same at 1M tiny files over a local directory, NR, C = D/4 and D/2 per node (~35 min)
+#   make bench-dataloader    PyTorch's DataLoader (torch 1.13) over local disk, EpochFS, boto3 and rclone, near and far
 #   make bench-manifest-scale  a 10M-entry ImageNet-like manifest: build, size, load, heap per entry, mount ready
 #   make bench-warm-profile  a warm PIL epoch: local disk vs the mount vs go-fuse's loopback, mount CPU and FUSE requests per file
 #
@@ -16,7 +17,7 @@
 BENCH_ARGS       ?=
 BENCH_S3_LATENCY ?= 20ms
 
-.PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-cluster bench-cluster-1m bench-manifest-scale bench-tools
+.PHONY: bench-hitratio bench-throughput bench-throughput-far bench-meta bench-cluster bench-cluster-1m bench-manifest-scale bench-dataloader bench-tools
 .PHONY: bench-warm-profile
 
 ## bench-hitratio: table (bench/hitratio.md) and plot (bench/hitratio.png) of byte hit ratio per epoch per policy.
@@ -71,6 +72,15 @@ bench-manifest-scale:
 bench-warm-profile: bin/cachefs
 	$(GO) build -o bin/bench-warm-profile ./bench/warmprofile
 	bin/bench-warm-profile -cachefs bin/cachefs -rounds 4 -buffered -variants procs1 -pprof bin/warm-profile.pprof $(BENCH_ARGS)
+
+## bench-dataloader: one epoch of a PyTorch DataLoader (Debian's python3-torch 1.13: ImageFolder/boto3, Resize 64 + ToTensor,
+## batch 64, 2 and 8 workers) over 2,000 JPEGs from local disk, an EpochFS mount cold/warm, boto3 and rclone mount
+## cold/warm, near and behind BENCH_S3_LATENCY, and after `cachefs prefetch`; interleaved rounds, waits for a quiet
+## machine (load < 1.5, ≤ 20 min); report bench/dataloader.md, plot bench/dataloader.png. BENCH_ARGS=-quick: a smoke run.
+bench-dataloader: build bench-tools
+	$(GO) build -o bin/bench-dataloader ./bench/dataloader
+	bin/bench-dataloader -tools $(TOOLS_BIN) -cachefs bin/cachefs -s3-latency $(BENCH_S3_LATENCY) -wait-load 1.5 \
+		-md bench/dataloader.md -png bench/dataloader.png $(BENCH_ARGS)
 
 ## bench-tools: rclone (pinned, from the Go module proxy), MinIO, and fuse3 for rclone mount.
 bench-tools: $(TOOLS_BIN)/rclone $(TOOLS_BIN)/minio
