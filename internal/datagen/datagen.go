@@ -17,7 +17,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -228,43 +227,14 @@ func WriteParallel(dir string, s Spec, workers int) ([]File, error) {
 		return nil, err
 	}
 	files := s.Plan()
-	dirs := map[string]bool{}
-	for _, f := range files {
-		d := filepath.Join(dir, filepath.FromSlash(path.Dir(f.Path)))
-		if !dirs[d] {
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				return nil, fmt.Errorf("datagen: %w", err)
-			}
-			dirs[d] = true
-		}
+	if err := makeDirs(dir, Paths(files)); err != nil {
+		return nil, err
 	}
-	workers = max(workers, 1)
-	var (
-		wg    sync.WaitGroup
-		next  atomic.Int64
-		once  sync.Once
-		first error
-	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(files) {
-					return
-				}
-				if err := writeFile(filepath.Join(dir, filepath.FromSlash(files[i].Path)), files[i]); err != nil {
-					once.Do(func() { first = err })
-					next.Store(int64(len(files)))
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if first != nil {
-		return nil, first
+	err := eachParallel(len(files), workers, func(i int) error {
+		return writeFile(filepath.Join(dir, filepath.FromSlash(files[i].Path)), files[i])
+	})
+	if err != nil {
+		return nil, err
 	}
 	return files, nil
 }

@@ -10,10 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 )
 
 // JPEGSpec describes a tree of decodable JPEG images, one directory per
@@ -206,40 +203,15 @@ func WriteJPEGs(dir string, s JPEGSpec, workers int) ([]Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	made := map[string]bool{}
-	for _, im := range ims {
-		d := path.Dir(im.Path)
-		if !made[d] {
-			if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(d)), 0o755); err != nil {
-				return nil, fmt.Errorf("datagen: %w", err)
-			}
-			made[d] = true
-		}
+	paths := make([]string, len(ims))
+	for i, im := range ims {
+		paths[i] = im.Path
 	}
-	var (
-		wg    sync.WaitGroup
-		next  atomic.Int64
-		mu    sync.Mutex
-		first error
-	)
-	for range max(workers, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(ims); i = int(next.Add(1) - 1) {
-				if err := writeJPEG(dir, ims[i]); err != nil {
-					mu.Lock()
-					first = cmp.Or(first, err)
-					mu.Unlock()
-					next.Store(int64(len(ims)))
-					return
-				}
-			}
-		}()
+	if err := makeDirs(dir, paths); err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	if first != nil {
-		return nil, first
+	if err := eachParallel(len(ims), workers, func(i int) error { return writeJPEG(dir, ims[i]) }); err != nil {
+		return nil, err
 	}
 	return ims, nil
 }
