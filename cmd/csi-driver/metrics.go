@@ -41,7 +41,8 @@ func serveMetrics(ctx context.Context, addr string, d *csi.Driver, endpoint stri
 		return nil
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		metrics.BuildInfo("csi-driver", version))
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "epochfs_csi_dataset_mounts", Help: "Dataset mount processes managed on this node."},
 			func() float64 { return float64(d.NodeStats().DatasetMounts) }),
