@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/epochfs/epochfs/internal/cliusage"
 )
 
 func main() {
@@ -28,6 +30,9 @@ func main() {
 	root.SetArgs(completionArgs(os.Args[1:]))
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "cachefs:", err)
+		if cliusage.Is(err) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
@@ -50,5 +55,6 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	root.AddCommand(newJobCmd())
+	cliusage.Mark(root) // usage errors exit 2 in every command, as in cachefs
 	return root
 }

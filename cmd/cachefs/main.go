@@ -17,7 +17,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/epochfs/epochfs/internal/cliusage"
 	"github.com/epochfs/epochfs/internal/logging"
+	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
@@ -44,6 +46,9 @@ func main() {
 		var ee *exitError
 		if !errors.As(err, &ee) {
 			ee = &exitError{code: 1, err: err}
+			if cliusage.Is(err) {
+				ee.code = int(exitcode.Usage)
+			}
 		}
 		if !ee.reported {
 			fmt.Fprintln(os.Stderr, "cachefs:", err)
@@ -73,6 +78,7 @@ cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
 	root.PersistentFlags().StringVar(&g.logFormat, mountapi.FlagLogFormat, "text", "log format on stderr: text or json")
 	root.AddCommand(newMountCmd(g), newIndexCmd(g), newPrefetchCmd(g), newStatsCmd(), newVersionCmd(), newDemoCmd(g))
 	root.AddCommand(newJobCmd())
+	cliusage.Mark(root) // usage errors exit 2 (exitcode.Usage) in every command
 	return root
 }
 
