@@ -30,6 +30,13 @@ func TestMountLogRotated(t *testing.T) {
 		t.Fatalf("mount logs: %v, want 1", logs)
 	}
 	log := logs[0]
+	// The stage returns once the mount is live, which may be just before
+	// the mount process logs that it is: the filler (and the rotation it
+	// triggers) must come after that line.
+	waitFor(t, 10*time.Second, "the mount to log that it is mounted", func() bool {
+		b, _ := os.ReadFile(log)
+		return bytes.Contains(b, []byte(`"msg":"mounted"`))
+	})
 	f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
