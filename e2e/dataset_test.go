@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -446,7 +447,7 @@ func (in *install) waitLogLine(ctx context.Context, t *testing.T, ns, name, want
 	t.Helper()
 	for {
 		b, err := in.c.Client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err == nil && slicesContains(strings.Split(string(b), "\n"), want) {
+		if err == nil && slices.Contains(strings.Split(string(b), "\n"), want) {
 			return
 		}
 		if ctx.Err() != nil {
@@ -456,8 +457,6 @@ func (in *install) waitLogLine(ctx context.Context, t *testing.T, ns, name, want
 		time.Sleep(300 * time.Millisecond)
 	}
 }
-
-func slicesContains(s []string, v string) bool { return slicesIndex(s, v) >= 0 }
 
 // waitEvent waits for a Warning event of the pod whose message holds want,
 // the way `kubectl describe pod` shows a mount error, and returns it.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -219,7 +220,7 @@ func fuseMountsUnder(t *testing.T, dir string) []string {
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		i := slicesIndex(f, "-")
+		i := slices.Index(f, "-")
 		if i < 0 || i+1 >= len(f) || len(f) < 5 {
 			continue
 		}
@@ -228,13 +229,4 @@ func fuseMountsUnder(t *testing.T, dir string) []string {
 		}
 	}
 	return out
-}
-
-func slicesIndex(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
 }

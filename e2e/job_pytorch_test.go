@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,7 +114,7 @@ func TestTrainingJobPyTorch(t *testing.T) {
 		"--dataset": "imagenet=" + source + ":/data", "--cache-size": strconv.FormatInt(capacity, 10)} {
 		setFlag(t, args, flag, value)
 	}
-	dash := slicesIndex(args, "--")
+	dash := slices.Index(args, "--")
 	args = append(args[:dash:dash], append([]string{"--image-pull-policy", "Never",
 		"--worker-template", torchWorkerTemplate(t, name)}, args[dash:]...)...)
 	start = time.Now()
@@ -162,7 +163,7 @@ func torchDocSubmit(t *testing.T, e *jobEnv) []string {
 	if err := yaml.UnmarshalStrict(kube.DocExample(t, "docs/PYTORCH.md", "TrainingJob", "torch-imagenet"), want); err != nil {
 		t.Fatalf("docs/PYTORCH.md example torch-imagenet: %v", err)
 	}
-	dash := slicesIndex(args, "--")
+	dash := slices.Index(args, "--")
 	if dash < 0 {
 		t.Fatalf("docs/PYTORCH.md: the submit command has no -- before the command: %q", args)
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -253,8 +254,8 @@ func restarts(p *corev1.Pod, container string) int32 {
 func (in *install) driverProcess(t *testing.T) int {
 	t.Helper()
 	found, err := testenv.Processes(func(_ int, args []string) bool {
-		return filepath.Base(args[0]) == "csi-driver" && slicesIndex(args, "--mode=node") > 0 &&
-			slicesIndex(args, "--state-dir="+in.stateDir) > 0
+		return filepath.Base(args[0]) == "csi-driver" && slices.Index(args, "--mode=node") > 0 &&
+			slices.Index(args, "--state-dir="+in.stateDir) > 0
 	})
 	if err != nil {
 		t.Fatal(err)
