@@ -8,11 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/epochfs/epochfs/pkg/volattr"
 )
 
 // controllerState records created volumes so that CreateVolume is idempotent
@@ -108,17 +112,46 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csipb.CreateVolumeReques
 		return nil, status.Errorf(codes.Internal, "read volume record: %v", err)
 	}
 	vctx := params.Attributes()
-	// The claim's namespace (external-provisioner --extra-create-metadata)
-	// goes into the PV's attributes: the node charges the volume to it
-	// (nsbudget.go).
-	if ns := req.GetParameters()[pvcNamespaceKey]; ns != "" {
-		vctx[pvcNamespaceKey] = ns
+	// The claim's identity (external-provisioner --extra-create-metadata,
+	// csi-driver --mode provisioner) goes into the PV's attributes: the
+	// node charges the volume to the namespace (nsbudget.go) and names the
+	// claim in its metrics.
+	if err := copyClaimIdentity(vctx, req.GetParameters()); err != nil {
+		return nil, err
 	}
 	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{
 		VolumeId:      v.ID,
 		CapacityBytes: v.Capacity,
 		VolumeContext: vctx,
 	}}, nil
+}
+
+// claimIdentity are the --extra-create-metadata keys CreateVolume copies
+// into the volume context, each with the check its value must pass (a
+// namespace is a DNS label, the names DNS subdomains).
+var claimIdentity = []struct {
+	key   string
+	check func(string) []string
+}{
+	{volattr.ClaimNamespace, validation.IsDNS1123Label},
+	{volattr.ClaimName, validation.IsDNS1123Subdomain},
+	{volattr.PVName, validation.IsDNS1123Subdomain},
+}
+
+// copyClaimIdentity copies the claim identity keys present in params to
+// vctx; a value that is no Kubernetes name is InvalidArgument.
+func copyClaimIdentity(vctx, params map[string]string) error {
+	for _, k := range claimIdentity {
+		v, ok := params[k.key]
+		if !ok || v == "" {
+			continue
+		}
+		if errs := k.check(v); len(errs) > 0 {
+			return status.Errorf(codes.InvalidArgument, "parameter %q: %q: %s", k.key, v, strings.Join(errs, "; "))
+		}
+		vctx[k.key] = v
+	}
+	return nil
 }
 
 // DeleteVolume forgets a volume. It never deletes dataset data.

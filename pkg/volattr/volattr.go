@@ -68,6 +68,13 @@ const (
 	// attributes carry. The node charges per-namespace limits to them.
 	ClaimNamespace = KubernetesPrefix + "pvc/namespace"
 	PodNamespace   = KubernetesPrefix + "pod.namespace"
+	// ClaimName and PVName are the claim's and the PersistentVolume's
+	// names, with ClaimNamespace the rest of a dynamically provisioned
+	// volume's identity: in CreateVolume's parameters (external-provisioner
+	// --extra-create-metadata, or csi-driver --mode provisioner, which adds
+	// the same keys) and copied by CreateVolume into the PV's attributes.
+	ClaimName = KubernetesPrefix + "pvc/name"
+	PVName    = KubernetesPrefix + "pv/name"
 )
 
 // MaxReadaheadFiles bounds ReadaheadFiles: more fetches in flight per miss
