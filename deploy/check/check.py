@@ -70,9 +70,12 @@ VARIANTS = {
     "helm tenants with rules": {"node": {"inlineVolumes": True,
                                          "networkRules": ["s3://datasets?endpoint=https://s3.example:443"]},
                                 "jobController": {"enabled": True}},
-    "helm upstream sidecars": {"sidecars": {"builtin": False}, "controller": {"enabled": True}},
-    "helm one mirror": {"global": {"imageRegistry": "mirror/all"}, "controller": {"enabled": True},
+    "helm upstream sidecars": {"sidecars": {"builtin": False}, "controller": {"enabled": True, "provisioner": "sidecar"}},
+    "helm one mirror": {"global": {"imageRegistry": "mirror/all"}, "controller": {"enabled": True, "provisioner": "sidecar"},
                         "sidecars": {"builtin": False}},
+    # The built-in provisioner on the node's network, reading provisioner secrets in two namespaces.
+    "helm provisioner secrets": {"controller": {"enabled": True, "hostNetwork": True,
+                                               "secretNamespaces": ["epochfs-system", "team-a"]}},
     # Cluster scope: the node plugin's peer flags, HOST_IP, the token Secret in both containers, the same Role.
     "helm node.clusterCache.enabled=true": {"node": {"hostNetwork": True, "clusterCache": {
         "enabled": True, "tokenSecretName": "epochfs-peer-token"}}},
@@ -90,7 +93,10 @@ VARIANTS = {
 REFUSALS = [
     (["image.tag=latest"], "pin an exact tag"),
     (["image.tag="], "/image/tag"),
-    (["controller.enabled=true", "sidecars.provisioner.tag=latest"], "pin an exact tag"),
+    (["controller.enabled=true", "controller.provisioner=sidecar", "sidecars.provisioner.tag=latest"], "pin an exact tag"),
+    (["controller.enabled=true", "controller.provisioner=csi-provisioner"], "/controller/provisioner"),
+    (["controller.enabled=true", "controller.leaderElection.leaseDuration=15"], "/controller/leaderElection/leaseDuration"),
+    (["controller.enabled=true", "controller.secretNamespaces={Team_A}"], "/controller/secretNamespaces/0"),
     (["image.pullPolicy=Sometimes"], "/image/pullPolicy"),
     (["storageClass.create=true"], "needs controller.enabled=true"),
     (["storageClass.create=true", "controller.enabled=true"], "parameters.source is empty"),
@@ -438,32 +444,60 @@ def check_controller(where, objs, v):
         fail(w, "replicas is not controller.replicas")
     pod = d["spec"]["template"]["spec"]
     cs = by_name(pod)
-    want = {"csi-driver", "csi-provisioner"} | (set() if v["sidecars"]["builtin"] else {"liveness-probe"})
+    sidecar = v["controller"]["provisioner"] == "sidecar"
+    upstream_probe = sidecar and not v["sidecars"]["builtin"]
+    want = {"csi-driver"} | ({"csi-provisioner"} if sidecar else set()) | ({"liveness-probe"} if upstream_probe else set())
     if set(cs) != want or pod.get("serviceAccountName") != "epochfs-controller":
         fail(w, f"containers {sorted(cs)} (want {sorted(want)}), serviceAccountName epochfs-controller")
         return
-    drv, prov = cs["csi-driver"], cs["csi-provisioner"]
+    if bool(pod.get("hostNetwork")) != bool(v["controller"]["hostNetwork"]):
+        fail(w, "hostNetwork is not controller.hostNetwork")
+    drv = cs["csi-driver"]
     roots, rules = v["node"]["allowedLocalRoots"], v["node"]["networkRules"]
-    for f, x in {"mode": ["controller"], "state-dir": ["/var/lib/epochfs/state"],
-                 "kubelet-dir": [v["kubeletDir"].rstrip("/")], "cache-root": [v["cacheRoot"]],
-                 "max-cache-size": [v["node"]["maxCacheSize"]],
-                 "allowed-local-roots": [",".join(roots)] if roots else [],
-                 "network-rules": [",".join(rules)] if rules else []}.items():
+    want_flags = {"mode": ["controller" if sidecar else "provisioner"], "state-dir": ["/var/lib/epochfs/state"],
+                  "kubelet-dir": [v["kubeletDir"].rstrip("/")], "cache-root": [v["cacheRoot"]],
+                  "max-cache-size": [v["node"]["maxCacheSize"]],
+                  "allowed-local-roots": [",".join(roots)] if roots else [],
+                  "network-rules": [",".join(rules)] if rules else [],
+                  "metrics-addr": [f"0.0.0.0:{v['controller']['metricsPort']}"]}
+    if not sidecar:
+        le = v["controller"]["leaderElection"]
+        want_flags.update({"leader-election": ["true"], "namespace": ["$(POD_NAMESPACE)"],
+                           "leader-election-lease-duration": [le["leaseDuration"]],
+                           "leader-election-renew-deadline": [le["renewDeadline"]],
+                           "leader-election-retry-period": [le["retryPeriod"]]})
+    for f, x in want_flags.items():
         if flag(drv, f) != x:
             fail(w, f"csi-driver --{f}: got {flag(drv, f)}, want {x}")
     if not any(m.get("mountPath") == "/var/lib/epochfs/state" for m in drv.get("volumeMounts") or []):
         fail(w, "csi-driver needs a writable --state-dir volume")
-    for a in ("--csi-address=/csi/csi.sock", "--extra-create-metadata", "--leader-election",
-              f"--timeout={v['sidecars']['provisioner']['timeout']}"):
-        if a not in args_of(prov):
-            fail(w, f"csi-provisioner lacks argument {a!r} (has {args_of(prov)})")
+    if not sidecar and any(x.get("name") == "socket-dir" for x in pod.get("volumes") or []):
+        fail(w, "the built-in provisioner has no CSI socket: no socket-dir volume")
+    if sidecar:
+        prov = cs["csi-provisioner"]
+        for a in ("--csi-address=/csi/csi.sock", "--extra-create-metadata", "--leader-election",
+                  f"--timeout={v['sidecars']['provisioner']['timeout']}"):
+            if a not in args_of(prov):
+                fail(w, f"csi-provisioner lacks argument {a!r} (has {args_of(prov)})")
     port = (drv.get("livenessProbe") or {}).get("httpGet", {}).get("port")
-    if port != ("metrics" if v["sidecars"]["builtin"] else "healthz"):
-        fail(w, f"csi-driver's liveness probe port {port!r} does not follow sidecars.builtin")
+    if port != ("healthz" if upstream_probe else "metrics"):
+        fail(w, f"csi-driver's liveness probe port {port!r} does not follow controller.provisioner and sidecars.builtin")
+    secret_roles = {o["metadata"].get("namespace") for o in find(objs, "Role", "epochfs-controller-secrets")}
+    secret_bindings = {o["metadata"].get("namespace") for o in find(objs, "RoleBinding", "epochfs-controller-secrets")}
+    if secret_roles != set(v["controller"]["secretNamespaces"]) or secret_bindings != secret_roles:
+        fail(where, f"Roles epochfs-controller-secrets in {sorted(secret_roles)} (bindings {sorted(secret_bindings)}), "
+                    f"want controller.secretNamespaces {v['controller']['secretNamespaces']}")
 
 
 def check_rbac(where, objs):
+    # The one Secret access: get (no list, no watch) in each namespace of controller.secretNamespaces,
+    # for the provisioner's provisioner secrets (Role epochfs-controller-secrets).
+    want_secrets = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
     for o in find(objs, "ClusterRole") + find(objs, "Role"):
+        if o["kind"] == "Role" and o["metadata"]["name"] == "epochfs-controller-secrets":
+            if o.get("rules") != want_secrets:
+                fail(where, f"{fmt(key(o))} must grant exactly {want_secrets}, got {o.get('rules')}")
+            continue
         for r in o.get("rules") or []:
             if {"secrets", "*"} & set(r.get("resources") or []) or "*" in (r.get("verbs") or []) \
                     or "*" in (r.get("apiGroups") or []):
@@ -517,12 +551,13 @@ PRIVILEGED = {("DaemonSet", "epochfs-node", "csi-driver"), ("DaemonSet", "epochf
 def check_security(where, objs, v):
     for o, pod in pod_specs(objs):
         # The job controller may share the node's network only when jobController.hostNetwork says so.
-        job_net = o["kind"] == "Deployment" and o["metadata"]["name"] == "epochfs-job-controller" \
-            and bool((v.get("jobController") or {}).get("hostNetwork"))
+        job_net = o["kind"] == "Deployment" and (
+            (o["metadata"]["name"] == "epochfs-job-controller" and bool((v.get("jobController") or {}).get("hostNetwork")))
+            or (o["metadata"]["name"] == "epochfs-controller" and bool((v.get("controller") or {}).get("hostNetwork"))))
         if o["kind"] != "DaemonSet" and (pod.get("hostPID") or (pod.get("hostNetwork") and not job_net) or pod.get("hostIPC")
                                          or any("hostPath" in x for x in pod.get("volumes") or [])):
             fail(where, f"{fmt(key(o))}: only the node plugin and the mounter may use hostPID/hostNetwork/hostIPC/hostPath "
-                        "(the job controller hostNetwork only with jobController.hostNetwork)")
+                        "(the controllers hostNetwork only with jobController.hostNetwork / controller.hostNetwork)")
         for c in containers(pod):
             sc = c.get("securityContext") or {}
             if (o["kind"], o["metadata"]["name"], c.get("name")) in PRIVILEGED:
