@@ -43,11 +43,10 @@ func TestDynamicProvisioning(t *testing.T) {
 	files := datagen.Spec{Files: 50, Classes: 3, MedianSize: 25_000, MinSize: 300, MaxSize: 250_000, Seed: 25}.Plan()
 	mi.PutFiles(t, "training", "imagenet/", files)
 	const ns = "tenant-p"
-	in.enableProvisioner(t, ns)
-
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	in.createNamespace(ctx, t, ns)
+	in.createNamespace(ctx, t, ns) // before the upgrade: the chart puts a Role there
+	in.enableProvisioner(t, ns)
 	in.createS3Secret(ctx, t, ns, "imagenet-s3", mi)
 	sc := in.createStorageClass(ctx, t, "epochfs-e2e-imagenet", map[string]string{
 		volattr.Source: s3Source(mi, "training", "imagenet"), volattr.CacheSize: "64Mi",
