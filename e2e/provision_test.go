@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,7 +32,9 @@ import (
 // against a class with the dataset's parameters and templated secrets
 // (the provisioner secret read through controller.secretNamespaces, the
 // node-stage secret copied into the PV) binds to the PV the provisioner
-// made, with the claim's identity in its attributes; a pod reads every byte
+// made, with the claim's identity in its attributes (SubjectAccessReviews
+// show the controller may get Secrets in that namespace only, and write PVs
+// but no pods or Nodes); a pod reads every byte
 // of the dataset byte-exact through it; deleting the PVC deletes the PV
 // (reclaim Delete) and leaves the dataset as it was. A class with a bad
 // parameter gets its claim a ProvisioningFailed event naming it.
@@ -47,6 +50,7 @@ func TestDynamicProvisioning(t *testing.T) {
 	defer cancel()
 	in.createNamespace(ctx, t, ns) // before the upgrade: the chart puts a Role there
 	in.enableProvisioner(t, ns)
+	checkControllerRBAC(ctx, t, in, ns)
 	in.createS3Secret(ctx, t, ns, "imagenet-s3", mi)
 	sc := in.createStorageClass(ctx, t, "epochfs-e2e-imagenet", map[string]string{
 		volattr.Source: s3Source(mi, "training", "imagenet"), volattr.CacheSize: "64Mi",
@@ -144,6 +148,41 @@ func (in *install) enableProvisioner(t *testing.T, ns string) {
 			t.Fatalf("no provisioner holds Lease %s/%s: %v", chartNamespace, csi.DriverName, err)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// checkControllerRBAC asks the API server (SubjectAccessReviews) what the
+// controller's ServiceAccount may do: Secrets only get, only in the
+// namespace of controller.secretNamespaces; PVs but no Nodes or pods.
+func checkControllerRBAC(ctx context.Context, t *testing.T, in *install, secretNS string) {
+	t.Helper()
+	user := "system:serviceaccount:" + chartNamespace + ":epochfs-controller"
+	for _, c := range []struct {
+		attr authorizationv1.ResourceAttributes
+		want bool
+	}{
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: secretNS}, true},
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets", Namespace: secretNS}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "default"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: chartNamespace}, false},
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "persistentvolumes"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "persistentvolumes"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "persistentvolumes"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "persistentvolumeclaims", Namespace: secretNS}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: chartNamespace}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods", Namespace: secretNS}, false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + chartNamespace}, ResourceAttributes: &c.attr}}
+		got, err := in.c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != c.want {
+			t.Errorf("the controller may %s %s in %q: %v, want %v", c.attr.Verb, c.attr.Resource, c.attr.Namespace, got.Status.Allowed, c.want)
+		}
 	}
 }
 
