@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/epochfs/epochfs/pkg/csi"
 	"github.com/epochfs/epochfs/pkg/csi/provisioner"
@@ -41,6 +43,9 @@ func defineProvisionerFlags(fs *flag.FlagSet, f *provisionerFlags) {
 // in process (no CSI socket), the provisioning loop, and with metricsAddr
 // its metrics and a /healthz that answers while the process runs.
 func runProvisioner(ctx context.Context, cfg csi.Config, f provisionerFlags, metricsAddr string, log *slog.Logger) error {
+	// client-go and the provisioning library log through klog: ours too,
+	// set before any of them starts.
+	klog.SetLogger(logr.FromSlogHandler(log.Handler()))
 	cfg.Mode = csi.ModeController
 	d, err := csi.New(cfg)
 	if err != nil {

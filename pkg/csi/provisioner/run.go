@@ -77,10 +77,11 @@ func Run(ctx context.Context, client kubernetes.Interface, p *Provisioner, o Opt
 	if err := o.check(); err != nil {
 		return err
 	}
-	// The library and client-go log through klog: route both to our slog.
-	logger := logr.FromSlogHandler(o.Logger.Handler())
-	klog.SetLogger(logger)
-	ctx = klog.NewContext(ctx, logger)
+	// The library logs through klog's contextual logger: give it our slog.
+	// (Its global logger, which client-go's leader election uses, is the
+	// caller's to set, once at start: klog.SetLogger is not safe while
+	// other goroutines log.)
+	ctx = klog.NewContext(ctx, logr.FromSlogHandler(o.Logger.Handler()))
 	m := metrics.New("controller")
 	if o.Registerer != nil {
 		for _, c := range []prometheus.Collector{

@@ -84,17 +84,28 @@ func TestRun(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The library counts a provisioning just after it stores the PV.
+	for !gathered(t, reg, "controller_persistentvolumeclaim_provision_total") {
+		if ctx.Err() != nil {
+			t.Fatal("the library's provisioning counter is not in the registry")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// gathered reports whether reg has a sample of the metric name.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) bool {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := false
 	for _, mf := range mfs {
-		found = found || mf.GetName() == "controller_persistentvolumeclaim_provision_total"
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return true
+		}
 	}
-	if !found {
-		t.Errorf("the library's provisioning metrics are not in the registry")
-	}
+	return false
 }
 
 func TestRunOptions(t *testing.T) {
