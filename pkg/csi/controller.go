@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -82,6 +83,14 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csipb.CreateVolumeReques
 	if err := d.checkSourceEarly(params); err != nil {
 		return nil, err
 	}
+	// The claim's identity (external-provisioner --extra-create-metadata,
+	// csi-driver --mode provisioner) goes into the PV's attributes: the
+	// node charges the volume to the namespace (nsbudget.go) and names the
+	// claim in its metrics.
+	identity, err := claimIdentityOf(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
 	capRange := req.GetCapacityRange()
 	if capRange.GetLimitBytes() < 0 || capRange.GetRequiredBytes() < 0 ||
 		(capRange.GetLimitBytes() > 0 && capRange.GetRequiredBytes() > capRange.GetLimitBytes()) {
@@ -112,13 +121,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csipb.CreateVolumeReques
 		return nil, status.Errorf(codes.Internal, "read volume record: %v", err)
 	}
 	vctx := params.Attributes()
-	// The claim's identity (external-provisioner --extra-create-metadata,
-	// csi-driver --mode provisioner) goes into the PV's attributes: the
-	// node charges the volume to the namespace (nsbudget.go) and names the
-	// claim in its metrics.
-	if err := copyClaimIdentity(vctx, req.GetParameters()); err != nil {
-		return nil, err
-	}
+	maps.Copy(vctx, identity)
 	return &csipb.CreateVolumeResponse{Volume: &csipb.Volume{
 		VolumeId:      v.ID,
 		CapacityBytes: v.Capacity,
@@ -138,20 +141,21 @@ var claimIdentity = []struct {
 	{volattr.PVName, validation.IsDNS1123Subdomain},
 }
 
-// copyClaimIdentity copies the claim identity keys present in params to
-// vctx; a value that is no Kubernetes name is InvalidArgument.
-func copyClaimIdentity(vctx, params map[string]string) error {
+// claimIdentityOf returns the claim identity keys present in params; a
+// value that is no Kubernetes name is InvalidArgument.
+func claimIdentityOf(params map[string]string) (map[string]string, error) {
+	out := map[string]string{}
 	for _, k := range claimIdentity {
-		v, ok := params[k.key]
-		if !ok || v == "" {
+		v := params[k.key]
+		if v == "" {
 			continue
 		}
 		if errs := k.check(v); len(errs) > 0 {
-			return status.Errorf(codes.InvalidArgument, "parameter %q: %q: %s", k.key, v, strings.Join(errs, "; "))
+			return nil, status.Errorf(codes.InvalidArgument, "parameter %q: %q: %s", k.key, v, strings.Join(errs, "; "))
 		}
-		vctx[k.key] = v
+		out[k.key] = v
 	}
-	return nil
+	return out, nil
 }
 
 // DeleteVolume forgets a volume. It never deletes dataset data.
