@@ -31,7 +31,7 @@ type indexConfig struct {
 	output   string
 	upload   bool
 	verify   string
-	maxMem   string // --manifest-max-memory, of --verify's manifest
+	maxMem   units.Size // --manifest-max-memory, of --verify's manifest
 	checksum bool
 	workers  int
 	progress string
@@ -76,7 +76,8 @@ over 255 bytes) are skipped with a warning and counted.`,
 	f.StringVarP(&c.output, "output", "o", "", "write the manifest to this local file, or to the object a URL names")
 	f.BoolVar(&c.upload, "upload", false, "store the manifest next to the dataset, at SOURCE/.epochfs/manifest, where mounts find it")
 	f.StringVar(&c.verify, "verify", "", "compare this manifest with the dataset and report drift (exit 3 on drift)")
-	f.StringVar(&c.maxMem, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "with --verify: as for mount, the most memory that manifest may take, estimated from its header")
+	c.maxMem = units.Size(manifest.DefaultMaxMemory)
+	f.Var(&c.maxMem, mountapi.FlagManifestMaxMemory, "with --verify: as for mount, the most memory that manifest may take, estimated from its header")
 	f.BoolVar(&c.checksum, "checksum", false, "read every file and record its sha256 (compared by --verify when both have one)")
 	f.IntVar(&c.workers, "workers", manifest.DefaultIndexWorkers, "concurrent directory listings (and file reads with --checksum)")
 	f.StringVar(&c.progress, "progress", "auto", "progress display: auto (a live line on a terminal, plain lines otherwise), lines, none")
@@ -100,11 +101,7 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	}
 	var old *manifest.Manifest
 	if c.verify != "" {
-		maxMem, err := parseManifestMax(c.maxMem)
-		if err != nil {
-			return fmt.Errorf("index: %w", err)
-		}
-		if old, err = manifest.ReadFile(c.verify, maxMem); err != nil {
+		if old, err = manifest.ReadFile(c.verify, c.maxMem.Bytes()); err != nil {
 			return fmt.Errorf("index: --verify: %w", err)
 		}
 	}
@@ -248,16 +245,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil && !strings.EqualFold(os.Getenv("TERM"), "dumb")
-}
-
-// parseManifestMax parses a --manifest-max-memory value ("": the default).
-func parseManifestMax(v string) (int64, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := units.ParseSize(v)
-	if err != nil {
-		return 0, fmt.Errorf("--%s: %w", mountapi.FlagManifestMaxMemory, err)
-	}
-	return n, nil
 }

@@ -41,20 +41,26 @@ func main() {
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	err := newRoot().ExecuteContext(ctx)
-	if err != nil {
-		var ee *exitError
-		if !errors.As(err, &ee) {
-			ee = &exitError{code: 1, err: err}
-			if cliusage.Is(err) {
-				ee.code = int(exitcode.Usage)
-			}
-		}
+	if err := newRoot().ExecuteContext(ctx); err != nil {
+		ee := asExitError(err)
 		if !ee.reported {
 			fmt.Fprintln(os.Stderr, "cachefs:", err)
 		}
 		os.Exit(ee.code)
 	}
+}
+
+// asExitError returns the exit code and message of a command's error: its
+// own *exitError, else 2 for a usage error and 1 for any other.
+func asExitError(err error) *exitError {
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		ee = &exitError{code: 1, err: err}
+		if cliusage.Is(err) {
+			ee.code = int(exitcode.Usage)
+		}
+	}
+	return ee
 }
 
 type globalFlags struct {

@@ -30,12 +30,12 @@ const exitInterrupted = 130
 type prefetchConfig struct {
 	source       string
 	cacheDir     string
-	cacheSize    string
+	cacheSize    units.Size
 	manifest     string
-	manifestMax  string // --manifest-max-memory
+	manifestMax  units.Size // --manifest-max-memory
 	policy       string
-	wholeFileMax string
-	blockSize    string
+	wholeFileMax units.Size
+	blockSize    units.Size
 	workers      int
 	json         bool
 	progress     string
@@ -83,12 +83,13 @@ full, 1 error or files that could not be read, 130 interrupted.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&c.cacheDir, "cache-dir", "", "cache directory, the one the mount will use (required)")
-	f.StringVar(&c.cacheSize, "cache-size", "", "cache capacity, as for mount (required unless a mount is running on --cache-dir)")
+	c.manifestMax, c.wholeFileMax, c.blockSize = units.Size(manifest.DefaultMaxMemory), units.Size(cache.DefaultWholeFileMax), units.Size(cache.DefaultBlockSize)
+	f.Var(&c.cacheSize, "cache-size", "cache capacity, as for mount (required unless a mount is running on --cache-dir)")
 	f.StringVar(&c.manifest, "manifest", "", "dataset manifest: a local file or a URL; default: SOURCE/.epochfs/manifest when it exists; 'none' walks the source")
-	f.StringVar(&c.manifestMax, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "as for mount: the most memory the manifest may take, estimated from its header")
+	f.Var(&c.manifestMax, mountapi.FlagManifestMaxMemory, "as for mount: the most memory the manifest may take, estimated from its header")
 	f.StringVar(&c.policy, "policy", cache.PolicyNR, "cache policy; only nr (prefetching into a replacing policy would evict what it fetched)")
-	f.StringVar(&c.wholeFileMax, "whole-file-max", fmt.Sprint(cache.DefaultWholeFileMax), "as for mount: files up to this size are cached whole")
-	f.StringVar(&c.blockSize, "block-size", fmt.Sprint(cache.DefaultBlockSize), "as for mount: larger files are cached in blocks of this size")
+	f.Var(&c.wholeFileMax, "whole-file-max", "as for mount: files up to this size are cached whole")
+	f.Var(&c.blockSize, "block-size", "as for mount: larger files are cached in blocks of this size")
 	f.IntVar(&c.workers, "workers", prefetch.DefaultWorkers, "parallel reads from the source")
 	f.BoolVar(&c.json, "json", false, "print the final summary as JSON on stdout")
 	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a live line on a terminal, plain lines otherwise), lines, none")
@@ -109,23 +110,10 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 	if err != nil {
 		return err
 	}
-	whole, err := units.ParseSize(c.wholeFileMax)
-	if err != nil {
-		return fmt.Errorf("--whole-file-max: %w", err)
-	}
-	block, err := units.ParseSize(c.blockSize)
-	if err != nil {
-		return fmt.Errorf("--block-size: %w", err)
-	}
+	whole, block, capacity := c.wholeFileMax.Bytes(), c.blockSize.Bytes(), c.cacheSize.Bytes()
 	src, err := source.Parse(c.source)
 	if err != nil {
 		return err
-	}
-	var capacity int64
-	if c.cacheSize != "" {
-		if capacity, err = units.ParseSize(c.cacheSize); err != nil {
-			return fmt.Errorf("--cache-size: %w", err)
-		}
 	}
 	remote := func() error {
 		sum, err := prefetchRemote(ctx, c, src, whole, block, stderr)
@@ -235,11 +223,7 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 		return prefetch.Summary{}, err
 	}
 	defer b.Close()
-	maxMem, err := parseManifestMax(c.manifestMax)
-	if err != nil {
-		return prefetch.Summary{}, fmt.Errorf("prefetch: %w", err)
-	}
-	man, where, err := manifest.DiscoverMax(ctx, b, c.manifest, bopts, maxMem)
+	man, where, err := manifest.DiscoverMax(ctx, b, c.manifest, bopts, c.manifestMax.Bytes())
 	switch {
 	case errors.Is(err, manifest.ErrTooLarge):
 		return prefetch.Summary{}, fmt.Errorf("prefetch: %w: raise --%s or use --manifest none", err, mountapi.FlagManifestMaxMemory)
