@@ -16,12 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/epochfs/epochfs/internal/cliprint"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/job/controller"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -518,11 +517,7 @@ func printSpec(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, format stri
 	if md, ok := m["metadata"].(map[string]any); ok {
 		delete(md, "creationTimestamp")
 	}
-	var p printers.ResourcePrinter = &printers.JSONPrinter{}
-	if format == outYAML {
-		p = &printers.YAMLPrinter{}
-	}
-	return p.PrintObj(&unstructured.Unstructured{Object: m}, w)
+	return cliprint.Print(w, format, cliprint.Output{Value: m})
 }
 
 // parseReadaheadFilesFlag parses --readahead-files: volattr.ReadaheadFilesAuto
