@@ -2,17 +2,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/epochfs/epochfs/internal/cliprint"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cache"
@@ -37,7 +38,8 @@ type prefetchConfig struct {
 	wholeFileMax units.Size
 	blockSize    units.Size
 	workers      int
-	json         bool
+	format       string // -o (cliprint)
+	json         bool   // --json, deprecated: -o json
 	progress     string
 	readTimeout  time.Duration
 	// splitSet: --whole-file-max or --block-size was given explicitly.
@@ -68,16 +70,23 @@ own capacity, manifest and split apply then.
 
 Prints a progress line on a terminal (plain lines every 5s otherwise), then
 what is cached: "complete" only when every file is; "cache full at X% of the
-dataset" when the rest did not fit; "interrupted at X%" after Ctrl-C. --json
-prints the summary as JSON on stdout instead. Exit status: 0 complete or cache
+dataset" when the rest did not fit; "interrupted at X%" after Ctrl-C. -o json
+or yaml prints the summary as one object on stdout instead (snake_case
+keys), -o wide adds a row per figure, -o name prints dataset/ID. Exit status: 0 complete or cache
 full, 1 error or files that could not be read, 130 interrupted.`,
 		Example: `  cachefs prefetch /data/imagenet --cache-dir /var/cache/epochfs --cache-size 50GiB
   cachefs prefetch 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' \
-      --cache-dir /var/cache/epochfs --cache-size 100GiB --workers 64 --json`,
+      --cache-dir /var/cache/epochfs --cache-size 100GiB --workers 64 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c.source = args[0]
 			c.splitSet = cmd.Flags().Changed("whole-file-max") || cmd.Flags().Changed("block-size")
+			if c.json && c.format == "" {
+				c.format = cliprint.JSON
+			}
+			if err := cliprint.Check(c.format); err != nil {
+				return err
+			}
 			return runPrefetch(cmd.Context(), g, c, cmd.OutOrStdout(), os.Stderr)
 		},
 	}
@@ -91,7 +100,9 @@ full, 1 error or files that could not be read, 130 interrupted.`,
 	f.Var(&c.wholeFileMax, "whole-file-max", "as for mount: files up to this size are cached whole")
 	f.Var(&c.blockSize, "block-size", "as for mount: larger files are cached in blocks of this size")
 	f.IntVar(&c.workers, "workers", prefetch.DefaultWorkers, "parallel reads from the source")
+	cliprint.AddFlag(cmd, &c.format, "a summary")
 	f.BoolVar(&c.json, "json", false, "print the final summary as JSON on stdout")
+	_ = f.MarkDeprecated("json", "use -o json")
 	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a live line on a terminal, plain lines otherwise), lines, none")
 	f.StringVar(&c.scope, mountapi.FlagCacheScope, mountapi.ScopeNode, "cluster: fill only the files this node owns among --peers (as its cluster-scope mount admits them); a running mount on --cache-dir applies its own scope")
 	f.StringVar(&c.peers, mountapi.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (as given to the mounts)")
@@ -120,7 +131,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 		if err != nil {
 			return err
 		}
-		return reportPrefetch(stdout, c.json, "mount", sum)
+		return reportPrefetch(stdout, c.format, "mount", sum)
 	}
 	if capacity == 0 {
 		if err := remote(); errors.Is(err, mountapi.ErrNoControl) {
@@ -150,7 +161,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 	if err != nil {
 		return err
 	}
-	return reportPrefetch(stdout, c.json, "local", sum)
+	return reportPrefetch(stdout, c.format, "local", sum)
 }
 
 // check validates the flags and returns the cluster scope's members (none
@@ -260,37 +271,56 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 	return sum, err
 }
 
-// reportPrefetch prints the summary and maps its state to the exit status.
-func reportPrefetch(w io.Writer, asJSON bool, via string, s prefetch.Summary) error {
-	if asJSON {
-		out := struct {
-			prefetch.Summary
-			Via string `json:"via"` // "local": this process; "mount": the running mount, through its control socket
-		}{s, via}
-		b, err := json.MarshalIndent(out, "", "  ")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(w, string(b))
-	} else {
-		fmt.Fprintln(w, s.Message)
-		if s.Files > 0 || s.State != prefetch.StateInterrupted {
-			rate := float64(s.FetchedBytes) / max(s.ElapsedSeconds, 1e-9)
-			fmt.Fprintf(w, "dataset %s: %d files, %s (%s); cached in total %d files (%.1f%%), %s (%.1f%%); by this run %d files, %s in %.1fs (%s/s); already cached %d files, %s; cache %s used of %s\n",
-				s.Dataset, s.Files, units.FormatSize(s.Bytes), map[bool]string{true: "manifest", false: "listed"}[s.Manifest],
-				s.CachedFiles, s.PercentFiles, units.FormatSize(s.CachedBytes), s.PercentBytes,
-				s.FetchedFiles, units.FormatSize(s.FetchedBytes), s.ElapsedSeconds, units.FormatSize(int64(rate)),
-				s.AlreadyFiles, units.FormatSize(s.AlreadyBytes), units.FormatSize(s.UsedBytes), units.FormatSize(s.CapacityBytes))
-		}
-		for _, e := range s.Errors {
-			fmt.Fprintln(w, "error:", e)
-		}
+// reportPrefetch prints the summary in format (cliprint) and maps its
+// state to the exit status.
+func reportPrefetch(w io.Writer, format, via string, s prefetch.Summary) error {
+	out := prefetchReport{s, via}
+	if err := cliprint.Print(w, format, cliprint.Output{Value: out, Table: out.table,
+		Names: func() []string { return []string{"dataset/" + s.Dataset} }}); err != nil {
+		return err
 	}
 	switch s.State {
 	case prefetch.StateInterrupted:
 		return &exitError{code: exitInterrupted, err: errors.New("prefetch: " + s.Message)}
 	case prefetch.StateFailed:
 		return &exitError{code: 1, err: errors.New("prefetch: " + s.Message)}
+	}
+	return nil
+}
+
+// prefetchReport is what prefetch prints: the summary (snake_case keys)
+// and who ran it.
+type prefetchReport struct {
+	prefetch.Summary
+	Via string `json:"via"` // "local": this process; "mount": the running mount, through its control socket
+}
+
+// table writes the summary for people; wide adds a row per figure.
+func (r prefetchReport) table(w io.Writer, wide bool) error {
+	s := r.Summary
+	fmt.Fprintln(w, s.Message)
+	if s.Files > 0 || s.State != prefetch.StateInterrupted {
+		rate := float64(s.FetchedBytes) / max(s.ElapsedSeconds, 1e-9)
+		fmt.Fprintf(w, "dataset %s: %d files, %s (%s); cached in total %d files (%.1f%%), %s (%.1f%%); by this run %d files, %s in %.1fs (%s/s); already cached %d files, %s; cache %s used of %s\n",
+			s.Dataset, s.Files, units.FormatSize(s.Bytes), map[bool]string{true: "manifest", false: "listed"}[s.Manifest],
+			s.CachedFiles, s.PercentFiles, units.FormatSize(s.CachedBytes), s.PercentBytes,
+			s.FetchedFiles, units.FormatSize(s.FetchedBytes), s.ElapsedSeconds, units.FormatSize(int64(rate)),
+			s.AlreadyFiles, units.FormatSize(s.AlreadyBytes), units.FormatSize(s.UsedBytes), units.FormatSize(s.CapacityBytes))
+	}
+	if wide {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  state\t%s\n  via\t%s\n  files\t%d\n  bytes\t%d\n  cached files\t%d\n  cached bytes\t%d\n"+
+			"  fetched files\t%d\n  fetched bytes\t%d\n  already files\t%d\n  already bytes\t%d\n"+
+			"  not fit files\t%d\n  not fit bytes\t%d\n  failed files\t%d\n  capacity bytes\t%d\n  used bytes\t%d\n"+
+			"  whole file max\t%d\n  block size\t%d\n  workers\t%d\n  seconds\t%.3f\n",
+			s.State, r.Via, s.Files, s.Bytes, s.CachedFiles, s.CachedBytes, s.FetchedFiles, s.FetchedBytes, s.AlreadyFiles, s.AlreadyBytes,
+			s.NotFitFiles, s.NotFitBytes, s.FailedFiles, s.CapacityBytes, s.UsedBytes, s.WholeFileMax, s.BlockSize, s.Workers, s.ElapsedSeconds)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	for _, e := range s.Errors {
+		fmt.Fprintln(w, "error:", e)
 	}
 	return nil
 }
