@@ -19,6 +19,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/cliusage"
 	"github.com/epochfs/epochfs/internal/logging"
+	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
@@ -85,9 +86,36 @@ cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
 	root.AddCommand(newMountCmd(g), newIndexCmd(g), newPrefetchCmd(g), newStatsCmd(), newVersionCmd(), newDemoCmd(g))
 	root.AddCommand(newJobCmd())
 	cliusage.Mark(root) // usage errors exit 2 (exitcode.Usage) in every command
+	registerCompletions(root)
 	return root
 }
 
 func (g *globalFlags) logger() (*slog.Logger, error) {
 	return logging.New(os.Stderr, g.logFormat, g.logLevel)
+}
+
+// registerCompletions completes the values of the flags that take a word
+// from a fixed set, in every command that has them.
+func registerCompletions(root *cobra.Command) {
+	fixed := func(words ...string) cobra.CompletionFunc {
+		return cobra.FixedCompletions(words, cobra.ShellCompDirectiveNoFileComp)
+	}
+	_ = root.RegisterFlagCompletionFunc(mountapi.FlagLogFormat, fixed("text", "json"))
+	_ = root.RegisterFlagCompletionFunc(mountapi.FlagLogLevel, fixed("debug", "info", "warn", "error"))
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Flags().Lookup(mountapi.FlagPolicy) != nil {
+			_ = c.RegisterFlagCompletionFunc(mountapi.FlagPolicy, fixed(cache.PolicyNR))
+		}
+		if c.Flags().Lookup(mountapi.FlagCacheScope) != nil {
+			_ = c.RegisterFlagCompletionFunc(mountapi.FlagCacheScope, fixed(mountapi.ScopeNode, mountapi.ScopeCluster))
+		}
+		if c.Flags().Lookup("progress") != nil {
+			_ = c.RegisterFlagCompletionFunc("progress", fixed("auto", "lines", "none"))
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
 }
