@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/epochfs/epochfs/internal/cliprint"
 	"github.com/epochfs/epochfs/internal/cliusage"
@@ -60,7 +59,7 @@ be combined. The .epochfs directory at the dataset root is never indexed.
 missing, new, or changed (size, version, or sha256 when both sides have one);
 it exits 3 when anything drifted, 0 when nothing did.
 
-A progress line is drawn on stderr on a terminal (plain lines every 5s
+A progress bar is drawn on stderr on a terminal (plain lines every 5s
 otherwise), then the report on stdout: files, bytes, directories, skipped
 names, time, manifest size, drift; -o json or yaml prints it as one object
 (snake_case keys), -o wide adds a row per figure, -o name prints
@@ -86,7 +85,7 @@ over 255 bytes) are skipped with a warning and counted.`,
 	f.Var(&c.maxMem, mountapi.FlagManifestMaxMemory, "with --verify: as for mount, the most memory that manifest may take, estimated from its header")
 	f.BoolVar(&c.checksum, "checksum", false, "read every file and record its sha256 (compared by --verify when both have one)")
 	f.IntVar(&c.workers, "workers", manifest.DefaultIndexWorkers, "concurrent directory listings (and file reads with --checksum)")
-	f.StringVar(&c.progress, "progress", "auto", "progress display: auto (a live line on a terminal, plain lines otherwise), lines, none")
+	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a bar on a terminal, plain lines otherwise), lines (a line every 5s; with --checksum, per 10% of the bytes summed), none")
 	return cmd
 }
 
@@ -130,7 +129,7 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	defer b.Close()
 
 	prog := &manifest.Progress{}
-	stop := showProgress(stderr, c.progress, prog, c.checksum)
+	stop := showProgress(stderr, c.progress, indexProgress(prog, c.checksum))
 	m, st, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: c.workers, Checksum: c.checksum, Progress: prog, Logger: log})
 	stop()
 	if err != nil {
@@ -186,66 +185,21 @@ func storeManifest(ctx context.Context, b backend.Backend, bopts backend.Options
 	return nil
 }
 
-// showProgress draws the listing progress of prog on w until the returned
-// stop is called (see drawProgress).
-func showProgress(w io.Writer, mode string, prog *manifest.Progress, checksum bool) (stop func()) {
+// indexProgress is the state of an index for showProgress: a count while
+// listing (the total is unknown), and the share of the listed bytes summed
+// with --checksum.
+func indexProgress(prog *manifest.Progress, checksum bool) func() progressState {
 	start := time.Now()
-	return drawProgress(w, mode, func() string {
+	return func() progressState {
 		el := time.Since(start)
 		files := prog.Files.Load()
-		s := fmt.Sprintf("listing: %d dirs, %d files, %s, %.0f files/s, %s",
+		st := progressState{Label: "listing", ETA: -1, Detail: fmt.Sprintf("%d dirs, %d files, %s, %.0f files/s, %s",
 			prog.Dirs.Load(), files, units.FormatSize(prog.Bytes.Load()),
-			float64(files)/max(el.Seconds(), 1e-9), el.Round(time.Second))
+			float64(files)/max(el.Seconds(), 1e-9), el.Round(time.Second))}
 		if checksum && prog.Summed.Load() > 0 {
-			s += fmt.Sprintf(" | sha256: %d/%d files, %s", prog.Summed.Load(), files, units.FormatSize(prog.SummedBytes.Load()))
+			st.Label, st.Done, st.Total = "sha256", prog.SummedBytes.Load(), prog.Bytes.Load()
+			st.Detail += fmt.Sprintf(" | sha256: %d/%d files, %s", prog.Summed.Load(), files, units.FormatSize(prog.SummedBytes.Load()))
 		}
-		return s
-	})
-}
-
-// drawProgress draws line() on w until the returned stop is called: a line
-// redrawn in place 5 times a second on a terminal, a plain line every 5s
-// otherwise (mode "lines", or "auto" without a terminal), nothing for
-// "none".
-func drawProgress(w io.Writer, mode string, line func() string) (stop func()) {
-	if mode == "none" {
-		return func() {}
+		return st
 	}
-	tty := mode == "auto" && isTerminal(w)
-	every := 5 * time.Second
-	if tty {
-		every = 200 * time.Millisecond
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				if tty {
-					fmt.Fprintf(w, "\r\033[K%s\n", line())
-				}
-				return
-			case <-t.C:
-				if tty {
-					fmt.Fprintf(w, "\r\033[K%s", line())
-				} else {
-					fmt.Fprintln(w, line())
-				}
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil && !strings.EqualFold(os.Getenv("TERM"), "dumb")
 }

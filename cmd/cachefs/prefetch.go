@@ -68,7 +68,8 @@ that mount, through DIR/control.sock, to run the same prefetch against its own
 cache, and shows its progress; the mount keeps serving meanwhile. The mount's
 own capacity, manifest and split apply then.
 
-Prints a progress line on a terminal (plain lines every 5s otherwise), then
+Shows a progress bar with percent and ETA on a terminal (plain lines
+otherwise: every 5s while listing, then one per 10% fetched), then
 what is cached: "complete" only when every file is; "cache full at X% of the
 dataset" when the rest did not fit; "interrupted at X%" after Ctrl-C. -o json
 or yaml prints the summary as one object on stdout instead (snake_case
@@ -103,7 +104,7 @@ full, 1 error or files that could not be read, 130 interrupted.`,
 	cliprint.AddFlag(cmd, &c.format, "a summary")
 	f.BoolVar(&c.json, "json", false, "print the final summary as JSON on stdout")
 	_ = f.MarkDeprecated("json", "use -o json")
-	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a live line on a terminal, plain lines otherwise), lines, none")
+	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a bar with percent and ETA on a terminal, plain lines otherwise), lines (a line per 10% fetched; every 5s while listing), none")
 	f.StringVar(&c.scope, mountapi.FlagCacheScope, mountapi.ScopeNode, "cluster: fill only the files this node owns among --peers (as its cluster-scope mount admits them); a running mount on --cache-dir applies its own scope")
 	f.StringVar(&c.peers, mountapi.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (as given to the mounts)")
 	f.StringVar(&c.peerID, mountapi.FlagPeerID, "", "cluster scope: this node's peer id (as given to its mount)")
@@ -325,30 +326,36 @@ func (r prefetchReport) table(w io.Writer, wide bool) error {
 	return nil
 }
 
-// showPrefetchProgress draws progress() on w until the returned stop is
-// called (see drawProgress).
+// showPrefetchProgress shows progress() on w until the returned stop is
+// called (see showProgress).
 func showPrefetchProgress(w io.Writer, mode string, progress func() prefetch.Progress) (stop func()) {
-	return drawProgress(w, mode, func() string { return progressLine(progress()) })
+	return showProgress(w, mode, func() progressState { return prefetchState(progress()) })
 }
 
-func progressLine(p prefetch.Progress) string {
+// prefetchState is p for showProgress: counts while listing and checking,
+// then the bytes done of those planned, with the ETA.
+func prefetchState(p prefetch.Progress) progressState {
 	switch p.Phase {
 	case prefetch.PhaseListing:
-		return fmt.Sprintf("listing: %d dirs, %d files, %s, %s", p.ListedDirs, p.DatasetFiles,
-			units.FormatSize(p.DatasetBytes), (time.Duration(p.ElapsedSeconds) * time.Second).String())
+		return progressState{Label: "listing", ETA: -1, Detail: fmt.Sprintf("%d dirs, %d files, %s, %s", p.ListedDirs,
+			p.DatasetFiles, units.FormatSize(p.DatasetBytes), (time.Duration(p.ElapsedSeconds) * time.Second).String())}
 	case prefetch.PhasePlanning:
-		return fmt.Sprintf("checking %d files (%s) against the cache", p.DatasetFiles, units.FormatSize(p.DatasetBytes))
+		return progressState{Label: "checking", ETA: -1, Detail: fmt.Sprintf("%d files (%s) against the cache",
+			p.DatasetFiles, units.FormatSize(p.DatasetBytes))}
 	}
-	eta := "ETA ?"
+	st := progressState{Label: "prefetch", Done: p.DoneBytes, Total: max(p.PlannedBytes, 1), ETA: -1}
+	if p.PlannedBytes == 0 {
+		st.Done = 1 // nothing to fetch: done
+	}
 	if p.ETASeconds >= 0 {
-		eta = "ETA " + (time.Duration(p.ETASeconds) * time.Second).String()
+		st.ETA = time.Duration(p.ETASeconds * float64(time.Second))
 	}
-	s := fmt.Sprintf("prefetch: %d/%d files, %s/%s, %s/s, %s | already cached %d files, %s | dataset %d files, %s",
-		p.DoneFiles, p.PlannedFiles, units.FormatSize(p.DoneBytes), units.FormatSize(p.PlannedBytes),
-		units.FormatSize(int64(p.BytesPerSecond)), eta, p.AlreadyFiles, units.FormatSize(p.AlreadyBytes),
+	st.Detail = fmt.Sprintf("%s/%s, %d/%d files, %s/s | cached before %d files, %s | dataset %d files, %s",
+		units.FormatSize(p.DoneBytes), units.FormatSize(p.PlannedBytes), p.DoneFiles, p.PlannedFiles,
+		units.FormatSize(int64(p.BytesPerSecond)), p.AlreadyFiles, units.FormatSize(p.AlreadyBytes),
 		p.DatasetFiles, units.FormatSize(p.DatasetBytes))
 	if p.FailedFiles > 0 {
-		s += fmt.Sprintf(" | %d failed", p.FailedFiles)
+		st.Detail += fmt.Sprintf(" | %d failed", p.FailedFiles)
 	}
-	return s
+	return st
 }
