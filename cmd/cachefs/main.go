@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -67,6 +68,15 @@ func asExitError(err error) *exitError {
 type globalFlags struct {
 	logLevel  string
 	logFormat string
+	stderr    io.Writer // where logs go; nil: os.Stderr (tests set a pty)
+}
+
+// errOut is where the command's logs and failure lines go.
+func (g *globalFlags) errOut() io.Writer {
+	if g.stderr != nil {
+		return g.stderr
+	}
+	return os.Stderr
 }
 
 func newRoot() *cobra.Command {
@@ -91,7 +101,7 @@ cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
 }
 
 func (g *globalFlags) logger() (*slog.Logger, error) {
-	return logging.New(os.Stderr, g.logFormat, g.logLevel)
+	return logging.New(g.errOut(), g.logFormat, g.logLevel)
 }
 
 // registerCompletions completes the values of the flags that take a word

@@ -192,7 +192,9 @@ var exitCodesHelp = func() string {
 	var b strings.Builder
 	b.WriteString(`
 When it fails, the last line it logs is "mount failed" with exitCode, reason
-and error (one JSON object with --log-format json), and it exits with:`)
+and error (one JSON object with --log-format json; on a terminal without
+--log-format json, one plain line instead: cachefs: mount: MESSAGE), and it
+exits with:`)
 	for _, c := range exitcode.Codes() {
 		if c != exitcode.OK {
 			fmt.Fprintf(&b, "\n  %d %-18s %s", int(c), c.Reason(), c.Summary())
@@ -240,15 +242,22 @@ func (e *invalidUsage) Unwrap() []error { return []error{e.err, mount.ErrInvalid
 
 // mountFailed turns an error of `cachefs mount` into its exit code and
 // writes the failure line (package exitcode) as the last log line; main
-// then only exits. nil stays nil.
+// then only exits. nil stays nil. On a terminal, without --log-format
+// json, the failure is one plain line for people instead: `cachefs:
+// mount: MESSAGE` (the CSI driver, which reads the failure line back,
+// logs to a file in json).
 func (g *globalFlags) mountFailed(err error) error {
 	if err == nil {
 		return nil
 	}
 	code := mount.ExitCode(err)
+	if w := g.errOut(); isTerminal(w) && !strings.EqualFold(g.logFormat, mountapi.LogFormatJSON) {
+		fmt.Fprintf(w, "cachefs: mount: %s\n", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
+		return &exitError{code: int(code), err: err, reported: true}
+	}
 	log, lerr := g.logger()
 	if lerr != nil { // a bad --log-format or --log-level: report in text
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		log = slog.New(slog.NewTextHandler(g.errOut(), nil))
 	}
 	exitcode.LogFailure(log, code, err)
 	return &exitError{code: int(code), err: err, reported: true}
