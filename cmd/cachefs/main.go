@@ -93,7 +93,7 @@ cache/dataset of the bytes, where LRU thrashes under shuffled epochs.`,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, mountapi.FlagLogLevel, "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, mountapi.FlagLogFormat, "text", "log format on stderr: text or json")
-	root.AddCommand(newMountCmd(g), newIndexCmd(g), newPrefetchCmd(g), newStatsCmd(), newVersionCmd(), newDemoCmd(g))
+	root.AddCommand(newMountCmd(g), newUmountCmd(), newIndexCmd(g), newPrefetchCmd(g), newStatsCmd(), newVersionCmd(), newDemoCmd(g))
 	root.AddCommand(newJobCmd())
 	cliusage.Mark(root) // usage errors exit 2 (exitcode.Usage) in every command
 	registerCompletions(root)
