@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -142,6 +143,36 @@ func TestIndexOutputRun(t *testing.T) {
 		}
 		if args[0] == "-o" && (err == nil || !strings.Contains(err.Error(), "give --out")) {
 			t.Errorf("old-style -o FILE: %v, want it to name --out", err)
+		}
+	}
+}
+
+// TestUsageErrorsExit2: an unknown flag, a bad -o and missing arguments
+// exit 2 in every cachefs command.
+func TestUsageErrorsExit2(t *testing.T) {
+	var cases [][]string
+	for _, c := range newRoot().Commands() {
+		switch c.Name() {
+		case "help", "completion", "job": // job: cachefs-job's own (cmd/cachefs-job tests)
+			continue
+		}
+		cases = append(cases, []string{c.Name(), "--no-such-flag"})
+	}
+	cases = append(cases,
+		[]string{"prefetch", "/d", "--cache-dir", "/c", "-o", "table"},
+		[]string{"index", "/d", "--out", "/m", "-o", "csv"},
+		[]string{"umount"},
+		[]string{"index"},
+		[]string{"nosuch"},
+	)
+	for _, args := range cases {
+		root := newRoot()
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		root.SetArgs(append(args, "--log-level", "error"))
+		err := root.Execute()
+		if code := asExitError(err).code; err == nil || code != int(exitcode.Usage) {
+			t.Errorf("cachefs %q: exit %d (%v), want %d", args, code, err, exitcode.Usage)
 		}
 	}
 }

@@ -120,7 +120,7 @@ func defineFlags(fs *flag.FlagSet) *flags {
 	fs.IntVar(&f.cfg.MaxMounts, "max-mounts", csi.DefaultMaxMounts, "most dataset mount processes on this node; a volume that needs one more is refused (ResourceExhausted)")
 	fs.Var(&f.cfg.MaxNamespaceCacheBytes, "max-namespace-cache-bytes", "most cache bytes one namespace may hold on this node, a `SIZE|PERCENT`: a size (200GiB) or a percentage of --cache-root-budget (50%): the cacheSize of every dataset mount its volumes use, a shared mount counting whole for each namespace using it; a volume over it is refused (ResourceExhausted). A volume's namespace: its pod's (inline) or its claim's (PersistentVolume attribute csi.storage.k8s.io/pvc/namespace); an admin's PV without one is not limited")
 	fs.IntVar(&f.cfg.MaxNamespaceMounts, "max-namespace-mounts", csi.DefaultMaxNamespaceMounts, "most dataset mounts one namespace may hold on this node; a volume that needs one more is refused (ResourceExhausted)")
-	fs.Var((*units.Size)(&f.cfg.MaxInlineCacheSize), "max-inline-cache-size", "refuse inline ephemeral volumes whose cacheSize is larger than this `SIZE` (ResourceExhausted); at most --max-cache-size (empty: "+units.FormatSize(csi.DefaultMaxInlineCacheSize)+", or --max-cache-size if smaller); inline volumes without a cacheSize get the smaller of it and --default-cache-size")
+	fs.Var((*optionalSize)(&f.cfg.MaxInlineCacheSize), "max-inline-cache-size", "refuse inline ephemeral volumes whose cacheSize is larger than this `SIZE` (ResourceExhausted); at most --max-cache-size (empty: "+units.FormatSize(csi.DefaultMaxInlineCacheSize)+", or --max-cache-size if smaller); inline volumes without a cacheSize get the smaller of it and --default-cache-size")
 	fs.DurationVar(&f.cfg.CacheRetention, "cache-retention", csi.DefaultCacheRetention, "how long the cache of a dataset no longer staged is kept for its next stage before it is removed (negative: until a new mount needs its room)")
 	fs.BoolVar(&f.cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
 	fs.BoolVar(&f.cfg.AllowDiskSecrets, "allow-disk-secrets", false, "when no tmpfs can be mounted on <state-dir>/node/secrets (not root), keep volumes' credentials there on disk (0600 files in a 0700 directory) instead of refusing to start")
@@ -151,6 +151,19 @@ func (f *flags) config() (csi.Config, error) {
 	cfg.AllowedLocalRoots, cfg.NetworkRules = splitList(f.localRoots), splitList(f.networkRules)
 	return cfg, nil
 }
+
+// optionalSize is a units.Size flag value that also takes "" (unset: the
+// driver's default), as --max-inline-cache-size documents.
+type optionalSize units.Size
+
+func (s *optionalSize) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		*s = 0
+		return nil
+	}
+	return (*units.Size)(s).Set(v)
+}
+func (s optionalSize) String() string { return units.Size(s).String() }
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {

@@ -51,10 +51,10 @@ func TestSizeFlagsHelp(t *testing.T) {
 	}
 	fs := flag.NewFlagSet("csi-driver", flag.ContinueOnError)
 	f := defineFlags(fs)
-	if err := fs.Parse([]string{"--default-cache-size", "2Gi", "--cache-root-budget", "500GiB", "--max-namespace-cache-bytes", "30%"}); err != nil {
+	if err := fs.Parse([]string{"--max-inline-cache-size=", "--default-cache-size", "2Gi", "--cache-root-budget", "500GiB", "--max-namespace-cache-bytes", "30%"}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err := f.config(); err != nil || cfg.DefaultCacheSize != 2<<30 || cfg.CacheRootBudget.Bytes != 500<<30 || cfg.MaxNamespaceCacheBytes.Percent != 30 || cfg.MaxCacheSize != 1<<40 {
+	if cfg, err := f.config(); err != nil || cfg.DefaultCacheSize != 2<<30 || cfg.CacheRootBudget.Bytes != 500<<30 || cfg.MaxNamespaceCacheBytes.Percent != 30 || cfg.MaxCacheSize != 1<<40 || cfg.MaxInlineCacheSize != 0 {
 		t.Errorf("parsed %+v, %v", cfg, err)
 	}
 }
