@@ -77,7 +77,7 @@ over 255 bytes) are skipped with a warning and counted.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.out, "out", "", "write the manifest to this local file, or to the object a URL names")
+	f.StringVar(&c.out, "out", "", "write the manifest to this local `FILE`, or to the object a URL names")
 	cliprint.AddFlag(cmd, &c.format, "a summary")
 	f.BoolVar(&c.upload, "upload", false, "store the manifest next to the dataset, at SOURCE/.epochfs/manifest, where mounts find it")
 	f.StringVar(&c.verify, "verify", "", "compare this manifest with the dataset and report drift (exit 3 on drift)")

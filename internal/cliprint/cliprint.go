@@ -59,7 +59,7 @@ func AddFlag(cmd *cobra.Command, p *string, what string, allowed ...string) {
 	if len(allowed) == 0 {
 		allowed = All
 	}
-	cmd.Flags().StringVarP(p, "output", "o", "", fmt.Sprintf("output format, one of: %s (default: %s)", strings.Join(allowed, ", "), what))
+	cmd.Flags().StringVarP(p, "output", "o", "", fmt.Sprintf("output `FORMAT`, one of: %s (default: %s)", strings.Join(allowed, ", "), what))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(allowed, cobra.ShellCompDirectiveNoFileComp))
 }
 
