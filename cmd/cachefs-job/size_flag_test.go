@@ -76,3 +76,17 @@ func TestAge(t *testing.T) {
 		t.Errorf("age of no time: %q", got)
 	}
 }
+
+// TestLogFlagCompletion: the global --log-format and --log-level complete
+// their values (no cluster needed).
+func TestLogFlagCompletion(t *testing.T) {
+	for words, want := range map[string]string{
+		"job list --log-format ": "text\njson\n:4\n",
+		"job get x --log-level ": "debug\ninfo\nwarn\nerror\n:4\n",
+	} {
+		out, _, err := runJob(t, append([]string{"__complete"}, append(strings.Fields(words), "")...)...)
+		if err != nil || out != want {
+			t.Errorf("__complete %s: %q, %v; want %q", words, out, err, want)
+		}
+	}
+}
