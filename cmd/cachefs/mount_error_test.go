@@ -10,7 +10,6 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/epochfs/epochfs/internal/testenv"
-
 	"github.com/epochfs/epochfs/pkg/mount/exitcode"
 )
 
