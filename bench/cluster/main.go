@@ -270,7 +270,7 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 	src := "s3://bench?endpoint=http://" + addr + "&region=us-east-1"
 	env := append(os.Environ(), m.Env()...)
 	man := filepath.Join(work, "manifest")
-	idx := exec.Command(cachefs, "index", src, "-o", man)
+	idx := exec.Command(cachefs, "index", src, "--out", man)
 	idx.Env = env
 	if out, err := idx.CombinedOutput(); err != nil {
 		return "", nil, fmt.Errorf("cachefs index: %v\n%s", err, out)
@@ -306,7 +306,7 @@ func run(work, tools, cachefs, compare string, opt options, epochs, workers int,
 			peerRun{variant{scope: "cluster", plain: true, label: "cluster, plain rendezvous (-compare-cachefs " + filepath.Base(compare) + ")", cachefs: compare}, "1/3", 3})
 	}
 	if opt.peerFloor && opt.peerReads {
-		idx := exec.Command(cachefs, "index", data, "-o", data+".manifest")
+		idx := exec.Command(cachefs, "index", data, "--out", data+".manifest")
 		if out, err := idx.CombinedOutput(); err != nil {
 			return "", nil, fmt.Errorf("cachefs index %s: %v\n%s", data, err, out)
 		}
@@ -430,7 +430,7 @@ func runPosix(work, cachefs string, opt options, epochs, workers int) (string, [
 	paths, want := datagen.Paths(files), datagen.Sums(files)
 	man := filepath.Join(work, "manifest")
 	start = time.Now()
-	if out, err := exec.Command(cachefs, "index", data, "-o", man).CombinedOutput(); err != nil {
+	if out, err := exec.Command(cachefs, "index", data, "--out", man).CombinedOutput(); err != nil {
 		return "", nil, fmt.Errorf("cachefs index: %v\n%s", err, out)
 	}
 	log.Printf("indexed in %v", time.Since(start).Round(time.Second))

@@ -86,7 +86,7 @@ func benchP3(ctx context.Context, cfg Config, ds dataset, rep *Report, logw io.W
 	// the bucket.
 	manPath := filepath.Join(cfg.Dir, "p3.manifest")
 	if hasPrefetch {
-		cmd := exec.CommandContext(ctx, cfg.CacheFS, "index", srv.URL(bucket), "-o", manPath)
+		cmd := exec.CommandContext(ctx, cfg.CacheFS, "index", srv.URL(bucket), "--out", manPath)
 		cmd.Env = append(os.Environ(), srv.Env()...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("cachefs index: %v: %s", err, out)

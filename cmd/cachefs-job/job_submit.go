@@ -16,12 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/epochfs/epochfs/internal/cliprint"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 	"github.com/epochfs/epochfs/pkg/job/controller"
 	"github.com/epochfs/epochfs/pkg/source"
@@ -35,7 +34,8 @@ type submitFlags struct {
 	workers, ps, gpus, port                 int32
 	datasets, envs, extra                   []string
 	nodeSelector, tolerations               []string
-	cacheSize, datasetSecret                string
+	cacheSize                               sizeText
+	datasetSecret                           string
 	prefetch                                bool
 	chief                                   bool
 	readaheadFiles                          string
@@ -48,7 +48,7 @@ type submitFlags struct {
 	tensorboard                             string
 	dryRun                                  bool
 	output                                  string
-	shmSize                                 string
+	shmSize                                 shmSize
 	nprocPerNode                            int32
 	maxRestarts                             int32
 	successPolicy                           string
@@ -143,7 +143,7 @@ func (s *submitFlags) bind(fl *pflag.FlagSet) {
 	fl.StringArrayVar(&s.extra, "device", nil, "extra device resource per worker, RESOURCE=COUNT (repeatable), e.g. rdma/hca=1")
 	fl.StringArrayVar(&s.datasets, "dataset", nil, "dataset NAME=SOURCE:MOUNTPATH or NAME=claim:PVC:MOUNTPATH (repeatable); SOURCE as for cachefs mount")
 	fl.StringVar(&s.datasetSecret, "dataset-secret", "", "Secret of the job's namespace with the credentials of every --dataset with a SOURCE (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://, userID and userKey for cephfs://; nfs:// has none); the kubelet hands it to the CSI driver (default: the node's own identity, where allowed)")
-	fl.StringVar(&s.cacheSize, "cache-size", "", "node cache size of every --dataset with a SOURCE, e.g. 500Gi, 500G or 500GiB (the size grammar of docs/DESIGN.md; not 500m)")
+	fl.Var(&s.cacheSize, "cache-size", "node cache size of every --dataset with a SOURCE, e.g. 500Gi, 500G or 500GiB (the size grammar of docs/DESIGN.md; not 500m)")
 	fl.BoolVar(&s.prefetch, "prefetch", false, "ask for the datasets to be prefetched into the node caches")
 	fl.StringVar(&s.readaheadFiles, "readahead-files", volattr.ReadaheadFilesAuto, "on a missed open, fetch this many next files of the directory into the node cache, for every --dataset with a SOURCE: 'auto' (the node follows the backend's latency: on for far object stores, off for local ones; the field is left unset) or 0-256 (0: off)")
 	fl.StringArrayVar(&s.envs, "env", nil, "environment variable K=V of every worker (repeatable)")
@@ -161,7 +161,7 @@ func (s *submitFlags) bind(fl *pflag.FlagSet) {
 	fl.Int32Var(&s.ttl, "ttl", 0, "delete the job this many seconds after it finished (default: keep it)")
 	fl.StringVar(&s.cleanPodPolicy, "clean-pod-policy", "", "pods deleted when the job finishes: All, Running (default) or None")
 	fl.StringVar(&s.tensorboard, "tensorboard-logdir", "", "where workers write TensorBoard event files (TENSORBOARD_LOG_DIR)")
-	fl.StringVar(&s.shmSize, "shm-size", "", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi or 8GiB (default 2Gi; 0: the container runtime's own, often 64Mi)")
+	fl.Var(&s.shmSize, "shm-size", "size of every pod's /dev/shm, a memory-backed emptyDir, e.g. 8Gi or 8GiB (default 2Gi; 0: the container runtime's own, often 64Mi)")
 	fl.Int32Var(&s.nprocPerNode, "nproc-per-node", 0, "mode pytorch: processes torchrun starts per worker pod (PET_NPROC_PER_NODE; WORLD_SIZE = workers × this); default --gpus, else 1")
 	fl.BoolVar(&s.suspend, "suspend", false, "submit the job suspended: no pods run until `cachefs job resume NAME`")
 	fl.StringVar(&s.queueName, "queue-name", "", "Kueue LocalQueue (label kueue.x-k8s.io/queue-name on the Jobs); --queue is Volcano's")
@@ -226,13 +226,7 @@ func (s *submitFlags) trainingJob(name string, command []string, backoffSet, ttl
 	if err := s.podMeta(spec); err != nil {
 		return nil, err
 	}
-	if s.shmSize != "" {
-		q, err := parseShmSizeFlag(s.shmSize)
-		if err != nil {
-			return nil, err
-		}
-		spec.ShmSize = q
-	}
+	spec.ShmSize = s.shmSize.q
 	return tj, nil
 }
 
@@ -328,13 +322,6 @@ func (s *submitFlags) placement(spec *v1alpha1.TrainingJobSpec) error {
 // datasetSpecs: --dataset, with --cache-size, --prefetch,
 // --readahead-files and --dataset-secret for those with a source.
 func (s *submitFlags) datasetSpecs(spec *v1alpha1.TrainingJobSpec) error {
-	if s.cacheSize != "" {
-		// The API server checks the grammar too (spec.datasets[].cacheSize);
-		// checked here first so that the message names the flag.
-		if _, err := units.ParseSize(s.cacheSize); err != nil {
-			return fmt.Errorf("--cache-size: %w", err)
-		}
-	}
 	readahead, err := parseReadaheadFilesFlag(s.readaheadFiles)
 	if err != nil {
 		return err
@@ -345,7 +332,7 @@ func (s *submitFlags) datasetSpecs(spec *v1alpha1.TrainingJobSpec) error {
 			return err
 		}
 		if ds.Source != "" {
-			ds.CacheSize, ds.Prefetch, ds.ReadaheadFiles, ds.SecretName = s.cacheSize, s.prefetch, readahead, s.datasetSecret
+			ds.CacheSize, ds.Prefetch, ds.ReadaheadFiles, ds.SecretName = string(s.cacheSize), s.prefetch, readahead, s.datasetSecret
 		}
 		spec.Datasets = append(spec.Datasets, ds)
 	}
@@ -376,6 +363,43 @@ func (s *submitFlags) podMeta(spec *v1alpha1.TrainingJobSpec) error {
 	return nil
 }
 
+// sizeText is the value of --cache-size: checked with the size grammar
+// (units.ParseSize) when the flags are parsed, so that a bad one is a usage
+// error naming the flag, and kept as typed: the spec stores the user's
+// spelling, which the API server checks with the same grammar.
+type sizeText string
+
+func (s *sizeText) Set(v string) error {
+	if _, err := units.ParseSize(v); err != nil {
+		return err
+	}
+	*s = sizeText(v)
+	return nil
+}
+func (s sizeText) String() string { return string(s) }
+func (*sizeText) Type() string    { return "SIZE" }
+
+// shmSize is the value of --shm-size: parseShmSizeFlag when the flags are
+// parsed; nil when not given.
+type shmSize struct{ q *resource.Quantity }
+
+func (s *shmSize) Set(v string) error {
+	q, err := parseShmSizeFlag(v)
+	if err != nil {
+		return err
+	}
+	s.q = q
+	return nil
+}
+
+func (s *shmSize) String() string {
+	if s.q == nil {
+		return ""
+	}
+	return s.q.String()
+}
+func (*shmSize) Type() string { return "SIZE" }
+
 // parseShmSizeFlag parses --shm-size with the sizes' one grammar
 // (units.ParseSize: 2Gi, 2GiB, 2G, bytes; 500m and negatives refused), or
 // 0 (the container runtime's own /dev/shm). spec.shmSize is a
@@ -387,7 +411,7 @@ func parseShmSizeFlag(v string) (*resource.Quantity, error) {
 	}
 	n, err := units.ParseSize(v)
 	if err != nil {
-		return nil, fmt.Errorf("--shm-size: %w (or 0 for the container runtime's own /dev/shm)", err)
+		return nil, fmt.Errorf("%w (or 0 for the container runtime's own /dev/shm)", err)
 	}
 	format := resource.DecimalSI // 500M stays 500M
 	if n%1024 == 0 {
@@ -493,11 +517,7 @@ func printSpec(w io.Writer, now time.Time, tj *v1alpha1.TrainingJob, format stri
 	if md, ok := m["metadata"].(map[string]any); ok {
 		delete(md, "creationTimestamp")
 	}
-	var p printers.ResourcePrinter = &printers.JSONPrinter{}
-	if format == outYAML {
-		p = &printers.YAMLPrinter{}
-	}
-	return p.PrintObj(&unstructured.Unstructured{Object: m}, w)
+	return cliprint.Print(w, format, cliprint.Output{Value: m})
 }
 
 // parseReadaheadFilesFlag parses --readahead-files: volattr.ReadaheadFilesAuto

@@ -54,6 +54,8 @@ func newRoot() *cobra.Command {
 	var logLevel, logFormat string
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
+	_ = root.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = root.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(newJobCmd())
 	cliusage.Mark(root) // usage errors exit 2 in every command, as in cachefs
 	return root

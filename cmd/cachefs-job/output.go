@@ -1,9 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -13,33 +13,29 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	"github.com/epochfs/epochfs/internal/cliprint"
 	"github.com/epochfs/epochfs/pkg/job/api/v1alpha1"
 )
 
-// The -o values, as kubectl spells them. Every command that prints
-// TrainingJobs takes those that make sense for it (outputFlag).
+// The -o values, as kubectl spells them (package cliprint, shared with
+// cachefs). Every command that prints TrainingJobs takes those that make
+// sense for it (outputFlag).
 const (
-	outJSON = "json"
-	outYAML = "yaml"
-	outName = "name"
-	outWide = "wide"
+	outJSON = cliprint.JSON
+	outYAML = cliprint.YAML
+	outName = cliprint.Name
+	outWide = cliprint.Wide
 )
 
 // outputFlag adds -o/--output with the values allowed, and their shell
-// completion.
+// completion (cliprint.AddFlag).
 func outputFlag(cmd *cobra.Command, p *string, what string, allowed ...string) {
-	cmd.Flags().StringVarP(p, "output", "o", "", fmt.Sprintf("output format, one of: %s (default: %s)", strings.Join(allowed, ", "), what))
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(allowed, cobra.ShellCompDirectiveNoFileComp))
+	cliprint.AddFlag(cmd, p, what, allowed...)
 }
 
 // checkOutput accepts "" (the command's own format) and the allowed ones;
-// anything else is refused listing them.
-func checkOutput(format string, allowed ...string) error {
-	if format == "" || slices.Contains(allowed, format) {
-		return nil
-	}
-	return fmt.Errorf("-o %q: unknown output format; allowed: %s", format, strings.Join(allowed, ", "))
-}
+// anything else is a usage error listing them (cliprint.Check).
+func checkOutput(format string, allowed ...string) error { return cliprint.Check(format, allowed...) }
 
 // age is how old t is at now, as kubectl prints it (duration.HumanDuration:
 // 42s, 5m30s, 3h12m, 2d4h, 400d, 3y20d).
@@ -60,45 +56,41 @@ func forOutput(tj *v1alpha1.TrainingJob) *v1alpha1.TrainingJob {
 	return c
 }
 
-// printJobs prints TrainingJobs in format: json or yaml (one object, or a
-// TrainingJobList when list is set), name (kind/name per job, followed by
-// operation unless it is empty), wide or "" (the table). A TrainingJob
-// from a dry run (no creation time) prints as it is.
+// printJobs prints TrainingJobs in format through cliprint: json or yaml
+// (one object, or a TrainingJobList when list is set), name (kind/name per
+// job, followed by operation unless it is empty), wide or "" (the table). A
+// TrainingJob from a dry run (no creation time) prints as it is.
 func printJobs(w io.Writer, now time.Time, format, operation string, list, withNamespace bool, jobs ...*v1alpha1.TrainingJob) error {
-	switch format {
-	case outJSON, outYAML:
-		var p printers.ResourcePrinter = &printers.JSONPrinter{}
-		if format == outYAML {
-			p = &printers.YAMLPrinter{}
+	table := func(w io.Writer, wide bool) error {
+		return printers.NewTablePrinter(printers.PrintOptions{Wide: wide, WithNamespace: withNamespace}).
+			PrintObj(jobTable(now, jobs), w)
+	}
+	names := func(tj *v1alpha1.TrainingJob) func() []string {
+		return func() []string {
+			var b bytes.Buffer
+			_ = (&printers.NamePrinter{Operation: operation}).PrintObj(forOutput(tj), &b)
+			return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 		}
-		if !list {
-			for _, tj := range jobs {
-				if err := p.PrintObj(forOutput(tj), w); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+	}
+	p := &cliprint.Printer{Format: format}
+	if list && (format == outJSON || format == outYAML) {
 		l := &v1alpha1.TrainingJobList{}
 		l.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TrainingJobList"))
 		l.Items = []v1alpha1.TrainingJob{}
 		for _, tj := range jobs {
 			l.Items = append(l.Items, *forOutput(tj))
 		}
-		return p.PrintObj(l, w)
-	case outName:
-		p := &printers.NamePrinter{Operation: operation}
-		for _, tj := range jobs {
-			if err := p.PrintObj(forOutput(tj), w); err != nil {
-				return err
-			}
-		}
-		return nil
-	case outWide, "":
-		return printers.NewTablePrinter(printers.PrintOptions{Wide: format == outWide, WithNamespace: withNamespace}).
-			PrintObj(jobTable(now, jobs), w)
+		return p.Print(w, cliprint.Output{Value: l})
 	}
-	return fmt.Errorf("-o %q: unknown output format", format)
+	if format == cliprint.Table || format == outWide {
+		return p.Print(w, cliprint.Output{Table: table})
+	}
+	for _, tj := range jobs {
+		if err := p.Print(w, cliprint.Output{Value: forOutput(tj), Table: table, Names: names(tj)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // jobTable is the table of `cachefs job list`, built here rather than

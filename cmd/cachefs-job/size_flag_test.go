@@ -1,11 +1,14 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epochfs/epochfs/internal/cliusage"
 )
 
 // TestSizeFlags: --cache-size and --shm-size take the one size grammar
@@ -16,17 +19,29 @@ func TestSizeFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--cache-size", "500m"}, `--cache-size: invalid size "500m": "m" is milli in Kubernetes quantities, not a byte unit: write 500M (megabytes) or 500Mi (mebibytes)`},
-		{[]string{"--cache-size", "-1"}, `--cache-size: invalid size "-1": negative`},
-		{[]string{"--cache-size", "lots"}, `--cache-size: invalid size "lots": want a number with an optional unit`},
-		{[]string{"--shm-size=-1"}, `--shm-size: invalid size "-1": negative (or 0 for the container runtime's own /dev/shm)`},
-		{[]string{"--shm-size", "500m"}, `--shm-size: invalid size "500m": "m" is milli in Kubernetes quantities`},
-		{[]string{"--shm-size", "0.5"}, `--shm-size: invalid size "0.5": must be greater than zero (or 0 for the container runtime's own /dev/shm)`},
+		{[]string{"--cache-size", "500m"}, `invalid argument "500m" for "--cache-size" flag: invalid size "500m": "m" is milli in Kubernetes quantities, not a byte unit: write 500M (megabytes) or 500Mi (mebibytes)`},
+		{[]string{"--cache-size", "-1"}, `invalid argument "-1" for "--cache-size" flag: invalid size "-1": negative`},
+		{[]string{"--cache-size", "lots"}, `invalid argument "lots" for "--cache-size" flag: invalid size "lots": want a number with an optional unit`},
+		{[]string{"--shm-size=-1"}, `invalid argument "-1" for "--shm-size" flag: invalid size "-1": negative (or 0 for the container runtime's own /dev/shm)`},
+		{[]string{"--shm-size", "500m"}, `invalid argument "500m" for "--shm-size" flag: invalid size "500m": "m" is milli in Kubernetes quantities`},
+		{[]string{"--shm-size", "0.5"}, `invalid argument "0.5" for "--shm-size" flag: invalid size "0.5": must be greater than zero (or 0 for the container runtime's own /dev/shm)`},
 	} {
 		args := append([]string{"job", "submit", "x", "--image", "i", "--dataset", "d=/data/d:/d", "--dry-run"}, tc.args...)
 		_, _, err := runJob(t, args...)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%v: %v\nwant an error starting %s", tc.args, err, tc.want)
+		}
+		if !cliusage.Is(err) {
+			t.Errorf("%v: %v is not a usage error (exit 2)", tc.args, err)
+		}
+	}
+	sub, _, err := newRoot().Find([]string{"job", "submit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"cache-size", "shm-size"} {
+		if !regexp.MustCompile(`(?m)^\s+--` + name + ` SIZE\s`).MatchString(sub.Flags().FlagUsages()) {
+			t.Errorf("job submit --help has no line --%s SIZE:\n%s", name, sub.Flags().FlagUsages())
 		}
 	}
 	// Accepted spellings, stored as Kubernetes writes them.
@@ -59,5 +74,19 @@ func TestAge(t *testing.T) {
 	}
 	if got := age(now, metav1.Time{}); got != "<unknown>" {
 		t.Errorf("age of no time: %q", got)
+	}
+}
+
+// TestLogFlagCompletion: the global --log-format and --log-level complete
+// their values (no cluster needed).
+func TestLogFlagCompletion(t *testing.T) {
+	for words, want := range map[string]string{
+		"job list --log-format ": "text\njson\n:4\n",
+		"job get x --log-level ": "debug\ninfo\nwarn\nerror\n:4\n",
+	} {
+		out, _, err := runJob(t, append([]string{"__complete"}, append(strings.Fields(words), "")...)...)
+		if err != nil || out != want {
+			t.Errorf("__complete %s: %q, %v; want %q", words, out, err, want)
+		}
 	}
 }

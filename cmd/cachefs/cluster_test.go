@@ -175,7 +175,7 @@ func newClusterEnv(t *testing.T, spec datagen.Spec) *clusterEnv {
 	ce.env = []string{"AWS_ACCESS_KEY_ID=" + m.AccessKey, "AWS_SECRET_ACCESS_KEY=" + m.SecretKey}
 	ce.bin = testenv.GoBuild(t, "./cmd/cachefs")
 	ce.manifest = filepath.Join(t.TempDir(), "manifest")
-	idx := exec.Command(ce.bin, "index", ce.src, "-o", ce.manifest, "--checksum")
+	idx := exec.Command(ce.bin, "index", ce.src, "--out", ce.manifest, "--checksum")
 	idx.Env = append(os.Environ(), ce.env...)
 	if out, err := idx.CombinedOutput(); err != nil {
 		t.Fatalf("cachefs index: %v\n%s", err, out)

@@ -79,7 +79,7 @@ func TestMountBinaryNFSManifest(t *testing.T) {
 	srv := nfs.StartGoNFS(t, dir, 2*len(files)+1000)
 	bin := testenv.GoBuild(t, "./cmd/cachefs")
 	man := filepath.Join(t.TempDir(), "manifest")
-	if out, err := exec.Command(bin, "index", srv.URL, "-o", man).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "index", srv.URL, "--out", man).CombinedOutput(); err != nil {
 		t.Fatalf("cachefs index: %v\n%s", err, out)
 	}
 	runE2E(t, srv.URL, files, nil, mountapi.CommandOptions{Manifest: man})

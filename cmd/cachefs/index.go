@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,8 +9,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
+	"github.com/epochfs/epochfs/internal/cliprint"
+	"github.com/epochfs/epochfs/internal/cliusage"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/manifest"
@@ -28,10 +28,11 @@ const maxDriftLines = 50
 
 type indexConfig struct {
 	source   string
-	output   string
+	out      string // --out: the manifest's file or URL
+	format   string // -o: the report's format (cliprint)
 	upload   bool
 	verify   string
-	maxMem   string // --manifest-max-memory, of --verify's manifest
+	maxMem   units.Size // --manifest-max-memory, of --verify's manifest
 	checksum bool
 	workers  int
 	progress string
@@ -40,7 +41,7 @@ type indexConfig struct {
 func newIndexCmd(g *globalFlags) *cobra.Command {
 	var c indexConfig
 	cmd := &cobra.Command{
-		Use:   "index SOURCE (-o FILE|URL | --upload | --verify FILE)",
+		Use:   "index SOURCE (--out FILE|URL | --upload | --verify FILE) [-o json|yaml|wide|name]",
 		Short: "Build a dataset manifest, or check one against the dataset",
 		Long: `Walk every directory of SOURCE (with --workers concurrent listings) and write a
 manifest: the sorted list of every file with its size and version (and sha256
@@ -50,21 +51,24 @@ listing the backend, and is ready in seconds even at millions of files.
 --upload stores the manifest next to the dataset, at SOURCE/.epochfs/manifest
 (a directory or an S3 prefix; with the same credentials as the listing), where
 'cachefs mount', 'cachefs prefetch' and the CSI driver find it without
---manifest. -o writes a local file (atomically) or, given a URL
-(s3://bucket/prefix/name?endpoint=…), that object; -o and --upload may be
-combined. The .epochfs directory at the dataset root is never indexed.
+--manifest. --out writes a local file (atomically) or, given a URL
+(s3://bucket/prefix/name?endpoint=…), that object; --out and --upload may
+be combined. The .epochfs directory at the dataset root is never indexed.
 
 --verify FILE compares FILE with the dataset now and lists files that are
 missing, new, or changed (size, version, or sha256 when both sides have one);
 it exits 3 when anything drifted, 0 when nothing did.
 
-A progress line is drawn on a terminal (plain lines every 5s otherwise), then
-a summary: files, bytes, directories, skipped names, time, manifest size.
+A progress bar is drawn on stderr on a terminal (plain lines every 5s
+otherwise), then the report on stdout: files, bytes, directories, skipped
+names, time, manifest size, drift; -o json or yaml prints it as one object
+(snake_case keys), -o wide adds a row per figure, -o name prints
+manifest/LOCATION per manifest written.
 Names that would escape the mount (.., NUL, control characters, components
 over 255 bytes) are skipped with a warning and counted.`,
 		Example: `  cachefs index /data/imagenet --upload
   cachefs index 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' --upload --workers 64
-  cachefs index 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' -o manifest --workers 64
+  cachefs index 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' --out manifest --workers 64
   cachefs index /data/imagenet --verify /data/imagenet/.epochfs/manifest`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -73,13 +77,15 @@ over 255 bytes) are skipped with a warning and counted.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&c.output, "output", "o", "", "write the manifest to this local file, or to the object a URL names")
+	f.StringVar(&c.out, "out", "", "write the manifest to this local `FILE`, or to the object a URL names")
+	cliprint.AddFlag(cmd, &c.format, "a summary")
 	f.BoolVar(&c.upload, "upload", false, "store the manifest next to the dataset, at SOURCE/.epochfs/manifest, where mounts find it")
 	f.StringVar(&c.verify, "verify", "", "compare this manifest with the dataset and report drift (exit 3 on drift)")
-	f.StringVar(&c.maxMem, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "with --verify: as for mount, the most memory that manifest may take, estimated from its header")
+	c.maxMem = units.Size(manifest.DefaultMaxMemory)
+	f.Var(&c.maxMem, mountapi.FlagManifestMaxMemory, "with --verify: as for mount, the most memory that manifest may take, estimated from its header")
 	f.BoolVar(&c.checksum, "checksum", false, "read every file and record its sha256 (compared by --verify when both have one)")
 	f.IntVar(&c.workers, "workers", manifest.DefaultIndexWorkers, "concurrent directory listings (and file reads with --checksum)")
-	f.StringVar(&c.progress, "progress", "auto", "progress display: auto (a live line on a terminal, plain lines otherwise), lines, none")
+	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a bar on a terminal, plain lines otherwise), lines (a line every 5s; with --checksum, per 10% of the bytes summed), none")
 	return cmd
 }
 
@@ -88,11 +94,18 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	if err != nil {
 		return err
 	}
+	if err := cliprint.Check(c.format); err != nil {
+		if !strings.ContainsAny(c.format, "={}") {
+			// -o wrote the manifest before it became the format.
+			return cliusage.Errorf("index: -o %q is not an output format (json, yaml, wide, name): to write the manifest to %s, give --out %s", c.format, c.format, c.format)
+		}
+		return err
+	}
 	switch {
-	case c.output == "" && !c.upload && c.verify == "":
-		return errors.New("index: give -o FILE (or URL) or --upload to write a manifest, or --verify FILE to check one")
-	case (c.output != "" || c.upload) && c.verify != "":
-		return errors.New("index: -o/--upload and --verify are exclusive")
+	case c.out == "" && !c.upload && c.verify == "":
+		return cliusage.Errorf("index: give --out FILE (or URL) or --upload to write a manifest, or --verify FILE to check one")
+	case (c.out != "" || c.upload) && c.verify != "":
+		return cliusage.Errorf("index: --out/--upload and --verify are exclusive")
 	case c.workers < 1:
 		return fmt.Errorf("index: --workers %d: want at least 1", c.workers)
 	case c.progress != "auto" && c.progress != "lines" && c.progress != "none":
@@ -100,11 +113,7 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	}
 	var old *manifest.Manifest
 	if c.verify != "" {
-		maxMem, err := parseManifestMax(c.maxMem)
-		if err != nil {
-			return fmt.Errorf("index: %w", err)
-		}
-		if old, err = manifest.ReadFile(c.verify, maxMem); err != nil {
+		if old, err = manifest.ReadFile(c.verify, c.maxMem.Bytes()); err != nil {
 			return fmt.Errorf("index: --verify: %w", err)
 		}
 	}
@@ -120,30 +129,48 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 	defer b.Close()
 
 	prog := &manifest.Progress{}
-	stop := showProgress(stderr, c.progress, prog, c.checksum)
+	stop := showProgress(stderr, c.progress, indexProgress(prog, c.checksum))
 	m, st, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: c.workers, Checksum: c.checksum, Progress: prog, Logger: log})
 	stop()
 	if err != nil {
 		return err
 	}
-	rate := float64(st.Files) / max(st.Elapsed.Seconds(), 1e-9)
-	fmt.Fprintf(stdout, "indexed %s: %d files, %s, %d directories, %d skipped names, in %s (%.0f files/s)\n",
-		src, st.Files, units.FormatSize(st.Bytes), st.Dirs, st.Skipped, st.Elapsed.Round(time.Millisecond), rate)
-
+	rep := indexReport{Source: src.String(), Files: st.Files, Bytes: st.Bytes, Dirs: st.Dirs, Skipped: st.Skipped,
+		ElapsedSeconds: st.Elapsed.Seconds(), Checksums: c.checksum}
 	if old != nil {
-		if n := old.LegacyPosixVersions(); n > 0 {
-			fmt.Fprintf(stdout, "note: %s was built before posix versions held the ctime and inode: its %d such files "+
-				"all show as changed, and mounts refuse it; rebuild it\n", c.verify, n)
+		d := manifest.Diff(old, m)
+		rep.Verify = &verifyReport{Manifest: c.verify, Drift: !d.Empty(),
+			Missing: append([]string{}, d.Missing...), New: append([]string{}, d.New...),
+			LegacyPosixVersions: old.LegacyPosixVersions()}
+		rep.Verify.Changed = make([]changeReport, len(d.Changed))
+		for i, ch := range d.Changed {
+			rep.Verify.Changed[i] = changeReport{ch.Path, ch.What}
 		}
-		return reportDrift(stdout, c.verify, manifest.Diff(old, m))
+	} else {
+		if err := storeManifest(ctx, b, bopts, c, m, &rep); err != nil {
+			return err
+		}
 	}
+	if err := cliprint.Print(stdout, c.format, rep.output()); err != nil {
+		return err
+	}
+	if v := rep.Verify; v != nil && v.Drift {
+		return &exitError{code: exitDrift, err: fmt.Errorf("verify %s: drift: %d missing, %d new, %d changed",
+			v.Manifest, len(v.Missing), len(v.New), len(v.Changed))}
+	}
+	return nil
+}
+
+// storeManifest writes m where c says (--out, --upload) and records where
+// in rep.
+func storeManifest(ctx context.Context, b backend.Backend, bopts backend.Options, c indexConfig, m *manifest.Manifest, rep *indexReport) error {
 	data, err := m.Encode()
 	if err != nil {
 		return err
 	}
 	var locs []string
-	if c.output != "" {
-		locs = append(locs, c.output)
+	if c.out != "" {
+		locs = append(locs, c.out)
 	}
 	if c.upload {
 		locs = append(locs, manifest.LocAuto)
@@ -153,111 +180,26 @@ func runIndex(ctx context.Context, g *globalFlags, c indexConfig, stdout, stderr
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "manifest %s: %s (%.1f B/file), checksums: %v\n",
-			where, units.FormatSize(int64(len(data))), float64(len(data))/float64(max(st.Files, 1)), c.checksum)
+		rep.Manifests = append(rep.Manifests, storedManifest{Location: where, Bytes: int64(len(data))})
 	}
 	return nil
 }
 
-func reportDrift(w io.Writer, file string, d manifest.Drift) error {
-	list := func(kind string, paths []string) {
-		for i, p := range paths {
-			if i == maxDriftLines {
-				fmt.Fprintf(w, "%s: … and %d more\n", kind, len(paths)-maxDriftLines)
-				break
-			}
-			fmt.Fprintf(w, "%s: %q\n", kind, p)
-		}
-	}
-	list("missing", d.Missing)
-	list("new", d.New)
-	for i, ch := range d.Changed {
-		if i == maxDriftLines {
-			fmt.Fprintf(w, "changed: … and %d more\n", len(d.Changed)-maxDriftLines)
-			break
-		}
-		fmt.Fprintf(w, "changed: %q (%s)\n", ch.Path, ch.What)
-	}
-	if d.Empty() {
-		fmt.Fprintf(w, "verify %s: no drift\n", file)
-		return nil
-	}
-	return &exitError{code: exitDrift, err: fmt.Errorf("verify %s: drift: %d missing, %d new, %d changed",
-		file, len(d.Missing), len(d.New), len(d.Changed))}
-}
-
-// showProgress draws the listing progress of prog on w until the returned
-// stop is called (see drawProgress).
-func showProgress(w io.Writer, mode string, prog *manifest.Progress, checksum bool) (stop func()) {
+// indexProgress is the state of an index for showProgress: a count while
+// listing (the total is unknown), and the share of the listed bytes summed
+// with --checksum.
+func indexProgress(prog *manifest.Progress, checksum bool) func() progressState {
 	start := time.Now()
-	return drawProgress(w, mode, func() string {
+	return func() progressState {
 		el := time.Since(start)
 		files := prog.Files.Load()
-		s := fmt.Sprintf("listing: %d dirs, %d files, %s, %.0f files/s, %s",
+		st := progressState{Label: "listing", ETA: -1, Detail: fmt.Sprintf("%d dirs, %d files, %s, %.0f files/s, %s",
 			prog.Dirs.Load(), files, units.FormatSize(prog.Bytes.Load()),
-			float64(files)/max(el.Seconds(), 1e-9), el.Round(time.Second))
+			float64(files)/max(el.Seconds(), 1e-9), el.Round(time.Second))}
 		if checksum && prog.Summed.Load() > 0 {
-			s += fmt.Sprintf(" | sha256: %d/%d files, %s", prog.Summed.Load(), files, units.FormatSize(prog.SummedBytes.Load()))
+			st.Label, st.Done, st.Total = "sha256", prog.SummedBytes.Load(), prog.Bytes.Load()
+			st.Detail += fmt.Sprintf(" | sha256: %d/%d files, %s", prog.Summed.Load(), files, units.FormatSize(prog.SummedBytes.Load()))
 		}
-		return s
-	})
-}
-
-// drawProgress draws line() on w until the returned stop is called: a line
-// redrawn in place 5 times a second on a terminal, a plain line every 5s
-// otherwise (mode "lines", or "auto" without a terminal), nothing for
-// "none".
-func drawProgress(w io.Writer, mode string, line func() string) (stop func()) {
-	if mode == "none" {
-		return func() {}
+		return st
 	}
-	tty := mode == "auto" && isTerminal(w)
-	every := 5 * time.Second
-	if tty {
-		every = 200 * time.Millisecond
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				if tty {
-					fmt.Fprintf(w, "\r\033[K%s\n", line())
-				}
-				return
-			case <-t.C:
-				if tty {
-					fmt.Fprintf(w, "\r\033[K%s", line())
-				} else {
-					fmt.Fprintln(w, line())
-				}
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil && !strings.EqualFold(os.Getenv("TERM"), "dumb")
-}
-
-// parseManifestMax parses a --manifest-max-memory value ("": the default).
-func parseManifestMax(v string) (int64, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := units.ParseSize(v)
-	if err != nil {
-		return 0, fmt.Errorf("--%s: %w", mountapi.FlagManifestMaxMemory, err)
-	}
-	return n, nil
 }

@@ -29,7 +29,7 @@ func TestIndexWriteAndVerify(t *testing.T) {
 	g := &globalFlags{logLevel: "error", logFormat: "text"}
 	out := filepath.Join(src, manifest.DefaultPath) // next to the dataset: never indexed itself
 	var stdout, stderr bytes.Buffer
-	cfg := indexConfig{source: src, output: out, checksum: true, workers: 4, progress: "lines"}
+	cfg := indexConfig{source: src, out: out, checksum: true, workers: 4, progress: "lines"}
 	if err := runIndex(context.Background(), g, cfg, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
@@ -133,12 +133,14 @@ func TestIndexFlags(t *testing.T) {
 		cfg  indexConfig
 		want string
 	}{
-		{"no output", indexConfig{source: "/tmp", workers: 1, progress: "none"}, "-o FILE"},
+		{"no output", indexConfig{source: "/tmp", workers: 1, progress: "none"}, "--out FILE"},
 		{"upload and verify", indexConfig{source: "/tmp", upload: true, verify: "y", workers: 1, progress: "none"}, "exclusive"},
-		{"both", indexConfig{source: "/tmp", output: "x", verify: "y", workers: 1, progress: "none"}, "exclusive"},
-		{"workers", indexConfig{source: "/tmp", output: "x", workers: 0, progress: "none"}, "--workers"},
-		{"progress", indexConfig{source: "/tmp", output: "x", workers: 1, progress: "bar"}, "--progress"},
-		{"bad source", indexConfig{source: "relative", output: "x", workers: 1, progress: "none"}, "absolute"},
+		{"both", indexConfig{source: "/tmp", out: "x", verify: "y", workers: 1, progress: "none"}, "exclusive"},
+		{"workers", indexConfig{source: "/tmp", out: "x", workers: 0, progress: "none"}, "--workers"},
+		{"progress", indexConfig{source: "/tmp", out: "x", workers: 1, progress: "bar"}, "--progress"},
+		{"bad source", indexConfig{source: "relative", out: "x", workers: 1, progress: "none"}, "absolute"},
+		{"old -o FILE", indexConfig{source: "/tmp", format: "/tmp/m.manifest", workers: 1, progress: "none"}, `-o "/tmp/m.manifest" is not an output format (json, yaml, wide, name): to write the manifest to /tmp/m.manifest, give --out /tmp/m.manifest`},
+		{"bad format", indexConfig{source: "/tmp", out: "x", format: "jsonpath={.files}", workers: 1, progress: "none"}, `unknown output format`},
 		{"corrupt manifest", indexConfig{source: "/tmp", verify: "/dev/null", workers: 1, progress: "none"}, "corrupt"},
 	}
 	for _, tc := range cases {
@@ -166,7 +168,7 @@ func TestIndexUploadS3(t *testing.T) {
 	elsewhere := "s3://datasets/manifests/set.manifest?endpoint=" + mi.Endpoint + "&region=us-east-1"
 	g := &globalFlags{logLevel: "error", logFormat: "text"}
 	var stdout bytes.Buffer
-	cfg := indexConfig{source: src, output: elsewhere, upload: true, workers: 4, progress: "none"}
+	cfg := indexConfig{source: src, out: elsewhere, upload: true, workers: 4, progress: "none"}
 	if err := runIndex(context.Background(), g, cfg, &stdout, &stdout); err != nil {
 		t.Fatal(err)
 	}

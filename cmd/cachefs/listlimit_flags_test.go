@@ -22,10 +22,7 @@ func TestListingCapFlags(t *testing.T) {
 	if err != nil || n != fusefs.DefaultMaxDirEntries {
 		t.Errorf("--%s default %d, %v; want %d", mountapi.FlagMaxDirEntries, n, err, fusefs.DefaultMaxDirEntries)
 	}
-	v, err := cmd.Flags().GetString(mountapi.FlagMaxListingMemory)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := cmd.Flags().Lookup(mountapi.FlagMaxListingMemory).Value.String()
 	if size, err := units.ParseSize(v); err != nil || size != fusefs.DefaultMaxListingMemory {
 		t.Errorf("--%s default %q = %d, %v; want %d", mountapi.FlagMaxListingMemory, v, size, err, fusefs.DefaultMaxListingMemory)
 	}

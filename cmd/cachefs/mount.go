@@ -87,17 +87,17 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 // need no parsing, the other fields the rest until complete.
 type mountFlags struct {
 	cfg            mount.Config
-	cacheSize      string
+	cacheSize      units.Size
 	policy         string
-	wholeFileMax   string
-	blockSize      string
+	wholeFileMax   units.Size
+	blockSize      units.Size
 	readaheadFiles string
 	cpuProfile     string
-	manifestMax    string
+	manifestMax    units.Size
 	credsFD        int
 	peers          string
 	peersFile      string
-	maxListingMem  string
+	maxListingMem  units.Size
 	restrictEgress bool
 	egressRules    string
 }
@@ -108,16 +108,7 @@ func (mf *mountFlags) complete(cmd *cobra.Command) error {
 	if mf.policy != cache.PolicyNR {
 		return usageError(fmt.Errorf("--%s %q: the only cache policy is %q", mountapi.FlagPolicy, mf.policy, cache.PolicyNR))
 	}
-	n, err := units.ParseSize(mf.manifestMax)
-	if err != nil {
-		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagManifestMaxMemory, err))
-	}
-	mf.cfg.ManifestMaxMemory = n
-	n, err = units.ParseSize(mf.maxListingMem)
-	if err != nil {
-		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagMaxListingMemory, err))
-	}
-	mf.cfg.MaxListingMemory = n
+	mf.cfg.ManifestMaxMemory, mf.cfg.MaxListingMemory = mf.manifestMax.Bytes(), mf.maxListingMem.Bytes()
 	if mf.cfg.MaxDirEntries <= 0 {
 		return usageError(fmt.Errorf("--%s: %d must be at least 1", mountapi.FlagMaxDirEntries, mf.cfg.MaxDirEntries))
 	}
@@ -161,21 +152,25 @@ func (mf *mountFlags) complete(cmd *cobra.Command) error {
 // register defines the flags on f.
 func (mf *mountFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&mf.cfg.CacheDir, mountapi.FlagCacheDir, "", "cache directory (created if missing; one mount process per directory) (required)")
-	f.StringVar(&mf.cacheSize, mountapi.FlagCacheSize, "", "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
+	// Sizes are units.Size flag values: a bad one is a flag error (exit 2)
+	// with the grammar's message.
+	mf.manifestMax, mf.wholeFileMax, mf.blockSize = units.Size(manifest.DefaultMaxMemory), units.Size(fusefs.DefaultWholeFileMax), units.Size(fusefs.DefaultBlockSize)
+	mf.maxListingMem = units.Size(fusefs.DefaultMaxListingMemory)
+	f.Var(&mf.cacheSize, mountapi.FlagCacheSize, "cache capacity, e.g. 50GiB, 500MB, 1073741824 (required)")
 	f.StringVar(&mf.policy, mountapi.FlagPolicy, cache.PolicyNR, "cache policy: nr (no replacement), the only one")
 	f.StringVar(&mf.cfg.Manifest, mountapi.FlagManifest, "", "dataset manifest (from 'cachefs index'): a local file or a URL of the manifest object; default: SOURCE/.epochfs/manifest when it exists; 'none' lists the backend instead")
-	f.StringVar(&mf.manifestMax, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "the most memory the manifest may take, estimated from its header before it is decompressed (about 30-40 B per file, +32 with checksums); a larger manifest fails the mount")
+	f.Var(&mf.manifestMax, mountapi.FlagManifestMaxMemory, "the most memory the manifest may take, estimated from its header before it is decompressed (about 30-40 B per file, +32 with checksums); a larger manifest fails the mount")
 	f.StringVar(&mf.cfg.MetricsAddr, mountapi.FlagMetricsAddr, "", "serve Prometheus metrics at HOST:PORT/metrics (off when empty)")
 	f.BoolVar(&mf.cfg.AllowOther, mountapi.FlagAllowOther, true, "let every user read the mount (needs root or user_allow_other in /etc/fuse.conf)")
-	f.StringVar(&mf.wholeFileMax, mountapi.FlagWholeFileMax, fmt.Sprint(fusefs.DefaultWholeFileMax), "files up to this size are fetched and cached whole on first open")
-	f.StringVar(&mf.blockSize, mountapi.FlagBlockSize, fmt.Sprint(fusefs.DefaultBlockSize), "larger files are fetched and cached in blocks of this size")
+	f.Var(&mf.wholeFileMax, mountapi.FlagWholeFileMax, "files up to this size are fetched and cached whole on first open")
+	f.Var(&mf.blockSize, mountapi.FlagBlockSize, "larger files are fetched and cached in blocks of this size")
 	f.IntVar(&mf.cfg.Readahead, mountapi.FlagReadahead, fusefs.DefaultReadahead, "blocks fetched ahead of a sequential reader of a large file")
 	f.StringVar(&mf.readaheadFiles, mountapi.FlagReadaheadFiles, mountapi.ReadaheadFilesAuto, "when an open of a small file misses, fetch this many of the next files of its directory into the cache in the background: 'auto' follows the backend's measured latency (on for a far store, off for a local one), a number pins it (0: off); raises a cold epoch's backend concurrency above the loader's workers")
 	f.StringVar(&mf.cpuProfile, mountapi.FlagCPUProfile, "", "write a CPU profile (runtime/pprof) of the whole mount to this file, for benchmarks")
 	_ = f.MarkHidden(mountapi.FlagCPUProfile)
 	f.IntVar(&mf.cfg.ListingCacheEntries, mountapi.FlagListingCacheEntries, fusefs.DefaultListingCacheEntries, "without a manifest: directory entries kept from listings (~150 B each); least recently used directories are listed again when needed")
 	f.IntVar(&mf.cfg.MaxDirEntries, mountapi.FlagMaxDirEntries, fusefs.DefaultMaxDirEntries, "without a manifest: most entries of one directory; a larger directory reads as EFBIG (\"File too large\"), with an error line in the log naming it, and the rest of the mount serves on (a listing also stops after this/100 + 100 requests)")
-	f.StringVar(&mf.maxListingMem, mountapi.FlagMaxListingMemory, "256MiB", "without a manifest: most memory of the listings the mount holds and fetches, together; the least recently used are dropped to make room, and a listing that still does not fit reads as EFBIG")
+	f.Var(&mf.maxListingMem, mountapi.FlagMaxListingMemory, "without a manifest: most memory of the listings the mount holds and fetches, together; the least recently used are dropped to make room, and a listing that still does not fit reads as EFBIG")
 	f.DurationVar(&mf.cfg.ReadTimeout, mountapi.FlagReadTimeout, fusefs.DefaultReadTimeout, "deadline of one backend fetch, retries included; then the read fails with EIO")
 	f.IntVar(&mf.credsFD, mountapi.FlagCredentialsFD, -1, "read S3 credentials (KEY=VALUE lines: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) from this inherited file descriptor, e.g. a pipe, instead of the environment")
 	f.StringVar(&mf.cfg.Peer.Scope, mountapi.FlagCacheScope, mountapi.ScopeNode, "node: a node-local cache; cluster: the cache peers of the dataset (--peers) split its files, each cached by its owner only, and a miss of another peer's file asks that owner before the backend")
@@ -197,7 +192,9 @@ var exitCodesHelp = func() string {
 	var b strings.Builder
 	b.WriteString(`
 When it fails, the last line it logs is "mount failed" with exitCode, reason
-and error (one JSON object with --log-format json), and it exits with:`)
+and error (one JSON object with --log-format json; on a terminal without
+--log-format json, one plain line instead: cachefs: mount: MESSAGE), and it
+exits with:`)
 	for _, c := range exitcode.Codes() {
 		if c != exitcode.OK {
 			fmt.Fprintf(&b, "\n  %d %-18s %s", int(c), c.Reason(), c.Summary())
@@ -206,21 +203,13 @@ and error (one JSON object with --log-format json), and it exits with:`)
 	return b.String()
 }()
 
-func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize, readaheadFiles, cpuProfile string) error {
+func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []string, cacheSize, wholeFileMax, blockSize units.Size, readaheadFiles, cpuProfile string) error {
 	log, err := g.logger()
 	if err != nil {
 		return usageError(err)
 	}
 	cfg.Source, cfg.Mountpoint, cfg.Logger = args[0], args[1], log
-	if cfg.CacheSize, err = units.ParseSize(cacheSize); err != nil {
-		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagCacheSize, err))
-	}
-	if cfg.WholeFileMax, err = units.ParseSize(wholeFileMax); err != nil {
-		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagWholeFileMax, err))
-	}
-	if cfg.BlockSize, err = units.ParseSize(blockSize); err != nil {
-		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagBlockSize, err))
-	}
+	cfg.CacheSize, cfg.WholeFileMax, cfg.BlockSize = cacheSize.Bytes(), wholeFileMax.Bytes(), blockSize.Bytes()
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(readaheadFiles); err != nil {
 		return usageError(err)
 	}
@@ -253,15 +242,22 @@ func (e *invalidUsage) Unwrap() []error { return []error{e.err, mount.ErrInvalid
 
 // mountFailed turns an error of `cachefs mount` into its exit code and
 // writes the failure line (package exitcode) as the last log line; main
-// then only exits. nil stays nil.
+// then only exits. nil stays nil. On a terminal, without --log-format
+// json, the failure is one plain line for people instead: `cachefs:
+// mount: MESSAGE` (the CSI driver, which reads the failure line back,
+// logs to a file in json).
 func (g *globalFlags) mountFailed(err error) error {
 	if err == nil {
 		return nil
 	}
 	code := mount.ExitCode(err)
+	if w := g.errOut(); isTerminal(w) && !strings.EqualFold(g.logFormat, mountapi.LogFormatJSON) {
+		fmt.Fprintf(w, "cachefs: mount: %s\n", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
+		return &exitError{code: int(code), err: err, reported: true}
+	}
 	log, lerr := g.logger()
 	if lerr != nil { // a bad --log-format or --log-level: report in text
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		log = slog.New(slog.NewTextHandler(g.errOut(), nil))
 	}
 	exitcode.LogFailure(log, code, err)
 	return &exitError{code: int(code), err: err, reported: true}

@@ -2,17 +2,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/epochfs/epochfs/internal/cliprint"
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cache"
@@ -30,14 +31,15 @@ const exitInterrupted = 130
 type prefetchConfig struct {
 	source       string
 	cacheDir     string
-	cacheSize    string
+	cacheSize    units.Size
 	manifest     string
-	manifestMax  string // --manifest-max-memory
+	manifestMax  units.Size // --manifest-max-memory
 	policy       string
-	wholeFileMax string
-	blockSize    string
+	wholeFileMax units.Size
+	blockSize    units.Size
 	workers      int
-	json         bool
+	format       string // -o (cliprint)
+	json         bool   // --json, deprecated: -o json
 	progress     string
 	readTimeout  time.Duration
 	// splitSet: --whole-file-max or --block-size was given explicitly.
@@ -66,32 +68,43 @@ that mount, through DIR/control.sock, to run the same prefetch against its own
 cache, and shows its progress; the mount keeps serving meanwhile. The mount's
 own capacity, manifest and split apply then.
 
-Prints a progress line on a terminal (plain lines every 5s otherwise), then
+Shows a progress bar with percent and ETA on a terminal (plain lines
+otherwise: every 5s while listing, then one per 10% fetched), then
 what is cached: "complete" only when every file is; "cache full at X% of the
-dataset" when the rest did not fit; "interrupted at X%" after Ctrl-C. --json
-prints the summary as JSON on stdout instead. Exit status: 0 complete or cache
+dataset" when the rest did not fit; "interrupted at X%" after Ctrl-C. -o json
+or yaml prints the summary as one object on stdout instead (snake_case
+keys), -o wide adds a row per figure, -o name prints dataset/ID. Exit status: 0 complete or cache
 full, 1 error or files that could not be read, 130 interrupted.`,
 		Example: `  cachefs prefetch /data/imagenet --cache-dir /var/cache/epochfs --cache-size 50GiB
   cachefs prefetch 's3://datasets/imagenet?endpoint=http://127.0.0.1:9000' \
-      --cache-dir /var/cache/epochfs --cache-size 100GiB --workers 64 --json`,
+      --cache-dir /var/cache/epochfs --cache-size 100GiB --workers 64 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c.source = args[0]
 			c.splitSet = cmd.Flags().Changed("whole-file-max") || cmd.Flags().Changed("block-size")
+			if c.json && c.format == "" {
+				c.format = cliprint.JSON
+			}
+			if err := cliprint.Check(c.format); err != nil {
+				return err
+			}
 			return runPrefetch(cmd.Context(), g, c, cmd.OutOrStdout(), os.Stderr)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&c.cacheDir, "cache-dir", "", "cache directory, the one the mount will use (required)")
-	f.StringVar(&c.cacheSize, "cache-size", "", "cache capacity, as for mount (required unless a mount is running on --cache-dir)")
+	c.manifestMax, c.wholeFileMax, c.blockSize = units.Size(manifest.DefaultMaxMemory), units.Size(cache.DefaultWholeFileMax), units.Size(cache.DefaultBlockSize)
+	f.Var(&c.cacheSize, "cache-size", "cache capacity, as for mount (required unless a mount is running on --cache-dir)")
 	f.StringVar(&c.manifest, "manifest", "", "dataset manifest: a local file or a URL; default: SOURCE/.epochfs/manifest when it exists; 'none' walks the source")
-	f.StringVar(&c.manifestMax, mountapi.FlagManifestMaxMemory, units.FormatSize(manifest.DefaultMaxMemory), "as for mount: the most memory the manifest may take, estimated from its header")
+	f.Var(&c.manifestMax, mountapi.FlagManifestMaxMemory, "as for mount: the most memory the manifest may take, estimated from its header")
 	f.StringVar(&c.policy, "policy", cache.PolicyNR, "cache policy; only nr (prefetching into a replacing policy would evict what it fetched)")
-	f.StringVar(&c.wholeFileMax, "whole-file-max", fmt.Sprint(cache.DefaultWholeFileMax), "as for mount: files up to this size are cached whole")
-	f.StringVar(&c.blockSize, "block-size", fmt.Sprint(cache.DefaultBlockSize), "as for mount: larger files are cached in blocks of this size")
+	f.Var(&c.wholeFileMax, "whole-file-max", "as for mount: files up to this size are cached whole")
+	f.Var(&c.blockSize, "block-size", "as for mount: larger files are cached in blocks of this size")
 	f.IntVar(&c.workers, "workers", prefetch.DefaultWorkers, "parallel reads from the source")
+	cliprint.AddFlag(cmd, &c.format, "a summary")
 	f.BoolVar(&c.json, "json", false, "print the final summary as JSON on stdout")
-	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a live line on a terminal, plain lines otherwise), lines, none")
+	_ = f.MarkDeprecated("json", "use -o json")
+	f.StringVar(&c.progress, "progress", "auto", "progress display on stderr: auto (a bar with percent and ETA on a terminal, plain lines otherwise), lines (a line per 10% fetched; every 5s while listing), none")
 	f.StringVar(&c.scope, mountapi.FlagCacheScope, mountapi.ScopeNode, "cluster: fill only the files this node owns among --peers (as its cluster-scope mount admits them); a running mount on --cache-dir applies its own scope")
 	f.StringVar(&c.peers, mountapi.FlagPeers, "", "cluster scope: the cache peers, id=host:port[;capacity=BYTES],... (as given to the mounts)")
 	f.StringVar(&c.peerID, mountapi.FlagPeerID, "", "cluster scope: this node's peer id (as given to its mount)")
@@ -109,30 +122,17 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 	if err != nil {
 		return err
 	}
-	whole, err := units.ParseSize(c.wholeFileMax)
-	if err != nil {
-		return fmt.Errorf("--whole-file-max: %w", err)
-	}
-	block, err := units.ParseSize(c.blockSize)
-	if err != nil {
-		return fmt.Errorf("--block-size: %w", err)
-	}
+	whole, block, capacity := c.wholeFileMax.Bytes(), c.blockSize.Bytes(), c.cacheSize.Bytes()
 	src, err := source.Parse(c.source)
 	if err != nil {
 		return err
-	}
-	var capacity int64
-	if c.cacheSize != "" {
-		if capacity, err = units.ParseSize(c.cacheSize); err != nil {
-			return fmt.Errorf("--cache-size: %w", err)
-		}
 	}
 	remote := func() error {
 		sum, err := prefetchRemote(ctx, c, src, whole, block, stderr)
 		if err != nil {
 			return err
 		}
-		return reportPrefetch(stdout, c.json, "mount", sum)
+		return reportPrefetch(stdout, c.format, "mount", sum)
 	}
 	if capacity == 0 {
 		if err := remote(); errors.Is(err, mountapi.ErrNoControl) {
@@ -162,7 +162,7 @@ func runPrefetch(ctx context.Context, g *globalFlags, c prefetchConfig, stdout, 
 	if err != nil {
 		return err
 	}
-	return reportPrefetch(stdout, c.json, "local", sum)
+	return reportPrefetch(stdout, c.format, "local", sum)
 }
 
 // check validates the flags and returns the cluster scope's members (none
@@ -235,11 +235,7 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 		return prefetch.Summary{}, err
 	}
 	defer b.Close()
-	maxMem, err := parseManifestMax(c.manifestMax)
-	if err != nil {
-		return prefetch.Summary{}, fmt.Errorf("prefetch: %w", err)
-	}
-	man, where, err := manifest.DiscoverMax(ctx, b, c.manifest, bopts, maxMem)
+	man, where, err := manifest.DiscoverMax(ctx, b, c.manifest, bopts, c.manifestMax.Bytes())
 	switch {
 	case errors.Is(err, manifest.ErrTooLarge):
 		return prefetch.Summary{}, fmt.Errorf("prefetch: %w: raise --%s or use --manifest none", err, mountapi.FlagManifestMaxMemory)
@@ -276,31 +272,13 @@ func prefetchLocal(ctx context.Context, log *slog.Logger, c prefetchConfig, src 
 	return sum, err
 }
 
-// reportPrefetch prints the summary and maps its state to the exit status.
-func reportPrefetch(w io.Writer, asJSON bool, via string, s prefetch.Summary) error {
-	if asJSON {
-		out := struct {
-			prefetch.Summary
-			Via string `json:"via"` // "local": this process; "mount": the running mount, through its control socket
-		}{s, via}
-		b, err := json.MarshalIndent(out, "", "  ")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(w, string(b))
-	} else {
-		fmt.Fprintln(w, s.Message)
-		if s.Files > 0 || s.State != prefetch.StateInterrupted {
-			rate := float64(s.FetchedBytes) / max(s.ElapsedSeconds, 1e-9)
-			fmt.Fprintf(w, "dataset %s: %d files, %s (%s); cached in total %d files (%.1f%%), %s (%.1f%%); by this run %d files, %s in %.1fs (%s/s); already cached %d files, %s; cache %s used of %s\n",
-				s.Dataset, s.Files, units.FormatSize(s.Bytes), map[bool]string{true: "manifest", false: "listed"}[s.Manifest],
-				s.CachedFiles, s.PercentFiles, units.FormatSize(s.CachedBytes), s.PercentBytes,
-				s.FetchedFiles, units.FormatSize(s.FetchedBytes), s.ElapsedSeconds, units.FormatSize(int64(rate)),
-				s.AlreadyFiles, units.FormatSize(s.AlreadyBytes), units.FormatSize(s.UsedBytes), units.FormatSize(s.CapacityBytes))
-		}
-		for _, e := range s.Errors {
-			fmt.Fprintln(w, "error:", e)
-		}
+// reportPrefetch prints the summary in format (cliprint) and maps its
+// state to the exit status.
+func reportPrefetch(w io.Writer, format, via string, s prefetch.Summary) error {
+	out := prefetchReport{s, via}
+	if err := cliprint.Print(w, format, cliprint.Output{Value: out, Table: out.table,
+		Names: func() []string { return []string{"dataset/" + s.Dataset} }}); err != nil {
+		return err
 	}
 	switch s.State {
 	case prefetch.StateInterrupted:
@@ -311,30 +289,73 @@ func reportPrefetch(w io.Writer, asJSON bool, via string, s prefetch.Summary) er
 	return nil
 }
 
-// showPrefetchProgress draws progress() on w until the returned stop is
-// called (see drawProgress).
-func showPrefetchProgress(w io.Writer, mode string, progress func() prefetch.Progress) (stop func()) {
-	return drawProgress(w, mode, func() string { return progressLine(progress()) })
+// prefetchReport is what prefetch prints: the summary (snake_case keys)
+// and who ran it.
+type prefetchReport struct {
+	prefetch.Summary
+	Via string `json:"via"` // "local": this process; "mount": the running mount, through its control socket
 }
 
-func progressLine(p prefetch.Progress) string {
+// table writes the summary for people; wide adds a row per figure.
+func (r prefetchReport) table(w io.Writer, wide bool) error {
+	s := r.Summary
+	fmt.Fprintln(w, s.Message)
+	if s.Files > 0 || s.State != prefetch.StateInterrupted {
+		rate := float64(s.FetchedBytes) / max(s.ElapsedSeconds, 1e-9)
+		fmt.Fprintf(w, "dataset %s: %d files, %s (%s); cached in total %d files (%.1f%%), %s (%.1f%%); by this run %d files, %s in %.1fs (%s/s); already cached %d files, %s; cache %s used of %s\n",
+			s.Dataset, s.Files, units.FormatSize(s.Bytes), map[bool]string{true: "manifest", false: "listed"}[s.Manifest],
+			s.CachedFiles, s.PercentFiles, units.FormatSize(s.CachedBytes), s.PercentBytes,
+			s.FetchedFiles, units.FormatSize(s.FetchedBytes), s.ElapsedSeconds, units.FormatSize(int64(rate)),
+			s.AlreadyFiles, units.FormatSize(s.AlreadyBytes), units.FormatSize(s.UsedBytes), units.FormatSize(s.CapacityBytes))
+	}
+	if wide {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  state\t%s\n  via\t%s\n  files\t%d\n  bytes\t%d\n  cached files\t%d\n  cached bytes\t%d\n"+
+			"  fetched files\t%d\n  fetched bytes\t%d\n  already files\t%d\n  already bytes\t%d\n"+
+			"  not fit files\t%d\n  not fit bytes\t%d\n  failed files\t%d\n  capacity bytes\t%d\n  used bytes\t%d\n"+
+			"  whole file max\t%d\n  block size\t%d\n  workers\t%d\n  seconds\t%.3f\n",
+			s.State, r.Via, s.Files, s.Bytes, s.CachedFiles, s.CachedBytes, s.FetchedFiles, s.FetchedBytes, s.AlreadyFiles, s.AlreadyBytes,
+			s.NotFitFiles, s.NotFitBytes, s.FailedFiles, s.CapacityBytes, s.UsedBytes, s.WholeFileMax, s.BlockSize, s.Workers, s.ElapsedSeconds)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	for _, e := range s.Errors {
+		fmt.Fprintln(w, "error:", e)
+	}
+	return nil
+}
+
+// showPrefetchProgress shows progress() on w until the returned stop is
+// called (see showProgress).
+func showPrefetchProgress(w io.Writer, mode string, progress func() prefetch.Progress) (stop func()) {
+	return showProgress(w, mode, func() progressState { return prefetchState(progress()) })
+}
+
+// prefetchState is p for showProgress: counts while listing and checking,
+// then the bytes done of those planned, with the ETA.
+func prefetchState(p prefetch.Progress) progressState {
 	switch p.Phase {
 	case prefetch.PhaseListing:
-		return fmt.Sprintf("listing: %d dirs, %d files, %s, %s", p.ListedDirs, p.DatasetFiles,
-			units.FormatSize(p.DatasetBytes), (time.Duration(p.ElapsedSeconds) * time.Second).String())
+		return progressState{Label: "listing", ETA: -1, Detail: fmt.Sprintf("%d dirs, %d files, %s, %s", p.ListedDirs,
+			p.DatasetFiles, units.FormatSize(p.DatasetBytes), (time.Duration(p.ElapsedSeconds) * time.Second).String())}
 	case prefetch.PhasePlanning:
-		return fmt.Sprintf("checking %d files (%s) against the cache", p.DatasetFiles, units.FormatSize(p.DatasetBytes))
+		return progressState{Label: "checking", ETA: -1, Detail: fmt.Sprintf("%d files (%s) against the cache",
+			p.DatasetFiles, units.FormatSize(p.DatasetBytes))}
 	}
-	eta := "ETA ?"
+	st := progressState{Label: "prefetch", Done: p.DoneBytes, Total: max(p.PlannedBytes, 1), ETA: -1}
+	if p.PlannedBytes == 0 {
+		st.Done = 1 // nothing to fetch: done
+	}
 	if p.ETASeconds >= 0 {
-		eta = "ETA " + (time.Duration(p.ETASeconds) * time.Second).String()
+		st.ETA = time.Duration(p.ETASeconds * float64(time.Second))
 	}
-	s := fmt.Sprintf("prefetch: %d/%d files, %s/%s, %s/s, %s | already cached %d files, %s | dataset %d files, %s",
-		p.DoneFiles, p.PlannedFiles, units.FormatSize(p.DoneBytes), units.FormatSize(p.PlannedBytes),
-		units.FormatSize(int64(p.BytesPerSecond)), eta, p.AlreadyFiles, units.FormatSize(p.AlreadyBytes),
+	st.Detail = fmt.Sprintf("%s/%s, %d/%d files, %s/s | cached before %d files, %s | dataset %d files, %s",
+		units.FormatSize(p.DoneBytes), units.FormatSize(p.PlannedBytes), p.DoneFiles, p.PlannedFiles,
+		units.FormatSize(int64(p.BytesPerSecond)), p.AlreadyFiles, units.FormatSize(p.AlreadyBytes),
 		p.DatasetFiles, units.FormatSize(p.DatasetBytes))
 	if p.FailedFiles > 0 {
-		s += fmt.Sprintf(" | %d failed", p.FailedFiles)
+		st.Detail += fmt.Sprintf(" | %d failed", p.FailedFiles)
 	}
-	return s
+	return st
 }

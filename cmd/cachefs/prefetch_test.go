@@ -24,7 +24,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/mount"
 )
 
-// prefetchSummary is the part of `cachefs prefetch --json` the tests read.
+// prefetchSummary is the part of `cachefs prefetch -o json` the tests read.
 type prefetchSummary struct {
 	State        string  `json:"state"`
 	Message      string  `json:"message"`
@@ -42,7 +42,7 @@ type prefetchSummary struct {
 
 func runPrefetch(t *testing.T, bin string, env []string, wantCode int, args ...string) prefetchSummary {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"prefetch", "--json", "--log-level", "warn"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"prefetch", "-o", "json", "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -59,7 +59,7 @@ func runPrefetch(t *testing.T, bin string, env []string, wantCode int, args ...s
 	}
 	var s prefetchSummary
 	if err := json.Unmarshal(stdout.Bytes(), &s); err != nil {
-		t.Fatalf("--json output %q: %v", stdout.String(), err)
+		t.Fatalf("-o json output %q: %v", stdout.String(), err)
 	}
 	t.Logf("prefetch (%s): %s", s.Via, s.Message)
 	return s

@@ -83,19 +83,14 @@ func run() error {
 // flags is the command line: the Config's fields that a flag sets as they
 // are, and the values that config parses into it.
 type flags struct {
-	cfg                    csi.Config
-	defaultCache, maxCache string
-	logFormat, logLevel    string
-	showVersion            bool
-	localRoots             string
-	networkRules           string
-	cacheBudget            string
-	nsCacheBytes           string
-	maxInlineCache         string
-	mountLogMax            string
-	metricsAddr            string
-	reg                    registrarFlags
-	prov                   provisionerFlags
+	cfg                 csi.Config
+	logFormat, logLevel string
+	showVersion         bool
+	localRoots          string
+	networkRules        string
+	metricsAddr         string
+	reg                 registrarFlags
+	prov                provisionerFlags
 }
 
 // defineFlags defines the command's flags on fs.
@@ -109,8 +104,12 @@ func defineFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&f.cfg.StateDir, "state-dir", "/var/lib/epochfs/state", "driver state (volumes, dataset mounts, mount logs; credentials on a tmpfs at node/secrets); must survive driver restarts")
 	fs.StringVar(&f.cfg.CacheRoot, "cache-root", "/var/lib/epochfs/cache", "parent of the per-dataset NR cache directories")
 	fs.StringVar(&f.cfg.CachefsBinary, "cachefs-binary", defaultCachefs(), "the cachefs executable started for each dataset mount")
-	fs.StringVar(&f.defaultCache, "default-cache-size", "10GiB", "cache size of volumes without a cacheSize parameter")
-	fs.StringVar(&f.maxCache, "max-cache-size", "1TiB", "refuse volumes whose cacheSize is larger (OutOfRange)")
+	// Sizes and budgets are flag values (units.Size, csi.CacheBudget): a bad
+	// one is refused at parsing, with the grammar's message.
+	f.cfg.DefaultCacheSize, f.cfg.MaxCacheSize, f.cfg.MountLogMaxSize = 10<<30, 1<<40, 10<<20
+	f.cfg.CacheRootBudget, f.cfg.MaxNamespaceCacheBytes = csi.DefaultCacheRootBudget, csi.DefaultMaxNamespaceCacheBytes
+	fs.Var((*units.Size)(&f.cfg.DefaultCacheSize), "default-cache-size", "cache size (a `SIZE`: 10GiB, 500Gi, 2T) of volumes without a cacheSize parameter")
+	fs.Var((*units.Size)(&f.cfg.MaxCacheSize), "max-cache-size", "refuse volumes whose cacheSize is larger than this `SIZE` (OutOfRange)")
 	fs.BoolVar(&f.cfg.AllowInlineVolumes, "allow-inline-volumes", false, "accept CSI inline ephemeral volumes (pod-spec csi: volumes); they must then name a network source with the pod's own nodePublishSecretRef")
 	fs.DurationVar(&f.cfg.HealthInterval, "health-interval", 30*time.Second, "how often dataset mounts are checked and repaired (0 disables)")
 	fs.DurationVar(&f.cfg.MountTimeout, "mount-timeout", time.Minute, "how long a new dataset mount may take to become live")
@@ -121,11 +120,11 @@ func defineFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&f.cfg.KubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet's root directory: no volume source may be, lie under or contain it")
 	fs.StringVar(&f.localRoots, "allowed-local-roots", "", "comma-separated absolute directories under which local sources (/path, file://) may lie, after resolving symlinks (empty: local sources are refused)")
 	fs.StringVar(&f.networkRules, "network-rules", "", "comma-separated source URLs (s3://bucket[/prefix]?endpoint=URL, cephfs://mon/path, nfs://host/export) that network sources must lie within (empty: any network source that brings credentials; an nfs source, which has no credentials of its own, always needs a rule naming its export or --allow-node-credentials)")
-	fs.StringVar(&f.cacheBudget, "cache-root-budget", csi.DefaultCacheRootBudget.String(), "how much of the cache root the dataset caches may take, a size (500GiB) or a percentage of its filesystem (80%): the cacheSize of every running mount plus what idle caches hold; a volume that does not fit is refused (ResourceExhausted), idle caches are removed oldest first to make room")
+	fs.Var(&f.cfg.CacheRootBudget, "cache-root-budget", "how much of the cache root the dataset caches may take, a `SIZE|PERCENT`: a size (500GiB) or a percentage of its filesystem (80%): the cacheSize of every running mount plus what idle caches hold; a volume that does not fit is refused (ResourceExhausted), idle caches are removed oldest first to make room")
 	fs.IntVar(&f.cfg.MaxMounts, "max-mounts", csi.DefaultMaxMounts, "most dataset mount processes on this node; a volume that needs one more is refused (ResourceExhausted)")
-	fs.StringVar(&f.nsCacheBytes, "max-namespace-cache-bytes", csi.DefaultMaxNamespaceCacheBytes.String(), "most cache bytes one namespace may hold on this node, a size (200GiB) or a percentage of --cache-root-budget (50%): the cacheSize of every dataset mount its volumes use, a shared mount counting whole for each namespace using it; a volume over it is refused (ResourceExhausted). A volume's namespace: its pod's (inline) or its claim's (PersistentVolume attribute csi.storage.k8s.io/pvc/namespace); an admin's PV without one is not limited")
+	fs.Var(&f.cfg.MaxNamespaceCacheBytes, "max-namespace-cache-bytes", "most cache bytes one namespace may hold on this node, a `SIZE|PERCENT`: a size (200GiB) or a percentage of --cache-root-budget (50%): the cacheSize of every dataset mount its volumes use, a shared mount counting whole for each namespace using it; a volume over it is refused (ResourceExhausted). A volume's namespace: its pod's (inline) or its claim's (PersistentVolume attribute csi.storage.k8s.io/pvc/namespace); an admin's PV without one is not limited")
 	fs.IntVar(&f.cfg.MaxNamespaceMounts, "max-namespace-mounts", csi.DefaultMaxNamespaceMounts, "most dataset mounts one namespace may hold on this node; a volume that needs one more is refused (ResourceExhausted)")
-	fs.StringVar(&f.maxInlineCache, "max-inline-cache-size", "", "refuse inline ephemeral volumes whose cacheSize is larger (ResourceExhausted); at most --max-cache-size (empty: "+units.FormatSize(csi.DefaultMaxInlineCacheSize)+", or --max-cache-size if smaller); inline volumes without a cacheSize get the smaller of it and --default-cache-size")
+	fs.Var((*optionalSize)(&f.cfg.MaxInlineCacheSize), "max-inline-cache-size", "refuse inline ephemeral volumes whose cacheSize is larger than this `SIZE` (ResourceExhausted); at most --max-cache-size (empty: "+units.FormatSize(csi.DefaultMaxInlineCacheSize)+", or --max-cache-size if smaller); inline volumes without a cacheSize get the smaller of it and --default-cache-size")
 	fs.DurationVar(&f.cfg.CacheRetention, "cache-retention", csi.DefaultCacheRetention, "how long the cache of a dataset no longer staged is kept for its next stage before it is removed (negative: until a new mount needs its room)")
 	fs.BoolVar(&f.cfg.AllowNodeCredentials, "allow-node-credentials", false, "let network sources without secrets of their own read with this node's identity (environment, shared files, instance role)")
 	fs.BoolVar(&f.cfg.AllowDiskSecrets, "allow-disk-secrets", false, "when no tmpfs can be mounted on <state-dir>/node/secrets (not root), keep volumes' credentials there on disk (0600 files in a 0700 directory) instead of refusing to start")
@@ -133,7 +132,7 @@ func defineFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&f.cfg.PeerPortRange, "peer-port-range", csi.DefaultPeerPortRange, "cluster scope: LO-HI, the ports handed to cluster-scope dataset mounts, one per dataset on this node")
 	fs.StringVar(&f.cfg.PeerTokenFile, "peer-token-file", "", "cluster scope: file holding the token the peers share (from a Kubernetes Secret; at least 16 bytes); required with --peer-listen")
 	fs.StringVar(&f.cfg.PeerID, "peer-id", "", "cluster scope: this node's peer id, stable across restarts (default: --nodeid)")
-	fs.StringVar(&f.mountLogMax, "mount-log-max-size", "10MiB", "rotate a mount process's log (<state-dir>/node/logs/<key>.log) to <key>.log.1 when larger, at each health check (min 64KiB)")
+	fs.Var((*units.Size)(&f.cfg.MountLogMaxSize), "mount-log-max-size", "rotate a mount process's log (<state-dir>/node/logs/<key>.log) to <key>.log.1 when larger than this `SIZE`, at each health check (min 64KiB)")
 	fs.StringVar(&f.reg.kubeletRegistrationPath, "kubelet-registration-path", "", "registrar mode: the driver's CSI socket as the kubelet sees it on the host (/var/lib/kubelet/plugins/"+csi.DriverName+"/csi.sock)")
 	fs.StringVar(&f.reg.pluginRegistrationDir, "plugin-registration-dir", "/registration", "registrar mode: the kubelet's plugin-registration directory (the host's /var/lib/kubelet/plugins_registry) as mounted here")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics and /healthz at HOST:PORT (off when empty); /healthz fails when the CSI endpoint does not answer Probe as ready (registrar mode: when the registration socket is gone)")
@@ -144,43 +143,32 @@ func defineFlags(fs *flag.FlagSet) *flags {
 	return f
 }
 
-// config parses the flags' sizes, budgets and lists into the Config and
-// checks the counts that must be positive.
+// config parses the flags' lists into the Config and checks the counts
+// that must be positive (sizes and budgets are parsed by their flags).
 func (f *flags) config() (csi.Config, error) {
 	cfg := f.cfg
-	var err error
-	if cfg.DefaultCacheSize, err = units.ParseSize(f.defaultCache); err != nil {
-		return cfg, fmt.Errorf("--default-cache-size: %w", err)
-	}
-	if cfg.MaxCacheSize, err = units.ParseSize(f.maxCache); err != nil {
-		return cfg, fmt.Errorf("--max-cache-size: %w", err)
-	}
-	if cfg.CacheRootBudget, err = csi.ParseCacheBudget(f.cacheBudget); err != nil {
-		return cfg, fmt.Errorf("--cache-root-budget: %w", err)
-	}
 	if cfg.MaxMounts < 1 {
 		return cfg, fmt.Errorf("--max-mounts %d: must be at least 1", cfg.MaxMounts)
-	}
-	if cfg.MaxNamespaceCacheBytes, err = csi.ParseCacheBudget(f.nsCacheBytes); err != nil {
-		return cfg, fmt.Errorf("--max-namespace-cache-bytes: %w", err)
 	}
 	if cfg.MaxNamespaceMounts < 1 {
 		return cfg, fmt.Errorf("--max-namespace-mounts %d: must be at least 1", cfg.MaxNamespaceMounts)
 	}
-	if f.maxInlineCache != "" {
-		if cfg.MaxInlineCacheSize, err = units.ParseSize(f.maxInlineCache); err != nil {
-			return cfg, fmt.Errorf("--max-inline-cache-size: %w", err)
-		}
-		if cfg.MaxInlineCacheSize <= 0 {
-			return cfg, fmt.Errorf("--max-inline-cache-size %s: must be more than 0", f.maxInlineCache)
-		}
-	}
-	if cfg.MountLogMaxSize, err = units.ParseSize(f.mountLogMax); err != nil {
-		return cfg, fmt.Errorf("--mount-log-max-size: %w", err)
-	}
 	cfg.AllowedLocalRoots, cfg.NetworkRules = splitList(f.localRoots), splitList(f.networkRules)
 	return cfg, nil
 }
+
+// optionalSize is a units.Size flag value that also takes "" (unset: the
+// driver's default), as --max-inline-cache-size documents.
+type optionalSize units.Size
+
+func (s *optionalSize) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		*s = 0
+		return nil
+	}
+	return (*units.Size)(s).Set(v)
+}
+func (s optionalSize) String() string { return units.Size(s).String() }
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {

@@ -59,6 +59,20 @@ func (b CacheBudget) String() string {
 	return strconv.Itoa(b.Percent) + "%"
 }
 
+// Set parses v with ParseCacheBudget: with Type, a CacheBudget is a flag
+// value (flag.Value, pflag.Value), refused at flag parsing when bad.
+func (b *CacheBudget) Set(v string) error {
+	nb, err := ParseCacheBudget(v)
+	if err != nil {
+		return err
+	}
+	*b = nb
+	return nil
+}
+
+// Type is the placeholder of the value in --help: a size or a percentage.
+func (*CacheBudget) Type() string { return "SIZE|PERCENT" }
+
 // budget keeps the node's dataset caches within the cache root's budget
 // and the number of mount processes within its cap.
 //

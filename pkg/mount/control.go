@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -146,8 +147,10 @@ func (c *controlServer) serve(conn *net.UnixConn) {
 		c.metrics(r)
 	case mountapi.OpDataset:
 		c.dataset(r)
+	case mountapi.OpUnmount:
+		c.unmount(req, r)
 	default:
-		r.fail("control: unknown op %q (want %q, %q or %q)", req.Op, mountapi.OpPrefetch, mountapi.OpMetrics, mountapi.OpDataset)
+		r.fail("control: unknown op %q (want %q, %q, %q or %q)", req.Op, mountapi.OpPrefetch, mountapi.OpMetrics, mountapi.OpDataset, mountapi.OpUnmount)
 	}
 }
 
@@ -292,4 +295,21 @@ func (c *controlServer) stream(ctx context.Context, cancel context.CancelFunc, p
 			return
 		}
 	}
+}
+
+// unmount answers OpUnmount: when req names this mount's mount point, it
+// acknowledges and asks Run to unmount (as on SIGTERM: lazily when readers
+// hold files open).
+func (c *controlServer) unmount(req mountapi.ControlRequest, r reply) {
+	mine, err := filepath.Abs(c.m.cfg.Mountpoint)
+	if err != nil {
+		r.fail("control: unmount: %v", err)
+		return
+	}
+	if req.Mountpoint == "" || filepath.Clean(req.Mountpoint) != mine {
+		r.fail("control: unmount: this mount serves %s, not %q", mine, req.Mountpoint)
+		return
+	}
+	_ = r.send(mountapi.ControlEvent{Type: mountapi.EventUnmounting, Pid: os.Getpid()})
+	c.m.requestStop()
 }

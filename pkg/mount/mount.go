@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"sync"
 	"syscall"
 	"time"
 
@@ -136,7 +137,15 @@ type Mount struct {
 	stopMetrics context.CancelFunc
 	control     *controlServer // nil when the control socket could not be served
 	peer        *peerState     // nil in node scope
+
+	// stopRequested is closed (once, stopOnce) when a client of the
+	// control socket asks the mount to unmount (OpUnmount); Run unmounts.
+	stopRequested chan struct{}
+	stopOnce      sync.Once
 }
+
+// requestStop makes Run unmount as if its context ended.
+func (m *Mount) requestStop() { m.stopOnce.Do(func() { close(m.stopRequested) }) }
 
 // New validates cfg.
 func New(cfg Config) (*Mount, error) {
@@ -167,7 +176,7 @@ func New(cfg Config) (*Mount, error) {
 	if err := validatePeer(&cfg.Peer); err != nil {
 		return nil, err
 	}
-	return &Mount{cfg: cfg, src: src, log: cfg.Logger}, nil
+	return &Mount{cfg: cfg, src: src, log: cfg.Logger, stopRequested: make(chan struct{})}, nil
 }
 
 // Start opens the backend and the cache, mounts, and starts the metrics
@@ -481,6 +490,9 @@ func (m *Mount) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		m.log.Info("unmounting", "mountpoint", m.cfg.Mountpoint, "reason", context.Cause(ctx))
+		return m.Unmount()
+	case <-m.stopRequested:
+		m.log.Info("unmounting", "mountpoint", m.cfg.Mountpoint, "reason", "asked over the control socket (cachefs umount)")
 		return m.Unmount()
 	case <-unmounted:
 		m.log.Info("unmounted from outside", "mountpoint", m.cfg.Mountpoint)

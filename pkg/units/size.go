@@ -138,3 +138,34 @@ func FormatSize(n int64) string {
 	v = strings.TrimRight(strings.TrimRight(v, "0"), ".")
 	return v + string(units[i]) + "iB"
 }
+
+// Size is a byte size as a command-line flag value: it implements
+// pflag.Value and flag.Value, so a bad value is refused when the flags are
+// parsed, with ParseSize's message, and --help reads "--cache-size SIZE …
+// (default 4MiB)". The zero Size prints as "" (no default shown); Set never
+// stores zero (ParseSize refuses it).
+type Size int64
+
+// Set parses v with ParseSize.
+func (s *Size) Set(v string) error {
+	n, err := ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = Size(n)
+	return nil
+}
+
+// String formats s with FormatSize, "" for 0.
+func (s Size) String() string {
+	if s == 0 {
+		return ""
+	}
+	return FormatSize(int64(s))
+}
+
+// Type is the placeholder of the value in --help.
+func (*Size) Type() string { return "SIZE" }
+
+// Bytes returns s as a byte count.
+func (s Size) Bytes() int64 { return int64(s) }

@@ -118,3 +118,20 @@ func FuzzParseSize(f *testing.F) {
 		}
 	})
 }
+
+// TestSizeValue: Size is a flag value with ParseSize's grammar and errors.
+func TestSizeValue(t *testing.T) {
+	var s Size
+	if s.String() != "" || s.Type() != "SIZE" {
+		t.Errorf("zero Size: %q, type %q", s.String(), s.Type())
+	}
+	if err := s.Set("1.5GiB"); err != nil || s.Bytes() != 3<<29 || s.String() != "1.5GiB" {
+		t.Errorf("Set(1.5GiB): %v, %d, %q", err, s.Bytes(), s.String())
+	}
+	for _, bad := range []string{"500m", "-1", "0", "", "lots"} {
+		before := s
+		if err := s.Set(bad); !errors.Is(err, ErrInvalidSize) || s != before {
+			t.Errorf("Set(%q): %v, value %d (was %d)", bad, err, s, before)
+		}
+	}
+}

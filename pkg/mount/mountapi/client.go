@@ -105,6 +105,11 @@ func RemotePrefetch(ctx context.Context, cacheDir string, req ControlRequest, on
 // ask sends a request of op and returns the one event of type want that
 // answers it, read within maxLine bytes. ctx bounds the whole exchange.
 func ask(ctx context.Context, cacheDir, op, want string, maxLine int) (ControlEvent, error) {
+	return askReq(ctx, cacheDir, ControlRequest{Op: op}, want, maxLine)
+}
+
+// askReq is ask with a whole request.
+func askReq(ctx context.Context, cacheDir string, req ControlRequest, want string, maxLine int) (ControlEvent, error) {
 	conn, path, err := dial(ctx, cacheDir)
 	if err != nil {
 		return ControlEvent{}, err
@@ -115,7 +120,7 @@ func ask(ctx context.Context, cacheDir, op, want string, maxLine int) (ControlEv
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
-	if err := send(conn, path, ControlRequest{Op: op}); err != nil {
+	if err := send(conn, path, req); err != nil {
 		return ControlEvent{}, err
 	}
 	sc := bufio.NewScanner(conn)
@@ -166,4 +171,17 @@ func RemoteDataset(ctx context.Context, cacheDir string) (DatasetInfo, error) {
 		return DatasetInfo{}, fmt.Errorf("mount: control socket %s: dataset event without a body", ControlSocket(cacheDir))
 	}
 	return *ev.Dataset, nil
+}
+
+// RemoteUnmount asks the mount serving cacheDir's control socket to
+// unmount mountpoint (absolute and clean), and returns the mount's pid once
+// it has agreed (it then unmounts as on SIGTERM; the caller waits for the
+// mount point to go). ErrNoControl when no mount listens there; the mount's
+// refusal (another mount point) as an error carrying its message.
+func RemoteUnmount(ctx context.Context, cacheDir, mountpoint string) (int, error) {
+	ev, err := askReq(ctx, cacheDir, ControlRequest{Op: OpUnmount, Mountpoint: mountpoint}, EventUnmounting, maxDatasetLine)
+	if err != nil {
+		return 0, err
+	}
+	return ev.Pid, nil
 }

@@ -14,7 +14,10 @@ package mountapi
 // "error", and closes the connection. A client that closes its sending side
 // (or hangs up) cancels its prefetch; the server still sends the
 // (interrupted) summary. OpMetrics and OpDataset are answered by one event
-// ("metrics", "dataset" or "error").
+// ("metrics", "dataset" or "error"). OpUnmount (`cachefs umount`) names the
+// mount point the client means: when it is the mount's, the mount answers
+// "unmounting" and then unmounts as on SIGTERM (lazily when readers hold
+// files open); otherwise "error".
 //
 // The socket is <cache-dir>/control.sock, mode 0600 (and the cache
 // directory is 0700): only its owner (root, in a node plugin) may connect.
@@ -37,6 +40,9 @@ const (
 	OpMetrics = "metrics"
 	// OpDataset asks for what the mount serves: one EventDataset event.
 	OpDataset = "dataset"
+	// OpUnmount asks the mount serving ControlRequest.Mountpoint to stop:
+	// one EventUnmounting event, then the mount unmounts.
+	OpUnmount = "unmount"
 )
 
 // Event types of ControlEvent.
@@ -47,6 +53,9 @@ const (
 	EventError    = "error"
 	EventMetrics  = "metrics"
 	EventDataset  = "dataset"
+	// EventUnmounting: the mount is unmounting (OpUnmount); Pid is its
+	// process.
+	EventUnmounting = "unmounting"
 )
 
 // ErrNoControl is returned (wrapped) by the clients when no mount serves a
@@ -67,6 +76,9 @@ type ControlRequest struct {
 	BlockSize    int64 `json:"block_size,omitempty"`
 	// ProgressIntervalMS is the period of progress events; 0: 500 ms.
 	ProgressIntervalMS int `json:"progress_interval_ms,omitempty"`
+	// Mountpoint (OpUnmount) is the absolute, clean mount point the client
+	// means; the mount refuses another.
+	Mountpoint string `json:"mountpoint,omitempty"`
 }
 
 // ControlEvent is one line the server sends.
@@ -78,6 +90,7 @@ type ControlEvent struct {
 	Error    string            `json:"error,omitempty"`
 	Metrics  string            `json:"metrics,omitempty"` // EventMetrics: text exposition format
 	Dataset  *DatasetInfo      `json:"dataset,omitempty"`
+	Pid      int               `json:"pid,omitempty"` // EventUnmounting
 }
 
 // DatasetInfo is what a mount serves (EventDataset). Bytes and Files come
