@@ -348,7 +348,7 @@ func TestKustomizeInstall(t *testing.T) {
 	// table), object for object.
 	if helm, err := testenv.FindTool("helm"); err == nil {
 		checkOverlayMatchesChart(t, c, kubectl, helm, dir, filepath.Join(root, "deploy", "helm", "epochfs"), cluster.ChartSetup{
-			ImageTag: s.imageTag, StateDir: s.stateDir, CacheRoot: s.cacheRoot,
+			ImageTag: s.imageTag, LocalImages: true, StateDir: s.stateDir, CacheRoot: s.cacheRoot,
 			MetricsPort: s.metricsPort, RegistrarHealthPort: s.registrarHealthPort})
 	} else {
 		testenv.RequireOrSkip(t, "helm", "run `make tools`")

@@ -133,7 +133,7 @@ func prepareState(p clusterPaths, testPID int) error {
 	if err := removeContents(p.dir); err != nil {
 		return err
 	}
-	for _, d := range []string{"pids", "logs", "pki", "containerd", "cni/net.d", "cni/ipam", "kubelet", "host", "pod-logs", "images", "volume-plugins"} {
+	for _, d := range []string{"pids", "logs", "pki", "containerd/certs.d", "cni/net.d", "cni/ipam", "kubelet", "host", "pod-logs", "images", "volume-plugins"} {
 		if err := os.MkdirAll(p.join(d), 0o755); err != nil {
 			return err
 		}
