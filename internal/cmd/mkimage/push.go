@@ -32,7 +32,7 @@ func push(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *registry == "" || fs.NArg() == 0 {
-		return errors.New("push: usage: mkimage push -registry HOST[:PORT][/PATH] [-tag TAG] [-insecure] FILE.tar...")
+		return errors.New("push: -registry HOST[:PORT][/PATH] and at least one FILE.tar are required (mkimage push -registry R [-tag TAG] [-insecure] FILE.tar ...)")
 	}
 	for _, path := range fs.Args() {
 		ref, err := imagebuild.ArchiveRef(path)
