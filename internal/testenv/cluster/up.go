@@ -314,7 +314,7 @@ func ctrImport(ctr, sock, tarPath string) error {
 	return nil
 }
 
-// ImportImage imports a Docker-archive tar (WriteImageTar) into the
+// ImportImage imports a Docker-archive tar (package imagebuild, BusyboxImage) into the
 // cluster's containerd. Pods refer to it by its full name
 // ("docker.io/NAME:TAG") with imagePullPolicy Never.
 func (c *Cluster) ImportImage(tarPath string) error {
