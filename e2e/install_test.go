@@ -26,20 +26,39 @@ const (
 )
 
 // install is the chart installed on a test cluster as a user would
-// (`helm install` of deploy/helm/epochfs), with the images imported from
-// bin/images.
+// (`helm install` of deploy/helm/epochfs), its image pulled by the kubelet
+// from a registry on 127.0.0.1 that the test pushed bin/images/epochfs.tar
+// to (the chart's default pull settings, image.registry pointed there),
+// or, for one test (installOptions.localImages), imported into containerd.
 type install struct {
 	c           *cluster.Cluster
 	stateDir    string // the node's --state-dir (a host dir of the test)
 	cacheRoot   string // the node's --cache-root
 	metricsPort int    // csi-driver's /metrics on the node
-	readerImage string // epochfs/test-reader, imported
+	readerImage string // epochfs/test-reader, imported (pods' imagePullPolicy Never)
 	helm        string
+	// registry serves the images (nil with localImages); the test's
+	// extra images (torch-example) may be pushed there.
+	registry *cluster.Registry
 }
 
-// installChart starts a test cluster, imports both images and installs the
-// chart with only what a single-node cluster without a Service proxy needs
-// set besides the images (docs/CLUSTER.md, "The chart on the test cluster"):
+// installOptions are installChartWith's settings besides helm flags.
+type installOptions struct {
+	// prepare runs on the cluster before `helm install` (e.g. to create a
+	// Secret the chart's pods mount).
+	prepare func(c *cluster.Cluster)
+	// localImages imports the epochfs image into containerd and installs
+	// with global.localImages (pull policy Never) instead of the registry.
+	localImages bool
+}
+
+// installChart starts a test cluster and a registry on 127.0.0.1 that its
+// containerd trusts over plain HTTP, pushes the epochfs image there,
+// imports the test-reader image, and installs the chart with its default
+// pull settings and image.registry pointed at the registry, so the kubelet
+// pulls the image as on any cluster, and with only what a single-node
+// cluster without a Service proxy needs set besides
+// (docs/CLUSTER.md, "The chart on the test cluster"):
 // the cluster's kubelet dir, host dirs of the test for the state and the
 // caches, node.hostNetwork (MinIO and the API server on the node's
 // loopback) and the API server's address for the in-cluster clients. It
@@ -47,12 +66,18 @@ type install struct {
 // in CSINode. Teardown (uninstall, unmount) is in t.Cleanup.
 func installChart(t *testing.T, extra ...string) *install {
 	t.Helper()
-	return installChartPrepared(t, nil, extra...)
+	return installChartWith(t, installOptions{}, extra...)
 }
 
 // installChartPrepared is installChart with prepare run on the cluster
 // before `helm install` (e.g. to create a Secret the chart's pods mount).
 func installChartPrepared(t *testing.T, prepare func(c *cluster.Cluster), extra ...string) *install {
+	t.Helper()
+	return installChartWith(t, installOptions{prepare: prepare}, extra...)
+}
+
+// installChartWith is installChart with o.
+func installChartWith(t *testing.T, o installOptions, extra ...string) *install {
 	t.Helper()
 	requireE2E(t)
 	driverTar, driverRef := imageArchive(t, "epochfs")
@@ -67,19 +92,31 @@ func installChartPrepared(t *testing.T, prepare func(c *cluster.Cluster), extra 
 	}
 	c := cluster.Start(t)
 	dir := c.HostDir // shared, like a node's /: the chart mounts the state dir Bidirectional
-	for _, tar := range []string{driverTar, readerTar} {
-		if err := c.ImportImage(tar); err != nil {
-			t.Fatal(err)
-		}
+	if err := c.ImportImage(readerTar); err != nil {
+		t.Fatal(err)
 	}
 	in := &install{c: c, stateDir: filepath.Join(dir, "state"), cacheRoot: filepath.Join(dir, "cache"),
 		metricsPort: testenv.FreePort(t), readerImage: readerRef, helm: helm}
 	setup := cluster.ChartSetup{ImageTag: driverRef[strings.LastIndexByte(driverRef, ':')+1:],
 		StateDir: in.stateDir, CacheRoot: in.cacheRoot, MetricsPort: in.metricsPort, RegistrarHealthPort: testenv.FreePort(t)}
+	if o.localImages {
+		if err := c.ImportImage(driverTar); err != nil {
+			t.Fatal(err)
+		}
+		setup.LocalImages = true
+	} else {
+		in.registry = c.StartRegistry(t)
+		pushStart := time.Now()
+		if _, err := in.registry.Push(context.Background(), driverTar); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("registry %s: pushed %s in %.1fs\n", in.registry.Host, filepath.Base(driverTar), time.Since(pushStart).Seconds())
+		setup.Registry = in.registry.Host
+	}
 	start := time.Now()
 	t.Cleanup(func() { in.teardown(t) })
-	if prepare != nil {
-		prepare(c)
+	if o.prepare != nil {
+		o.prepare(c)
 	}
 	// The same values as `make cluster-up` (cluster.Cluster.ChartValues).
 	if _, err := c.InstallChart(helm, filepath.Join(root, "deploy", "helm", "epochfs"), setup, extra...); err != nil {
@@ -87,10 +124,43 @@ func installChartPrepared(t *testing.T, prepare func(c *cluster.Cluster), extra 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	in.waitNodePluginReady(ctx, t)
+	pod := in.waitNodePluginReady(ctx, t)
 	waitCSINode(ctx, t, c, true)
 	fmt.Printf("helm install: node plugin Ready and registered in %.1fs\n", time.Since(start).Seconds())
+	in.checkNodeImage(t, pod, setup)
 	return in
+}
+
+// checkNodeImage checks that the node plugin runs the image the way the
+// test installed it: pulled from the registry with the chart's default
+// pull policy, or the imported one with Never.
+func (in *install) checkNodeImage(t *testing.T, pod *corev1.Pod, s cluster.ChartSetup) {
+	t.Helper()
+	want, policy := s.Registry+"/epochfs/epochfs:"+s.ImageTag, corev1.PullIfNotPresent
+	if s.LocalImages {
+		want, policy = "epochfs/epochfs:"+s.ImageTag, corev1.PullNever
+	}
+	for _, ctr := range pod.Spec.Containers {
+		if ctr.Image != want || ctr.ImagePullPolicy != policy {
+			t.Fatalf("node plugin container %s: image %s (%s), want %s (%s)", ctr.Name, ctr.Image, ctr.ImagePullPolicy, want, policy)
+		}
+	}
+	if s.LocalImages {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	events, err := in.c.Client.CoreV1().Events(chartNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Reason == "Pulled" && strings.Contains(e.Message, want) {
+			t.Logf("node plugin: %s", e.Message) // "Successfully pulled image … in 2.1s …"
+			return
+		}
+	}
+	t.Fatalf("no Pulled event for %s on the node plugin pod %s", want, pod.Name)
 }
 
 // apiServerAddress is the API server's host and port from the cluster's

@@ -41,7 +41,7 @@ const (
 // the same list as cluster.ChartSetup / ChartValues (docs/CLUSTER.md, "The
 // chart on the test cluster").
 type overlaySetup struct {
-	imageName, imageTag              string // the imported image (epochfs/epochfs, the tag of make images)
+	imageName, imageTag              string // the image in the test's registry (127.0.0.1:PORT/epochfs/epochfs, the tag of make images)
 	kubeletDir, stateDir, cacheRoot  string
 	metricsPort, registrarHealthPort int
 	apiHost, apiPort                 string // KUBERNETES_SERVICE_HOST/PORT
@@ -118,8 +118,8 @@ func writeKustomizeOverlay(t *testing.T, kubectl, dir, base string, s overlaySet
 		"apiVersion": "kustomize.config.k8s.io/v1beta1",
 		"kind":       "Kustomization",
 		"resources":  []string{rel},
-		// The pull policy stays the base's IfNotPresent: the image is in
-		// the node's containerd (kustomize cannot set a pull policy).
+		// The pull policy stays the base's IfNotPresent, as the chart's
+		// default: the kubelet pulls the image from the test's registry.
 		"images":  []map[string]string{{"name": baseImage, "newName": s.imageName, "newTag": s.imageTag}},
 		"patches": patches,
 	}
@@ -236,9 +236,9 @@ func stringOps(v any, ptr string, repl *strings.Replacer, ops *[]jsonOp) {
 
 // checkOverlayMatchesChart renders the overlay (`kubectl kustomize`) and
 // the chart with the values the Helm e2e installs it with
-// (Cluster.ChartValues) and wants the same objects, the pull policy
-// aside: the overlay keeps the base's IfNotPresent, the chart's
-// global.localImages sets Never. The chart's Namespace comes from
+// (Cluster.ChartValues, the image from the same registry) and wants the
+// same objects, pull policies included (both IfNotPresent). The chart's
+// Namespace comes from
 // `helm install --create-namespace`, the base's from namespace.yaml.
 func checkOverlayMatchesChart(t *testing.T, c *cluster.Cluster, kubectl, helm, dir, chart string, s cluster.ChartSetup) {
 	t.Helper()
@@ -260,7 +260,6 @@ func checkOverlayMatchesChart(t *testing.T, c *cluster.Cluster, kubectl, helm, d
 			if obj == nil || obj["kind"] == "Namespace" {
 				continue
 			}
-			policies(obj)
 			objs[fmt.Sprint(obj["kind"], "/", obj["metadata"].(map[string]any)["name"])] = obj
 		}
 		return objs
@@ -284,21 +283,6 @@ func checkOverlayMatchesChart(t *testing.T, c *cluster.Cluster, kubectl, helm, d
 	}
 }
 
-// policies drops every imagePullPolicy under v.
-func policies(v any) {
-	switch x := v.(type) {
-	case map[string]any:
-		delete(x, "imagePullPolicy")
-		for _, e := range x {
-			policies(e)
-		}
-	case []any:
-		for _, e := range x {
-			policies(e)
-		}
-	}
-}
-
 // kubectlRun runs kubectl against the cluster.
 func kubectlRun(c *cluster.Cluster, kubectl string, args ...string) (string, error) {
 	var out bytes.Buffer
@@ -310,7 +294,7 @@ func kubectlRun(c *cluster.Cluster, kubectl string, args ...string) (string, err
 
 // TestKustomizeInstall installs the node plugin as a kustomize user would:
 // `kubectl apply -k` of an overlay whose only resource is
-// deploy/kustomize/base, with the imported image set by `images:` and the
+// deploy/kustomize/base, with the image pushed to the test's registry set by `images:` and the
 // test cluster's settings (the chart values table of docs/CLUSTER.md) as
 // patches. The node plugin and the mounter must become Ready and register
 // the driver; a static PV + PVC over a private MinIO bucket must give a
@@ -319,7 +303,7 @@ func kubectlRun(c *cluster.Cluster, kubectl string, args ...string) (string, err
 // remove every object of the base, the driver included from CSINode.
 func TestKustomizeInstall(t *testing.T) {
 	requireE2E(t)
-	driverTar, driverRef := imageArchive(t, "epochfs")
+	driverTar, _ := imageArchive(t, "epochfs")
 	readerTar, readerRef := imageArchive(t, "test-reader")
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
@@ -327,15 +311,17 @@ func TestKustomizeInstall(t *testing.T) {
 	}
 	root := repoRoot(t)
 	c := cluster.Start(t)
-	for _, tar := range []string{driverTar, readerTar} {
-		if err := c.ImportImage(tar); err != nil {
-			t.Fatal(err)
-		}
+	if err := c.ImportImage(readerTar); err != nil {
+		t.Fatal(err)
+	}
+	reg := c.StartRegistry(t) // the kubelet pulls the epochfs image, as with the chart
+	ref, err := reg.Push(context.Background(), driverTar)
+	if err != nil {
+		t.Fatal(err)
 	}
 	in := &install{c: c, stateDir: filepath.Join(c.HostDir, "state"), cacheRoot: filepath.Join(c.HostDir, "cache"),
-		metricsPort: testenv.FreePort(t), readerImage: readerRef}
+		metricsPort: testenv.FreePort(t), readerImage: readerRef, registry: reg}
 	apiHost, apiPort := apiServerAddress(t, c)
-	ref := strings.TrimPrefix(driverRef, "docker.io/")
 	i := strings.LastIndexByte(ref, ':')
 	s := overlaySetup{imageName: ref[:i], imageTag: ref[i+1:],
 		kubeletDir: c.KubeletDir, stateDir: in.stateDir, cacheRoot: in.cacheRoot,
@@ -348,7 +334,7 @@ func TestKustomizeInstall(t *testing.T) {
 	// table), object for object.
 	if helm, err := testenv.FindTool("helm"); err == nil {
 		checkOverlayMatchesChart(t, c, kubectl, helm, dir, filepath.Join(root, "deploy", "helm", "epochfs"), cluster.ChartSetup{
-			ImageTag: s.imageTag, StateDir: s.stateDir, CacheRoot: s.cacheRoot,
+			ImageTag: s.imageTag, Registry: reg.Host, StateDir: s.stateDir, CacheRoot: s.cacheRoot,
 			MetricsPort: s.metricsPort, RegistrarHealthPort: s.registrarHealthPort})
 	} else {
 		testenv.RequireOrSkip(t, "helm", "run `make tools`")

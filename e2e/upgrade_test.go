@@ -90,7 +90,10 @@ func parseStream(log string, files []datagen.File) streamLog {
 func TestMountsSurviveDriverRestarts(t *testing.T) {
 	requireE2E(t)
 	mi := s3.StartMinIO(t)
-	in := installChart(t, minioRules(mi, "training")...)
+	// The one end-to-end test on global.localImages (images imported into
+	// containerd, pull policy Never; every other test pulls from a
+	// registry): its upgrade retags the imported image in containerd.
+	in := installChartWith(t, installOptions{localImages: true}, minioRules(mi, "training")...)
 	_, driverRef := imageArchive(t, "epochfs")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

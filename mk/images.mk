@@ -68,3 +68,19 @@ $(TORCH_ROOTFS_TAR): | image-deps
 	@mkdir -p $(@D)
 	@echo "making the torch-example image's Debian root filesystem into $(@D) (once per machine)"
 	IMAGE_PACKAGES=$(TORCH_PACKAGES) bash scripts/image-rootfs.sh $@
+
+# image-push: the epochfs/epochfs and epochfs/torch-example images of bin/images (`make images`)
+# to $(REGISTRY) at the chart's appVersion, which the chart pulls by default
+# (`helm install ... --set image.registry=$(REGISTRY)`). crane in-process (mkimage push);
+# credentials from the docker config (`docker login` / ~/.docker/config.json), never printed.
+# HTTPS unless the registry is on localhost/127.0.0.1, or INSECURE=1 (plain HTTP, the admin's call).
+CHART_APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' deploy/helm/epochfs/Chart.yaml)
+PUSH_IMAGES ?= epochfs torch-example
+
+.PHONY: image-push
+## image-push: push epochfs/epochfs and epochfs/torch-example (bin/images) to REGISTRY=host[:port][/path] at the chart's appVersion (INSECURE=1: plain HTTP).
+image-push:
+	@test -n "$(REGISTRY)" || { echo "usage: make image-push REGISTRY=host[:port][/path] [INSECURE=1]" >&2; exit 2; }
+	@for i in $(PUSH_IMAGES); do test -f $(IMAGES_DIR)/$$i.tar || { echo "$(IMAGES_DIR)/$$i.tar missing: run \`make images\`" >&2; exit 1; }; done
+	$(GO) run ./internal/cmd/mkimage push -registry $(REGISTRY) -tag $(CHART_APP_VERSION) \
+		$(if $(filter 1 true,$(INSECURE)),-insecure) $(addprefix $(IMAGES_DIR)/,$(addsuffix .tar,$(PUSH_IMAGES)))

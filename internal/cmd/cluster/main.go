@@ -114,8 +114,10 @@ func install(c *cluster.Cluster, imagesDir, chartDir string) error {
 		return err
 	}
 	ref := refs["epochfs"]
+	// Imported, not from a registry: the cluster outlives this command and
+	// any registry it would serve (the end-to-end tests pull from one).
 	setup := cluster.ChartSetup{
-		ImageTag: ref[strings.LastIndexByte(ref, ':')+1:],
+		ImageTag: ref[strings.LastIndexByte(ref, ':')+1:], LocalImages: true,
 		StateDir: filepath.Join(c.HostDir, "state"), CacheRoot: filepath.Join(c.HostDir, "cache"),
 		MetricsPort: ports[0], RegistrarHealthPort: ports[1],
 	}

@@ -1,23 +1,28 @@
 // Command mkimage writes the project's container images as Docker-archive
-// tars (`make images`, mk/images.mk; docs/CLUSTER.md), with package
-// ociimage:
+// tars (`make images`, mk/images.mk; docs/CLUSTER.md) and pushes them to a
+// registry (`make image-push`), with package imagebuild
+// (go-containerregistry):
 //
 //	mkimage epochfs -rootfs ROOTFS.tar -bin-dir DIR -ref epochfs/epochfs:TAG -out FILE.tar
 //	mkimage test-reader -busybox /bin/busybox -ref epochfs/test-reader:TAG -out FILE.tar
 //	mkimage torch-example -rootfs ROOTFS.tar -examples examples/pytorch -ref epochfs/torch-example:TAG -out FILE.tar
+//	mkimage push -registry HOST[:PORT][/PATH] [-tag TAG] [-insecure] FILE.tar...
 //
 // epochfs: two layers, the Debian root filesystem that
 // scripts/image-rootfs.sh made (converted once and kept beside it as
-// ROOTFS.tar.layer, so a rebuild only writes the binaries layer) and
+// ROOTFS.tar.layer.gz, so a rebuild only writes the binaries layer) and
 // DIR's cachefs, cachefs-job, csi-driver and job-controller in
 // /usr/local/bin. test-reader: one layer, Debian's static busybox and its
 // applets (sh, find, sort, xargs, sha256sum) plus /usr/local/bin/read-dataset.
 // torch-example (torch.go): two layers, a Debian root filesystem with
 // PyTorch (scripts/image-rootfs.sh with IMAGE_PACKAGES, kept converted
 // the same way) and examples/pytorch/ in /opt/epochfs/examples/pytorch.
+// push (push.go): each archive's image to REGISTRY/NAME:TAG (crane,
+// credentials from the docker config).
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,7 +31,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/epochfs/epochfs/internal/ociimage"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/epochfs/epochfs/internal/imagebuild"
 )
 
 // binaries are the files of the epochfs image's binaries layer, from
@@ -59,7 +66,10 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: mkimage epochfs|test-reader|torch-example FLAGS")
+		return errors.New("usage: mkimage epochfs|test-reader|torch-example|push FLAGS")
+	}
+	if args[0] == "push" {
+		return push(context.Background(), args[1:], os.Stdout)
 	}
 	fs := flag.NewFlagSet("mkimage "+args[0], flag.ContinueOnError)
 	ref := fs.String("ref", "", "image NAME:TAG")
@@ -105,30 +115,30 @@ func epochfs(out, ref, rootfs, binDir string) error {
 	if err != nil {
 		return err
 	}
-	entries := []ociimage.Entry{ociimage.Dir("usr"), ociimage.Dir("usr/local"), ociimage.Dir("usr/local/bin")}
+	entries := []imagebuild.Entry{imagebuild.Dir("usr"), imagebuild.Dir("usr/local"), imagebuild.Dir("usr/local/bin")}
 	for _, b := range binaries {
 		src := filepath.Join(binDir, b)
 		if _, err := os.Stat(src); err != nil {
 			return fmt.Errorf("epochfs: %w", err)
 		}
-		entries = append(entries, ociimage.File("usr/local/bin/"+b, src, 0o755))
+		entries = append(entries, imagebuild.File("usr/local/bin/"+b, src, 0o755))
 	}
-	binLayer, err := ociimage.WriteLayer(out+".bin-layer", entries)
+	binLayer, err := imagebuild.WriteLayer(out+".bin-layer", entries)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(binLayer.Path)
+	defer os.Remove(out + ".bin-layer")
 	tag := ref[strings.LastIndex(ref, ":")+1:]
-	return ociimage.WriteFile(out, ref, epochfsConfig(tag), []ociimage.Layer{base, binLayer})
+	return imagebuild.WriteLayersFile(out, ref, epochfsConfig(tag), base, binLayer)
 }
 
 // epochfsConfig is the epochfs image's config, as the Dockerfile sets it
 // (TestDockerfileSameRecipe): no entrypoint, root, the manifests set each
 // container's command (csi-driver as root, job-controller as 65532).
-func epochfsConfig(tag string) ociimage.Config {
-	return ociimage.Config{
+func epochfsConfig(tag string) v1.Config {
+	return v1.Config{
 		Cmd:        []string{"/usr/local/bin/cachefs", "--help"},
-		Env:        []string{ociimage.DefaultPath},
+		Env:        []string{imagebuild.DefaultPath},
 		WorkingDir: "/",
 		Labels: map[string]string{
 			"org.opencontainers.image.title":   "epochfs",
@@ -138,48 +148,32 @@ func epochfsConfig(tag string) ociimage.Config {
 }
 
 // baseLayer is the layer of the rootfs tar, made once and kept beside it
-// (ROOTFS.layer with its digest in ROOTFS.layer.diffid, written after the
-// layer); made again when the rootfs tar is newer than the digest file.
-func baseLayer(rootfs string) (ociimage.Layer, error) {
-	path, idPath := rootfs+".layer", rootfs+".layer.diffid"
+// gzip-compressed (ROOTFS.layer.gz); made again when the rootfs tar is
+// newer than it. (go-containerregistry hashes it on every build: its
+// digest, and its diff ID through a gunzip.)
+func baseLayer(rootfs string) (v1.Layer, error) {
+	path := rootfs + ".layer.gz"
 	rst, err := os.Stat(rootfs)
 	if err != nil {
-		return ociimage.Layer{}, fmt.Errorf("base (scripts/image-rootfs.sh): %w", err)
+		return nil, fmt.Errorf("base (scripts/image-rootfs.sh): %w", err)
 	}
-	if id, err := os.ReadFile(idPath); err == nil {
-		ist, ierr := os.Stat(idPath)
-		lst, lerr := os.Stat(path)
-		if ierr == nil && lerr == nil && !rst.ModTime().After(ist.ModTime()) {
-			return ociimage.Layer{Path: path, DiffID: strings.TrimSpace(string(id)), Size: lst.Size()}, nil
-		}
+	if lst, err := os.Stat(path); err == nil && !rst.ModTime().After(lst.ModTime()) {
+		return imagebuild.ReadLayer(path)
 	}
 	f, err := os.Open(rootfs)
 	if err != nil {
-		return ociimage.Layer{}, err
+		return nil, err
 	}
 	defer f.Close()
-	layer, err := ociimage.RootfsLayer(path, f, nil)
-	if err != nil {
-		return ociimage.Layer{}, err
-	}
-	tmp := idPath + ".tmp"
-	if err := os.WriteFile(tmp, []byte(layer.DiffID+"\n"), 0o644); err != nil {
-		return ociimage.Layer{}, err
-	}
-	return layer, os.Rename(tmp, idPath)
+	return imagebuild.RootfsLayer(path, f, nil)
 }
 
 func testReader(out, ref, busybox string) error {
-	entries, err := ociimage.BusyboxEntries(busybox)
+	entries, err := imagebuild.BusyboxEntries(busybox)
 	if err != nil {
 		return err
 	}
-	entries = append(entries, ociimage.Dir("usr"), ociimage.Dir("usr/local"), ociimage.Dir("usr/local/bin"),
-		ociimage.Entry{Name: "usr/local/bin/read-dataset", Mode: 0o755, Data: []byte(readDataset)})
-	layer, err := ociimage.WriteLayer(out+".layer", entries)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(layer.Path)
-	return ociimage.WriteFile(out, ref, ociimage.Config{Cmd: []string{"/bin/sh"}}, []ociimage.Layer{layer})
+	entries = append(entries, imagebuild.Dir("usr"), imagebuild.Dir("usr/local"), imagebuild.Dir("usr/local/bin"),
+		imagebuild.Entry{Name: "usr/local/bin/read-dataset", Mode: 0o755, Data: []byte(readDataset)})
+	return imagebuild.WriteEntriesImage(out, ref, v1.Config{Cmd: []string{"/bin/sh"}}, entries)
 }

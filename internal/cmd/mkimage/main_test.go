@@ -15,65 +15,63 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/epochfs/epochfs/internal/imagebuild"
 )
 
-// imageFiles reads a Docker-archive tar and returns its tag, config and
-// the files of its layers merged (later layers win), "name:typeflag".
+// imageFiles reads a Docker-archive tar (with go-containerregistry's
+// reader, which checks each layer's diff_id) and returns its tag, config
+// and the files of its layers merged (later layers win), "typeflag:mode".
 func imageFiles(t *testing.T, path string) (tag string, cfg map[string]any, files map[string]string, layers int) {
 	t.Helper()
-	f, err := os.Open(path)
+	ref, err := imagebuild.ArchiveRef(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	blobs := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		blobs[h.Name], _ = io.ReadAll(tr)
+	img, err := tarball.ImageFromPath(path, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var manifest []struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
+	raw, err := img.RawConfigFile()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal(blobs["manifest.json"], &manifest); err != nil || len(manifest) != 1 {
-		t.Fatalf("manifest.json %s: %v", blobs["manifest.json"], err)
+	var config struct{ Config map[string]any }
+	if err := json.Unmarshal(raw, &config); err != nil {
+		t.Fatal(err)
 	}
-	var config struct {
-		Config map[string]any
-		RootFS struct {
-			DiffIDs []string `json:"diff_ids"`
-		} `json:"rootfs"`
-	}
-	if err := json.Unmarshal(blobs[manifest[0].Config], &config); err != nil {
+	ls, err := img.Layers()
+	if err != nil {
 		t.Fatal(err)
 	}
 	files = map[string]string{}
-	for i, name := range manifest[0].Layers {
-		sum := sha256.Sum256(blobs[name])
-		if got := "sha256:" + hex.EncodeToString(sum[:]); got != config.RootFS.DiffIDs[i] {
-			t.Fatalf("layer %d: digest %s, diff_id %s", i, got, config.RootFS.DiffIDs[i])
+	for i, l := range ls {
+		want, _ := l.DiffID()
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
 		}
-		lr := tar.NewReader(bytes.NewReader(blobs[name]))
+		h := sha256.New()
+		lr := tar.NewReader(io.TeeReader(rc, h))
 		for {
-			h, err := lr.Next()
+			hd, err := lr.Next()
 			if err == io.EOF {
 				break
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			files[strings.TrimSuffix(h.Name, "/")] = fmt.Sprintf("%c:%o", h.Typeflag, h.Mode)
+			files[strings.TrimSuffix(hd.Name, "/")] = fmt.Sprintf("%c:%o", hd.Typeflag, hd.Mode)
+		}
+		_, _ = io.Copy(h, rc)
+		rc.Close()
+		if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != want.String() {
+			t.Fatalf("layer %d: digest %s, diff_id %s", i, got, want)
 		}
 	}
-	return manifest[0].RepoTags[0], config.Config, files, len(manifest[0].Layers)
+	return ref, config.Config, files, len(ls)
 }
 
 // TestEpochfsImage builds the epochfs image from a stand-in root
@@ -137,7 +135,7 @@ func TestEpochfsImage(t *testing.T) {
 			t.Errorf("device node dev/null in the image")
 		}
 	}
-	if _, err := os.Stat(rootfsPath + ".layer"); err != nil {
+	if _, err := os.Stat(rootfsPath + ".layer.gz"); err != nil {
 		t.Errorf("base layer not kept: %v", err)
 	}
 	// A new rootfs tar (made again by the script) makes a new base layer.

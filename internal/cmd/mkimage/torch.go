@@ -7,7 +7,9 @@ import (
 	"path"
 	"strings"
 
-	"github.com/epochfs/epochfs/internal/ociimage"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/epochfs/epochfs/internal/imagebuild"
 )
 
 // examplesDir is where the torch-example image holds the repository's
@@ -41,13 +43,13 @@ func torchExample(out, ref, rootfs, examples string) error {
 	if err != nil {
 		return err
 	}
-	layer, err := ociimage.WriteLayer(out+".examples-layer", entries)
+	layer, err := imagebuild.WriteLayer(out+".examples-layer", entries)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(layer.Path)
+	defer os.Remove(out + ".examples-layer")
 	tag := ref[strings.LastIndex(ref, ":")+1:]
-	return ociimage.WriteFile(out, ref, torchExampleConfig(tag), []ociimage.Layer{base, layer})
+	return imagebuild.WriteLayersFile(out, ref, torchExampleConfig(tag), base, layer)
 }
 
 // exampleEntries are the examples layer's entries: the directories down to
@@ -56,17 +58,17 @@ func torchExample(out, ref, rootfs, examples string) error {
 // example's CI test), every file readable by all (the job's container may
 // run as any user); and /usr/local/bin/torchrun. dir must hold train.py
 // and torchrun.py.
-func exampleEntries(dir string) ([]ociimage.Entry, error) {
-	tree, err := ociimage.DirEntries(dir, examplesDir)
+func exampleEntries(dir string) ([]imagebuild.Entry, error) {
+	tree, err := imagebuild.DirEntries(dir, examplesDir)
 	if err != nil {
 		return nil, fmt.Errorf("torch-example: %w", err)
 	}
-	var entries []ociimage.Entry
+	var entries []imagebuild.Entry
 	for p := examplesDir; p != "."; p = path.Dir(p) {
-		entries = append(entries, ociimage.Dir(p))
+		entries = append(entries, imagebuild.Dir(p))
 	}
-	entries = append(entries, ociimage.Dir("usr"), ociimage.Dir("usr/local"), ociimage.Dir("usr/local/bin"),
-		ociimage.Entry{Name: "usr/local/bin/torchrun", Mode: 0o755, Data: []byte(torchrun)})
+	entries = append(entries, imagebuild.Dir("usr"), imagebuild.Dir("usr/local"), imagebuild.Dir("usr/local/bin"),
+		imagebuild.Entry{Name: "usr/local/bin/torchrun", Mode: 0o755, Data: []byte(torchrun)})
 	scripts := 0
 	for _, e := range tree {
 		if strings.Contains("/"+e.Name+"/", "/__pycache__/") || strings.HasSuffix(e.Name, ".pyc") || strings.HasSuffix(e.Name, ".go") {
@@ -92,10 +94,10 @@ func exampleEntries(dir string) ([]ociimage.Entry, error) {
 // root, python3 by default (a TrainingJob sets the command, e.g. torchrun),
 // in the examples directory; Python writes no byte-code caches into a
 // read-only or shared tree.
-func torchExampleConfig(tag string) ociimage.Config {
-	return ociimage.Config{
+func torchExampleConfig(tag string) v1.Config {
+	return v1.Config{
 		Cmd:        []string{"python3"},
-		Env:        []string{ociimage.DefaultPath, "PYTHONDONTWRITEBYTECODE=1"},
+		Env:        []string{imagebuild.DefaultPath, "PYTHONDONTWRITEBYTECODE=1"},
 		WorkingDir: "/" + examplesDir,
 		Labels: map[string]string{
 			"org.opencontainers.image.title":   "torch-example",

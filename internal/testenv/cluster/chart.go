@@ -1,19 +1,16 @@
 package cluster
 
 import (
-	"archive/tar"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epochfs/epochfs/internal/imagebuild"
 )
 
 // The namespace and release name the chart (deploy/helm/epochfs) is
@@ -27,9 +24,19 @@ const (
 // ChartSetup is what differs between installs of the chart on a test
 // cluster; ChartValues turns it into helm flags.
 type ChartSetup struct {
-	// ImageTag is the tag of the imported epochfs/epochfs image
-	// (`make images`; ImageRef reads it from the archive).
+	// ImageTag is the tag of the epochfs/epochfs image (`make images`;
+	// ImageRef reads it from the archive).
 	ImageTag string
+	// Registry is where the kubelet pulls the images from, as on any
+	// cluster: image.registry, the chart's default pull policy
+	// (IfNotPresent). The end-to-end tests push the images to a Registry
+	// on 127.0.0.1 (Cluster.StartRegistry). Required unless LocalImages.
+	Registry string
+	// LocalImages installs with global.localImages instead of Registry:
+	// the images imported into containerd (ImportImage), pull policy
+	// Never. One end-to-end test and `make cluster-up` (whose cluster
+	// outlives any registry in its process) install so.
+	LocalImages bool
 	// StateDir and CacheRoot are the node plugin's --state-dir and
 	// --cache-root: host dirs under the cluster's shared HostDir.
 	StateDir, CacheRoot string
@@ -41,7 +48,8 @@ type ChartSetup struct {
 
 // ChartValues returns the helm flags (`--set …`) that install the chart on
 // this cluster as the end-to-end tests do (docs/CLUSTER.md, "The chart on
-// the test cluster"): the imported images (global.localImages, the tag),
+// the test cluster"): the images from s.Registry (image.registry, the
+// chart's default pull policy) or imported (global.localImages), the tag,
 // the cluster's kubelet dir, the state and cache dirs of s, the node
 // plugin on the node's network (MinIO and the API server listen on its
 // loopback and there is no Service proxy) with the API server's address as
@@ -54,17 +62,26 @@ func (c *Cluster) ChartValues(s ChartSetup) ([]string, error) {
 		return nil, fmt.Errorf("cluster: API server address %q has no port", c.Config.Host)
 	}
 	apiHost, apiPort := hostPort[:i], hostPort[i+1:]
-	return []string{
-		"--set", "global.localImages=true", "--set-string", "image.tag=" + s.ImageTag,
-		"--set", "kubeletDir=" + c.KubeletDir,
-		"--set", "stateDir=" + s.StateDir, "--set", "cacheRoot=" + s.CacheRoot,
-		"--set", "metrics.port=" + strconv.Itoa(s.MetricsPort),
-		"--set", "sidecars.nodeDriverRegistrar.healthPort=" + strconv.Itoa(s.RegistrarHealthPort),
+	images := []string{"--set", "global.localImages=true"}
+	switch {
+	case s.LocalImages && s.Registry != "":
+		return nil, fmt.Errorf("cluster: chart setup: Registry %q and LocalImages both set", s.Registry)
+	case !s.LocalImages && s.Registry == "":
+		return nil, fmt.Errorf("cluster: chart setup: no Registry (Cluster.StartRegistry) and not LocalImages")
+	case !s.LocalImages:
+		images = []string{"--set-string", "image.registry=" + s.Registry}
+	}
+	return append(images,
+		"--set-string", "image.tag="+s.ImageTag,
+		"--set", "kubeletDir="+c.KubeletDir,
+		"--set", "stateDir="+s.StateDir, "--set", "cacheRoot="+s.CacheRoot,
+		"--set", "metrics.port="+strconv.Itoa(s.MetricsPort),
+		"--set", "sidecars.nodeDriverRegistrar.healthPort="+strconv.Itoa(s.RegistrarHealthPort),
 		"--set", "healthInterval=2s",
 		"--set", "node.hostNetwork=true",
-		"--set", "node.extraEnv[0].name=KUBERNETES_SERVICE_HOST", "--set-string", "node.extraEnv[0].value=" + apiHost,
-		"--set", "node.extraEnv[1].name=KUBERNETES_SERVICE_PORT", "--set-string", "node.extraEnv[1].value=" + apiPort,
-	}, nil
+		"--set", "node.extraEnv[0].name=KUBERNETES_SERVICE_HOST", "--set-string", "node.extraEnv[0].value="+apiHost,
+		"--set", "node.extraEnv[1].name=KUBERNETES_SERVICE_PORT", "--set-string", "node.extraEnv[1].value="+apiPort,
+	), nil
 }
 
 // InstallChart runs `helm install` of chartDir (deploy/helm/epochfs) as
@@ -107,30 +124,11 @@ func (c *Cluster) WaitCSIDriver(ctx context.Context, driver string) error {
 }
 
 // ImageRef returns the one image name a Docker-archive tar (`make images`,
-// WriteImageTar) holds, as containerd imports it: "docker.io/NAME:TAG".
+// package imagebuild) holds, as containerd imports it: "docker.io/NAME:TAG".
 func ImageRef(tarPath string) (string, error) {
-	f, err := os.Open(tarPath)
+	ref, err := imagebuild.ArchiveRef(tarPath)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("cluster: %w", err)
 	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			return "", fmt.Errorf("cluster: %s: no manifest.json: %w", tarPath, err)
-		}
-		if filepath.Clean(h.Name) != "manifest.json" {
-			continue
-		}
-		var manifest []struct{ RepoTags []string }
-		b, err := io.ReadAll(tr)
-		if err == nil {
-			err = json.Unmarshal(b, &manifest)
-		}
-		if err != nil || len(manifest) != 1 || len(manifest[0].RepoTags) != 1 {
-			return "", fmt.Errorf("cluster: %s: manifest.json %s: want one image with one tag (%v)", tarPath, b, err)
-		}
-		return "docker.io/" + manifest[0].RepoTags[0], nil
-	}
+	return "docker.io/" + ref, nil
 }

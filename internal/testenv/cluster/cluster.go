@@ -4,7 +4,9 @@
 // Debian's containerd and a kubelet, all from one state directory and
 // torn down to the last pod, mount and cgroup (Down). It also holds what
 // runs on that cluster: container images written without a daemon
-// (image.go), a throw-away containerd without Kubernetes (containerd.go),
+// (image.go), an image registry on 127.0.0.1 the cluster's containerd
+// pulls from over plain HTTP (registry.go), a throw-away containerd
+// without Kubernetes (containerd.go),
 // the Helm chart's install (chart.go) and TF_CONFIG as TensorFlow reads it.
 // A missing tool or root skips a test, or fails it under CI=true; the
 // tests that start a cluster are gated by testenv.RequireE2E.

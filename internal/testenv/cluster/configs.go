@@ -8,7 +8,9 @@ import (
 )
 
 // writeClusterConfigs writes containerd's and the kubelet's config files
-// and the CNI config (docs/CLUSTER.md explains each setting).
+// and the CNI config (docs/CLUSTER.md explains each setting). containerd's
+// registry hosts come from registryHostsDir (hosts.toml files, read at each
+// pull): empty but for the test registries (StartRegistry).
 func writeClusterConfigs(p clusterPaths, pki *kube.PKI, kubeletPort, kubeletHealthz int) error {
 	containerd := fmt.Sprintf(`version = 2
 root = %q
@@ -22,6 +24,8 @@ state = %q
     sandbox_image = %q
     restrict_oom_score_adj = true
     enable_selinux = false
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = %q
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = %q
@@ -30,7 +34,7 @@ state = %q
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         Root = %q
 `, p.join("containerd", "root"), p.join("containerd", "state"), p.containerdSock(),
-		p.join("containerd", "opt"), PauseImage, p.join("cni", "net.d"), p.join("containerd", "runc"))
+		p.join("containerd", "opt"), PauseImage, p.registryHostsDir(), p.join("cni", "net.d"), p.join("containerd", "runc"))
 	kubelet := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs

@@ -97,7 +97,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	}
 }
 
-// Import imports a Docker-archive tar (package ociimage) and returns the
+// Import imports a Docker-archive tar (package imagebuild) and returns the
 // names it imported ("docker.io/NAME:TAG").
 func (c *Containerd) Import(tarPath string) ([]string, error) {
 	out, err := exec.Command(c.ctr, "--address", c.Socket, "images", "import", tarPath).CombinedOutput()

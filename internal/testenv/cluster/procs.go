@@ -26,6 +26,10 @@ func (p clusterPaths) logFile(name string) string { return p.join("logs", name+"
 
 func (p clusterPaths) containerdSock() string { return p.join("containerd", "containerd.sock") }
 
+// registryHostsDir is containerd's CRI registry config_path: a
+// HOST:PORT/hosts.toml per registry with settings (StartRegistry).
+func (p clusterPaths) registryHostsDir() string { return p.join("containerd", "certs.d") }
+
 func (p clusterPaths) kubeletRoot() string { return p.join("kubelet") }
 
 func (p clusterPaths) hostDir() string { return p.join("host") }

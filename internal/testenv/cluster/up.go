@@ -133,7 +133,7 @@ func prepareState(p clusterPaths, testPID int) error {
 	if err := removeContents(p.dir); err != nil {
 		return err
 	}
-	for _, d := range []string{"pids", "logs", "pki", "containerd", "cni/net.d", "cni/ipam", "kubelet", "host", "pod-logs", "images", "volume-plugins"} {
+	for _, d := range []string{"pids", "logs", "pki", "containerd/certs.d", "cni/net.d", "cni/ipam", "kubelet", "host", "pod-logs", "images", "volume-plugins"} {
 		if err := os.MkdirAll(p.join(d), 0o755); err != nil {
 			return err
 		}
@@ -314,7 +314,7 @@ func ctrImport(ctr, sock, tarPath string) error {
 	return nil
 }
 
-// ImportImage imports a Docker-archive tar (WriteImageTar) into the
+// ImportImage imports a Docker-archive tar (package imagebuild, BusyboxImage) into the
 // cluster's containerd. Pods refer to it by its full name
 // ("docker.io/NAME:TAG") with imagePullPolicy Never.
 func (c *Cluster) ImportImage(tarPath string) error {

@@ -1,4 +1,4 @@
-package ociimage
+package imagebuild
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 func BusyboxEntries(busybox string) ([]Entry, error) {
 	out, err := exec.Command(busybox, "--list").Output()
 	if err != nil {
-		return nil, fmt.Errorf("ociimage: %s --list (Debian's busybox-static): %w", busybox, err)
+		return nil, fmt.Errorf("imagebuild: %s --list (Debian's busybox-static): %w", busybox, err)
 	}
 	entries := []Entry{
 		Dir("bin"), Dir("etc"), Dir("proc"), Dir("sys"), Dir("dev"),
