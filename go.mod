@@ -3,6 +3,7 @@ module github.com/epochfs/epochfs
 go 1.26.8
 
 require (
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/ceph/go-ceph v0.34.0
 	github.com/container-storage-interface/spec v1.13.0
 	github.com/dgraph-io/ristretto/v2 v2.4.2
