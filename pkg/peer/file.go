@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/google/renameio/v2"
 )
 
 // File is a Membership read from a file that another program rewrites:
@@ -186,30 +187,14 @@ func FormatPeer(p Peer) string {
 	return s
 }
 
-// WritePeersFile replaces path with peers (one per line) atomically: a
-// temporary file in its directory, then a rename.
+// WritePeersFile replaces path with peers (one per line) atomically, mode
+// 0644 whatever the umask (the mount process reads it): renameio writes a
+// temporary file in its directory, syncs it, then renames it over path.
 func WritePeersFile(path string, peers []Peer) error {
 	var b strings.Builder
 	b.WriteString("# cachefs peers: written by the EpochFS node plugin; cachefs mount --peers-file reloads it\n")
 	for _, p := range peers {
 		b.WriteString(FormatPeer(p) + "\n")
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".peers-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.WriteString(b.String()); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return renameio.WriteFile(path, []byte(b.String()), 0o644, renameio.IgnoreUmask(), renameio.WithTempDir(filepath.Dir(path)))
 }

@@ -75,6 +75,12 @@ func TestFileMembership(t *testing.T) {
 	if err := WritePeersFile(path, a); err != nil {
 		t.Fatal(err)
 	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("peers file: %v, %v; want mode 0644", st, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, ".*")); len(m) != 0 {
+		t.Fatalf("temporary files left: %v", m)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := OpenFile(ctx, filepath.Join(dir, "missing"), time.Hour); err == nil {
