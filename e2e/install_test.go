@@ -3,15 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -283,20 +282,15 @@ func mountProcesses(t *testing.T, dir string) []int { return testenv.MountProces
 // fuseMountsUnder lists the FUSE mount points under dir.
 func fuseMountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return !strings.HasPrefix(m.FSType, "fuse") || !strings.HasPrefix(m.Mountpoint, dir+"/"), false
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		i := slices.Index(f, "-")
-		if i < 0 || i+1 >= len(f) || len(f) < 5 {
-			continue
-		}
-		if strings.HasPrefix(f[i+1], "fuse") && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
+	for _, m := range infos {
+		out = append(out, m.Mountpoint)
 	}
 	return out
 }

@@ -113,7 +113,7 @@ func redactKey(k string) string {
 
 // RetryPolicy bounds retries: exponential backoff with full jitter, the
 // sleep before retry n (n ≥ 1) drawn uniformly from
-// [0, min(MaxDelay, BaseDelay·2^(n-1))).
+// [0, min(MaxDelay, BaseDelay·2^(n-1))] (github.com/cenkalti/backoff/v5).
 type RetryPolicy struct {
 	// MaxAttempts is the total number of attempts, first one included.
 	// Default DefaultMaxAttempts (4); 1 disables retries.

@@ -2,18 +2,21 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
-)
 
-import ()
+	"github.com/cenkalti/backoff/v5"
+)
 
 // Retrier runs the operations of a network backend with bounded retries:
 // exponential backoff with full jitter, ctx honoured during the sleeps. It
 // is safe for concurrent use; policy and log are immutable after
-// construction.
+// construction. The loop and the jittered exponential schedule are
+// github.com/cenkalti/backoff/v5 (no dependencies of its own, unlike
+// k8s.io/apimachinery's wait, which would link klog into cachefs, and whose
+// Jitter only adds to the delay: it cannot draw from [0, ceiling)).
 type Retrier struct {
 	policy  RetryPolicy
 	log     *slog.Logger
@@ -35,42 +38,53 @@ func (r *Retrier) Retries() int64 { return r.retries.Load() }
 // the caller can classify it) and the number of attempts made. When ctx
 // ends, it returns ctx's error at once.
 func (r *Retrier) Do(ctx context.Context, op string, retryable func(error) bool, fn func(ctx context.Context) error) (int, error) {
-	for attempt := 1; ; attempt++ {
+	attempt := 0
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		attempt++
 		err := fn(ctx)
-		if err == nil {
-			return attempt, nil
+		switch {
+		case err == nil:
+			return struct{}{}, nil
+		case !retryable(err):
+			return struct{}{}, backoff.Permanent(err)
 		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return attempt, ctxErr
-		}
-		if attempt >= r.policy.MaxAttempts || !retryable(err) {
-			return attempt, err
-		}
-		delay := r.backoff(attempt)
-		r.retries.Add(1)
-		r.log.LogAttrs(ctx, slog.LevelWarn, "retrying after transient error",
-			slog.String("op", op), slog.Int("attempt", attempt),
-			slog.Duration("backoff", delay), slog.String("error", err.Error()))
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return attempt, ctx.Err()
-		case <-t.C:
-		}
+		return struct{}{}, err
+	},
+		backoff.WithBackOff(r.schedule()),
+		backoff.WithMaxTries(uint(max(r.policy.MaxAttempts, 1))),
+		backoff.WithMaxElapsedTime(0), // bounded by MaxAttempts and ctx only
+		backoff.WithNotify(func(err error, delay time.Duration) {
+			r.retries.Add(1)
+			r.log.LogAttrs(ctx, slog.LevelWarn, "retrying after transient error",
+				slog.String("op", op), slog.Int("attempt", attempt),
+				slog.Duration("backoff", delay), slog.String("error", err.Error()))
+		}))
+	if err == nil {
+		return attempt, nil
 	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return attempt, ctxErr // ctx.Err, not a cause set with WithCancelCause
+	}
+	// Retry unwraps a PermanentError except on the last attempt.
+	if perm := (*backoff.PermanentError)(nil); errors.As(err, &perm) {
+		err = perm.Unwrap()
+	}
+	return attempt, err
 }
 
-// backoff returns the full-jitter sleep before the retry following attempt.
-func (r *Retrier) backoff(attempt int) time.Duration {
-	ceiling := r.policy.MaxDelay
-	if shift := attempt - 1; shift < 32 {
-		if d := r.policy.BaseDelay << shift; d > 0 && d < ceiling {
-			ceiling = d
-		}
+// schedule returns a fresh backoff (ExponentialBackOff is not safe for
+// concurrent use) whose sleep before retry n is drawn uniformly from
+// [0, min(MaxDelay, BaseDelay·2^(n-1))]: a randomization factor of 1 around
+// half the ceiling is full jitter.
+func (r *Retrier) schedule() backoff.BackOff {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     r.policy.BaseDelay / 2,
+		RandomizationFactor: 1,
+		Multiplier:          2,
+		MaxInterval:         r.policy.MaxDelay / 2,
 	}
-	if ceiling <= 0 {
-		return 0
+	if b.InitialInterval <= 0 || b.MaxInterval <= 0 {
+		return &backoff.ZeroBackOff{}
 	}
-	return rand.N(ceiling)
+	return b
 }

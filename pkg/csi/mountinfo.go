@@ -6,46 +6,42 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/moby/sys/mountinfo"
 	mountutils "k8s.io/mount-utils"
 )
 
-// mountTable is the mount table of this process's mount namespace.
-const mountTable = "/proc/self/mountinfo"
-
-// mountinfoEscaper escapes a path the way the kernel writes mount points in
-// mountinfo (octal \ooo for space, tab, newline and backslash), so that a
-// path can be compared with k8s.io/mount-utils' MountPoint field, which is
-// left escaped.
-var mountinfoEscaper = strings.NewReplacer(`\`, `\134`, " ", `\040`, "\t", `\011`, "\n", `\012`)
+// mountsAt returns the mount table's entries (of this process's mount
+// namespace, read by github.com/moby/sys/mountinfo, which unescapes the
+// kernel's \ooo octal escapes) whose mount point is path, bottom first.
+func mountsAt(path string) ([]*mountinfo.Info, error) {
+	return mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return m.Mountpoint != path, false
+	})
+}
 
 // isMounted reports whether path is a mount point, and its file system type
 // (of the mount on top when several are stacked there).
 func isMounted(path string) (bool, string, error) {
-	infos, err := mountutils.ParseMountInfo(mountTable)
+	infos, err := mountsAt(path)
 	if err != nil {
 		return false, "", fmt.Errorf("csi: mount table: %w", err)
 	}
-	escaped := mountinfoEscaper.Replace(path)
-	found, fstype := false, ""
-	for _, m := range infos {
-		if m.MountPoint == escaped {
-			found, fstype = true, m.FsType // the last one is on top
-		}
+	if len(infos) == 0 {
+		return false, "", nil
 	}
-	return found, fstype, nil
+	return true, infos[len(infos)-1].FSType, nil // the last one is on top
 }
 
 // fuseConn returns the id of the FUSE connection mounted at path (the minor
 // number of its device, read from the mount table: never from the file
 // system, whose server may hang), and whether a FUSE mount is there.
 func fuseConn(path string) (uint32, bool) {
-	infos, err := mountutils.ParseMountInfo(mountTable)
+	infos, err := mountsAt(path)
 	if err != nil {
 		return 0, false
 	}
-	escaped := mountinfoEscaper.Replace(path)
 	for i := len(infos) - 1; i >= 0; i-- {
-		if m := infos[i]; m.MountPoint == escaped && strings.HasPrefix(m.FsType, "fuse") {
+		if m := infos[i]; strings.HasPrefix(m.FSType, "fuse") {
 			return uint32(m.Minor), true
 		}
 	}
@@ -76,20 +72,29 @@ func checkMount(path string) error {
 	return nil
 }
 
-// bindReadOnly bind-mounts src at dst read-only.
+// bindReadOnly bind-mounts src at dst read-only, nosuid and nodev, with
+// k8s.io/mount-utils (mount(8): the bind, then the read-only remount that
+// also keeps src's own noexec/noatime flags). When the remount fails, it
+// detaches the writable bind that mount-utils leaves behind.
 func bindReadOnly(src, dst string) error {
-	if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind %s at %s: %w", src, dst, err)
+	before, err := mountsAt(dst)
+	if err != nil {
+		return fmt.Errorf("csi: mount table: %w", err)
 	}
-	if err := syscall.Mount("", dst, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY|syscall.MS_NOSUID|syscall.MS_NODEV, ""); err != nil {
-		_ = syscall.Unmount(dst, syscall.MNT_DETACH)
-		return fmt.Errorf("remount %s read-only: %w", dst, err)
+	if err := mountutils.NewWithoutSystemd("").Mount(src, dst, "", []string{"bind", "ro", "nosuid", "nodev"}); err != nil {
+		if after, _ := mountsAt(dst); len(after) > len(before) {
+			_ = syscall.Unmount(dst, syscall.MNT_DETACH)
+		}
+		return fmt.Errorf("bind %s read-only at %s: %w", src, dst, err)
 	}
 	return nil
 }
 
 // unmountAll unmounts every mount stacked at path (lazily when busy). A path
-// that is not mounted is fine.
+// that is not mounted is fine. Hand-written with umount2(2): mount-utils'
+// Unmount and CleanupMountPoint exec umount(8), which stats the path (a hung
+// FUSE server blocks it) and cannot detach lazily, and CleanupMountPoint
+// also removes the directory and misses binds from the same file system.
 func unmountAll(path string) error {
 	for range 8 {
 		ok, _, err := isMounted(path)

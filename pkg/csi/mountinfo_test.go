@@ -1,8 +1,12 @@
 package csi
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -34,6 +38,19 @@ func TestMountTableEscapedPaths(t *testing.T) {
 			}
 			if err := checkMount(dst); err != nil {
 				t.Fatalf("checkMount: %v", err)
+			}
+			if err := os.WriteFile(filepath.Join(dst, "f"), []byte("y"), 0o600); !errors.Is(err, syscall.EROFS) {
+				t.Fatalf("write through the bind = %v, want EROFS", err)
+			}
+			infos, err := mountsAt(dst)
+			if err != nil || len(infos) != 1 {
+				t.Fatalf("mounts at %q: %v, %v; want one", dst, infos, err)
+			}
+			opts := strings.Split(infos[0].Options, ",")
+			for _, want := range []string{"ro", "nosuid", "nodev"} {
+				if !slices.Contains(opts, want) {
+					t.Errorf("bind options %v lack %s", opts, want)
+				}
 			}
 			if err := unmountAll(dst); err != nil {
 				t.Fatalf("unmountAll: %v", err)

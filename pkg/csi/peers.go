@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 	"github.com/epochfs/epochfs/pkg/peer"
@@ -67,15 +69,21 @@ type peerConfig struct {
 // DefaultPeerPortRange is --peer-port-range's default.
 const DefaultPeerPortRange = "7400-7463"
 
-// ParsePortRange parses LO-HI (1 ≤ LO ≤ HI ≤ 65535).
+// ParsePortRange parses a port range, LO-HI (also PORT or LO+N), with
+// k8s.io/apimachinery's ParsePortRange, and refuses what that accepts but a
+// listener cannot use: an empty range and port 0.
 func ParsePortRange(s string) (lo, hi int, err error) {
-	a, b, ok := strings.Cut(s, "-")
-	lo, err1 := strconv.Atoi(a)
-	hi, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || lo < 1 || hi > 65535 || lo > hi {
-		return 0, 0, fmt.Errorf("csi: --peer-port-range %q: want LO-HI, ports from 1 to 65535", s)
+	pr, err := utilnet.ParsePortRange(s)
+	switch {
+	case err != nil:
+	case pr.Size == 0:
+		err = errors.New("empty")
+	case pr.Base < 1:
+		err = errors.New("port 0 is not a port")
+	default:
+		return pr.Base, pr.Base + pr.Size - 1, nil
 	}
-	return lo, hi, nil
+	return 0, 0, fmt.Errorf("csi: --peer-port-range %q: %v (want LO-HI, ports from 1 to 65535)", s, err)
 }
 
 // checkPeerConfig validates the peer settings of Config (New).

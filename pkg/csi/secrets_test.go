@@ -13,7 +13,7 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
-	mountutils "k8s.io/mount-utils"
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
@@ -178,20 +178,14 @@ func testSecretsNeverInArgsOrLogs(t *testing.T, mi *s3.MinIO, files []datagen.Fi
 func checkSecretsTmpfs(t *testing.T, stateDir string) {
 	t.Helper()
 	dir := filepath.Join(stateDir, "node", "secrets")
-	infos, err := mountutils.ParseMountInfo("/proc/self/mountinfo")
+	found, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) { return m.Mountpoint != dir, false })
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found []mountutils.MountInfo
-	for _, m := range infos {
-		if m.MountPoint == dir {
-			found = append(found, m)
-		}
-	}
-	if len(found) != 1 || found[0].FsType != "tmpfs" {
+	if len(found) != 1 || found[0].FSType != "tmpfs" {
 		t.Fatalf("mounts on %s: %+v, want one tmpfs", dir, found)
 	}
-	opts := strings.Join(append(found[0].MountOptions, found[0].SuperOptions...), ",")
+	opts := found[0].Options + "," + found[0].VFSOptions
 	for _, o := range []string{"nosuid", "nodev", "noexec", "mode=700"} {
 		if !strings.Contains(opts, o) {
 			t.Errorf("the secrets tmpfs is mounted without %s: %s", o, opts)

@@ -54,6 +54,7 @@ func prepareSecretsDir(dir string, allowDisk bool, log *slog.Logger) error {
 		return fmt.Errorf("csi: secrets dir: %w", err)
 	}
 	defer disk.Close()
+	// mount(2) itself, not mount-utils: that execs mount(8), whose error loses the errno reported below.
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", secretsTmpfsFlag, secretsTmpfsOpts); err != nil {
 		if allowDisk {
 			log.Warn("credentials kept ON DISK: cannot mount a tmpfs on the secrets dir (not root?); allowed by --allow-disk-secrets", "dir", dir, "err", err)

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"testing"
 
-	mountutils "k8s.io/mount-utils"
-
 	"github.com/epochfs/epochfs/internal/testenv"
 )
 
@@ -39,15 +37,13 @@ func TestSecretsMovedOffDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	infos, err := mountutils.ParseMountInfo(mountTable)
+	infos, err := mountsAt(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var fstypes []string
 	for _, m := range infos {
-		if m.MountPoint == dir {
-			fstypes = append(fstypes, m.FsType)
-		}
+		fstypes = append(fstypes, m.FSType)
 	}
 	if len(fstypes) != 1 || fstypes[0] != "tmpfs" {
 		t.Fatalf("mounts on the secrets dir: %v, want one tmpfs", fstypes)

@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/renameio/v2"
 	"github.com/zeebo/xxh3"
 )
 
@@ -181,11 +182,7 @@ func WriteShare(dir string, s Share) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, ShareFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, ShareFile))
+	return renameio.WriteFile(filepath.Join(dir, ShareFile), append(b, '\n'), 0o600, renameio.WithTempDir(dir))
 }
 
 // ReadShare reads dir/ShareFile; ok is false when there is none (a
