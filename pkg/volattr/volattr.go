@@ -68,6 +68,16 @@ const (
 	// attributes carry. The node charges per-namespace limits to them.
 	ClaimNamespace = KubernetesPrefix + "pvc/namespace"
 	PodNamespace   = KubernetesPrefix + "pod.namespace"
+	// ClaimName and PVName are the claim's and the PersistentVolume's
+	// names (external-provisioner --extra-create-metadata puts them, with
+	// ClaimNamespace, into CreateVolume's parameters; the job controller
+	// into its PVs' attributes; an admin adds them to a static PV's
+	// volumeAttributes). PodName is the pod's name (podInfoOnMount). The
+	// node plugin shows them in epochfs_volume_info (pkg/csi); Parse
+	// ignores them, as every KubernetesPrefix key.
+	ClaimName = KubernetesPrefix + "pvc/name"
+	PVName    = KubernetesPrefix + "pv/name"
+	PodName   = KubernetesPrefix + "pod.name"
 )
 
 // MaxReadaheadFiles bounds ReadaheadFiles: more fetches in flight per miss
