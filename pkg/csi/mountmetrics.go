@@ -41,7 +41,6 @@ var mountMemoryMetrics = map[string]bool{
 	"go_memstats_alloc_bytes":       true, // live heap objects
 	"go_memstats_heap_inuse_bytes":  true, // heap spans in use
 	"go_memstats_sys_bytes":         true, // all the runtime took from the OS
-	"go_goroutines":                 true,
 }
 
 // remoteMetrics asks the mount serving cacheDir for its metrics
