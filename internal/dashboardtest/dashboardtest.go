@@ -179,7 +179,7 @@ func appendScrape(app storage.Appender, s Scrape, ts int64) error {
 			for _, l := range m.GetLabel() {
 				b.Set(l.GetName(), l.GetValue())
 			}
-			b.Set(labels.MetricName, name)
+			b.Set(model.MetricNameLabel, name)
 			if _, err := app.Append(0, b.Labels(), ts, v); err != nil {
 				return fmt.Errorf("dashboardtest: append %s: %w", name, err)
 			}
