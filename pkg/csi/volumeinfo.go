@@ -16,7 +16,7 @@ import (
 // what a user named. Each is a Kubernetes object name (validated, so at
 // most 253 bytes) or "".
 const (
-	LabelNamespace = "namespace" // the claim's namespace, else the pod's
+	LabelNamespace = "namespace" // the pod's namespace (the kubelet's), else the claim's
 	LabelPVC       = "pvc"       // the claim (PersistentVolumeClaim) name; "" when the volume context has none
 	LabelPV        = "pv"        // the PersistentVolume; "" for inline volumes
 	LabelPod       = "pod"       // the pod the volume is published to (podInfoOnMount)
@@ -51,7 +51,14 @@ const createdVolumePrefix = "cfs-"
 // the PV's name: a PV's volumeHandle that the job controller, and admins
 // by the convention docs/CSI.md gives, set to the PV's own name — not an
 // inline volume's id nor one CreateVolume made (cfs-…).
+//
+// An inline volume has no claim: its attributes are the pod author's, who
+// could name another namespace's claim, so they are not read (the series
+// names the pod's namespace only).
 func publishClaim(id string, vctx map[string]string, inline bool) volumeClaim {
+	if inline {
+		return volumeClaim{}
+	}
 	c := volumeClaim{Namespace: vctx[volattr.ClaimNamespace], Name: vctx[volattr.ClaimName], PV: vctx[volattr.PVName]}
 	if len(validation.IsDNS1123Label(c.Namespace)) != 0 {
 		c.Namespace = ""
@@ -59,7 +66,7 @@ func publishClaim(id string, vctx map[string]string, inline bool) volumeClaim {
 	if len(validation.IsDNS1123Subdomain(c.Name)) != 0 {
 		c.Name = ""
 	}
-	if c.PV == "" && !inline && !strings.HasPrefix(id, createdVolumePrefix) {
+	if c.PV == "" && !strings.HasPrefix(id, createdVolumePrefix) {
 		c.PV = id
 	}
 	if len(validation.IsDNS1123Subdomain(c.PV)) != 0 {
@@ -90,9 +97,9 @@ func (vi *volumeInfo) set(v *nodeVolume, ds *datasetMount, target string) {
 		key = ds.Key
 	}
 	pod := v.Pods[target]
-	ns := v.Claim.Namespace
+	ns := pod.Namespace // the kubelet's; a claim is always in its pod's namespace
 	if ns == "" {
-		ns = pod.Namespace // a claim is always in its pod's namespace
+		ns = v.Claim.Namespace
 	}
 	vi.mu.Lock()
 	defer vi.mu.Unlock()
