@@ -53,3 +53,27 @@ func TestVolumeInfoSet(t *testing.T) {
 		t.Errorf("after dropping v1: %v, want v2's only", vi.entries)
 	}
 }
+
+// TestVolumeInfoReloaded: a restarted node plugin rebuilds the series of
+// its published volumes from the state dir.
+func TestVolumeInfoReloaded(t *testing.T) {
+	dir := t.TempDir()
+	cfg := nodeConfig{dir: dir + "/node", cacheRoot: dir + "/cache"}
+	n, err := newNodeState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &nodeVolume{ID: "vol-r", DatasetKey: "ds-r", StagingPath: "/s", Targets: []string{"/t"},
+		Pods: map[string]podRef{"/t": {Namespace: "team-a", Name: "p"}}, Claim: volumeClaim{Namespace: "team-a", Name: "imagenet", PV: "pv-r"}}
+	if err := n.saveVolume(v); err != nil {
+		t.Fatal(err)
+	}
+	again, err := newNodeState(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv, ok := again.info.entries[volumeTarget{"vol-r", "/t"}]
+	if !ok || lv[2] != "team-a" || lv[3] != "imagenet" || lv[4] != "pv-r" || lv[5] != "p" {
+		t.Errorf("after a restart: %q (present %v), want vol-r's series", lv, ok)
+	}
+}
