@@ -96,6 +96,8 @@ func Query(path, title, refID string, n int) (expr, legend string, err error) {
 	}
 	window := fmt.Sprintf("%dms", int64(n-1)*Interval.Milliseconds()+1)
 	expr = strings.NewReplacer("$__rate_interval", window, "$__range", window).Replace(t.Expr)
+	// Hand-written: Grafana's interpolation is TypeScript; its "All" is a
+	// quoted "$var" in a matcher, which this replaces with ".*".
 	for {
 		i := strings.Index(expr, "\"$")
 		if i < 0 {
