@@ -147,7 +147,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	// The mount polls its peers file (every second) and then records its
 	// new owner share: wait for that before reading.
 	for {
-		share, ok := sumSamples(in.scrapeNode(t), "cachefs_peer_owned_share")
+		share, ok := sumSamples(in.scrapeNode(t), "cachefs_peer_owned_ratio")
 		if ok && share < 0.9 {
 			break
 		}
@@ -166,7 +166,7 @@ func TestClusterScopeVolumeOnKubelet(t *testing.T) {
 	body := in.scrapeNode(t)
 	hits, _ := sumSamples(body, "cachefs_peer_hits_total")
 	received, _ := sumSamples(body, "cachefs_peer_received_bytes_total")
-	share, okShare := sumSamples(body, "cachefs_peer_owned_share")
+	share, okShare := sumSamples(body, "cachefs_peer_owned_ratio")
 	_, resp := testenv.Scrape(t, "http://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics")
 	served, _ := sumSamples(resp, "cachefs_peer_served_total")
 	refused, _ := sumSamples(resp, "cachefs_peer_refused_total")

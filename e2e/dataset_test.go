@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epochfs/epochfs/internal/datagen"
+	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/csi"
 )
@@ -212,9 +213,13 @@ func sumSamples(body, name string) (float64, bool) {
 // node plugin's /metrics must show the second pass served from the NR
 // cache (byte hit ratio 1: the dataset fits), and after the pod, PVC and PV
 // are deleted the kubelet must unstage the volume: its mount process ends
-// and no mount is left on the node.
+// and no mount is left on the node. The PV names its claim in its
+// attributes (docs/CSI.md), and the metrics speak of it by that name
+// (checkClaimMetrics: epochfs_volume_info, the dashboard's hit ratio of the
+// claim, `cachefs stats`).
 func TestStaticPVOverMinIO(t *testing.T) {
 	requireE2E(t)
+	cachefs := testenv.GoBuild(t, "./cmd/cachefs") // before the cluster: the build needs no lock
 	mi := s3.StartMinIO(t)
 	in := installChart(t, minioRules(mi, "training")...)
 	mi.MakeBucket(t, "training")
@@ -225,7 +230,10 @@ func TestStaticPVOverMinIO(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	source := "s3://training/imagenet?endpoint=" + mi.Endpoint + "&region=us-east-1"
-	v := in.createS3Volume(ctx, t, "tenant-a", "imagenet", source, mi)
+	in.createNamespace(ctx, t, "tenant-a")
+	secret := in.createS3Secret(ctx, t, "tenant-a", "imagenet-s3", mi)
+	v := in.createPV(ctx, t, "tenant-a", "imagenet",
+		claimAttrs(map[string]string{"source": source, "cacheSize": "64Mi"}, "tenant-a", "imagenet", "tenant-a-imagenet"), secret)
 	start := time.Now()
 	// The pod stays up after its two passes: once it ends, the kubelet
 	// unstages the volume and the mount's metrics go with it.
@@ -254,6 +262,15 @@ func TestStaticPVOverMinIO(t *testing.T) {
 	if !strings.Contains(body, csi.LabelDatasetID+`="`) || strings.Contains(body, mi.SecretKey) || strings.Contains(body, mi.AccessKey) {
 		t.Errorf("mount metrics lack the %s label, or carry a credential", csi.LabelDatasetID)
 	}
+
+	// Another pod of the claim reads it once more (the same dataset mount)
+	// between two scrapes.
+	in.checkClaimMetrics(ctx, t, v, "reader", cachefs, func() {
+		in.readerPod(ctx, t, v, "reader2", "sh", "-c", "read-dataset /data 1 && sleep 3600")
+		in.waitLogLine(ctx, t, v.ns, "reader2", "done")
+		checkPasses(t, passSums(t, in.podLog(ctx, t, v.ns, "reader2")), files, 1)
+	})
+	in.deletePod(ctx, t, v.ns, "reader2")
 
 	pids := mountProcesses(t, in.stateDir)
 	if len(pids) != 1 {

@@ -475,7 +475,8 @@ func scrape(addr string) (map[string]float64, error) {
 		}
 		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
 			name := line[:i]
-			if strings.HasPrefix(name, "cachefs_peer_received_bytes_total{") {
+			// One series (the default, aggregated) or one per peer (--peer-metrics per-peer).
+			if name == "cachefs_peer_received_bytes_total" || strings.HasPrefix(name, "cachefs_peer_received_bytes_total{") {
 				out["peer_received"] += v
 			}
 			out[name] = v

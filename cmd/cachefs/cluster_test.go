@@ -117,6 +117,9 @@ func startClusterMountDir(t *testing.T, cacheDir, bin, src string, capacity int6
 	cm := &clusterMount{mnt: t.TempDir(), cacheDir: cacheDir}
 	cm.metrics = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	opts.Source, opts.Mountpoint, opts.CacheDir, opts.CacheSize, opts.MetricsAddr = src, cm.mnt, cm.cacheDir, capacity, cm.metrics
+	if opts.PeerMetrics == "" {
+		opts.PeerMetrics = peer.MetricsPerPeer // the tests read the series of each peer
+	}
 	cm.Cachefs = testenv.StartCachefs(t, bin, opts, env...)
 	return cm
 }
@@ -358,7 +361,7 @@ func TestClusterScope(t *testing.T) {
 		for _, o := range ids {
 			peerHits += s[fmt.Sprintf("cachefs_peer_hits_total{peer=%q}", o)]
 		}
-		for _, name := range []string{"cachefs_peer_served_total", "cachefs_peer_served_bytes_total", "cachefs_peer_received_bytes_total", "cachefs_peer_owned_share", "cachefs_peer_refused_total"} {
+		for _, name := range []string{"cachefs_peer_served_total", "cachefs_peer_served_bytes_total", "cachefs_peer_received_bytes_total", "cachefs_peer_owned_ratio", "cachefs_peer_refused_total"} {
 			if !strings.Contains(body, "\n"+name) {
 				t.Errorf("%s: /metrics lacks %s", cm.id, name)
 			}

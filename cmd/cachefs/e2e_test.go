@@ -213,8 +213,8 @@ func runE2EBin(t *testing.T, bin string, src string, files []datagen.File, env [
 	}
 
 	// The cache survives: stats reads it without a mount.
-	out, err := exec.Command(bin, "stats", "--cache-dir", cacheDir, "--json").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), `"Policy": "nr"`) {
+	out, err := exec.Command(bin, "stats", "--cache-dir", cacheDir, "-o", "json").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"policy": "nr"`) || !strings.Contains(string(out), `"live": false`) {
 		t.Errorf("cachefs stats: %v\n%s", err, out)
 	}
 }

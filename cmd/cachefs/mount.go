@@ -100,6 +100,7 @@ type mountFlags struct {
 	maxListingMem  units.Size
 	restrictEgress bool
 	egressRules    string
+	peerMetrics    string
 }
 
 // complete parses the flags that need it into cfg; errors are usage
@@ -146,6 +147,11 @@ func (mf *mountFlags) complete(cmd *cobra.Command) error {
 		}
 		mf.cfg.Peer.Membership = fm
 	}
+	perPeer, err := peer.ParseMetricsMode(mf.peerMetrics)
+	if err != nil {
+		return usageError(fmt.Errorf("--%s: %w", mountapi.FlagPeerMetrics, err))
+	}
+	mf.cfg.Peer.PerPeerMetrics = perPeer
 	return nil
 }
 
@@ -181,6 +187,7 @@ func (mf *mountFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&mf.cfg.Peer.TokenFile, mountapi.FlagPeerTokenFile, "", "cluster scope: file holding the token shared by the peers (at least 16 bytes; peers without it are refused)")
 	f.StringVar(&mf.cfg.Peer.Group, mountapi.FlagPeerGroup, "", "cluster scope: this mount's peer group: requests carry it with its key (an HMAC of the token and the group) and the peer server serves this group only (default: derived from the source ID, so every mount of one source is one group; the CSI driver passes one that includes the volume's credentials)")
 	f.DurationVar(&mf.cfg.Peer.Timeout, mountapi.FlagPeerTimeout, peer.DefaultTimeout, "cluster scope: deadline of one request to a peer; then the read goes to the backend")
+	f.StringVar(&mf.peerMetrics, mountapi.FlagPeerMetrics, peer.MetricsAggregated, "cluster scope: peer series summed over the peers ("+peer.MetricsAggregated+") or labelled with each peer's id ("+peer.MetricsPerPeer+": a series per peer per counter, for debugging a small cluster)")
 	f.BoolVar(&mf.restrictEgress, mountapi.FlagRestrictEgress, false, "refuse connections of the source (and a manifest URL) to loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), unspecified and multicast addresses and this node's own, judged on the resolved IP that is dialed, unless --"+mountapi.FlagEgressRules+" names the endpoint; the CSI driver sets it on every mount it starts (off: a mount run by hand is the admin's)")
 	f.StringVar(&mf.egressRules, mountapi.FlagEgressRules, "", "comma-separated network rules (s3://bucket?endpoint=URL, nfs://host/export, cephfs://mon/path, as the driver's --network-rules) whose endpoints a restricted mount may reach anyway; implies --"+mountapi.FlagRestrictEgress)
 	f.BoolVar(&mf.cfg.Debug, mountapi.FlagFuseDebug, false, "log every FUSE request (very verbose)")

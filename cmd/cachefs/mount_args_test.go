@@ -31,7 +31,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			CacheScope: mountapi.ScopeCluster, Peers: "a=10.0.0.1:7070,b=10.0.0.2:7070", PeerListen: "10.0.0.1:7070", PeerID: "a",
 			PeerTokenFile:  "/etc/epochfs/peer-token",
 			RestrictEgress: true, EgressRules: "s3://bucket?endpoint=http://127.0.0.1:9000,nfs://filer/export",
-			MaxDirEntries: 10,
+			MaxDirEntries: 10, PeerMetrics: "per-peer",
 		}},
 		{"restricted egress without rules", mountapi.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1, RestrictEgress: true}},
 		{"peers file", mountapi.CommandOptions{Source: "/d", Mountpoint: "/m", CacheDir: "/c", CacheSize: 1,
@@ -94,7 +94,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 				CredentialsFD: credsFD, CacheScope: str(mountapi.FlagCacheScope), Peers: str(mountapi.FlagPeers), PeersFile: str(mountapi.FlagPeersFile),
 				PeerListen: str(mountapi.FlagPeerListen), PeerID: str(mountapi.FlagPeerID), PeerTokenFile: str(mountapi.FlagPeerTokenFile),
 				RestrictEgress: restrict, EgressRules: str(mountapi.FlagEgressRules),
-				PeerGroup: str(mountapi.FlagPeerGroup), MaxDirEntries: maxEntries,
+				PeerGroup: str(mountapi.FlagPeerGroup), MaxDirEntries: maxEntries, PeerMetrics: str(mountapi.FlagPeerMetrics),
 			}
 			want := tc.opts
 			if want.Policy == "" {
@@ -108,6 +108,9 @@ func TestCommandOptionsParseBack(t *testing.T) {
 			}
 			if want.LogFormat == "" {
 				want.LogFormat = "text"
+			}
+			if want.PeerMetrics == "" {
+				want.PeerMetrics = "aggregated"
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("parsed back\n  %+v\nwant\n  %+v\nargs %q", got, want, args)
@@ -132,6 +135,19 @@ func TestMountPolicyOnlyNR(t *testing.T) {
 	}
 }
 
+// TestMountPeerMetricsFlag: --peer-metrics takes aggregated or per-peer;
+// another value is a usage error naming both.
+func TestMountPeerMetricsFlag(t *testing.T) {
+	root := newRoot()
+	root.SetArgs([]string{"mount", t.TempDir(), t.TempDir(), "--cache-dir", t.TempDir(), "--cache-size", "1MiB", "--peer-metrics", "peer"})
+	root.SetErr(io.Discard)
+	err := root.Execute()
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != int(exitcode.Usage) || !strings.Contains(err.Error(), `--peer-metrics: peer metrics "peer": want aggregated or per-peer`) {
+		t.Fatalf("mount --peer-metrics peer: %v, want a usage error naming aggregated and per-peer", err)
+	}
+}
+
 // TestCommandOptionsEveryFlag: with every field set, each flag that
 // CommandOptions.Args spells is one this CLI's mount command defines, and
 // parses to the value given; Extra comes last, as given.
@@ -143,7 +159,7 @@ func TestCommandOptionsEveryFlag(t *testing.T) {
 		ReadTimeout: 90 * time.Second, PeerTimeout: 2 * time.Second, ReadaheadFiles: "8", LogFormat: mountapi.LogFormatJSON, LogLevel: "warn",
 		CredentialsFD: 3, CacheScope: mountapi.ScopeCluster, Peers: "a=127.0.0.1:7070", PeersFile: "/p", PeerListen: "127.0.0.1:7070",
 		PeerID: "a", PeerTokenFile: "/t", RestrictEgress: true, EgressRules: "nfs://filer/export", PeerGroup: "g-1",
-		MaxDirEntries: 10, FuseDebug: true, CPUProfile: "/cpu.prof", Extra: []string{"--" + mountapi.FlagAllowOther + "=false"},
+		MaxDirEntries: 10, FuseDebug: true, CPUProfile: "/cpu.prof", PeerMetrics: "per-peer", Extra: []string{"--" + mountapi.FlagAllowOther + "=false"},
 	}
 	args := opts.Args()
 	cmd, rest, err := newRoot().Find(args)

@@ -131,6 +131,7 @@ func defineFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&f.cfg.PeerListen, "peer-listen", "", "cluster scope (volume attribute cacheScope: cluster): this node's address for peer traffic, a host without port (the pod's status.hostIP); each cluster-scope dataset mount listens on its own port of --peer-port-range there. Empty: cluster-scope volumes are refused (FailedPrecondition)")
 	fs.StringVar(&f.cfg.PeerPortRange, "peer-port-range", csi.DefaultPeerPortRange, "cluster scope: LO-HI, the ports handed to cluster-scope dataset mounts, one per dataset on this node")
 	fs.StringVar(&f.cfg.PeerTokenFile, "peer-token-file", "", "cluster scope: file holding the token the peers share (from a Kubernetes Secret; at least 16 bytes); required with --peer-listen")
+	fs.StringVar(&f.cfg.PeerMetrics, "peer-metrics", "aggregated", "cluster scope: the mounts' peer series summed over the peers (aggregated) or labelled with each peer's id (per-peer: a series per peer per counter on every node, for debugging a small cluster)")
 	fs.StringVar(&f.cfg.PeerID, "peer-id", "", "cluster scope: this node's peer id, stable across restarts (default: --nodeid)")
 	fs.Var((*units.Size)(&f.cfg.MountLogMaxSize), "mount-log-max-size", "rotate a mount process's log (<state-dir>/node/logs/<key>.log) to <key>.log.1 when larger than this `SIZE`, at each health check (min 64KiB)")
 	fs.StringVar(&f.reg.kubeletRegistrationPath, "kubelet-registration-path", "", "registrar mode: the driver's CSI socket as the kubelet sees it on the host (/var/lib/kubelet/plugins/"+csi.DriverName+"/csi.sock)")

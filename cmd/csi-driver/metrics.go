@@ -51,6 +51,9 @@ func serveMetrics(ctx context.Context, addr string, d *csi.Driver, endpoint stri
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "epochfs_csi_mount_repairs_total", Help: "Dead dataset mounts restarted and re-bound."},
 			func() float64 { return float64(d.NodeStats().Repairs) }),
 	)
+	if vi := d.VolumeInfo(); vi != nil {
+		reg.MustRegister(vi)
+	}
 	var g prometheus.Gatherer = reg
 	if mounts, failed := d.MountMetrics(); mounts != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "epochfs_csi_mount_scrape_errors_total", Help: "Dataset mounts that did not answer a metrics scrape in time (left out of it)."},

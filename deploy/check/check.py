@@ -623,10 +623,12 @@ DASHBOARD = os.path.join("deploy", "grafana", "epochfs-dashboard.json")
 CHART_DASHBOARD = os.path.join("deploy", "helm", "epochfs", "dashboards", "epochfs-dashboard.json")
 DASHBOARD_CONFIGMAP = "epochfs-grafana-dashboard"
 dashboard_text = None
-# The files that define every metric the node plugin serves (its own and, labelled
-# dataset_key and dataset_id, every mount's cachefs_*), and the one naming those labels.
+# The files that define every metric the node plugin serves (its own, epochfs_volume_info
+# and, labelled dataset_key and dataset_id, every mount's cachefs_* and the memory series
+# LABEL_SOURCE lists), and the one naming those labels.
 METRIC_SOURCES = [os.path.join("pkg", "metrics", "metrics.go"), os.path.join("cmd", "csi-driver", "metrics.go"),
-                  os.path.join("pkg", "peer", "metrics.go"), os.path.join("pkg", "mount", "metrics.go")]
+                  os.path.join("pkg", "peer", "metrics.go"), os.path.join("pkg", "mount", "metrics.go"),
+                  os.path.join("pkg", "csi", "volumeinfo.go")]
 LABEL_SOURCE = os.path.join("pkg", "csi", "mountmetrics.go")
 # Target labels the dashboard may use besides the mounts' own: Prometheus's (job,
 # instance), the operator's (pod, namespace), the node label the chart's monitors add.
@@ -676,7 +678,7 @@ def check_monitoring(where, objs, v):
         if spec.get("namespaceSelector") != {"matchNames": [NAMESPACE]}:
             fail(w, f"namespaceSelector must be matchNames [{NAMESPACE}], got {spec.get('namespaceSelector')}")
         eps = spec.get(eps_key) or []
-        want = {"port": "metrics", "path": "/metrics", "scheme": "http",
+        want = {"port": "metrics", "path": "/metrics", "scheme": "http", "honorLabels": True,
                 "relabelings": [NODE_RELABELING] + mv["relabelings"]}
         want.update({k: mv[k] for k in ("interval", "scrapeTimeout", "metricRelabelings") if mv[k]})
         if eps != [want]:
@@ -762,6 +764,12 @@ def code_metrics(root):
     series = (names - hists) | {h + s for h in hists for s in ("_bucket", "_sum", "_count")}
     text = open(os.path.join(root, LABEL_SOURCE), encoding="utf-8").read()
     labels = set(re.findall(r'\bLabel\w+\s*=\s*"([a-z_]+)"', text)) | own_labels
+    # The mounts' memory series the node plugin re-exports (mountMemoryMetrics).
+    memory = set(re.findall(r'"((?:process|go)_[a-z0-9_]+)":\s*true', text))
+    if not memory:
+        fail("deploy/check/check.py", f"found no mount memory series (mountMemoryMetrics) in {LABEL_SOURCE}")
+    names |= memory
+    series |= memory
     if len(names) < 10 or not hists or not {"dataset_id", "dataset_key"} <= labels:
         fail("deploy/check/check.py", f"found only metrics {sorted(names)}, histograms {sorted(hists)}, labels "
                                       f"{sorted(labels)} in {METRIC_SOURCES + [LABEL_SOURCE]}: fix code_metrics")

@@ -66,6 +66,7 @@ func (s *Store) lookup(ctx context.Context, key Key, size int64, load Loader, ki
 		s.misses.Add(1)
 		s.missBytes.Add(size)
 	}
+	s.advanceEpoch()
 	return res, err
 }
 

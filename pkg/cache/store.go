@@ -73,6 +73,11 @@ type Stats struct {
 	// were read before).
 	PrefetchedHits, PrefetchedHitBytes int64
 	Policy                             string
+	// Epoch is the current epoch (from 1) when SetEpochBytes gave the
+	// dataset's size, else 0; the Epoch…Bytes are its share of HitBytes,
+	// MissBytes and PrefetchedHitBytes (epoch.go).
+	Epoch                                                  int64
+	EpochHitBytes, EpochMissBytes, EpochPrefetchedHitBytes int64
 }
 
 // entry is the in-memory record of one cache entry.
@@ -121,6 +126,7 @@ type Store struct {
 	corruptDropped, loadErrors, writeErrors atomic.Int64
 	prefetchFills, prefetchFillBytes        atomic.Int64
 	prefetchedHits, prefetchedHitBytes      atomic.Int64
+	epoch                                   epochs // epoch.go
 
 	mu          sync.Mutex
 	closed      bool
@@ -241,7 +247,7 @@ func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	entries, used := s.nready, s.used
 	s.mu.Unlock()
-	return Stats{
+	st := Stats{
 		Hits:           s.hits.Load(),
 		Misses:         s.misses.Load(),
 		HitBytes:       s.hitBytes.Load(),
@@ -262,6 +268,8 @@ func (s *Store) Stats() Stats {
 		PrefetchedHits:     s.prefetchedHits.Load(),
 		PrefetchedHitBytes: s.prefetchedHitBytes.Load(),
 	}
+	s.epochStats(&st)
+	return st
 }
 
 // Close waits for Gets in progress (cancel their contexts to hurry them),

@@ -179,5 +179,6 @@ func (n *nodeState) dropVolume(v *nodeVolume) error {
 	n.mu.Lock()
 	delete(n.volumes, v.ID)
 	n.mu.Unlock()
+	n.info.drop(v.ID, "")
 	return removeFile(n.volumePath(v.ID))
 }

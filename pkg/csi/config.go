@@ -124,6 +124,10 @@ type Config struct {
 	PeerTokenFile string
 	PeerID        string
 	PeerDirectory peerDirectory
+	// PeerMetrics is the cluster-scope mounts' --peer-metrics: "" or
+	// "aggregated" (the default: peer series summed over the peers),
+	// "per-peer" (labelled by peer id: N series per counter per mount).
+	PeerMetrics string
 	// MountLogMaxSize caps each mount process's log (node/logs/<key>.log):
 	// the health check copies a larger one to <key>.log.1 and truncates
 	// it. Default 10MiB.

@@ -188,7 +188,7 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 	if d.cfg.PeerListen != "" {
 		lo, hi, _ := ParsePortRange(d.cfg.PeerPortRange) // checked by New
 		pc := &peerConfig{host: d.cfg.PeerListen, id: d.cfg.PeerID, tokenFile: d.cfg.PeerTokenFile,
-			portLo: lo, portHi: hi, dir: d.cfg.PeerDirectory}
+			portLo: lo, portHi: hi, metrics: d.cfg.PeerMetrics, dir: d.cfg.PeerDirectory}
 		if pc.dir == nil {
 			client, err := kube()
 			if err != nil {

@@ -71,7 +71,7 @@ type podRef struct {
 // publishPod returns the pod of a NodePublish volume context, if the
 // kubelet sent it (podInfoOnMount).
 func publishPod(vctx map[string]string) (podRef, bool) {
-	p := podRef{Namespace: vctx[volattr.PodNamespace], Name: vctx[volattr.KubernetesPrefix+"pod.name"]}
+	p := podRef{Namespace: vctx[volattr.PodNamespace], Name: vctx[volattr.PodName]}
 	if !(len(validation.IsDNS1123Label(p.Namespace)) == 0 && len(validation.IsDNS1123Subdomain(p.Name)) == 0) {
 		return podRef{}, false
 	}

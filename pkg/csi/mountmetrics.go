@@ -30,6 +30,19 @@ const (
 	LabelDatasetID  = "dataset_id"  // the dataset (pkg/cachelabel), as in the node's cache labels
 )
 
+// mountMemoryMetrics are the Go and process collectors' series of each
+// mount process the node plugin serves beside its cachefs_* ones, labelled
+// like them: every mount of a node shares one container's memory limit
+// (the mounter's), and these show which mount uses it. A fixed handful, so
+// a node's series stay bounded by its mounts. The node plugin's own series
+// of these names have no dataset labels.
+var mountMemoryMetrics = map[string]bool{
+	"process_resident_memory_bytes": true, // what the container's limit counts
+	"go_memstats_alloc_bytes":       true, // live heap objects
+	"go_memstats_heap_inuse_bytes":  true, // heap spans in use
+	"go_memstats_sys_bytes":         true, // all the runtime took from the OS
+}
+
 // remoteMetrics asks the mount serving cacheDir for its metrics
 // (mountapi.RemoteMetrics), parsed by family name.
 func remoteMetrics(ctx context.Context, cacheDir string) (map[string]*dto.MetricFamily, error) {
@@ -45,10 +58,11 @@ func remoteMetrics(ctx context.Context, cacheDir string) (map[string]*dto.Metric
 	return mfs, nil
 }
 
-// mountGatherer gathers the cachefs_* metrics of every dataset mount on the
-// node through their control sockets (OpMetrics), each labelled with its
-// dataset key and id, so that one scrape of the node plugin's /metrics shows
-// every mount's hits, misses, bytes, capacity and backend latency.
+// mountGatherer gathers the cachefs_* metrics (and mountMemoryMetrics) of
+// every dataset mount on the node through their control sockets
+// (OpMetrics), each labelled with its dataset key and id, so that one
+// scrape of the node plugin's /metrics shows every mount's hits, misses,
+// bytes, capacity, backend latency and memory.
 type mountGatherer struct {
 	n      *nodeState
 	errors atomic.Int64 // mounts that did not answer a scrape
@@ -105,8 +119,8 @@ func (g *mountGatherer) Gather() ([]*dto.MetricFamily, error) {
 			{Name: proto.String(LabelDatasetID), Value: proto.String(id)},
 		}
 		for name, mf := range mfs {
-			if !strings.HasPrefix(name, "cachefs_") {
-				continue // the mount's go_/process_ metrics would clash with the driver's own
+			if !strings.HasPrefix(name, "cachefs_") && !mountMemoryMetrics[name] {
+				continue // the rest of the mount's go_/process_ metrics: the driver's own are enough
 			}
 			out := byName[name]
 			if out == nil {

@@ -285,7 +285,12 @@ func (n *nodeState) bindTarget(v *nodeVolume, src, target string, vctx map[strin
 		}
 		v.Pods[target] = pod
 	}
-	return n.putVolume(v)
+	v.Claim = publishClaim(v.ID, vctx, v.Ephemeral)
+	if err := n.putVolume(v); err != nil {
+		return err
+	}
+	n.info.set(v, n.dataset(v.DatasetKey), target)
+	return nil
 }
 
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
@@ -305,6 +310,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpubli
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "unpublish: remove target: %v", err)
 	}
+	n.info.drop(id, target) // unmounted: no longer published there
 	v := n.volume(id)
 	if v == nil {
 		return &csipb.NodeUnpublishVolumeResponse{}, nil // idempotent

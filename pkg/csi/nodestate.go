@@ -93,6 +93,8 @@ type nodeState struct {
 	volumes     map[string]*nodeVolume   // by volume id
 	joining     map[string]string        // dataset key → peer group, from prepareCluster to leaveCluster (peers.go)
 	prefetching map[string]*prefetchRun  // by dataset key, while a prefetch runs
+
+	info volumeInfo // epochfs_volume_info's series; its own lock (volumeinfo.go)
 }
 
 // lockVolume takes volume id's lock (see nodeState); ctx bounds the wait.
@@ -166,6 +168,9 @@ type nodeVolume struct {
 	// (podInfoOnMount): the objects the node's events about the volume's
 	// dataset mount are about (listingevents.go).
 	Pods map[string]podRef `json:"pods,omitempty"`
+	// Claim is the claim and PV the publish context names
+	// (epochfs_volume_info, volumeinfo.go).
+	Claim volumeClaim `json:"claim,omitzero"`
 }
 
 func (n *nodeState) volumePath(id string) string {
@@ -214,6 +219,9 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	})
 	loadState(cfg, "volumes", func(v *nodeVolume) {
 		n.volumes[v.ID] = v
+		for _, t := range v.Targets {
+			n.info.set(v, n.datasets[v.DatasetKey], t)
+		}
 		if ds := n.datasets[v.DatasetKey]; ds != nil {
 			n.budget.adoptCharge(v.Namespace, v.DatasetKey, v.ID, ds.Params.CacheSize)
 		}

@@ -63,6 +63,7 @@ type peerConfig struct {
 	id             string // --peer-id (default: the node name)
 	tokenFile      string // --peer-token-file
 	portLo, portHi int    // --peer-port-range
+	metrics        string // --peer-metrics, passed to every cluster-scope mount
 	dir            peerDirectory
 }
 
@@ -88,6 +89,9 @@ func ParsePortRange(s string) (lo, hi int, err error) {
 
 // checkPeerConfig validates the peer settings of Config (New).
 func checkPeerConfig(c *Config) error {
+	if _, err := peer.ParseMetricsMode(c.PeerMetrics); err != nil {
+		return fmt.Errorf("csi: --peer-metrics: %w", err)
+	}
 	if c.PeerListen == "" {
 		return nil
 	}
@@ -324,6 +328,7 @@ func (n *nodeState) clusterArgs(ds *datasetMount, o *mountapi.CommandOptions) {
 	o.PeerID = self.ID
 	o.PeerTokenFile = n.cfg.peer.tokenFile
 	o.PeerGroup = ds.PeerGroup // the mount's peer server serves this group only
+	o.PeerMetrics = n.cfg.peer.metrics
 }
 
 // readvertise advertises every cluster-scope dataset mount again at each

@@ -184,6 +184,9 @@ func (c *controlServer) dataset(r reply) {
 	if m.manifest != nil {
 		info.Bytes, info.Files = m.manifest.TotalBytes(), int64(m.manifest.Files())
 	}
+	if st := m.store.Stats(); st.Epoch > 0 {
+		info.Epoch, info.EpochHitBytes, info.EpochMissBytes, info.EpochPrefetchedHitBytes = st.Epoch, st.EpochHitBytes, st.EpochMissBytes, st.EpochPrefetchedHitBytes
+	}
 	_ = r.send(mountapi.ControlEvent{Type: mountapi.EventDataset, Dataset: &info})
 }
 

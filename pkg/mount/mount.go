@@ -201,6 +201,9 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("%w: %w", ErrCacheDir, err)
 	}
 	undo.add(func() { store.Close() })
+	if man != nil {
+		store.SetEpochBytes(man.TotalBytes()) // an epoch reads the dataset once (`cachefs stats`)
+	}
 	reg, b, err := m.serveMetrics(store, b, &undo)
 	if err != nil {
 		return err

@@ -42,6 +42,10 @@ type PeerConfig struct {
 	Group string
 	// Timeout bounds one request to a peer; 0 takes peer.DefaultTimeout.
 	Timeout time.Duration
+	// PerPeerMetrics labels the peer series with the peer's id
+	// (`--peer-metrics per-peer`); false sums them over the peers, so that
+	// a dataset on N nodes does not export N series per counter per mount.
+	PerPeerMetrics bool
 }
 
 // peerState is what a cluster-scope mount runs.
@@ -117,6 +121,9 @@ func (m *Mount) startPeer(dataset string, reg *prometheus.Registry, man *manifes
 		members = peer.Static(list)
 	}
 	pm := peer.NewMetrics()
+	if c.PerPeerMetrics {
+		pm = peer.NewPerPeerMetrics()
+	}
 	pm.Register(reg)
 	var sums func(string) []byte
 	if man != nil && man.Info().Checksums {
@@ -195,7 +202,7 @@ func (m *Mount) recordShare(ps *peerState, man *manifest.Manifest) {
 		files, bytes := ps.cluster.Share(len(paths), func(i int) string { return paths[i] }, func(i int) int64 { return sizes[i] })
 		s.Files, s.OwnedFiles, s.OwnedShare = len(paths), int(files*float64(len(paths))+0.5), bytes
 	}
-	ps.metrics.OwnedShare.Set(s.OwnedShare)
+	ps.metrics.OwnedRatio.Set(s.OwnedShare)
 	if err := peer.WriteShare(m.cfg.CacheDir, s); err != nil {
 		m.log.Warn("cannot record the owner share for cachefs stats", "err", err)
 	}

@@ -182,13 +182,13 @@ func (c *Cluster) Read(ctx context.Context, path, version string, size, off int6
 	}
 	m := c.o.Metrics
 	if c.isDown(owner.ID) {
-		m.Fallbacks.WithLabelValues(owner.ID).Inc()
+		m.Fallbacks.For(owner.ID).Inc()
 		return ErrDown
 	}
 	err := c.read(ctx, owner, path, version, size, off, p)
 	if err != nil {
-		m.Errors.WithLabelValues(owner.ID).Inc()
-		m.Fallbacks.WithLabelValues(owner.ID).Inc()
+		m.Errors.For(owner.ID).Inc()
+		m.Fallbacks.For(owner.ID).Inc()
 		var rej *rejection
 		if !errors.As(err, &rej) || rej.markDown {
 			c.markDown(owner.ID)
@@ -196,8 +196,8 @@ func (c *Cluster) Read(ctx context.Context, path, version string, size, off int6
 		return err
 	}
 	c.markUp(owner.ID)
-	m.Hits.WithLabelValues(owner.ID).Inc()
-	m.ReceivedBytes.WithLabelValues(owner.ID).Add(float64(len(p)))
+	m.Hits.For(owner.ID).Inc()
+	m.ReceivedBytes.For(owner.ID).Add(float64(len(p)))
 	return nil
 }
 

@@ -137,7 +137,7 @@ func newPair(t *testing.T, h http.Handler) (*Cluster, *Metrics, string) {
 	t.Cleanup(srv.Close)
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	// "self" owns nothing: make sure the file's owner is "owner".
-	pm := NewMetrics()
+	pm := NewPerPeerMetrics()
 	c, err := NewCluster(ClientOptions{Self: "self", Dataset: "ds", Group: group, Token: token, Timeout: time.Second, Metrics: pm,
 		Members: Static{{ID: "owner", Addr: addr}}})
 	if err != nil {
@@ -148,7 +148,7 @@ func newPair(t *testing.T, h http.Handler) (*Cluster, *Metrics, string) {
 
 func TestServerAndClient(t *testing.T) {
 	fr := &fakeReader{}
-	sm := NewMetrics()
+	sm := NewPerPeerMetrics()
 	srv := NewServer(ServerOptions{Dataset: "ds", Group: group, Token: token, Reader: fr, Metrics: sm,
 		Members: Static{{ID: "self"}}})
 	c, pm, addr := newPair(t, srv)
@@ -162,10 +162,10 @@ func TestServerAndClient(t *testing.T) {
 	if !bytes.Equal(p, content("a/b.jpg", 1000)[200:300]) {
 		t.Fatal("wrong bytes")
 	}
-	if got := testutil.ToFloat64(pm.Hits.WithLabelValues("owner")); got != 1 {
+	if got := testutil.ToFloat64(pm.Hits.For("owner")); got != 1 {
 		t.Errorf("peer hits %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(sm.ServedBytes.WithLabelValues("self")); got != 100 {
+	if got := testutil.ToFloat64(sm.ServedBytes.For("self")); got != 100 {
 		t.Errorf("served bytes %v, want 100", got)
 	}
 	// Another version: refused (409), a fallback, not marked down.
@@ -279,7 +279,7 @@ func TestClientRejectsBadAnswers(t *testing.T) {
 			t.Errorf("%s: a down peer was asked (%v)", m, err)
 		}
 	}
-	if e, f := testutil.ToFloat64(pm.Errors.WithLabelValues("owner")), testutil.ToFloat64(pm.Fallbacks.WithLabelValues("owner")); e != 4 || f != 8 {
+	if e, f := testutil.ToFloat64(pm.Errors.For("owner")), testutil.ToFloat64(pm.Fallbacks.For("owner")); e != 4 || f != 8 {
 		t.Errorf("errors %v, fallbacks %v; want 4 and 8", e, f)
 	}
 

@@ -206,8 +206,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 	if _, err := w.Write(data); err == nil {
 		id := s.requester(r)
-		s.o.Metrics.Served.WithLabelValues(id).Inc()
-		s.o.Metrics.ServedBytes.WithLabelValues(id).Add(float64(n))
+		s.o.Metrics.Served.For(id).Inc()
+		s.o.Metrics.ServedBytes.For(id).Add(float64(n))
 	}
 }
 

@@ -139,6 +139,11 @@ func validHostPort(hp string) error {
 	return nil
 }
 
+// Redact returns raw with the password of any "scheme://user:password@"
+// authority replaced by REDACTED (percent-encoded ones inside query values
+// too): for showing a source URL that may not have parsed.
+func Redact(raw string) string { return redact(raw) }
+
 // redact hides the password of any "scheme://user:password@" authority in
 // raw, including percent-encoded ones inside query values, so that error
 // messages never echo a secret.

@@ -69,12 +69,16 @@ const (
 	ClaimNamespace = KubernetesPrefix + "pvc/namespace"
 	PodNamespace   = KubernetesPrefix + "pod.namespace"
 	// ClaimName and PVName are the claim's and the PersistentVolume's
-	// names, with ClaimNamespace the rest of a dynamically provisioned
-	// volume's identity: in CreateVolume's parameters (external-provisioner
-	// --extra-create-metadata, or csi-driver --mode provisioner, which adds
-	// the same keys) and copied by CreateVolume into the PV's attributes.
+	// names (external-provisioner --extra-create-metadata and csi-driver
+	// --mode provisioner put them, with ClaimNamespace, into CreateVolume's
+	// parameters, and CreateVolume copies them into the PV's attributes; the job controller
+	// into its PVs' attributes; an admin adds them to a static PV's
+	// volumeAttributes). PodName is the pod's name (podInfoOnMount). The
+	// node plugin shows them in epochfs_volume_info (pkg/csi); Parse
+	// ignores them, as every KubernetesPrefix key.
 	ClaimName = KubernetesPrefix + "pvc/name"
 	PVName    = KubernetesPrefix + "pv/name"
+	PodName   = KubernetesPrefix + "pod.name"
 )
 
 // MaxReadaheadFiles bounds ReadaheadFiles: more fetches in flight per miss

@@ -17,6 +17,8 @@ func TestParse(t *testing.T) {
 		{name: "all", in: map[string]string{Source: "s3://bucket/p", CacheSize: "2Gi", Manifest: "/m.efm", Policy: "nr", Prefetch: "true", ReadaheadFiles: "256",
 			"csi.storage.k8s.io/pod.name": "x"},
 			want: Params{Source: "s3://bucket/p", CacheSize: 2 << 30, Manifest: "/m.efm", Policy: "nr", Prefetch: true, ReadaheadFiles: ptr(256)}},
+		{name: "claim and pv names", in: map[string]string{Source: "/d", ClaimName: "imagenet", ClaimNamespace: "team-a", PVName: "pv-imagenet", PodName: "p", PodNamespace: "team-a"},
+			want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr"}},
 		{name: "readahead auto", in: map[string]string{Source: "/d", ReadaheadFiles: "auto"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr"}},
 		{name: "readahead off", in: map[string]string{Source: "/d", ReadaheadFiles: "0"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr", ReadaheadFiles: ptr(0)}},
 		{name: "scope node", in: map[string]string{Source: "/d", CacheScope: "node"}, want: Params{Source: "/d", CacheSize: 1 << 30, Policy: "nr"}},

@@ -227,7 +227,8 @@ func TestPyTorchLifecycle(t *testing.T) {
 	}
 	csi := pv.Spec.CSI
 	if csi.Driver != "cachefs.epochfs.io" || !csi.ReadOnly || csi.VolumeAttributes["source"] != imagenet ||
-		csi.VolumeAttributes["cacheSize"] != "500Gi" || csi.VolumeAttributes["readaheadFiles"] != "8" || len(csi.VolumeAttributes) != 5 || csi.VolumeAttributes["csi.storage.k8s.io/pvc/namespace"] != ns ||
+		csi.VolumeAttributes["cacheSize"] != "500Gi" || csi.VolumeAttributes["readaheadFiles"] != "8" || len(csi.VolumeAttributes) != 7 || csi.VolumeAttributes["csi.storage.k8s.io/pvc/namespace"] != ns ||
+		csi.VolumeAttributes["csi.storage.k8s.io/pvc/name"] != "resnet-imagenet" || csi.VolumeAttributes["csi.storage.k8s.io/pv/name"] != volName ||
 		pv.Spec.ClaimRef.Name != "resnet-imagenet" || pv.Spec.ClaimRef.Namespace != ns || pv.Spec.ClaimRef.UID != pvc.UID ||
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain ||
 		pv.Annotations[v1alpha1.AnnotationPrefetch] != "true" || pv.Spec.CSI.VolumeAttributes["prefetch"] != "true" || pv.Labels[v1alpha1.LabelOwnerUID] != string(got.UID) {

@@ -113,6 +113,9 @@ func (p *plan) volumes() ([]*corev1.PersistentVolume, []*corev1.PersistentVolume
 		// The node charges the volume to the job's namespace (its
 		// per-namespace limits); the job's author never chooses it.
 		pv.Spec.CSI.VolumeAttributes[volattr.ClaimNamespace] = p.tj.Namespace
+		// The names the node plugin's epochfs_volume_info shows.
+		pv.Spec.CSI.VolumeAttributes[volattr.ClaimName] = d.claimName
+		pv.Spec.CSI.VolumeAttributes[volattr.PVName] = d.pvName
 		if d.spec.SecretName != "" {
 			// Only ever a Secret of the job's own namespace.
 			pv.Spec.CSI.NodeStageSecretRef = &corev1.SecretReference{Name: d.spec.SecretName, Namespace: p.tj.Namespace}

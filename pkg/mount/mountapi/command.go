@@ -59,6 +59,9 @@ type CommandOptions struct {
 	RestrictEgress bool
 	EgressRules    string
 	PeerGroup      string // "" leaves the mount's default (peer.DatasetGroup of the source ID)
+	// PeerMetrics is the --peer-metrics value: "" leaves the default
+	// (aggregated over the peers), "per-peer" labels them by peer id.
+	PeerMetrics string
 	// MaxDirEntries is the --max-dir-entries value; 0 leaves the mount's
 	// default (fusefs.DefaultMaxDirEntries).
 	MaxDirEntries int
@@ -119,6 +122,7 @@ func (o CommandOptions) Args() []string {
 	add(FlagPeerTokenFile, o.PeerTokenFile)
 	add(FlagPeerGroup, o.PeerGroup)
 	dur(FlagPeerTimeout, o.PeerTimeout)
+	add(FlagPeerMetrics, o.PeerMetrics)
 	num(FlagCredentialsFD, int64(o.CredentialsFD))
 	boolean(FlagRestrictEgress, o.RestrictEgress)
 	add(FlagEgressRules, o.EgressRules)

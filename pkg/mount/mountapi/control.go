@@ -103,6 +103,14 @@ type DatasetInfo struct {
 	Manifest bool   `json:"manifest"` // the mount serves from a manifest
 	Bytes    int64  `json:"bytes"`    // the manifest's total bytes of files
 	Files    int64  `json:"files"`    // the manifest's files
+	// Epoch is the mount's current epoch of lookups, from 1: an epoch is
+	// Bytes of lookups (cache.Store.SetEpochBytes); 0 without a manifest.
+	// The Epoch…Bytes are the current epoch's hit, miss and prefetched-hit
+	// bytes (cache.Stats).
+	Epoch                   int64 `json:"epoch,omitempty"`
+	EpochHitBytes           int64 `json:"epoch_hit_bytes,omitempty"`
+	EpochMissBytes          int64 `json:"epoch_miss_bytes,omitempty"`
+	EpochPrefetchedHitBytes int64 `json:"epoch_prefetched_hit_bytes,omitempty"`
 }
 
 // PrefetchStarted describes the prefetch a mount runs for a client.

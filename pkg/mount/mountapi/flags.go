@@ -41,6 +41,7 @@ const (
 	FlagPeerTokenFile = "peer-token-file"
 	FlagPeerTimeout   = "peer-timeout"
 	FlagPeerGroup     = "peer-group"
+	FlagPeerMetrics   = "peer-metrics" // aggregated (default) or per-peer (peer.MetricsPerPeer)
 	// FlagLogFormat (text or json) and FlagLogLevel (debug, info, warn,
 	// error) are global flags of cachefs.
 	FlagLogFormat = "log-format"
