@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,9 +13,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
-	"github.com/epochfs/epochfs/internal/cliusage"
+	"github.com/epochfs/epochfs/internal/cliprint"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
@@ -28,9 +25,6 @@ import (
 
 // statsTimeout bounds asking the live mount for its counters.
 const statsTimeout = 5 * time.Second
-
-// Output formats of `cachefs stats -o`.
-var statsFormats = []string{"table", "wide", "json", "yaml", "name"}
 
 // statsReport is what `cachefs stats` shows of one cache directory: what
 // its files hold, and, while a mount serves it, that mount's dataset,
@@ -104,10 +98,13 @@ directory only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if asJSON {
-				format = "json"
+				format = cliprint.JSON
 			}
-			if !slices.Contains(statsFormats, format) {
-				return cliusage.Errorf("-o %q: want one of %s", format, strings.Join(statsFormats, ", "))
+			if format == "table" { // the default's name, as -o table in help and completion
+				format = cliprint.Table
+			}
+			if err := cliprint.Check(format); err != nil {
+				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), statsTimeout)
 			defer cancel()
@@ -119,11 +116,10 @@ directory only.`,
 		},
 	}
 	cmd.Flags().StringVar(&dir, "cache-dir", "", "cache directory to inspect (required)")
-	cmd.Flags().StringVarP(&format, "output", "o", "table", "output format: "+strings.Join(statsFormats, ", "))
+	cliprint.AddFlag(cmd, &format, "a table")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	_ = cmd.Flags().MarkDeprecated("json", "use -o json")
 	_ = cmd.MarkFlagRequired("cache-dir")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(statsFormats, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -208,27 +204,18 @@ func sampleSum(mf *dto.MetricFamily) float64 {
 	return total
 }
 
-// printStats writes r in format (one of statsFormats). The one place
-// stats prints: at merge it moves onto internal/cliprint.
+// printStats writes r in format (internal/cliprint's -o dialect; -o name
+// prints the cache directory).
 func printStats(w io.Writer, format string, r statsReport) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false) // URLs print as they are
-		return enc.Encode(r)
-	case "yaml":
-		b, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
-	case "name":
-		_, err := fmt.Fprintln(w, r.CacheDir)
-		return err
-	}
-	wide := format == "wide"
+	return cliprint.Print(w, format, cliprint.Output{
+		Value: r,
+		Table: func(w io.Writer, wide bool) error { return statsTable(w, wide, r) },
+		Names: func() []string { return []string{r.CacheDir} },
+	})
+}
+
+// statsTable writes r as the key/value table (-o wide: more rows).
+func statsTable(w io.Writer, wide bool, r statsReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, a...)...) }
 	pct := 0.0

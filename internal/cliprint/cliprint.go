@@ -7,7 +7,7 @@
 //
 // JSON and YAML are encoded as k8s.io/cli-runtime's JSONPrinter and
 // YAMLPrinter do (4-space indented JSON; sigs.k8s.io/yaml, "---" between
-// documents), so that cachefs job's objects print as kubectl prints them,
+// documents; & < > are not escaped), so that cachefs job's objects print as kubectl prints them,
 // without linking cli-runtime (and client-go) into cachefs, the per-dataset
 // mount binary.
 //
@@ -125,10 +125,13 @@ func Print(w io.Writer, format string, out Output) error {
 }
 
 func writeJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "    ")
-	if err != nil {
+	// Unlike json.MarshalIndent (and so cli-runtime), & < > stay as they
+	// are: URLs with query strings are printed, not read by a browser.
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "    ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("cliprint: json: %w", err)
 	}
-	_, err = w.Write(append(b, '\n'))
-	return err
+	return nil
 }
