@@ -184,17 +184,23 @@ func (r *rawBase) openFile(node uint64, f file, in *fuse.OpenIn, out *fuse.OpenO
 		flags &^= fuse.FOPEN_KEEP_CACHE
 	}
 	out.OpenFlags = flags
+	out.Fh = r.issue(h)
+	return fuse.OK
+}
+
+// issue enters h in the table under a new file handle: the next count
+// with h's node in the low bits, not held by another open handle.
+func (r *rawBase) issue(h *rawHandle) uint64 {
 	r.open.mu.Lock()
+	defer r.open.mu.Unlock()
 	for {
 		r.open.nextFh++
-		out.Fh = r.open.nextFh<<fhNodeBits | node
-		if _, taken := r.open.handles[out.Fh]; !taken {
-			break
+		fh := r.open.nextFh<<fhNodeBits | h.node
+		if _, taken := r.open.handles[fh]; !taken {
+			r.open.handles[fh] = h
+			return fh
 		}
 	}
-	r.open.handles[out.Fh] = h
-	r.open.mu.Unlock()
-	return fuse.OK
 }
 
 // backing returns the passthrough backing id for an open of node, taking a

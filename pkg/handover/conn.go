@@ -37,10 +37,17 @@ type Conn struct {
 	bufSize    int
 	log        *slog.Logger
 
+	// bufs holds a reader's request and reply buffers while it is not
+	// running: readers come and go with the load (and with a storm of
+	// INTERRUPTs the kernel requeues while their request is unknown).
+	bufs sync.Pool
+
 	mu      sync.Mutex
 	waiting int // readers blocked in read(2)
 	loops   sync.WaitGroup
 }
+
+type buffers struct{ in, out []byte }
 
 // maxReaders bounds the readers waiting for a request at once (go-fuse's
 // bound: GOMAXPROCS within 2..16).
@@ -108,7 +115,9 @@ func NewConn(dev Device, raw fuse.RawFileSystem, opts *fuse.MountOptions, init, 
 	if maxWrite <= 0 {
 		maxWrite = 128 << 10
 	}
-	return &Conn{Device: dev, ps: ps, mountpoint: mountpoint, bufSize: max(maxWrite, 1<<20) + 64<<10, log: log}, nil
+	c := &Conn{Device: dev, ps: ps, mountpoint: mountpoint, bufSize: max(maxWrite, 1<<20) + 64<<10, log: log}
+	c.bufs.New = func() any { return &buffers{in: make([]byte, c.bufSize), out: make([]byte, c.bufSize)} }
+	return c, nil
 }
 
 // Device is a /dev/fuse descriptor of a connection. It registers
@@ -153,8 +162,9 @@ func (c *Conn) Unmount() error {
 
 func (c *Conn) loop() {
 	defer c.loops.Done()
-	in := make([]byte, c.bufSize)
-	out := make([]byte, c.bufSize)
+	b := c.bufs.Get().(*buffers)
+	defer c.bufs.Put(b)
+	in, out := b.in, b.out
 	for {
 		c.mu.Lock()
 		if c.waiting >= maxReaders {

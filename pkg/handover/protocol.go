@@ -67,6 +67,7 @@ type hello struct {
 type Listener struct {
 	ln   *net.UnixListener
 	path string
+	kept int // the socket of the successor that took the connection, kept open; -1: none
 }
 
 // Listen listens on path (a socket left there by a dead mount is
@@ -89,11 +90,21 @@ func Listen(path string) (*Listener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("handover: socket: %w", err)
 	}
-	return &Listener{ln: ln, path: path}, nil
+	return &Listener{ln: ln, path: path, kept: -1}, nil
 }
 
 // Close stops listening.
 func (l *Listener) Close() error { return l.ln.Close() }
+
+// Release closes the successor's socket that Serve kept open, which tells
+// it that this process can read no request any more: the process's end
+// does it, and a test that plays both sides in one process.
+func (l *Listener) Release() {
+	if l.kept >= 0 {
+		unix.Close(l.kept)
+		l.kept = -1
+	}
+}
 
 // Offer is the running mount's side of one handover: Freeze stops serving
 // and returns the state and the /dev/fuse descriptor (still the caller's),
@@ -113,8 +124,10 @@ func (l *Listener) Serve(o Offer, log func(msg string, args ...any)) error {
 		if err != nil {
 			return err
 		}
-		err = l.offer(c, o)
+		kept, err := l.offer(c, o)
 		if err == nil {
+			l.kept = kept // c's duplicate: the socket stays open
+			c.Close()
 			l.ln.Close()
 			return nil
 		}
@@ -123,42 +136,43 @@ func (l *Listener) Serve(o Offer, log func(msg string, args ...any)) error {
 	}
 }
 
-func (l *Listener) offer(c *net.UnixConn, o Offer) error {
+func (l *Listener) offer(c *net.UnixConn, o Offer) (int, error) {
 	if err := samePeer(c); err != nil {
-		return err
+		return -1, err
 	}
 	_ = c.SetDeadline(time.Now().Add(helloTimeout))
 	r := bufio.NewReaderSize(io.LimitReader(c, maxHelloBytes), maxHelloBytes)
 	line, err := r.ReadBytes('\n')
 	if err != nil {
-		return fmt.Errorf("handover: hello: %w", err)
+		return -1, fmt.Errorf("handover: hello: %w", err)
 	}
 	var h hello
 	if err := json.Unmarshal(line, &h); err != nil {
-		return fmt.Errorf("handover: hello: %w", err)
+		return -1, fmt.Errorf("handover: hello: %w", err)
 	}
 	st, fd, err := o.Freeze()
 	if err != nil {
-		return err
+		return -1, err
 	}
 	if err := send(c, st, fd); err != nil {
 		o.Thaw()
-		return err
+		return -1, err
 	}
 	_ = c.SetDeadline(time.Now().Add(replyTimeout))
 	answer, err := r.ReadString('\n')
 	if err != nil || strings.TrimSpace(answer) != "ok" {
 		o.Thaw()
-		return fmt.Errorf("%w by %s: %q %v", ErrRefused, h.Version, strings.TrimSpace(answer), err)
+		return -1, fmt.Errorf("%w by %s: %q %v", ErrRefused, h.Version, strings.TrimSpace(answer), err)
 	}
 	// Keep the socket open until this process ends (a descriptor the Go
 	// runtime does not own, so no finalizer closes it): its end is how
 	// the successor learns that no request can be read here any more.
+	kept := -1
 	raw, err := c.SyscallConn()
 	if err == nil {
-		_ = raw.Control(func(s uintptr) { _, _ = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) })
+		_ = raw.Control(func(s uintptr) { kept, _ = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) })
 	}
-	return nil
+	return kept, nil
 }
 
 // send writes the state's length with the descriptor, then the state.

@@ -120,7 +120,7 @@ func testHandover(t *testing.T, v1, v2 string, withManifest bool) {
 		// connection.
 		waitLog(t, third, "unregistered a predecessor's passthrough backing")
 		if !strings.Contains(third.Tail(1<<20), `unregistered a predecessor's passthrough backing" id=`) ||
-			regexp.MustCompile(`predecessor's passthrough backing" id=\d+ errno=[1-9]`).MatchString(third.Tail(1 << 20)) {
+			regexp.MustCompile(`predecessor's passthrough backing" id=\d+ errno=[1-9]`).MatchString(third.Tail(1<<20)) {
 			t.Fatalf("the inherited backing id was not unregistered cleanly:\n%s", third.Tail(4000))
 		}
 	}
