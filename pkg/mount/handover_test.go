@@ -2,6 +2,7 @@ package mount_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
@@ -37,6 +40,33 @@ func TestHandoverBetweenProcesses(t *testing.T) {
 		manifest bool
 	}{{"listing", false}, {"manifest", true}} {
 		t.Run(tc.name, func(t *testing.T) { testHandover(t, v1, v2, tc.manifest) })
+	}
+}
+
+// TestHandoverRefused: a new process that would serve another dataset
+// version is refused, and the running mount serves on.
+func TestHandoverRefused(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := buildVersion(t, t.TempDir(), "handover-v1")
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 10, Classes: 2, Seed: 27})
+	opts := mountapi.CommandOptions{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 30,
+		Manifest: filepath.Join(t.TempDir(), "manifest"), LogLevel: "info"}
+	if out, err := exec.Command(bin, "index", src, "-o", opts.Manifest).CombinedOutput(); err != nil {
+		t.Fatalf("cachefs index: %v\n%s", err, out)
+	}
+	running := testenv.StartCachefs(t, bin, opts)
+	other := opts
+	other.Manifest = mountapi.ManifestNone // names from listings: other node ids
+	other.Takeover = mountapi.HandoverSocket(opts.CacheDir)
+	out, err := exec.Command(bin, other.Args()...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "this one would serve") {
+		t.Fatalf("a takeover by a mount of another dataset version: %v, want a refusal:\n%s", err, out)
+	}
+	waitLog(t, running.Proc, "handover refused; serving on")
+	for _, f := range files {
+		if err := verify(opts.Mountpoint, f, datagen.Content(f)); err != nil {
+			t.Fatalf("the running mount after refusing: %v", err)
+		}
 	}
 }
 
@@ -65,6 +95,12 @@ func testHandover(t *testing.T, v1, v2 string, withManifest bool) {
 	// Files up to 1 MiB are read whole (passthrough once cached), larger
 	// ones in 256 KiB blocks through the process.
 	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 60, Classes: 3, MedianSize: 400 << 10, MaxSize: 3 << 20, Seed: 26})
+	// A file nobody opens before the last handover: its LOOKUP, in a
+	// directory whose node id v1 issued, reaches the last process.
+	late := datagen.File{Path: filepath.Join(filepath.Dir(files[0].Path), "late.bin"), Size: 70 << 10, Seed: 99}
+	if err := os.WriteFile(filepath.Join(src, late.Path), datagen.Content(late), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	opts := mountapi.CommandOptions{
 		Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 30,
 		Manifest: mountapi.ManifestNone, WholeFileMax: 1 << 20, BlockSize: 256 << 10, LogLevel: "info",
@@ -106,6 +142,7 @@ func testHandover(t *testing.T, v1, v2 string, withManifest bool) {
 		t.Fatalf("%d reader errors, first: %v", n, rd.firstErr)
 	}
 
+	checkPredecessorIDs(t, mnt, small, late)
 	checkRest(t, smallF, small, small.Size/2)
 	checkRest(t, largeF, large, 300<<10)
 	rest, err := dirF.Readdirnames(-1)
@@ -145,6 +182,33 @@ func testHandover(t *testing.T, v1, v2 string, withManifest bool) {
 		t.Fatalf("umount: %v", err)
 	}
 	<-third.Done
+}
+
+// checkPredecessorIDs sends requests on node ids an earlier process
+// issued: GETATTR (statx forcing a round trip) of a file and of its
+// directory, and LOOKUPs in that directory of a missing name and of a file
+// not looked up before, then its OPEN, READ and RELEASE.
+func checkPredecessorIDs(t *testing.T, mnt string, f, late datagen.File) {
+	t.Helper()
+	for _, c := range []struct {
+		path string
+		size int64
+	}{{filepath.Join(mnt, f.Path), f.Size}, {filepath.Join(mnt, filepath.Dir(f.Path)), -1}} {
+		var stx unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, c.path, unix.AT_STATX_FORCE_SYNC, unix.STATX_BASIC_STATS, &stx); err != nil {
+			t.Fatalf("GETATTR of %s after the handovers: %v", c.path, err)
+		}
+		if c.size >= 0 && int64(stx.Size) != c.size {
+			t.Fatalf("GETATTR of %s after the handovers: size %d, want %d", c.path, stx.Size, c.size)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(mnt, filepath.Dir(f.Path), "no-such-file")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("LOOKUP of a missing name after the handovers: %v, want ENOENT", err)
+	}
+	got, err := os.ReadFile(filepath.Join(mnt, late.Path))
+	if err != nil || !bytes.Equal(got, datagen.Content(late)) {
+		t.Fatalf("%s, first looked up after the handovers: %v, right bytes %v", late.Path, err, bytes.Equal(got, datagen.Content(late)))
+	}
 }
 
 // pick returns a file of at most whole bytes and one larger.
