@@ -513,8 +513,9 @@ func (m *Mount) Run(ctx context.Context) error {
 		m.log.Info("unmounted from outside", "mountpoint", m.cfg.Mountpoint)
 		return m.close()
 	case <-m.handover.done:
-		// The successor serves the connection: exit without unmounting.
+		// The successor serves the connection and waits for this process
+		// to end: exit without unmounting, and soon.
 		m.log.Info("handed over", "mountpoint", m.cfg.Mountpoint)
-		return m.close()
+		return m.closeWithin(handedOverClose)
 	}
 }

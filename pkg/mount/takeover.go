@@ -168,3 +168,21 @@ func (m *Mount) freeze() (handover.State, int, error) {
 		"open_files", len(st.Handles), "nodes", len(st.Nodes))
 	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body}, fd, nil
 }
+
+// handedOverClose bounds how long a mount that handed its connection over
+// closes its store, sockets and backend before it exits anyway: its
+// successor's readers wait for its end (the cache survives a kill).
+const handedOverClose = 2 * time.Second
+
+// closeWithin is close, given up on after d.
+func (m *Mount) closeWithin(d time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- m.close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		m.log.Warn("handed over: closing took too long; exiting anyway", "waited", d)
+		return nil
+	}
+}
