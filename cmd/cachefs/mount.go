@@ -191,6 +191,7 @@ func (mf *mountFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&mf.restrictEgress, mountapi.FlagRestrictEgress, false, "refuse connections of the source (and a manifest URL) to loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), unspecified and multicast addresses and this node's own, judged on the resolved IP that is dialed, unless --"+mountapi.FlagEgressRules+" names the endpoint; the CSI driver sets it on every mount it starts (off: a mount run by hand is the admin's)")
 	f.StringVar(&mf.egressRules, mountapi.FlagEgressRules, "", "comma-separated network rules (s3://bucket?endpoint=URL, nfs://host/export, cephfs://mon/path, as the driver's --network-rules) whose endpoints a restricted mount may reach anyway; implies --"+mountapi.FlagRestrictEgress)
 	f.BoolVar(&mf.cfg.Debug, mountapi.FlagFuseDebug, false, "log every FUSE request (very verbose)")
+	f.StringVar(&mf.cfg.Takeover, mountapi.FlagTakeover, "", "take over the FUSE connection of the running mount of this dataset on this mount point, through its handover socket (CACHE_DIR/"+mountapi.HandoverSocketName+"), instead of mounting: it holds back new requests, finishes those in flight, hands over and exits; readers see a stall, not an error (an upgrade in place)")
 }
 
 // exitCodesHelp documents the exit codes, from package exitcode (also in
@@ -215,7 +216,7 @@ func runMount(ctx context.Context, g *globalFlags, cfg mount.Config, args []stri
 	if err != nil {
 		return usageError(err)
 	}
-	cfg.Source, cfg.Mountpoint, cfg.Logger = args[0], args[1], log
+	cfg.Source, cfg.Mountpoint, cfg.Logger, cfg.Version = args[0], args[1], log, version
 	cfg.CacheSize, cfg.WholeFileMax, cfg.BlockSize = cacheSize.Bytes(), wholeFileMax.Bytes(), blockSize.Bytes()
 	if cfg.ReadaheadFiles, err = mount.ParseReadaheadFiles(readaheadFiles); err != nil {
 		return usageError(err)

@@ -76,6 +76,7 @@ func newBackendFS(f *FS) *backendFS {
 	}
 	r.init(f)
 	r.listDir = r.readDir
+	r.fileOf = r.fileOfNode
 	return r
 }
 
@@ -140,6 +141,7 @@ func (r *backendFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 // Forget drops n lookups of a node; a node the kernel forgot and whose
 // children are gone is removed, and so, in turn, may its parent be.
 func (r *backendFS) Forget(id, n uint64) {
+	defer r.enter()()
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
 	node := r.nodes[id]
@@ -253,6 +255,7 @@ func (r *backendFS) dir(id uint64) (string, []backend.Entry, fuse.Status) {
 }
 
 func (r *backendFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.enter()()
 	path, entries, st := r.dir(h.NodeId)
 	if !st.Ok() {
 		return st
@@ -269,6 +272,7 @@ func (r *backendFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string
 }
 
 func (r *backendFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer r.enter()()
 	n, _, ok := r.node(in.NodeId)
 	if !ok {
 		return fuse.ENOENT
@@ -279,6 +283,7 @@ func (r *backendFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fus
 }
 
 func (r *backendFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer r.enter()()
 	n, path, ok := r.node(in.NodeId)
 	if !ok {
 		return fuse.ENOENT
@@ -286,12 +291,27 @@ func (r *backendFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Open
 	if n.dir {
 		return fuse.Status(syscall.EISDIR)
 	}
+	return r.openFile(in.NodeId, r.file(n, path), in, out)
+}
+
+// file is file node n at path as opened, with its listed siblings as its
+// readahead.
+func (r *backendFS) file(n *backendNode, path string) file {
 	f := file{fsys: r.fsys, path: path, version: n.version, size: n.size}
 	f.next = func(k int) []file { return r.fsys.siblings(path, k) }
-	return r.openFile(in.NodeId, f, in, out)
+	return f
+}
+
+func (r *backendFS) fileOfNode(id uint64) (file, bool) {
+	n, path, ok := r.node(id)
+	if !ok || n.dir {
+		return file{}, false
+	}
+	return r.file(n, path), true
 }
 
 func (r *backendFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer r.enter()()
 	n, _, ok := r.node(in.NodeId)
 	if !ok {
 		return fuse.ENOENT

@@ -57,7 +57,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sync/singleflight"
 
@@ -147,7 +146,9 @@ type FS struct {
 	readahead readahead // readahead.go, handle.go
 	listings  listings  // backendfs.go, listing.go, prelist.go
 
-	tree atomic.Pointer[backendFS] // the backend tree, once mounted without a manifest
+	tree  atomic.Pointer[backendFS] // the backend tree, once mounted without a manifest
+	base  atomic.Pointer[rawBase]   // the mounted tree's (either), once mounted
+	devFd atomic.Int64              // the connection's /dev/fuse descriptor once mounted (handover.go); -1: unknown
 }
 
 // readahead is the state of background fetches ahead of readers: blocks
@@ -219,7 +220,7 @@ func New(opts Options) (*FS, error) {
 	if opts.ReadaheadFiles == ReadaheadFilesAuto {
 		auto, maxFiles = newAutoReadahead(time.Now), AutoMaxFiles
 	}
-	return &FS{
+	fsys := &FS{
 		opts:     opts,
 		backend:  opts.Backend,
 		manifest: opts.Manifest,
@@ -241,7 +242,9 @@ func New(opts Options) (*FS, error) {
 			sem:     make(chan struct{}, DefaultPrelistWorkers),
 			parked:  map[string]*pendingListing{},
 		},
-	}, nil
+	}
+	fsys.devFd.Store(-1)
+	return fsys, nil
 }
 
 // ListingStats returns what the listings of a mount without a manifest hold
@@ -275,51 +278,62 @@ type MountOptions struct {
 // Mount mounts the FS read-only at mountpoint and returns the serving
 // server. Unmount with server.Unmount; wait for it with server.Wait.
 func (f *FS) Mount(mountpoint string, mo MountOptions) (*fuse.Server, error) {
-	timeout := f.opts.Timeout
-	opts := &fs.Options{
-		EntryTimeout:    &timeout,
-		AttrTimeout:     &timeout,
-		NegativeTimeout: &timeout,
-		MountOptions: fuse.MountOptions{
-			FsName:           mo.FsName,
-			Name:             "cachefs",
-			AllowOther:       mo.AllowOther,
-			Debug:            mo.Debug,
-			DirectMount:      true, // as root: mount(2) directly; else fusermount
-			DirectMountFlags: syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV,
-			Options:          []string{"ro"},
-			// READs of up to 1 MiB (max_read and max_pages follow
-			// MaxWrite; the default is 128 KiB, which also capped
-			// MaxReadAhead): bytes served from memory (a miss whose cache
-			// file is being written, a block) cross /dev/fuse in fewer
-			// round trips. Cached files do not reach this process at all
-			// when passthrough is engaged.
-			MaxWrite:      1 << 20,
-			MaxReadAhead:  1 << 20,
-			MaxBackground: 64,
-			DisableXAttrs: true,
-		},
-	}
-	// The raw API, with no go-fuse node tree: from the manifest
-	// (manifest.go) or from backend listings (backendfs.go).
-	var raw fuse.RawFileSystem
-	if f.manifest != nil {
-		raw = newManifestFS(f)
-	} else {
-		t := newBackendFS(f)
-		f.tree.Store(t)
-		raw = t
-	}
-	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
+	raw := f.newTree()
+	// The descriptor go-fuse opens is found by its appearance (devfd.go),
+	// for a handover to pass it on.
+	fd, server, err := newServerFd(func() (*fuse.Server, error) {
+		return fuse.NewServer(raw, mountpoint, FuseOptions(mo))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}
+	f.devFd.Store(int64(fd))
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
 		_ = server.Unmount()
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}
 	return server, nil
+}
+
+// FuseOptions are the go-fuse mount options of an FS: what Mount passes
+// to go-fuse, and what a process taking over a connection negotiates
+// with (pkg/handover replays the kernel's INIT with them).
+func FuseOptions(mo MountOptions) *fuse.MountOptions {
+	return &fuse.MountOptions{
+		FsName:           mo.FsName,
+		Name:             "cachefs",
+		AllowOther:       mo.AllowOther,
+		Debug:            mo.Debug,
+		DirectMount:      true, // as root: mount(2) directly; else fusermount
+		DirectMountFlags: syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV,
+		Options:          []string{"ro"},
+		// READs of up to 1 MiB (max_read and max_pages follow
+		// MaxWrite; the default is 128 KiB, which also capped
+		// MaxReadAhead): bytes served from memory (a miss whose cache
+		// file is being written, a block) cross /dev/fuse in fewer
+		// round trips. Cached files do not reach this process at all
+		// when passthrough is engaged.
+		MaxWrite:      1 << 20,
+		MaxReadAhead:  1 << 20,
+		MaxBackground: 64,
+		DisableXAttrs: true,
+	}
+}
+
+// newTree makes the tree the FS serves, on the raw API with no go-fuse
+// node tree: from the manifest (manifest.go) or from backend listings
+// (backendfs.go).
+func (f *FS) newTree() fuse.RawFileSystem {
+	if f.manifest != nil {
+		t := newManifestFS(f)
+		f.base.Store(&t.rawBase)
+		return t
+	}
+	t := newBackendFS(f)
+	f.tree.Store(t)
+	f.base.Store(&t.rawBase)
+	return t
 }
 
 // spans returns a file's cache keys and byte ranges: the one key scheme

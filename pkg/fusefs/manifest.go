@@ -38,6 +38,13 @@ func newManifestFS(f *FS) *manifestFS {
 	r := &manifestFS{m: f.manifest}
 	r.init(f)
 	r.listDir = r.readDir
+	r.fileOf = func(node uint64) (file, bool) {
+		i, ok := r.entry(node)
+		if !ok || r.m.IsDir(i) {
+			return file{}, false
+		}
+		return r.file(i), true
+	}
 	return r
 }
 
@@ -79,6 +86,7 @@ func (r *manifestFS) fillEntry(i int, out *fuse.EntryOut) {
 }
 
 func (r *manifestFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.enter()()
 	dir, ok := r.entry(h.NodeId)
 	if !ok {
 		return fuse.ENOENT
@@ -98,6 +106,7 @@ func (r *manifestFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name strin
 }
 
 func (r *manifestFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer r.enter()()
 	i, ok := r.entry(in.NodeId)
 	if !ok {
 		return fuse.ENOENT
@@ -125,6 +134,7 @@ func (r *manifestFS) file(i int) file {
 }
 
 func (r *manifestFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer r.enter()()
 	i, ok := r.entry(in.NodeId)
 	if !ok {
 		return fuse.ENOENT
@@ -136,6 +146,7 @@ func (r *manifestFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.Ope
 }
 
 func (r *manifestFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer r.enter()()
 	i, ok := r.entry(in.NodeId)
 	if !ok {
 		return fuse.ENOENT

@@ -25,19 +25,49 @@ type rawBase struct {
 	fsys    *FS
 	timeout time.Duration
 
-	server    *fuse.Server // set by Init, before any request
-	noBacking atomic.Bool  // a backing-fd registration failed: no passthrough
+	fds       BackingFds  // set by Init (or Adopt), before any request
+	noBacking atomic.Bool // a backing-fd registration failed: no passthrough
 
-	// listDir answers READDIR (plus false) and READDIRPLUS; set by the tree.
+	// listDir answers READDIR (plus false) and READDIRPLUS; fileOf returns
+	// the file of a node id (false: none, or a directory). Set by the tree.
 	listDir func(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) fuse.Status
+	fileOf  func(node uint64) (file, bool)
+
+	// gate holds back requests during a handover (handover.go): every
+	// request handler holds it for reading; Freeze takes it for writing.
+	gate sync.RWMutex
 
 	open openFiles
+}
+
+// BackingFds registers FUSE passthrough backing files with the kernel
+// connection: *fuse.Server, or the request loop of a taken-over connection
+// (pkg/handover).
+type BackingFds interface {
+	RegisterBackingFd(m *fuse.BackingMap) (int32, syscall.Errno)
+	UnregisterBackingFd(id int32) syscall.Errno
+}
+
+// File handles carry their node id in the low fhNodeBits bits (node ids
+// are manifest entry indexes or a counter, far below 2^40), so a process
+// that took over a connection can open a file handle it never issued
+// (handover.go).
+const (
+	fhNodeBits = 40
+	fhNodeMask = 1<<fhNodeBits - 1
+)
+
+// enter holds the gate for one request; call the returned func when done.
+func (r *rawBase) enter() func() {
+	r.gate.RLock()
+	return r.gate.RUnlock
 }
 
 // openFiles is a mounted tree's table of open files: from file handle to
 // the fs.FileHandle types of handle.go, and the passthrough backing of
 // each open node. mu guards handles, nextFh and backings; it is a leaf,
-// and never held across the backing-fd ioctls.
+// and never held across the backing-fd ioctls. nextFh counts the handles
+// issued; a handle is nextFh<<fhNodeBits | node.
 type openFiles struct {
 	mu       sync.Mutex
 	handles  map[uint64]*rawHandle // by file handle
@@ -46,7 +76,9 @@ type openFiles struct {
 }
 
 // rawHandle is an open file: its reader and whether it uses its node's
-// passthrough backing. Immutable.
+// passthrough backing. fh is nil for a handle a predecessor issued
+// (handover.go) until its first READ opens it. Immutable: Read replaces
+// an unopened one.
 type rawHandle struct {
 	fh      fs.FileHandle
 	node    uint64
@@ -57,8 +89,9 @@ type rawHandle struct {
 // different backing files on one inode at once, so concurrent opens of a
 // node share the first one's, and it is unregistered at the last release.
 type backingRef struct {
-	id   int32
-	refs int
+	id        int32
+	refs      int
+	inherited bool // registered by a predecessor (handover.go)
 }
 
 func (r *rawBase) init(f *FS) {
@@ -69,15 +102,18 @@ func (r *rawBase) init(f *FS) {
 	r.open.backings = map[uint64]*backingRef{}
 }
 
+// Init is go-fuse's: the server registers the backing files.
+func (r *rawBase) Init(s *fuse.Server) { r.fds = s }
+
 func (r *rawBase) String() string { return "cachefs" }
 
-func (r *rawBase) Init(s *fuse.Server) { r.server = s }
-
 func (r *rawBase) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer r.enter()()
 	return r.listDir(in, out, false)
 }
 
 func (r *rawBase) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer r.enter()()
 	return r.listDir(in, out, true)
 }
 
@@ -126,12 +162,16 @@ func dirStream(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool, self, parent 
 }
 
 func (r *rawBase) StatFs(cancel <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
+	defer r.enter()()
 	return fuse.Status(r.fsys.statfs(out))
 }
 
 // openFile opens f as node for an OPEN request: through the cache, with
 // the node's passthrough backing when the handle is a cache file.
 func (r *rawBase) openFile(node uint64, f file, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if node > fhNodeMask {
+		return fuse.EIO // cannot happen: see fhNodeBits
+	}
 	fh, flags, errno := f.open(in.Flags)
 	if errno != 0 {
 		return fuse.Status(errno)
@@ -144,12 +184,23 @@ func (r *rawBase) openFile(node uint64, f file, in *fuse.OpenIn, out *fuse.OpenO
 		flags &^= fuse.FOPEN_KEEP_CACHE
 	}
 	out.OpenFlags = flags
-	r.open.mu.Lock()
-	r.open.nextFh++
-	out.Fh = r.open.nextFh
-	r.open.handles[out.Fh] = h
-	r.open.mu.Unlock()
+	out.Fh = r.issue(h)
 	return fuse.OK
+}
+
+// issue enters h in the table under a new file handle: the next count
+// with h's node in the low bits, not held by another open handle.
+func (r *rawBase) issue(h *rawHandle) uint64 {
+	r.open.mu.Lock()
+	defer r.open.mu.Unlock()
+	for {
+		r.open.nextFh++
+		fh := r.open.nextFh<<fhNodeBits | h.node
+		if _, taken := r.open.handles[fh]; !taken {
+			r.open.handles[fh] = h
+			return fh
+		}
+	}
 }
 
 // backing returns the passthrough backing id for an open of node, taking a
@@ -171,7 +222,7 @@ func (r *rawBase) backing(node uint64, fh fs.FileHandle) int32 {
 	}
 	// Registered outside the lock, so opens of other nodes do not wait for
 	// the ioctl; a concurrent open of the same node may have won meanwhile.
-	id, errno := r.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
+	id, errno := r.fds.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)})
 	if errno != 0 {
 		if r.noBacking.CompareAndSwap(false, true) {
 			r.fsys.log.Info("fusefs: FUSE passthrough unavailable; cached files are read through this process", "err", errno)
@@ -203,7 +254,7 @@ func (r *rawBase) refBacking(node uint64) int32 {
 }
 
 func (r *rawBase) unregister(id int32) {
-	if errno := r.server.UnregisterBackingFd(id); errno != 0 {
+	if errno := r.fds.UnregisterBackingFd(id); errno != 0 {
 		r.fsys.log.Warn("fusefs: unregister passthrough backing fd", "err", errno)
 	}
 }
@@ -215,9 +266,13 @@ func (r *rawBase) handle(fh uint64) *rawHandle {
 }
 
 func (r *rawBase) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	defer r.enter()()
 	h := r.handle(in.Fh)
-	if h == nil {
-		return nil, fuse.EBADF
+	if h == nil || h.fh == nil {
+		var st fuse.Status
+		if h, st = r.adopt(in.Fh, h); !st.Ok() {
+			return nil, st
+		}
 	}
 	rd, ok := h.fh.(fs.FileReader)
 	if !ok {
@@ -228,26 +283,37 @@ func (r *rawBase) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fus
 }
 
 func (r *rawBase) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	defer r.enter()()
 	r.open.mu.Lock()
 	h := r.open.handles[in.Fh]
 	delete(r.open.handles, in.Fh)
 	var drop int32
+	var inherited bool
 	if h != nil && h.backing {
 		if b := r.open.backings[h.node]; b != nil {
 			if b.refs--; b.refs == 0 {
-				drop = b.id
+				drop, inherited = b.id, b.inherited
 				delete(r.open.backings, h.node)
 			}
 		}
 	}
 	r.open.mu.Unlock()
-	if drop != 0 {
+	if drop != 0 && inherited {
+		// The id is the connection's: valid here though another process
+		// registered it.
+		errno := r.fds.UnregisterBackingFd(drop)
+		r.fsys.log.Info("fusefs: unregistered a predecessor's passthrough backing", "id", drop, "errno", int(errno))
+	} else if drop != 0 {
 		r.unregister(drop)
 	}
-	if h == nil {
+	if h == nil || h.fh == nil {
 		return
 	}
-	if rel, ok := h.fh.(fs.FileReleaser); ok {
+	releaseHandle(h.fh)
+}
+
+func releaseHandle(fh fs.FileHandle) {
+	if rel, ok := fh.(fs.FileReleaser); ok {
 		rel.Release(context.Background())
 	}
 }

@@ -108,6 +108,12 @@ type Config struct {
 	// Peer is the cache scope: node (the default) or the cluster-wide
 	// cache (peer.go, pkg/peer).
 	Peer PeerConfig
+	// Takeover, when set, is the handover socket of a running mount of
+	// this dataset on this mount point, whose connection this one takes
+	// over instead of mounting (takeover.go). Version is this binary's,
+	// told to the running mount.
+	Takeover string
+	Version  string
 	// Backend options (credentials, retries); zero takes the defaults.
 	Backend backend.Options
 	Debug   bool
@@ -131,7 +137,7 @@ type Mount struct {
 	manifest    *manifest.Manifest
 	store       *cache.Store
 	fsys        *fusefs.FS
-	server      *fuse.Server
+	server      fuseServer
 	metricsAddr string
 	registry    *prometheus.Registry // the mount's metrics, also served over the control socket
 	stopMetrics context.CancelFunc
@@ -142,6 +148,15 @@ type Mount struct {
 	// control socket asks the mount to unmount (OpUnmount); Run unmounts.
 	stopRequested chan struct{}
 	stopOnce      sync.Once
+	handover      handoverState // takeover.go
+}
+
+// fuseServer serves the mount's FUSE connection: a go-fuse *fuse.Server
+// when this process mounted, a *handover.Conn when it took the connection
+// over (takeover.go).
+type fuseServer interface {
+	Wait()
+	Unmount() error
 }
 
 // requestStop makes Run unmount as if its context ended.
@@ -192,6 +207,13 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if m.cfg.Takeover != "" {
+		// The running mount exits once this returns: it held the cache
+		// lock, the metrics and peer addresses opened below.
+		if err := m.takeOver(ctx, b, man); err != nil {
+			return err
+		}
+	}
 	store, err := cache.Open(cache.Options{Dir: m.cfg.CacheDir, Capacity: m.cfg.CacheSize, Policy: m.cfg.Policy,
 		KeyScheme: m.src.VersionScheme(), Logger: m.log})
 	if err != nil {
@@ -228,7 +250,12 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		m.recordShare(ps, man)
 		go m.followShare(ps, man, 2*time.Second)
 	}
-	server, err := m.mountFS(fsys)
+	var server fuseServer
+	if m.cfg.Takeover != "" {
+		server, err = m.serveTaken(fsys)
+	} else {
+		server, err = m.mountFS(fsys)
+	}
 	if err != nil {
 		return err
 	}
@@ -237,6 +264,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		m.log.Warn("no control socket: `cachefs prefetch` cannot reach this mount", "err", err)
 		err = nil
 	}
+	m.listenHandover()
 	m.log.Info("mounted", "source", m.src.String(), "mountpoint", m.cfg.Mountpoint,
 		"cache_dir", m.cfg.CacheDir, "cache_size", m.cfg.CacheSize, "policy", store.Stats().Policy,
 		"metrics", m.metricsAddr)
@@ -359,11 +387,7 @@ func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.
 
 // mountFS mounts fsys on the mount point and waits for the kernel.
 func (m *Mount) mountFS(fsys *fusefs.FS) (*fuse.Server, error) {
-	server, err := fsys.Mount(m.cfg.Mountpoint, fusefs.MountOptions{
-		FsName:     "cachefs:" + m.src.String(),
-		AllowOther: m.cfg.AllowOther,
-		Debug:      m.cfg.Debug,
-	})
+	server, err := fsys.Mount(m.cfg.Mountpoint, m.mountOptions())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMountpoint, err)
 	}
@@ -469,6 +493,9 @@ var (
 )
 
 func (m *Mount) close() error {
+	if m.handover.ln != nil {
+		m.handover.ln.Close()
+	}
 	if m.control != nil {
 		m.control.close() // cancels and waits for prefetches using the store
 	}
@@ -500,5 +527,10 @@ func (m *Mount) Run(ctx context.Context) error {
 	case <-unmounted:
 		m.log.Info("unmounted from outside", "mountpoint", m.cfg.Mountpoint)
 		return m.close()
+	case <-m.handover.done:
+		// The successor serves the connection and waits for this process
+		// to end: exit without unmounting, and soon.
+		m.log.Info("handed over", "mountpoint", m.cfg.Mountpoint)
+		return m.closeWithin(handedOverClose)
 	}
 }

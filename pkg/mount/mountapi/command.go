@@ -69,6 +69,9 @@ type CommandOptions struct {
 	// of the mount to that file (benchmarks).
 	FuseDebug  bool
 	CPUProfile string
+	// Takeover is the handover socket of a running mount whose connection
+	// this one takes over (FlagTakeover); "" mounts.
+	Takeover string
 	// Extra are more arguments, appended as given: a benchmark's
 	// user-supplied flags under comparison.
 	Extra []string
@@ -129,5 +132,6 @@ func (o CommandOptions) Args() []string {
 	num(FlagMaxDirEntries, int64(o.MaxDirEntries))
 	boolean(FlagFuseDebug, o.FuseDebug)
 	add(FlagCPUProfile, o.CPUProfile)
+	add(FlagTakeover, o.Takeover)
 	return append(args, o.Extra...)
 }

@@ -128,6 +128,14 @@ type PrefetchStarted struct {
 // cache directory is cacheDir.
 func ControlSocket(cacheDir string) string { return filepath.Join(cacheDir, ControlSocketName) }
 
+// HandoverSocketName is the handover socket of a mount in its cache
+// directory: `cachefs mount --takeover` connects to it (pkg/handover).
+const HandoverSocketName = "handover.sock"
+
+// HandoverSocket returns the path of the handover socket of a mount whose
+// cache directory is cacheDir.
+func HandoverSocket(cacheDir string) string { return filepath.Join(cacheDir, HandoverSocketName) }
+
 // SocketAddr returns an address for the unix socket at path that fits in a
 // sockaddr_un (108 bytes): path itself, or /proc/self/fd/N/NAME through an
 // open descriptor of its directory. done releases the descriptor.

@@ -27,6 +27,10 @@ const (
 	FlagMaxListingMemory = "max-listing-memory"
 	FlagReadTimeout      = "read-timeout"
 	FlagFuseDebug        = "fuse-debug"
+	// FlagTakeover names the handover socket (HandoverSocket) of a running
+	// mount of the same dataset and mount point, whose FUSE connection the
+	// new mount takes over instead of mounting (pkg/handover).
+	FlagTakeover = "takeover"
 	// FlagCPUProfile writes a CPU profile of the whole mount (benchmarks).
 	FlagCPUProfile = "cpu-profile"
 	// FlagCredentialsFD names an inherited file descriptor (a pipe) to read
