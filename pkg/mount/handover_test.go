@@ -51,7 +51,7 @@ func TestHandoverRefused(t *testing.T) {
 	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 10, Classes: 2, Seed: 27})
 	opts := mountapi.CommandOptions{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 30,
 		Manifest: filepath.Join(t.TempDir(), "manifest"), LogLevel: "info"}
-	if out, err := exec.Command(bin, "index", src, "-o", opts.Manifest).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "index", src, "--out", opts.Manifest).CombinedOutput(); err != nil {
 		t.Fatalf("cachefs index: %v\n%s", err, out)
 	}
 	running := testenv.StartCachefs(t, bin, opts)
@@ -107,7 +107,7 @@ func testHandover(t *testing.T, v1, v2 string, withManifest bool) {
 	}
 	if withManifest {
 		opts.Manifest = filepath.Join(t.TempDir(), "manifest")
-		if out, err := exec.Command(v1, "index", src, "-o", opts.Manifest).CombinedOutput(); err != nil {
+		if out, err := exec.Command(v1, "index", src, "--out", opts.Manifest).CombinedOutput(); err != nil {
 			t.Fatalf("cachefs index: %v\n%s", err, out)
 		}
 	}
