@@ -69,18 +69,24 @@ func showProgress(w io.Writer, mode string, poll func() progressState) (stop fun
 		return showBar(w, poll)
 	}
 	l := &progressLines{w: w}
+	return every(barPeriod, func() { l.tick(poll()) }, func() { l.final(poll()) })
+}
+
+// every calls tick every period until the returned stop is called, which
+// calls final and returns after it.
+func every(period time.Duration, tick, final func()) (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(barPeriod)
+		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
 			select {
 			case <-done:
-				l.final(poll())
+				final()
 				return
 			case <-t.C:
-				l.tick(poll())
+				tick()
 			}
 		}
 	}()
@@ -166,24 +172,11 @@ func showBar(w io.Writer, poll func() progressState) (stop func()) {
 		bar.SetTotal(total, false)
 		bar.SetCurrent(min(s.Done, total))
 	}
-	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(barPeriod)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				update()
-				bar.Abort(false) // keep the last state on the screen
-				p.Wait()
-				return
-			case <-t.C:
-				update()
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
+	return every(barPeriod, update, func() {
+		update()
+		bar.Abort(false) // keep the last state on the screen
+		p.Wait()
+	})
 }
 
 // isTerminal reports whether w is a terminal (and TERM is not dumb).

@@ -3,16 +3,12 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/epochfs/epochfs/pkg/csi"
@@ -51,7 +47,7 @@ func runProvisioner(ctx context.Context, cfg csi.Config, f provisionerFlags, met
 	if err != nil {
 		return err
 	}
-	client, err := provisionerClient(cfg.Kubeconfig)
+	client, err := csi.KubeClient(cfg.Kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -73,19 +69,4 @@ func runProvisioner(ctx context.Context, cfg csi.Config, f provisionerFlags, met
 		}
 	}
 	return provisioner.Run(ctx, client, provisioner.New(d, client), opts)
-}
-
-// provisionerClient is the kube client of kubeconfig, else the in-cluster one.
-func provisionerClient(kubeconfig string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("provisioner: kube config: %w", err)
-	}
-	return kubernetes.NewForConfig(cfg)
 }

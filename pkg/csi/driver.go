@@ -157,7 +157,7 @@ func (d *Driver) nodeConfig() (nodeConfig, error) {
 	var client kubernetes.Interface
 	kube := func() (kubernetes.Interface, error) {
 		if client == nil {
-			c, err := kubeClient(d.cfg.Kubeconfig)
+			c, err := KubeClient(d.cfg.Kubeconfig)
 			if err != nil {
 				return nil, err
 			}

@@ -45,8 +45,9 @@ type datasetSizes struct {
 	sizes map[string]int64 // dataset key → bytes (-1: no manifest)
 }
 
-// kubeClient builds a client from kubeconfig, or the in-cluster config.
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+// KubeClient builds a client from kubeconfig, or the in-cluster config
+// when it is empty (the node plugin's and the provisioner's).
+func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -55,7 +56,7 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("csi: node labels: kube config: %w", err)
+		return nil, fmt.Errorf("csi: kube config: %w", err)
 	}
 	return kubernetes.NewForConfig(cfg)
 }

@@ -73,22 +73,9 @@ type Listener struct {
 // Listen listens on path (a socket left there by a dead mount is
 // replaced; the caller holds the cache directory's lock), mode 0600.
 func Listen(path string) (*Listener, error) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("handover: socket: %w", err)
-	}
-	addr, done, err := mountapi.SocketAddr(path)
-	if err != nil {
-		return nil, fmt.Errorf("handover: socket: %w", err)
-	}
-	defer done()
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	ln, err := mountapi.ListenSocket(path) // the successor listens on the same path
 	if err != nil {
 		return nil, fmt.Errorf("handover: socket %s: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(false) // the successor listens on the same path
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("handover: socket: %w", err)
 	}
 	return &Listener{ln: ln, path: path, kept: -1}, nil
 }

@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -54,25 +53,9 @@ type controlServer struct {
 // lock, so a socket file already there is a dead mount's: it is replaced.
 func (m *Mount) startControl() (*controlServer, error) {
 	path := mountapi.ControlSocket(m.cfg.CacheDir)
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("mount: control socket: %w", err)
-	}
-	addr, done, err := mountapi.SocketAddr(path)
-	if err != nil {
-		return nil, fmt.Errorf("mount: control socket: %w", err)
-	}
-	defer done()
-	// Connecting needs write permission on the socket, which the umask
-	// denies to others until the chmod below (and the cache directory is
-	// 0700 anyway).
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	ln, err := mountapi.ListenSocket(path)
 	if err != nil {
 		return nil, fmt.Errorf("mount: control socket %s: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(false) // addr may be a /proc path: remove by the real one
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("mount: control socket: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &controlServer{m: m, ln: ln, path: path, ctx: ctx, cancel: cancel}

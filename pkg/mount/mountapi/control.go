@@ -25,6 +25,7 @@ package mountapi
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 )
@@ -148,4 +149,31 @@ func SocketAddr(path string) (addr string, done func(), err error) {
 		return "", nil, err
 	}
 	return fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), filepath.Base(path)), func() { d.Close() }, nil
+}
+
+// ListenSocket listens on the unix socket at path, mode 0600, for the mount
+// that holds the cache directory's lock: a socket file already there is a
+// dead mount's and is replaced. Closing the listener leaves the file (the
+// address may be a /proc path, and a successor may listen on the same one).
+// Connecting needs write permission on the socket, which the umask denies
+// to others until the chmod (and the cache directory is 0700 anyway).
+func ListenSocket(path string) (*net.UnixListener, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	addr, done, err := SocketAddr(path)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
 }
