@@ -5,6 +5,7 @@ import (
 	"io"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,10 +65,7 @@ func TestCommandOptionsParseBack(t *testing.T) {
 				}
 				return v
 			}
-			size, err := units.ParseSize(str(mountapi.FlagCacheSize))
-			if err != nil {
-				t.Fatal(err)
-			}
+			size := f.Lookup(mountapi.FlagCacheSize).Value.(*units.Size).Bytes()
 			readahead := str(mountapi.FlagReadaheadFiles)
 			credsFD, err := f.GetInt(mountapi.FlagCredentialsFD)
 			if err != nil {
@@ -159,7 +157,7 @@ func TestCommandOptionsEveryFlag(t *testing.T) {
 		ReadTimeout: 90 * time.Second, PeerTimeout: 2 * time.Second, ReadaheadFiles: "8", LogFormat: mountapi.LogFormatJSON, LogLevel: "warn",
 		CredentialsFD: 3, CacheScope: mountapi.ScopeCluster, Peers: "a=127.0.0.1:7070", PeersFile: "/p", PeerListen: "127.0.0.1:7070",
 		PeerID: "a", PeerTokenFile: "/t", RestrictEgress: true, EgressRules: "nfs://filer/export", PeerGroup: "g-1",
-		MaxDirEntries: 10, FuseDebug: true, CPUProfile: "/cpu.prof", PeerMetrics: "per-peer", Extra: []string{"--" + mountapi.FlagAllowOther + "=false"},
+		MaxDirEntries: 10, FuseDebug: true, CPUProfile: "/cpu.prof", PeerMetrics: "per-peer", Takeover: "/c/handover.sock", Extra: []string{"--" + mountapi.FlagAllowOther + "=false"},
 	}
 	args := opts.Args()
 	cmd, rest, err := newRoot().Find(args)
@@ -188,7 +186,11 @@ func TestCommandOptionsEveryFlag(t *testing.T) {
 			i++
 			want = args[i]
 		}
-		if got := fl.Value.String(); got != want {
+		got := fl.Value.String()
+		if sz, ok := fl.Value.(*units.Size); ok { // it prints its value in the grammar's units
+			got = strconv.FormatInt(sz.Bytes(), 10)
+		}
+		if got != want {
 			t.Errorf("--%s parsed to %q, want %q", name, got, want)
 		}
 	}
