@@ -238,3 +238,64 @@ func cacheMetrics(t *testing.T, cacheDir string) map[string]float64 {
 	}
 	return out
 }
+
+// TestRecoverMidRead: the serving process is killed while it is inside a
+// READ of a large file whose backend read is blocked (the source is
+// another cachefs mount, stopped with SIGSTOP); the recovered process gets
+// the READ again (FUSE_NOTIFY_RESEND) and the reader gets every byte, no
+// error.
+func TestRecoverMidRead(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := buildVersion(t, t.TempDir(), "recover")
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 4, Classes: 1, MedianSize: 3 << 20, MaxSize: 4 << 20, Seed: 31})
+	inner := mountapi.CommandOptions{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 30,
+		Manifest: mountapi.ManifestNone, LogLevel: "info"}
+	innerMount := testenv.StartCachefs(t, bin, inner)
+	opts := supervisedOpts(t, bin, inner.Mountpoint, 1<<30)
+	sup := testenv.StartCachefs(t, bin, opts)
+	waitHeld(t, opts.CacheDir, sup.Proc)
+	_, large := pick(t, files, 1<<20)
+	var st unix.Stat_t
+	if err := unix.Stat(opts.Mountpoint, &st); err != nil {
+		t.Fatal(err)
+	}
+	waiting := filepath.Join("/sys/fs/fuse/connections", strconv.Itoa(int(unix.Minor(st.Dev))), "waiting")
+
+	innerPid := innerMount.Proc.Cmd.Process.Pid
+	if err := syscall.Kill(innerPid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(innerPid, syscall.SIGCONT) })
+	got := make(chan error, 1)
+	go func() { got <- verify(opts.Mountpoint, large, datagen.Content(large)) }()
+	// The reader's READ is in the serving process (blocked on the source)
+	// once the connection has a request waiting for an answer.
+	for {
+		b, err := os.ReadFile(waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(b))); n > 0 {
+			break
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("the read returned (%v) with its source stopped", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	start := time.Now()
+	if err := syscall.Kill(childPid(t, sup.Proc), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, sup.Proc, "supervise: the mount process died")
+	if err := syscall.Kill(innerPid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, sup.Proc, `msg="supervise: recovered"`, 1)
+	if err := <-got; err != nil {
+		t.Fatalf("the read the dead process was serving: %v\n%s", err, sup.Proc.Tail(8000))
+	}
+	t.Logf("a %d-byte read killed mid-READ, its source stopped: answered by the recovered process %v after the kill",
+		large.Size, time.Since(start).Round(time.Millisecond))
+}
