@@ -2,6 +2,7 @@ package mount_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -298,4 +299,75 @@ func TestRecoverMidRead(t *testing.T) {
 	}
 	t.Logf("a %d-byte read killed mid-READ, its source stopped: answered by the recovered process %v after the kill",
 		large.Size, time.Since(start).Round(time.Millisecond))
+}
+
+// TestRecoverPassthroughInherited shows what becomes of a dead process's
+// passthrough backing ids, and why a supervised mount serves without
+// passthrough: a mount with passthrough is killed while a reader holds a
+// passthrough-opened file; the test, as holder, starts the recovery
+// itself. The open file reads on (the kernel holds the backing file), the
+// dead process's id stays registered with the connection (a leak until
+// unmount: the test can unregister it through the held descriptor), and
+// until that file is closed every new open of its inode fails with EIO
+// (the kernel wants passthrough with the id it cannot know); after the
+// close it opens and reads right.
+func TestRecoverPassthroughInherited(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := buildVersion(t, t.TempDir(), "recover")
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 6, Classes: 1, MedianSize: 100 << 10, MaxSize: 500 << 10, Seed: 32})
+	opts := supervisedOpts(t, bin, src, 1<<30)
+	opts.Supervise = false // the test is the holder; the mount uses passthrough
+	m := testenv.StartCachefs(t, bin, opts)
+	f := files[0]
+	p := filepath.Join(opts.Mountpoint, f.Path)
+	if err := verify(opts.Mountpoint, f, datagen.Content(f)); err != nil { // cached now
+		t.Fatal(err)
+	}
+	open := openRead(t, p, f.Size/2) // passthrough: a cache hit
+	h, err := handover.Hold(context.Background(), mountapi.HandoverSocket(opts.CacheDir), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(m.Proc.Cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-m.Proc.Done
+	stateR, stateW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append(opts.Args(), "--"+mountapi.FlagRecoverFD, "3")...)
+	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(h.Fd), "/dev/fuse"), stateR}
+	rec, err := testenv.StartProc("cachefs mount --recover-fd", cmd, &testenv.SyncBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateR.Close()
+	t.Cleanup(func() { rec.Terminate(20 * time.Second) })
+	if err := handover.WriteState(stateW, h.State); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, rec, "serving the taken-over connection")
+
+	if _, err := os.ReadFile(p); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("an open while the dead process's passthrough file is open: %v, want EIO (the kernel's rule this test documents)", err)
+	}
+	checkRest(t, open, f, f.Size/2) // reads on
+	open.Close()
+	if err := verify(opts.Mountpoint, f, datagen.Content(f)); err != nil {
+		t.Fatalf("after the inherited file was closed: %v", err)
+	}
+	// The dead process's ids (allocated cyclically from 1) are still
+	// registered: unregister them through the held descriptor.
+	dev := handover.Device{Fd: h.Fd}
+	var leaked []int32
+	for id := int32(1); id <= 64; id++ {
+		if dev.UnregisterBackingFd(id) == 0 {
+			leaked = append(leaked, id)
+		}
+	}
+	if len(leaked) == 0 {
+		t.Fatal("no backing id of the dead process registered any more, want its passthrough file's (leaked until unmount)")
+	}
+	t.Logf("backing ids the dead process left registered: %v", leaked)
 }
