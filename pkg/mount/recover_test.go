@@ -64,6 +64,8 @@ func TestRecoverAfterKill(t *testing.T) {
 	rd.stop()
 	checkRest(t, smallF, small, small.Size/2)
 	checkRest(t, largeF, large, 300<<10)
+	smallF.Close()
+	largeF.Close()
 	t.Logf("%d files verified by 2 readers over %d rounds across 10 kill -9; longest open+read+close of a cached file: %v without a kill; per kill: %s; death to serving (supervisor): %s",
 		rd.files.Load(), rd.rounds.Load(), base, strings.Join(stalls, " "), strings.Join(recovered, " "))
 	if n := rd.errs.Load(); n != 0 {
@@ -318,6 +320,7 @@ func TestRecoverPassthroughInherited(t *testing.T) {
 	opts := supervisedOpts(t, bin, src, 1<<30)
 	opts.Supervise = false // the test is the holder; the mount uses passthrough
 	m := testenv.StartCachefs(t, bin, opts)
+	waitLog(t, m.Proc, "msg=mounted") // logged once the handover socket listens
 	f := files[0]
 	p := filepath.Join(opts.Mountpoint, f.Path)
 	if err := verify(opts.Mountpoint, f, datagen.Content(f)); err != nil { // cached now
