@@ -73,6 +73,13 @@ Mounting needs root (or fuse3's fusermount3 on the PATH).`,
 			if err := mf.complete(cmd); err != nil {
 				return g.mountFailed(err)
 			}
+			if err := mf.sv.complete(cmd, &mf.cfg); err != nil {
+				return g.mountFailed(err)
+			}
+			if mf.sv.on {
+				mf.cfg.Source, mf.cfg.Mountpoint = args[0], args[1]
+				return runSupervised(cmd.Context(), g, mf.cfg, mf.sv)
+			}
 			return g.mountFailed(runMount(cmd.Context(), g, mf.cfg, args, mf.cacheSize, mf.wholeFileMax, mf.blockSize, mf.readaheadFiles, mf.cpuProfile))
 		},
 	}
@@ -101,6 +108,7 @@ type mountFlags struct {
 	restrictEgress bool
 	egressRules    string
 	peerMetrics    string
+	sv             superviseFlags
 }
 
 // complete parses the flags that need it into cfg; errors are usage
@@ -191,6 +199,7 @@ func (mf *mountFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&mf.restrictEgress, mountapi.FlagRestrictEgress, false, "refuse connections of the source (and a manifest URL) to loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), unspecified and multicast addresses and this node's own, judged on the resolved IP that is dialed, unless --"+mountapi.FlagEgressRules+" names the endpoint; the CSI driver sets it on every mount it starts (off: a mount run by hand is the admin's)")
 	f.StringVar(&mf.egressRules, mountapi.FlagEgressRules, "", "comma-separated network rules (s3://bucket?endpoint=URL, nfs://host/export, cephfs://mon/path, as the driver's --network-rules) whose endpoints a restricted mount may reach anyway; implies --"+mountapi.FlagRestrictEgress)
 	f.BoolVar(&mf.cfg.Debug, mountapi.FlagFuseDebug, false, "log every FUSE request (very verbose)")
+	mf.sv.register(f)
 	f.StringVar(&mf.cfg.Takeover, mountapi.FlagTakeover, "", "take over the FUSE connection of the running mount of this dataset on this mount point, through its handover socket (CACHE_DIR/"+mountapi.HandoverSocketName+"), instead of mounting: it holds back new requests, finishes those in flight, hands over and exits; readers see a stall, not an error (an upgrade in place)")
 }
 

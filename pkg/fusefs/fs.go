@@ -101,6 +101,10 @@ type Options struct {
 	// ReadTimeout bounds one backend fetch (a whole small file or a block),
 	// retries included; a fetch that takes longer fails with EIO.
 	ReadTimeout time.Duration
+	// NoPassthrough serves cached files through the process instead of
+	// kernel passthrough (a supervised mount: crash recovery, recover.go in
+	// pkg/mount, cannot know a dead process's backing ids).
+	NoPassthrough bool
 	// ListingCacheEntries bounds the directory entries a mount without a
 	// manifest keeps from its listings (listing.go). About 150 bytes each
 	// with S3 names and ETags.
@@ -327,10 +331,12 @@ func FuseOptions(mo MountOptions) *fuse.MountOptions {
 func (f *FS) newTree() fuse.RawFileSystem {
 	if f.manifest != nil {
 		t := newManifestFS(f)
+		t.noBacking.Store(f.opts.NoPassthrough)
 		f.base.Store(&t.rawBase)
 		return t
 	}
 	t := newBackendFS(f)
+	t.noBacking.Store(f.opts.NoPassthrough)
 	f.tree.Store(t)
 	f.base.Store(&t.rawBase)
 	return t

@@ -41,6 +41,11 @@ type HandoverState struct {
 	NextFh   uint64         `json:"next_fh"`
 	Handles  []HandleState  `json:"handles,omitempty"`
 	Backings []BackingState `json:"backings,omitempty"`
+	// NoPassthrough serves without passthrough: after a crash recovery the
+	// dead process's backing ids are unknown, and a file it opened with one
+	// keeps it attached to the inode, so that an open with a new id fails
+	// (EIO) until that file is closed.
+	NoPassthrough bool `json:"no_passthrough,omitempty"`
 	// A backend tree's node table (nil with a manifest) and counter.
 	Nodes  []NodeState `json:"nodes,omitempty"`
 	NextID uint64      `json:"next_id,omitempty"`
@@ -105,7 +110,7 @@ func (f *FS) Freeze() (*HandoverState, error) {
 		return nil, errors.New("fusefs: freeze: not mounted")
 	}
 	r.gate.Lock()
-	st := &HandoverState{Dataset: f.Identity()}
+	st := &HandoverState{Dataset: f.Identity(), NoPassthrough: r.noBacking.Load()}
 	r.open.mu.Lock()
 	st.NextFh = r.open.nextFh
 	for _, fh := range slices.Sorted(maps.Keys(r.open.handles)) {
@@ -138,6 +143,7 @@ func (f *FS) Adopt(st *HandoverState, fds BackingFds, devFd int) (fuse.RawFileSy
 	raw := f.newTree()
 	r := f.base.Load()
 	r.fds = fds
+	r.noBacking.Store(st.NoPassthrough || f.opts.NoPassthrough)
 	r.open.nextFh = st.NextFh
 	for _, h := range st.Handles {
 		r.open.handles[h.Fh] = &rawHandle{node: h.Fh & fhNodeMask, backing: h.Backing}

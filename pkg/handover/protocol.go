@@ -61,6 +61,10 @@ var ErrRefused = errors.New("handover: refused")
 
 type hello struct {
 	Version string `json:"version"`
+	// Hold asks for a duplicate of the descriptor and the INIT, without a
+	// handover: a holder that recovers the mount if its process dies
+	// (Hold, recover.go).
+	Hold bool `json:"hold,omitempty"`
 }
 
 // Listener is a running mount's handover socket.
@@ -99,6 +103,10 @@ func (l *Listener) Release() {
 type Offer struct {
 	Freeze func() (State, int, error)
 	Thaw   func()
+	// Held returns what a holder gets (the state without the file
+	// system's, and the descriptor, still the caller's); nil refuses
+	// holders.
+	Held func() (State, int, error)
 }
 
 // Serve answers successors until one has taken the connection, then
@@ -112,6 +120,10 @@ func (l *Listener) Serve(o Offer, log func(msg string, args ...any)) error {
 			return err
 		}
 		kept, err := l.offer(c, o)
+		if errors.Is(err, errHeld) {
+			c.Close()
+			continue
+		}
 		if err == nil {
 			l.kept = kept // c's duplicate: the socket stays open
 			c.Close()
@@ -136,6 +148,9 @@ func (l *Listener) offer(c *net.UnixConn, o Offer) (int, error) {
 	var h hello
 	if err := json.Unmarshal(line, &h); err != nil {
 		return -1, fmt.Errorf("handover: hello: %w", err)
+	}
+	if h.Hold {
+		return -1, hold(c, o)
 	}
 	st, fd, err := o.Freeze()
 	if err != nil {
@@ -222,7 +237,7 @@ func Take(ctx context.Context, path, version string) (*Taken, error) {
 		return nil, fmt.Errorf("handover: connect %s: %w", path, err)
 	}
 	c := nc.(*net.UnixConn)
-	t, err := take(c, version)
+	t, err := take(c, hello{Version: version})
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -230,11 +245,11 @@ func Take(ctx context.Context, path, version string) (*Taken, error) {
 	return t, nil
 }
 
-func take(c *net.UnixConn, version string) (*Taken, error) {
+func take(c *net.UnixConn, h hello) (*Taken, error) {
 	if err := samePeer(c); err != nil {
 		return nil, err
 	}
-	b, _ := json.Marshal(hello{Version: version})
+	b, _ := json.Marshal(h)
 	_ = c.SetDeadline(time.Now().Add(replyTimeout))
 	if _, err := c.Write(append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("handover: hello: %w", err)

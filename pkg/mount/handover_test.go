@@ -55,6 +55,7 @@ func TestHandoverRefused(t *testing.T) {
 		t.Fatalf("cachefs index: %v\n%s", err, out)
 	}
 	running := testenv.StartCachefs(t, bin, opts)
+	waitLog(t, running.Proc, "msg=mounted") // logged once the handover socket listens (the kernel mount is earlier)
 	other := opts
 	other.Manifest = mountapi.ManifestNone // names from listings: other node ids
 	other.Takeover = mountapi.HandoverSocket(opts.CacheDir)

@@ -36,6 +36,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cache"
 	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/handover"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/metrics"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
@@ -114,6 +115,12 @@ type Config struct {
 	// told to the running mount.
 	Takeover string
 	Version  string
+	// Recover, when set, is a connection whose serving process died, from
+	// its holder (recover.go): this mount serves it instead of mounting.
+	Recover *handover.Held
+	// NoPassthrough serves cached files through the process, not with
+	// kernel passthrough (FlagNoPassthrough; set under Supervise).
+	NoPassthrough bool
 	// Backend options (credentials, retries); zero takes the defaults.
 	Backend backend.Options
 	Debug   bool
@@ -181,17 +188,29 @@ func New(cfg Config) (*Mount, error) {
 	case cfg.ManifestMaxMemory < 0:
 		return nil, fmt.Errorf("%w: --%s must not be negative, got %d", ErrInvalidConfig, mountapi.FlagManifestMaxMemory, cfg.ManifestMaxMemory)
 	}
-	st, err := os.Stat(cfg.Mountpoint)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMountpoint, err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("%w: %s is not a directory", ErrMountpoint, cfg.Mountpoint)
+	if err := checkMountpoint(cfg); err != nil {
+		return nil, err
 	}
 	if err := validatePeer(&cfg.Peer); err != nil {
 		return nil, err
 	}
 	return &Mount{cfg: cfg, src: src, log: cfg.Logger, stopRequested: make(chan struct{})}, nil
+}
+
+// checkMountpoint checks that the mount point is a directory; not when
+// recovering its connection: nobody serves it until this mount does.
+func checkMountpoint(cfg Config) error {
+	if cfg.Recover != nil {
+		return nil
+	}
+	st, err := os.Stat(cfg.Mountpoint)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMountpoint, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", ErrMountpoint, cfg.Mountpoint)
+	}
+	return nil
 }
 
 // Start opens the backend and the cache, mounts, and starts the metrics
@@ -207,7 +226,11 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if m.cfg.Takeover != "" {
+	if m.cfg.Recover != nil {
+		if err := m.recoverConn(b, man); err != nil {
+			return err
+		}
+	} else if m.cfg.Takeover != "" {
 		// The running mount exits once this returns: it held the cache
 		// lock, the metrics and peer addresses opened below.
 		if err := m.takeOver(ctx, b, man); err != nil {
@@ -251,7 +274,7 @@ func (m *Mount) Start(ctx context.Context) (err error) {
 		go m.followShare(ps, man, 2*time.Second)
 	}
 	var server fuseServer
-	if m.cfg.Takeover != "" {
+	if m.handover.taken != nil {
 		server, err = m.serveTaken(fsys)
 	} else {
 		server, err = m.mountFS(fsys)
@@ -364,6 +387,8 @@ func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.
 		Readahead:    m.cfg.Readahead,
 		ReadTimeout:  m.cfg.ReadTimeout,
 		Logger:       m.log,
+		// Supervised (recover.go): the holder cannot know backing ids.
+		NoPassthrough: m.cfg.NoPassthrough,
 
 		ListingCacheEntries: m.cfg.ListingCacheEntries,
 		MaxDirEntries:       m.cfg.MaxDirEntries,

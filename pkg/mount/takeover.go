@@ -130,7 +130,7 @@ func (m *Mount) listenHandover() {
 	}
 	m.handover.ln = ln
 	go func() {
-		if err := ln.Serve(handover.Offer{Freeze: m.freeze, Thaw: m.fsys.Thaw}, m.log.Warn); err == nil {
+		if err := ln.Serve(handover.Offer{Freeze: m.freeze, Thaw: m.fsys.Thaw, Held: m.held}, m.log.Warn); err == nil {
 			close(m.handover.done)
 		}
 	}()
@@ -142,17 +142,9 @@ func (m *Mount) freeze() (handover.State, int, error) {
 	if fd < 0 {
 		return handover.State{}, -1, errors.New("mount: the connection's descriptor is unknown")
 	}
-	init, initOut := m.handover.init, m.handover.initOut
-	if init == nil {
-		srv, ok := m.server.(*fuse.Server)
-		if !ok {
-			return handover.State{}, -1, errors.New("mount: no INIT to hand over")
-		}
-		init = handover.InitRequest(srv.KernelSettings())
-		var err error
-		if initOut, err = handover.ReplayInit(fusefs.FuseOptions(m.mountOptions()), init); err != nil {
-			return handover.State{}, -1, err
-		}
+	init, initOut, err := m.initOf()
+	if err != nil {
+		return handover.State{}, -1, err
 	}
 	start := time.Now()
 	st, err := m.fsys.Freeze()
@@ -167,6 +159,22 @@ func (m *Mount) freeze() (handover.State, int, error) {
 	m.log.Info("handing over: requests held back", "drained", time.Since(start).Round(time.Microsecond),
 		"open_files", len(st.Handles), "nodes", len(st.Nodes))
 	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body}, fd, nil
+}
+
+// initOf is the connection's INIT request and what this mount answered.
+func (m *Mount) initOf() (init, initOut []byte, err error) {
+	if m.handover.init != nil {
+		return m.handover.init, m.handover.initOut, nil
+	}
+	srv, ok := m.server.(*fuse.Server)
+	if !ok {
+		return nil, nil, errors.New("mount: no INIT to hand over")
+	}
+	init = handover.InitRequest(srv.KernelSettings())
+	if initOut, err = handover.ReplayInit(fusefs.FuseOptions(m.mountOptions()), init); err != nil {
+		return nil, nil, err
+	}
+	return init, initOut, nil
 }
 
 // handedOverClose bounds how long a mount that handed its connection over

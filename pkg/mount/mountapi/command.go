@@ -72,6 +72,11 @@ type CommandOptions struct {
 	// Takeover is the handover socket of a running mount whose connection
 	// this one takes over (FlagTakeover); "" mounts.
 	Takeover string
+	// Supervise runs the mount under a holder that recovers it when its
+	// process dies (FlagSupervise); MaxRestarts (FlagMaxRestarts) bounds
+	// that, 0 leaving the default.
+	Supervise   bool
+	MaxRestarts int
 	// Extra are more arguments, appended as given: a benchmark's
 	// user-supplied flags under comparison.
 	Extra []string
@@ -133,5 +138,7 @@ func (o CommandOptions) Args() []string {
 	boolean(FlagFuseDebug, o.FuseDebug)
 	add(FlagCPUProfile, o.CPUProfile)
 	add(FlagTakeover, o.Takeover)
+	boolean(FlagSupervise, o.Supervise)
+	num(FlagMaxRestarts, int64(o.MaxRestarts))
 	return append(args, o.Extra...)
 }

@@ -31,6 +31,17 @@ const (
 	// mount of the same dataset and mount point, whose FUSE connection the
 	// new mount takes over instead of mounting (pkg/handover).
 	FlagTakeover = "takeover"
+	// FlagSupervise runs the mount under a holder of its descriptor that
+	// restarts it on the same connection when it dies (mount.Supervise);
+	// FlagMaxRestarts bounds that. FlagRecoverFD is what the holder passes
+	// the restarted process: descriptor N is the connection, N+1 a pipe
+	// with its state (handover.WriteState).
+	FlagSupervise   = "supervise"
+	FlagMaxRestarts = "max-restarts"
+	FlagRecoverFD   = "recover-fd"
+	// FlagNoPassthrough serves cached files through the process instead of
+	// kernel passthrough (the supervisor sets it on its mount processes).
+	FlagNoPassthrough = "no-passthrough"
 	// FlagCPUProfile writes a CPU profile of the whole mount (benchmarks).
 	FlagCPUProfile = "cpu-profile"
 	// FlagCredentialsFD names an inherited file descriptor (a pipe) to read

@@ -1,0 +1,101 @@
+package mount
+
+// Crash recovery (docs/DESIGN.md, "Crash recovery"): a holder keeps a
+// duplicate of the mount's /dev/fuse descriptor (handover.Hold, asked for
+// over the handover socket), so the connection outlives a `cachefs` that
+// dies without handing over; a new mount started with Config.Recover
+// serves it (recoverConn, then serveTaken as after a takeover). Supervise
+// is such a holder: `cachefs mount --supervise`.
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/epochfs/epochfs/pkg/backend"
+	"github.com/epochfs/epochfs/pkg/fusefs"
+	"github.com/epochfs/epochfs/pkg/handover"
+	"github.com/epochfs/epochfs/pkg/manifest"
+)
+
+// ErrRecover: a held connection this mount cannot serve (another mount
+// point, dataset version or INIT, or no manifest).
+var ErrRecover = errors.New("mount: recover")
+
+// ErrRecoverNeedsManifest: without a manifest node ids are a counter whose
+// table dies with the process (a persisted id table is not built), so a
+// listing-based mount cannot be recovered.
+var ErrRecoverNeedsManifest = fmt.Errorf("%w: crash recovery needs a manifest (node ids of a listing-based mount die with its process)", ErrRecover)
+
+// heldDataset is the file system state a holder gets: the dataset's
+// identity only (node ids of a manifest mount are the manifest's; file
+// handles are adopted at their first READ).
+type heldDataset struct {
+	Dataset string `json:"dataset"`
+}
+
+// held is what a holder gets: INIT, mount point, identity and descriptor.
+func (m *Mount) held() (handover.State, int, error) {
+	if m.manifest == nil {
+		return handover.State{}, -1, ErrRecoverNeedsManifest
+	}
+	fd := m.fsys.DeviceFd()
+	if fd < 0 {
+		return handover.State{}, -1, errors.New("mount: the connection's descriptor is unknown")
+	}
+	init, initOut, err := m.initOf()
+	if err != nil {
+		return handover.State{}, -1, err
+	}
+	body, err := json.Marshal(heldDataset{Dataset: m.fsys.Identity()})
+	if err != nil {
+		return handover.State{}, -1, err
+	}
+	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body}, fd, nil
+}
+
+// recoverConn checks that this mount can serve the held connection and
+// prepares serveTaken: the dead process's node ids are the manifest's, its
+// file handles are adopted at their first READ, its passthrough backing
+// ids are unknown here (they stay registered with the connection until it
+// is unmounted: files opened with them read on in the kernel; this mount
+// and its successors serve without passthrough, since a new id for an
+// inode a dead process's open file still holds fails that open).
+func (m *Mount) recoverConn(b backend.Backend, man *manifest.Manifest) error {
+	h := m.cfg.Recover
+	m.handover.start = time.Now()
+	if man == nil {
+		return ErrRecoverNeedsManifest
+	}
+	if filepath.Clean(h.Mountpoint) != filepath.Clean(m.cfg.Mountpoint) {
+		return fmt.Errorf("%w: the held connection is mounted at %s, not %s", ErrRecover, h.Mountpoint, m.cfg.Mountpoint)
+	}
+	var ds heldDataset
+	if err := json.Unmarshal(h.FS, &ds); err != nil {
+		return fmt.Errorf("%w: held state: %w", ErrRecover, err)
+	}
+	if want := fusefs.Identity(man, b.ID()); ds.Dataset != want {
+		return fmt.Errorf("%w: the held connection served %q, this mount would serve %q", ErrRecover, ds.Dataset, want)
+	}
+	got, err := handover.ReplayInit(fusefs.FuseOptions(m.mountOptions()), h.Init)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrRecover, err)
+	}
+	if string(got) != string(h.InitOut) {
+		return fmt.Errorf("%w: %w: this binary negotiates %x, the connection negotiated %x", ErrRecover, handover.ErrInit, got, h.InitOut)
+	}
+	m.handover.taken = &handover.Taken{State: h.State, Fd: h.Fd}
+	// The dead process's handle counter is unknown: start this one's at a
+	// random point of its 24 bits, so that a new handle is unlikely to be
+	// one of its handles still open (which would then share a table entry).
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	m.handover.fsState = &fusefs.HandoverState{Dataset: ds.Dataset, NextFh: uint64(binary.BigEndian.Uint32(r[:]) >> 8),
+		NoPassthrough: true}
+	m.log.Info("recovering the connection of a dead mount process", "from_version", h.Version)
+	return nil
+}
