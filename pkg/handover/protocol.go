@@ -226,17 +226,10 @@ type Taken struct {
 
 // Take asks the running mount listening at path for its connection.
 func Take(ctx context.Context, path, version string) (*Taken, error) {
-	addr, done, err := mountapi.SocketAddr(path)
+	c, err := dial(ctx, path)
 	if err != nil {
-		return nil, fmt.Errorf("handover: connect %s: %w", path, err)
+		return nil, err
 	}
-	defer done()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", addr)
-	if err != nil {
-		return nil, fmt.Errorf("handover: connect %s: %w", path, err)
-	}
-	c := nc.(*net.UnixConn)
 	t, err := take(c, hello{Version: version})
 	if err != nil {
 		c.Close()
@@ -330,4 +323,19 @@ func (t *Taken) Accept(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// dial connects to the handover socket at path.
+func dial(ctx context.Context, path string) (*net.UnixConn, error) {
+	addr, done, err := mountapi.SocketAddr(path)
+	if err != nil {
+		return nil, fmt.Errorf("handover: connect %s: %w", path, err)
+	}
+	defer done()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", addr)
+	if err != nil {
+		return nil, fmt.Errorf("handover: connect %s: %w", path, err)
+	}
+	return nc.(*net.UnixConn), nil
 }

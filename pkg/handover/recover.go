@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
 // errHeld: Serve answered a holder, not a successor (it serves on).
@@ -54,18 +52,12 @@ type Held struct {
 // Hold asks the mount listening at path for a duplicate of its descriptor
 // and its INIT; the mount serves on.
 func Hold(ctx context.Context, path, version string) (*Held, error) {
-	addr, done, err := mountapi.SocketAddr(path)
+	nc, err := dial(ctx, path)
 	if err != nil {
-		return nil, fmt.Errorf("handover: connect %s: %w", path, err)
-	}
-	defer done()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", addr)
-	if err != nil {
-		return nil, fmt.Errorf("handover: connect %s: %w", path, err)
+		return nil, err
 	}
 	defer nc.Close()
-	t, err := take(nc.(*net.UnixConn), hello{Version: version, Hold: true})
+	t, err := take(nc, hello{Version: version, Hold: true})
 	if err != nil {
 		return nil, err
 	}
