@@ -43,11 +43,7 @@ func (m *Mount) held() (handover.State, int, error) {
 	if m.manifest == nil {
 		return handover.State{}, -1, ErrRecoverNeedsManifest
 	}
-	fd := m.fsys.DeviceFd()
-	if fd < 0 {
-		return handover.State{}, -1, errors.New("mount: the connection's descriptor is unknown")
-	}
-	init, initOut, err := m.initOf()
+	fd, init, initOut, err := m.connection()
 	if err != nil {
 		return handover.State{}, -1, err
 	}

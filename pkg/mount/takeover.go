@@ -136,13 +136,19 @@ func (m *Mount) listenHandover() {
 	}()
 }
 
+// connection returns the FUSE connection's descriptor and its INIT
+// request and reply: what a successor and a holder both need.
+func (m *Mount) connection() (fd int, init, initOut []byte, err error) {
+	if fd = m.fsys.DeviceFd(); fd < 0 {
+		return -1, nil, nil, errors.New("mount: the connection's descriptor is unknown")
+	}
+	init, initOut, err = m.initOf()
+	return fd, init, initOut, err
+}
+
 // freeze stops serving for a successor and returns what it needs.
 func (m *Mount) freeze() (handover.State, int, error) {
-	fd := m.fsys.DeviceFd()
-	if fd < 0 {
-		return handover.State{}, -1, errors.New("mount: the connection's descriptor is unknown")
-	}
-	init, initOut, err := m.initOf()
+	fd, init, initOut, err := m.connection()
 	if err != nil {
 		return handover.State{}, -1, err
 	}
