@@ -38,6 +38,9 @@ func TestDependencies(t *testing.T) {
 		{"cmd/job-controller", false, []string{s3, nfs, ceph, cachePk}},
 		{"pkg/cache", true, []string{kube}},
 		{"pkg/fusefs", true, []string{kube}},
+		// The node plugin holds FUSE connections through pkg/handover's
+		// protocol; the request loop that needs go-fuse is fuseconn.
+		{"pkg/handover", false, []string{fuse, s3, ceph, kube}},
 	} {
 		name := tc.pkg
 		if tc.test {

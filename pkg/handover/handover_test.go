@@ -8,53 +8,9 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"unsafe"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
-
-// kernelInit is an INIT request as a 6.x kernel sends it.
-func kernelInit() []byte {
-	in := fuse.InitIn{Major: 7, Minor: 44, MaxReadAhead: 128 << 10,
-		Flags: uint32(fuse.CAP_ASYNC_READ | fuse.CAP_READDIRPLUS | fuse.CAP_PARALLEL_DIROPS | fuse.CAP_MAX_PAGES), Flags2: uint32(fuse.CAP_PASSTHROUGH >> 32)}
-	in.Length = uint32(unsafe.Sizeof(in))
-	in.Opcode = opInit
-	in.Unique = 2
-	return InitRequest(&in)
-}
-
-func TestReplayInit(t *testing.T) {
-	opts := &fuse.MountOptions{MaxWrite: 1 << 20, MaxReadAhead: 1 << 20, MaxBackground: 64}
-	a, err := ReplayInit(opts, kernelInit())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ReplayInit(opts, kernelInit())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(a) != string(b) {
-		t.Fatalf("two replays of one INIT with one configuration differ: %x, %x", a, b)
-	}
-	var out fuse.InitOut
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&out)), unsafe.Sizeof(out)), a)
-	if out.MaxWrite != 1<<20 || out.Flags2&uint32(fuse.CAP_PASSTHROUGH>>32) == 0 {
-		t.Fatalf("replayed InitOut: MaxWrite %d, flags2 %#x: want 1 MiB and passthrough", out.MaxWrite, out.Flags2)
-	}
-	other, err := ReplayInit(&fuse.MountOptions{MaxWrite: 128 << 10, MaxBackground: 64}, kernelInit())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(other) == string(a) {
-		t.Fatal("another MaxWrite negotiates the same InitOut: a mismatch would go unnoticed")
-	}
-	notInit := kernelInit()
-	notInit[4] = 3 // GETATTR
-	if _, err := ReplayInit(opts, notInit); !errors.Is(err, ErrInit) {
-		t.Fatalf("replay of a GETATTR: %v, want ErrInit", err)
-	}
-}
 
 // TestProtocol plays both sides in one process: a refused handover thaws
 // the running side, an accepted one passes the descriptor and the state,
@@ -75,7 +31,7 @@ func TestProtocol(t *testing.T) {
 	}
 	defer pr.Close()
 	defer pw.Close()
-	want := State{Version: "v1", Init: kernelInit(), InitOut: []byte{1, 2}, Mountpoint: "/mnt", FS: json.RawMessage(`{"dataset":"d"}`)}
+	want := State{Version: "v1", Init: []byte("an INIT request"), InitOut: []byte{1, 2}, Mountpoint: "/mnt", FS: json.RawMessage(`{"dataset":"d"}`)}
 	var freezes, thaws atomic.Int32
 	served := make(chan error, 1)
 	go func() {
@@ -150,5 +106,47 @@ func TestTakeRefusesHugeState(t *testing.T) {
 	}()
 	if _, err := Take(context.Background(), path, "v2"); !errors.Is(err, ErrRefused) {
 		t.Fatalf("a 4 GiB state: %v, want ErrRefused", err)
+	}
+}
+
+// TestServeHeld: a holder lends its descriptor to another holder (the
+// answer names the holder's pid), and refuses a takeover.
+func TestServeHeld(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "held.sock")
+	l, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	held := &Held{State: State{Version: "holder", Init: []byte("init"), InitOut: []byte("out"), Mountpoint: "/mnt"}, Fd: int(w.Fd())}
+	done := make(chan error, 1)
+	go func() { done <- ServeHeld(l, func() (*Held, error) { return held, nil }, t.Logf) }()
+	got, err := Hold(context.Background(), sock, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Pid != os.Getpid() || got.Mountpoint != "/mnt" || string(got.InitOut) != "out" {
+		t.Fatalf("held: pid %d (want %d), %+v", got.Pid, os.Getpid(), got.State)
+	}
+	// The duplicate is the same pipe: a write to it reaches r.
+	if _, err := unix.Write(got.Fd, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(got.Fd)
+	b := make([]byte, 1)
+	if _, err := r.Read(b); err != nil || b[0] != 'x' {
+		t.Fatalf("read through the lent descriptor: %q %v", b, err)
+	}
+	if _, err := Take(context.Background(), sock, "test"); err == nil {
+		t.Fatal("a holder handed its connection over")
+	}
+	l.Close()
+	if err := <-done; err == nil {
+		t.Fatal("ServeHeld returned nil after Close")
 	}
 }

@@ -136,7 +136,7 @@ func (l *Listener) Serve(o Offer, log func(msg string, args ...any)) error {
 }
 
 func (l *Listener) offer(c *net.UnixConn, o Offer) (int, error) {
-	if err := samePeer(c); err != nil {
+	if _, err := samePeer(c); err != nil {
 		return -1, err
 	}
 	_ = c.SetDeadline(time.Now().Add(helloTimeout))
@@ -151,6 +151,9 @@ func (l *Listener) offer(c *net.UnixConn, o Offer) (int, error) {
 	}
 	if h.Hold {
 		return -1, hold(c, o)
+	}
+	if o.Freeze == nil {
+		return -1, fmt.Errorf("%w: this socket only holds the connection; it hands over to no one", ErrRefused)
 	}
 	st, fd, err := o.Freeze()
 	if err != nil {
@@ -196,30 +199,32 @@ func send(c *net.UnixConn, st State, fd int) error {
 }
 
 // samePeer refuses a peer of another uid (the socket is 0600 in a 0700
-// directory already: this is the second lock).
-func samePeer(c *net.UnixConn) error {
+// directory already: this is the second lock) and returns the peer's pid.
+func samePeer(c *net.UnixConn) (int, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(s uintptr) { cred, cerr = unix.GetsockoptUcred(int(s), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
-		return err
+		return 0, err
 	}
 	if cerr != nil {
-		return fmt.Errorf("handover: peer credentials: %w", cerr)
+		return 0, fmt.Errorf("handover: peer credentials: %w", cerr)
 	}
 	if int(cred.Uid) != os.Getuid() {
-		return fmt.Errorf("%w: peer uid %d is not ours", ErrRefused, cred.Uid)
+		return 0, fmt.Errorf("%w: peer uid %d is not ours", ErrRefused, cred.Uid)
 	}
-	return nil
+	return int(cred.Pid), nil
 }
 
 // Taken is a connection received from a running mount, not yet accepted.
 type Taken struct {
 	State
-	Fd   int // the /dev/fuse descriptor, now this process's
+	Fd int // the /dev/fuse descriptor, now this process's
+	// Pid is the process that sent it (SO_PEERCRED when it connected).
+	Pid  int
 	conn *net.UnixConn
 	r    *bufio.Reader
 }
@@ -239,7 +244,8 @@ func Take(ctx context.Context, path, version string) (*Taken, error) {
 }
 
 func take(c *net.UnixConn, h hello) (*Taken, error) {
-	if err := samePeer(c); err != nil {
+	pid, err := samePeer(c)
+	if err != nil {
 		return nil, err
 	}
 	b, _ := json.Marshal(h)
@@ -272,7 +278,7 @@ func take(c *net.UnixConn, h hello) (*Taken, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("handover: receive state: %w", err)
 	}
-	t := &Taken{Fd: fd, conn: c, r: r}
+	t := &Taken{Fd: fd, Pid: pid, conn: c, r: r}
 	if err := json.Unmarshal(body, &t.State); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("handover: state: %w", err)

@@ -47,6 +47,9 @@ func hold(c *net.UnixConn, o Offer) error {
 type Held struct {
 	State
 	Fd int // the holder's duplicate of the /dev/fuse descriptor
+	// Pid is the process that answered: the serving mount, or another
+	// holder (ServeHeld).
+	Pid int
 }
 
 // Hold asks the mount listening at path for a duplicate of its descriptor
@@ -65,7 +68,7 @@ func Hold(ctx context.Context, path, version string) (*Held, error) {
 		unix.Close(t.Fd)
 		return nil, fmt.Errorf("%w: a held state without INIT", ErrRefused)
 	}
-	return &Held{State: t.State, Fd: t.Fd}, nil
+	return &Held{State: t.State, Fd: t.Fd, Pid: t.Pid}, nil
 }
 
 // WriteState writes st to w (a pipe to the recovering process) and closes it.
@@ -88,4 +91,20 @@ func ReadState(fd int) (State, error) {
 		return State{}, fmt.Errorf("handover: recovery state on descriptor %d: %w", fd, err)
 	}
 	return st, nil
+}
+
+// ServeHeld answers holders on l with held's descriptor and state until l
+// is closed: a holder (the CSI node plugin) lends the connection it holds
+// to a process that recovers it (`cachefs mount --supervise
+// --recover-from SOCKET`) or holds it too. It hands the connection over to
+// no one (a takeover is refused). held is read under the caller's care:
+// get returns the current one.
+func ServeHeld(l *Listener, get func() (*Held, error), log func(msg string, args ...any)) error {
+	return l.Serve(Offer{Held: func() (State, int, error) {
+		h, err := get()
+		if err != nil {
+			return State{}, -1, err
+		}
+		return h.State, h.Fd, nil
+	}}, log)
 }

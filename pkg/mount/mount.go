@@ -159,7 +159,7 @@ type Mount struct {
 }
 
 // fuseServer serves the mount's FUSE connection: a go-fuse *fuse.Server
-// when this process mounted, a *handover.Conn when it took the connection
+// when this process mounted, a *fuseconn.Conn when it took the connection
 // over (takeover.go).
 type fuseServer interface {
 	Wait()

@@ -19,6 +19,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/handover"
+	"github.com/epochfs/epochfs/pkg/handover/fuseconn"
 	"github.com/epochfs/epochfs/pkg/manifest"
 )
 
@@ -77,12 +78,12 @@ func (m *Mount) recoverConn(b backend.Backend, man *manifest.Manifest) error {
 	if want := fusefs.Identity(man, b.ID()); ds.Dataset != want {
 		return fmt.Errorf("%w: the held connection served %q, this mount would serve %q", ErrRecover, ds.Dataset, want)
 	}
-	got, err := handover.ReplayInit(fusefs.FuseOptions(m.mountOptions()), h.Init)
+	got, err := fuseconn.ReplayInit(fusefs.FuseOptions(m.mountOptions()), h.Init)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRecover, err)
 	}
 	if string(got) != string(h.InitOut) {
-		return fmt.Errorf("%w: %w: this binary negotiates %x, the connection negotiated %x", ErrRecover, handover.ErrInit, got, h.InitOut)
+		return fmt.Errorf("%w: %w: this binary negotiates %x, the connection negotiated %x", ErrRecover, fuseconn.ErrInit, got, h.InitOut)
 	}
 	m.handover.taken = &handover.Taken{State: h.State, Fd: h.Fd}
 	// The dead process's handle counter is unknown: start this one's at a

@@ -19,6 +19,7 @@ import (
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/handover"
+	"github.com/epochfs/epochfs/pkg/handover/fuseconn"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
@@ -362,7 +363,7 @@ func TestRecoverPassthroughInherited(t *testing.T) {
 	}
 	// The dead process's ids (allocated cyclically from 1) are still
 	// registered: unregister them through the held descriptor.
-	dev := handover.Device{Fd: h.Fd}
+	dev := fuseconn.Device{Fd: h.Fd}
 	var leaked []int32
 	for id := int32(1); id <= 64; id++ {
 		if dev.UnregisterBackingFd(id) == 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/handover"
+	"github.com/epochfs/epochfs/pkg/handover/fuseconn"
 	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
@@ -37,7 +38,7 @@ type handoverState struct {
 	start   time.Time // when the running mount was asked
 
 	init, initOut []byte         // a taken connection's INIT (else read from the go-fuse server)
-	conn          *handover.Conn // a taken connection's loop
+	conn          *fuseconn.Conn // a taken connection's loop
 	ln            *handover.Listener
 	done          chan struct{}
 }
@@ -84,12 +85,12 @@ func (m *Mount) checkTaken(t *handover.Taken, b backend.Backend, man *manifest.M
 	if want := fusefs.Identity(man, b.ID()); st.Dataset != want {
 		return fmt.Errorf("the running mount serves %q, this one would serve %q", st.Dataset, want)
 	}
-	got, err := handover.ReplayInit(fusefs.FuseOptions(m.mountOptions()), t.Init)
+	got, err := fuseconn.ReplayInit(fusefs.FuseOptions(m.mountOptions()), t.Init)
 	if err != nil {
 		return err
 	}
 	if string(got) != string(t.InitOut) {
-		return fmt.Errorf("%w: this binary negotiates %x, the running mount negotiated %x", handover.ErrInit, got, t.InitOut)
+		return fmt.Errorf("%w: this binary negotiates %x, the running mount negotiated %x", fuseconn.ErrInit, got, t.InitOut)
 	}
 	m.handover.fsState = &st
 	return nil
@@ -99,12 +100,12 @@ func (m *Mount) checkTaken(t *handover.Taken, b backend.Backend, man *manifest.M
 // resends the requests the old mount held back.
 func (m *Mount) serveTaken(fsys *fusefs.FS) (fuseServer, error) {
 	t := m.handover.taken
-	dev := handover.Device{Fd: t.Fd}
+	dev := fuseconn.Device{Fd: t.Fd}
 	raw, err := fsys.Adopt(m.handover.fsState, dev, t.Fd)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTakeover, err)
 	}
-	conn, err := handover.NewConn(dev, raw, fusefs.FuseOptions(m.mountOptions()), t.Init, t.InitOut, m.cfg.Mountpoint, m.log)
+	conn, err := fuseconn.NewConn(dev, raw, fusefs.FuseOptions(m.mountOptions()), t.Init, t.InitOut, m.cfg.Mountpoint, m.log)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTakeover, err)
 	}
@@ -176,8 +177,8 @@ func (m *Mount) initOf() (init, initOut []byte, err error) {
 	if !ok {
 		return nil, nil, errors.New("mount: no INIT to hand over")
 	}
-	init = handover.InitRequest(srv.KernelSettings())
-	if initOut, err = handover.ReplayInit(fusefs.FuseOptions(m.mountOptions()), init); err != nil {
+	init = fuseconn.InitRequest(srv.KernelSettings())
+	if initOut, err = fuseconn.ReplayInit(fusefs.FuseOptions(m.mountOptions()), init); err != nil {
 		return nil, nil, err
 	}
 	return init, initOut, nil

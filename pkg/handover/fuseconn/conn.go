@@ -1,4 +1,4 @@
-package handover
+package fuseconn
 
 import (
 	"encoding/binary"
