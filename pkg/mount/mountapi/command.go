@@ -77,6 +77,9 @@ type CommandOptions struct {
 	// that, 0 leaving the default.
 	Supervise   bool
 	MaxRestarts int
+	// RecoverFrom is a holder's socket whose connection the mount serves
+	// instead of mounting (FlagRecoverFrom; with Supervise).
+	RecoverFrom string
 	// Extra are more arguments, appended as given: a benchmark's
 	// user-supplied flags under comparison.
 	Extra []string
@@ -140,5 +143,6 @@ func (o CommandOptions) Args() []string {
 	add(FlagTakeover, o.Takeover)
 	boolean(FlagSupervise, o.Supervise)
 	num(FlagMaxRestarts, int64(o.MaxRestarts))
+	add(FlagRecoverFrom, o.RecoverFrom)
 	return append(args, o.Extra...)
 }

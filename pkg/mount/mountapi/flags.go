@@ -39,6 +39,10 @@ const (
 	FlagSupervise   = "supervise"
 	FlagMaxRestarts = "max-restarts"
 	FlagRecoverFD   = "recover-fd"
+	// FlagRecoverFrom names a holder's socket (handover.ServeHeld: the CSI
+	// node plugin's) whose held connection a supervised mount recovers
+	// instead of mounting: the holder's own mount process is gone.
+	FlagRecoverFrom = "recover-from"
 	// FlagNoPassthrough serves cached files through the process instead of
 	// kernel passthrough (the supervisor sets it on its mount processes).
 	FlagNoPassthrough = "no-passthrough"
