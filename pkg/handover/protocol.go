@@ -43,6 +43,14 @@ type State struct {
 	Mountpoint string `json:"mountpoint"`
 	// FS is the file system's state (fusefs.HandoverState).
 	FS json.RawMessage `json:"fs"`
+	// Counters are the connection's handover and recovery counts and
+	// stalls so far (pkg/mount's, opaque here): each process serving the
+	// connection carries them on, so they count across processes.
+	Counters json.RawMessage `json:"counters,omitempty"`
+	// DiedAt is when the process serving the connection was seen dead:
+	// set by the holder that lends it to a recovering process (the stall
+	// is measured from it); zero for a handover.
+	DiedAt time.Time `json:"died_at,omitzero"`
 }
 
 // Limits of the protocol: a hostile or broken peer cannot make either side
