@@ -271,7 +271,8 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	}
 	sock := &mounterSocket{path: cfg.Socket, ours: ours, log: cfg.Logger}
 	defer sock.removeIfOurs()
-	srv := &http.Server{Handler: mounterHandler(cfg, logDir), ReadHeaderTimeout: 10 * time.Second}
+	var children sync.WaitGroup
+	srv := &http.Server{Handler: mounterHandler(cfg, logDir, &children), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sock.mu.Lock()
@@ -283,14 +284,17 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("csi: mounter: %w", err)
 	}
-	cfg.Logger.Info("mounter stopped; mount processes keep running")
+	waitChildren(cfg.Logger, &children)
 	return nil
 }
 
-// mounterHandler serves the mounter's health and launch requests.
-func mounterHandler(cfg MounterConfig, logDir string) http.Handler {
+// mounterHandler serves the mounter's health, generation
+// (mountergen.go) and launch requests; children counts the processes it
+// started that still run.
+func mounterHandler(cfg MounterConfig, logDir string, children *sync.WaitGroup) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	generationHandlers(mux, cfg)
 	mux.HandleFunc("POST /v1/launch", func(w http.ResponseWriter, r *http.Request) {
 		var req launchRequest
 		resp := launchResponse{}
@@ -298,7 +302,7 @@ func mounterHandler(cfg MounterConfig, logDir string) http.Handler {
 			resp.Error = "bad request: " + err.Error()
 		} else if err := checkLaunch(req, logDir); err != nil {
 			resp.Error = err.Error()
-		} else if pid, err := startReaped(cfg.CachefsBinary, req.Args, req.Env, req.Log); err != nil {
+		} else if pid, err := startCounted(cfg.CachefsBinary, req.Args, req.Env, req.Log, children); err != nil {
 			resp.Error = err.Error()
 		} else {
 			resp.PID = pid
