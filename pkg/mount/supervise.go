@@ -5,15 +5,17 @@ package mount
 // process on it when the serving one dies (docs/DESIGN.md, "Crash
 // recovery"). A separate process rather than a goroutine of the mount: a
 // crash, an OOM kill or kill -9 of the mount must not take the holder.
+// The first process mounts, takes over a running mount (Takeover) or
+// recovers a connection another holder lends (RecoverFrom); the process
+// start, its descriptors and the wait for it to serve are in
+// supervise_start.go.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/exec"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -25,13 +27,29 @@ import (
 
 // SuperviseConfig configures Supervise.
 type SuperviseConfig struct {
-	// Bin and Args start the mount (Args without the program name);
-	// a recovery appends --recover-fd 3 (fd 3 the connection, fd 4 its
-	// state).
+	// Bin and Args start the mount (Args without the program name, and
+	// without --credentials-fd, --takeover and --recover-from, which the
+	// supervisor adds). Descriptors from 3 on: the credentials pipe when
+	// Credentials is set (--credentials-fd 3), then for a recovery the
+	// connection and its state (--recover-fd N, N+1).
 	Bin  string
 	Args []string
 	// CacheDir and Mountpoint are the mount's (its handover socket).
 	CacheDir, Mountpoint string
+	// Credentials, when set, are given to every mount process on a fresh
+	// pipe: read once by the caller, kept in this process's memory only
+	// (never in an argv, an environment or a log).
+	Credentials *mountapi.Credentials
+	// Takeover, when set, is the handover socket of a running mount whose
+	// connection the first process takes over (--takeover). If that
+	// process exits before it serves, Supervise returns its error and the
+	// running mount serves on.
+	Takeover string
+	// RecoverFrom, when set, is the socket of a holder (handover.ServeHeld)
+	// that lends the connection of a mount process that died: the first
+	// process recovers it. If that process exits before it serves,
+	// Supervise returns its error.
+	RecoverFrom string
 	// MaxRestarts bounds the recoveries within Window; a recovered process
 	// that dies before it serves counts too, and three in a row end it.
 	MaxRestarts int
@@ -43,6 +61,11 @@ type SuperviseConfig struct {
 // ErrCrashLoop: the mount died more often than SuperviseConfig allows; the
 // supervisor unmounted it (readers get errors: the failure is visible).
 var ErrCrashLoop = errors.New("mount: supervise: crash loop")
+
+// ErrRecoverFrom: the holder named by SuperviseConfig.RecoverFrom lends no
+// connection this mount can serve (it does not answer, or it holds the
+// connection of another mount point).
+var ErrRecoverFrom = errors.New("mount: supervise: recover-from")
 
 // maxDeadBeforeReady: recovered processes in a row that die before they
 // serve end the supervision.
@@ -60,22 +83,44 @@ type child struct {
 // (killed by a signal, or a failure exit code), until ctx is done (then it
 // stops the mount: SIGTERM, and the mount unmounts), the mount exits by
 // itself with success (unmounted, or handed over to `--takeover`), or the
-// restarts pass their bound.
+// restarts pass their bound. A mount that refuses holders (not
+// recoverable) is waited for; its exit is Supervise's.
 func Supervise(ctx context.Context, c SuperviseConfig) error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	cur, err := c.start(nil)
+	if c.Takeover != "" && c.RecoverFrom != "" {
+		return fmt.Errorf("supervise: --%s and --%s: not together", mountapi.FlagTakeover, mountapi.FlagRecoverFrom)
+	}
+	var lent *handover.Held
+	if c.RecoverFrom != "" {
+		var err error
+		if lent, err = c.borrow(ctx); err != nil {
+			return err
+		}
+		defer unix.Close(lent.Fd)
+	}
+	cur, err := c.start(lent, c.Takeover)
 	if err != nil {
 		return err
 	}
 	held, err := c.ready(ctx, cur)
+	if errors.Is(err, errNotRecoverable) {
+		return c.waitUnrecoverable(ctx, cur, err)
+	}
 	if err != nil {
 		return err
 	}
 	defer unix.Close(held.Fd)
 	c.Log.Info("supervise: holding the connection; the mount is recovered if its process dies", "pid", cur.cmd.Process.Pid,
 		"max_restarts", c.MaxRestarts, "window", c.Window)
+	return c.watch(ctx, cur, held)
+}
+
+// watch recovers the connection each time cur dies abnormally. held keeps
+// its descriptor (the first duplicate) and takes the state of each new
+// process once it serves (its counters move on).
+func (c SuperviseConfig) watch(ctx context.Context, cur *child, held *handover.Held) error {
 	var restarts []time.Time
 	deadInARow := 0
 	for {
@@ -100,7 +145,10 @@ func Supervise(ctx context.Context, c SuperviseConfig) error {
 		}
 		c.Log.Warn("supervise: the mount process died; recovering its connection", "pid", cur.cmd.Process.Pid,
 			"err", cur.err, "restart", len(restarts), "max_restarts", c.MaxRestarts, "window", c.Window)
-		if cur, err = c.start(held); err != nil {
+		lend := *held
+		lend.DiedAt = died // the recovering process measures its stall from here
+		var err error
+		if cur, err = c.start(&lend, ""); err != nil {
 			return c.giveUp(nil, len(restarts), deadInARow)
 		}
 		again, err := c.ready(ctx, cur)
@@ -112,10 +160,25 @@ func Supervise(ctx context.Context, c SuperviseConfig) error {
 			continue
 		}
 		unix.Close(again.Fd) // the same connection: the first duplicate is kept
+		held.State = again.State
 		deadInARow = 0
 		c.Log.Info("supervise: recovered", "pid", cur.cmd.Process.Pid, "stall", time.Since(died).Round(time.Microsecond),
 			"restart", len(restarts))
 	}
+}
+
+// waitUnrecoverable waits for a mount that refuses holders: there is
+// nothing to recover it with, so its exit is the supervisor's.
+func (c SuperviseConfig) waitUnrecoverable(ctx context.Context, cur *child, why error) error {
+	c.Log.Warn("supervise: not recoverable: the mount serves, but a new process could not serve its connection if it died",
+		"pid", cur.cmd.Process.Pid, "err", why)
+	select {
+	case <-ctx.Done():
+		_ = cur.cmd.Process.Signal(syscall.SIGTERM)
+		<-cur.done
+	case <-cur.done:
+	}
+	return cur.err
 }
 
 // giveUp unmounts (lazily: readers of open files get ENOTCONN once the
@@ -132,60 +195,4 @@ func (c SuperviseConfig) giveUp(last *child, restarts, deadInARow int) error {
 		"window", c.Window, "died_before_serving", deadInARow, "err", lastErr)
 	return fmt.Errorf("%w: %d restarts within %v (%d in a row died before serving); last: %w",
 		ErrCrashLoop, restarts, c.Window, deadInARow, lastErr)
-}
-
-// start starts a mount process: a fresh mount, or one recovering held.
-func (c SuperviseConfig) start(held *handover.Held) (*child, error) {
-	// Without passthrough: a file a dead process opened with a backing id
-	// keeps it on the inode, and a recovered process, which cannot know
-	// the id, would fail every open of that inode (EIO) until it closes.
-	args := append(append([]string(nil), c.Args...), "--"+mountapi.FlagNoPassthrough)
-	var extra []*os.File
-	var stateW *os.File
-	if held != nil {
-		dev := os.NewFile(uintptr(held.Fd), "/dev/fuse") // not closed: the fd stays the holder's
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		defer r.Close()
-		extra, stateW = []*os.File{dev, r}, w
-		args = append(args, "--"+mountapi.FlagRecoverFD, strconv.Itoa(3))
-	}
-	cmd := exec.Command(c.Bin, args...)
-	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = os.Stdout, os.Stderr, extra
-	if err := cmd.Start(); err != nil {
-		if stateW != nil {
-			stateW.Close()
-		}
-		return nil, fmt.Errorf("supervise: start %s: %w", c.Bin, err)
-	}
-	if stateW != nil {
-		go func() { _ = handover.WriteState(stateW, held.State) }()
-	}
-	ch := &child{cmd: cmd, done: make(chan struct{})}
-	go func() { ch.err = cmd.Wait(); close(ch.done) }()
-	c.Log.Info("supervise: started the mount process", "pid", cmd.Process.Pid, "recovering", held != nil)
-	return ch, nil
-}
-
-// ready waits until ch serves and answers a holder on its handover socket,
-// and returns what it held out (polled: the mount has no other signal).
-func (c SuperviseConfig) ready(ctx context.Context, ch *child) (*handover.Held, error) {
-	sock := mountapi.HandoverSocket(c.CacheDir)
-	for {
-		held, err := handover.Hold(ctx, sock, c.Version)
-		if err == nil {
-			return held, nil
-		}
-		select {
-		case <-ch.done:
-			return nil, fmt.Errorf("supervise: the mount process exited before serving: %w", ch.err)
-		case <-ctx.Done():
-			_ = ch.cmd.Process.Signal(syscall.SIGTERM)
-			<-ch.done
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

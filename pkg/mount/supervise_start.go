@@ -1,0 +1,194 @@
+package mount
+
+// The supervisor's mount processes: their argv and descriptors (start),
+// the wait until one serves and answers the supervisor's hold (ready), and
+// the connection a holder lends to the first one (borrow).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/epochfs/epochfs/pkg/handover"
+	"github.com/epochfs/epochfs/pkg/mount/mountapi"
+)
+
+// errNotRecoverable: the mount serves but refuses holders (a
+// listing-based mount without a persisted node id table).
+var errNotRecoverable = errors.New("the mount refuses holders")
+
+// borrowTimeout bounds the wait for the holder at RecoverFrom.
+const borrowTimeout = 30 * time.Second
+
+// borrow asks the holder at RecoverFrom for the connection and checks it
+// is this mount point's (the first process checks the dataset and INIT).
+func (c SuperviseConfig) borrow(ctx context.Context) (*handover.Held, error) {
+	bctx, cancel := context.WithTimeout(ctx, borrowTimeout)
+	defer cancel()
+	h, err := handover.Hold(bctx, c.RecoverFrom, c.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the holder at %s lends no connection: %w", ErrRecoverFrom, c.RecoverFrom, err)
+	}
+	if filepath.Clean(h.Mountpoint) != filepath.Clean(c.Mountpoint) {
+		unix.Close(h.Fd)
+		return nil, fmt.Errorf("%w: the holder at %s holds the connection mounted at %s, not %s",
+			ErrRecoverFrom, c.RecoverFrom, h.Mountpoint, c.Mountpoint)
+	}
+	if h.DiedAt.IsZero() {
+		h.DiedAt = time.Now() // the holder did not say: the stall is measured from here
+	}
+	c.Log.Info("supervise: recovering the connection a holder lends", "holder", c.RecoverFrom, "holder_pid", h.Pid,
+		"died_at", h.DiedAt)
+	return h, nil
+}
+
+// start starts a mount process: a fresh mount, one taking over the mount
+// at takeover, or one recovering rec (with rec.DiedAt set).
+func (c SuperviseConfig) start(rec *handover.Held, takeover string) (*child, error) {
+	// Without passthrough: a file a dead process opened with a backing id
+	// keeps it on the inode, and a recovered process, which cannot know
+	// the id, would fail every open of that inode (EIO) until it closes.
+	args := append(append([]string(nil), c.Args...), "--"+mountapi.FlagNoPassthrough)
+	var extra []*os.File
+	if c.Credentials != nil {
+		r, err := credentialsPipe(*c.Credentials)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		extra = append(extra, r)
+		args = append(args, "--"+mountapi.FlagCredentialsFD, strconv.Itoa(3))
+	}
+	var stateW *os.File
+	if rec != nil {
+		dev := os.NewFile(uintptr(rec.Fd), "/dev/fuse") // not closed: the fd stays the holder's
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		args = append(args, "--"+mountapi.FlagRecoverFD, strconv.Itoa(3+len(extra)))
+		extra, stateW = append(extra, dev, r), w
+	}
+	if takeover != "" {
+		args = append(args, "--"+mountapi.FlagTakeover, takeover)
+	}
+	cmd := exec.Command(c.Bin, args...)
+	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = os.Stdout, os.Stderr, extra
+	if err := cmd.Start(); err != nil {
+		if stateW != nil {
+			stateW.Close()
+		}
+		return nil, fmt.Errorf("supervise: start %s: %w", c.Bin, err)
+	}
+	if stateW != nil {
+		go func() { _ = handover.WriteState(stateW, rec.State) }()
+	}
+	ch := &child{cmd: cmd, done: make(chan struct{})}
+	go func() { ch.err = cmd.Wait(); close(ch.done) }()
+	c.Log.Info("supervise: started the mount process", "pid", cmd.Process.Pid, "recovering", rec != nil,
+		"taking_over", takeover != "")
+	return ch, nil
+}
+
+// credentialsPipe returns the read end of a pipe holding creds, its write
+// end closed (at most MaxCredentialsSize bytes: within a pipe's buffer).
+func credentialsPipe(creds mountapi.Credentials) (*os.File, error) {
+	var lines []string
+	for _, kv := range [][2]string{
+		{mountapi.CredentialAccessKeyID, creds.AccessKey}, {mountapi.CredentialSecretAccessKey, creds.SecretKey},
+		{mountapi.CredentialSessionToken, creds.SessionToken}, {mountapi.CredentialCephUserID, creds.CephUser},
+		{mountapi.CredentialCephUserKey, creds.CephKey},
+	} {
+		if kv[1] != "" {
+			lines = append(lines, kv[0]+"="+kv[1])
+		}
+	}
+	b, err := mountapi.EncodeCredentials(lines)
+	if err != nil {
+		return nil, fmt.Errorf("supervise: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("supervise: credentials pipe: %w", err)
+	}
+	_, err = w.Write(b)
+	clear(b)
+	if err = errors.Join(err, w.Close()); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("supervise: credentials pipe: %w", err)
+	}
+	return r, nil
+}
+
+// ready waits until ch serves and answers a hold on its handover socket
+// (Held.Pid is ch's: a mount ch takes over answers on the same path until
+// it exits), and returns what it held out (polled: the mount has no other
+// signal). A mount that serves but refuses the hold is errNotRecoverable.
+func (c SuperviseConfig) ready(ctx context.Context, ch *child) (*handover.Held, error) {
+	sock := mountapi.HandoverSocket(c.CacheDir)
+	pid := ch.cmd.Process.Pid
+	for {
+		held, err := handover.Hold(ctx, sock, c.Version)
+		switch {
+		case err == nil && held.Pid == pid:
+			return held, nil
+		case err == nil:
+			unix.Close(held.Fd) // the mount ch takes over: not ch yet
+		case !isDialError(err) && socketPeer(ctx, sock) == pid:
+			return nil, fmt.Errorf("%w: %w", errNotRecoverable, err)
+		}
+		select {
+		case <-ch.done:
+			return nil, fmt.Errorf("supervise: the mount process exited before serving: %w", ch.err)
+		case <-ctx.Done():
+			_ = ch.cmd.Process.Signal(syscall.SIGTERM)
+			<-ch.done
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// isDialError: nothing listens at the socket (yet).
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// socketPeer is the pid of the process listening at the handover socket
+// path, or -1. Hand-written: handover.Hold names the peer only when it
+// answers, and a mount that refuses a hold is told apart by its pid.
+func socketPeer(ctx context.Context, path string) int {
+	addr, done, err := mountapi.SocketAddr(path)
+	if err != nil {
+		return -1
+	}
+	defer done()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", addr)
+	if err != nil {
+		return -1
+	}
+	defer nc.Close()
+	raw, err := nc.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return -1
+	}
+	pid := -1
+	_ = raw.Control(func(s uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(s), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
+}
