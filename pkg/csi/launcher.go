@@ -183,7 +183,10 @@ func newMounterLauncher(endpoint string) (*mounterLauncher, error) {
 	}
 	return &mounterLauncher{wait: mounterWait, client: &http.Client{
 		Timeout: 30 * time.Second,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		// No kept-alive connections: each request reaches the mounter
+		// serving the socket now, not an older one a pooled connection
+		// still leads to (mounter generations, mountergen.go).
+		Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		}},
