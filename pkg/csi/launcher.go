@@ -403,8 +403,12 @@ func checkLaunch(req launchRequest, logDir string) error {
 		return errors.New("only `cachefs mount SOURCE MOUNTPOINT …` may be launched")
 	}
 	for _, a := range req.Args[3:] {
-		if a == "--"+mountapi.FlagCredentialsFD || strings.HasPrefix(a, "--"+mountapi.FlagCredentialsFD+"=") {
-			return fmt.Errorf("--%s is set by the mounter, not in a request", mountapi.FlagCredentialsFD)
+		// Descriptors are the mounter's (credentials) and the
+		// supervisor's (a recovered connection) to name.
+		for _, f := range []string{mountapi.FlagCredentialsFD, mountapi.FlagRecoverFD} {
+			if a == "--"+f || strings.HasPrefix(a, "--"+f+"=") {
+				return fmt.Errorf("--%s is set by the mounter, not in a request", f)
+			}
 		}
 	}
 	for _, kv := range req.Env {
