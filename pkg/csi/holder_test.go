@@ -200,9 +200,9 @@ func TestConnectionOutlivesProcesses(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the old mounter did not exit on SIGTERM with its mounts moved:\n%s", mounter.log)
 	}
-	if !strings.Contains(p.log.String(), "dataset mount moved to the current mounter") {
-		t.Errorf("the node plugin did not log the move:\n%s", p.log)
-	}
+	waitFor(t, 10*time.Second, "the node plugin's log of the move", func() bool {
+		return strings.Contains(p.log.String(), "dataset mount moved to the current mounter")
+	})
 	checkFiles(t, target, files)
 	r.check(t, "mounter taken over")
 
