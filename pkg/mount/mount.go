@@ -358,6 +358,7 @@ func (m *Mount) openSource(ctx context.Context, undo *undoList) (backend.Backend
 // which it returns observed, and serves it at MetricsAddr when set.
 func (m *Mount) serveMetrics(store *cache.Store, b backend.Backend, undo *undoList) (*prometheus.Registry, backend.Backend, error) {
 	reg, observer := newRegistry(store.Stats, b)
+	reg.MustRegister(&m.handover.counters)
 	m.registry = reg
 	b = backend.WithObserver(b, observer)
 	if m.cfg.MetricsAddr == "" {

@@ -52,7 +52,8 @@ func (m *Mount) held() (handover.State, int, error) {
 	if err != nil {
 		return handover.State{}, -1, err
 	}
-	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body}, fd, nil
+	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body,
+		Counters: m.handover.counters.marshal()}, fd, nil
 }
 
 // recoverConn checks that this mount can serve the held connection and
