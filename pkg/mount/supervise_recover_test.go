@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -126,8 +127,12 @@ func TestSuperviseRecoverFrom(t *testing.T) {
 	waitCount(t, sup.Proc, `msg="supervise: recovered"`, 1)
 	rd.waitRounds(1)
 	rd.stop()
-	t.Logf("%d files verified over %d rounds across the death of a supervisor and its mount, a --recover-from and one more kill -9",
-		rd.files.Load(), rd.rounds.Load())
+	var stalls []string
+	for _, m := range regexp.MustCompile(`msg="serving the taken-over connection" stall=(\S+) kind=recovery`).FindAllStringSubmatch(sup.Tail(1<<22), -1) {
+		stalls = append(stalls, m[1])
+	}
+	t.Logf("%d files verified over %d rounds across the death of a supervisor and its mount, a --recover-from and one more kill -9; recovery stalls (death to serving; the first spans the three refused starts): %s",
+		rd.files.Load(), rd.rounds.Load(), strings.Join(stalls, ", "))
 	if n := rd.errs.Load(); n != 0 {
 		t.Fatalf("%d reader errors; first: %v\n%s", n, rd.firstErr, sup.Tail(8000))
 	}
