@@ -33,7 +33,7 @@ func (s *superviseFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&s.maxRestarts, mountapi.FlagMaxRestarts, 10, "with --"+mountapi.FlagSupervise+": the most recoveries within 10 minutes; one more (or 3 recovered processes in a row dying before they serve) unmounts and fails")
 	f.IntVar(&s.recoverFD, mountapi.FlagRecoverFD, -1, "serve the FUSE connection of inherited descriptor N, whose serving process died, instead of mounting; N+1 carries its state (set by --"+mountapi.FlagSupervise+")")
 	_ = f.MarkHidden(mountapi.FlagRecoverFD)
-	f.BoolVar(&s.noPassthrough, mountapi.FlagNoPassthrough, false, "serve cached files through this process instead of kernel passthrough (slower; --"+mountapi.FlagSupervise+" sets it on its mount processes)")
+	f.BoolVar(&s.noPassthrough, mountapi.FlagNoPassthrough, false, "serve cached files through this process instead of kernel passthrough (slower)")
 }
 
 // complete checks the combinations and reads a recovery's state into cfg.

@@ -96,6 +96,10 @@ func Identity(m *manifest.Manifest, backendID string) string {
 	return "listing:" + backendID
 }
 
+// BackingTable is Options.BackingTable: nil, or the connection's table of
+// passthrough backing ids, which this FS writes.
+func (f *FS) BackingTable() *BackingTable { return f.opts.BackingTable }
+
 // DeviceFd is the mounted connection's /dev/fuse descriptor (-1 before
 // Mount or when it could not be told). It stays the FS's: dup it to pass it.
 func (f *FS) DeviceFd() int { return int(f.devFd.Load()) }

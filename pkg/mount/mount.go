@@ -119,7 +119,7 @@ type Config struct {
 	// its holder (recover.go): this mount serves it instead of mounting.
 	Recover *handover.Held
 	// NoPassthrough serves cached files through the process, not with
-	// kernel passthrough (FlagNoPassthrough; set under Supervise).
+	// kernel passthrough (FlagNoPassthrough).
 	NoPassthrough bool
 	// Backend options (credentials, retries); zero takes the defaults.
 	Backend backend.Options
@@ -387,8 +387,8 @@ func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.
 		Readahead:    m.cfg.Readahead,
 		ReadTimeout:  m.cfg.ReadTimeout,
 		Logger:       m.log,
-		// Supervised (recover.go): the holder cannot know backing ids.
 		NoPassthrough: m.cfg.NoPassthrough,
+		BackingTable:  m.openBackingTable(), // recover.go
 
 		ListingCacheEntries: m.cfg.ListingCacheEntries,
 		MaxDirEntries:       m.cfg.MaxDirEntries,

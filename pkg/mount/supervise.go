@@ -136,10 +136,7 @@ func (c SuperviseConfig) giveUp(last *child, restarts, deadInARow int) error {
 
 // start starts a mount process: a fresh mount, or one recovering held.
 func (c SuperviseConfig) start(held *handover.Held) (*child, error) {
-	// Without passthrough: a file a dead process opened with a backing id
-	// keeps it on the inode, and a recovered process, which cannot know
-	// the id, would fail every open of that inode (EIO) until it closes.
-	args := append(append([]string(nil), c.Args...), "--"+mountapi.FlagNoPassthrough)
+	args := append([]string(nil), c.Args...)
 	var extra []*os.File
 	var stateW *os.File
 	if held != nil {
