@@ -25,11 +25,14 @@ import (
 // TestRecoverAfterKill: `cachefs mount --supervise` while readers verify
 // every byte of a manifest dataset in a loop; the serving process is
 // killed with SIGKILL 10 times at random points (mid-READ of a large file
-// read through the process in blocks, mid-READDIR, mid-OPEN; a supervised
-// mount serves without passthrough, so cached reads reach it too), and each
-// time the supervisor starts a new one on the same connection: no reader
-// error, no wrong byte, and files opened before the kills (a
+// read through the process in blocks, mid-READDIR, mid-OPEN or RELEASE;
+// cached small files are read with passthrough, past the process), and
+// each time the supervisor starts a new one on the same connection: no
+// reader error, no wrong byte, and files opened before the kills (a
 // passthrough-backed one, a large one, a directory) read on after them.
+// The probe opens the passthrough-backed file held open across the kills
+// again and again: each recovered process must open it with the id a dead
+// one registered (the backing table), or the kernel fails the open (EIO).
 // The stalls are logged (RELIABILITY.md records them), not asserted.
 func TestRecoverAfterKill(t *testing.T) {
 	testenv.RequireFUSE(t)
