@@ -378,17 +378,18 @@ func (m *Mount) serveMetrics(store *cache.Store, b backend.Backend, undo *undoLi
 // metrics.
 func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.Store, man *manifest.Manifest, peers fusefs.Peers, undo *undoList) (*fusefs.FS, error) {
 	fsys, err := fusefs.New(fusefs.Options{
-		Peers:         peers,
-		Backend:       b,
-		Store:         store,
-		Manifest:      man,
-		WholeFileMax:  m.cfg.WholeFileMax,
-		BlockSize:     m.cfg.BlockSize,
-		Readahead:     m.cfg.Readahead,
-		ReadTimeout:   m.cfg.ReadTimeout,
-		Logger:        m.log,
+		Peers:        peers,
+		Backend:      b,
+		Store:        store,
+		Manifest:     man,
+		WholeFileMax: m.cfg.WholeFileMax,
+		BlockSize:    m.cfg.BlockSize,
+		Readahead:    m.cfg.Readahead,
+		ReadTimeout:  m.cfg.ReadTimeout,
+		Logger:       m.log,
+		// The backing table (recover.go): passthrough ids survive a crash.
 		NoPassthrough: m.cfg.NoPassthrough,
-		BackingTable:  m.openBackingTable(), // recover.go
+		BackingTable:  m.openBackingTable(),
 
 		ListingCacheEntries: m.cfg.ListingCacheEntries,
 		MaxDirEntries:       m.cfg.MaxDirEntries,
