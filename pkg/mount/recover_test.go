@@ -156,7 +156,7 @@ func TestRecoverHitRatio(t *testing.T) {
 	}
 }
 
-func supervisedOpts(t *testing.T, bin, src string, cacheSize int64) mountapi.CommandOptions {
+func supervisedOpts(t testing.TB, bin, src string, cacheSize int64) mountapi.CommandOptions {
 	t.Helper()
 	opts := mountapi.CommandOptions{
 		Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: cacheSize,
@@ -183,7 +183,7 @@ func waitHeld(t *testing.T, cacheDir string, sup *testenv.Proc) {
 
 // childPid is the pid of the supervisor's mount process (its one child;
 // /proc lists a process's children per thread that started them).
-func childPid(t *testing.T, sup *testenv.Proc) int {
+func childPid(t testing.TB, sup *testenv.Proc) int {
 	t.Helper()
 	parent := strconv.Itoa(sup.Cmd.Process.Pid)
 	tasks, err := filepath.Glob(filepath.Join("/proc", parent, "task", "*", "children"))
@@ -208,7 +208,7 @@ func childPid(t *testing.T, sup *testenv.Proc) int {
 }
 
 // waitCount waits until p's log holds n lines matching pattern (bounded).
-func waitCount(t *testing.T, p *testenv.Proc, pattern string, n int) {
+func waitCount(t testing.TB, p *testenv.Proc, pattern string, n int) {
 	t.Helper()
 	re := regexp.MustCompile(pattern)
 	deadline := time.Now().Add(60 * time.Second)
