@@ -183,6 +183,7 @@ func (r *rawBase) openFile(node uint64, f file, in *fuse.OpenIn, out *fuse.OpenO
 	h := &rawHandle{fh: fh, node: node}
 	id := r.backing(node, fh)
 	if id != 0 {
+		counters.passthroughOpens.Add(1)
 		h.backing = true
 		out.BackingID = id
 		flags |= fuse.FOPEN_PASSTHROUGH

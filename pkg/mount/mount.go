@@ -404,6 +404,10 @@ func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.
 		r := fsys.ListingRefusals()
 		return metrics.Listings{Entries: r.Entries, Memory: r.Memory, Pages: r.Pages, PageSize: r.PageSize}
 	})
+	metrics.RegisterPassthrough(reg, func() metrics.Passthrough {
+		c := fusefs.ReadCounters()
+		return metrics.Passthrough{Opens: c.PassthroughOpens, CachedReads: c.CachedReads}
+	})
 	metrics.RegisterReadahead(reg, func() metrics.Readahead {
 		st := fsys.ReadaheadState()
 		return metrics.Readahead{Auto: st.Auto, Window: st.Window, Latency: st.Latency, Files: fusefs.ReadCounters().FilesReadAhead}

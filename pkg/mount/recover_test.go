@@ -228,6 +228,13 @@ func waitCount(t testing.TB, p *testenv.Proc, pattern string, n int) {
 // (over its control socket).
 func cacheMetrics(t *testing.T, cacheDir string) map[string]float64 {
 	t.Helper()
+	return mountMetrics(t, cacheDir, "cachefs_cache_")
+}
+
+// mountMetrics reads the samples of the mount's metrics whose names start
+// with prefix (over its control socket).
+func mountMetrics(t *testing.T, cacheDir, prefix string) map[string]float64 {
+	t.Helper()
 	text, err := mountapi.RemoteMetrics(context.Background(), cacheDir)
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +242,7 @@ func cacheMetrics(t *testing.T, cacheDir string) map[string]float64 {
 	out := map[string]float64{}
 	for _, line := range strings.Split(text, "\n") {
 		name, val, ok := strings.Cut(line, " ")
-		if !ok || !strings.HasPrefix(name, "cachefs_cache_") {
+		if !ok || !strings.HasPrefix(name, prefix) {
 			continue
 		}
 		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
@@ -316,7 +323,8 @@ func TestRecoverMidRead(t *testing.T) {
 // read right bytes: the kernel refuses (EIO) any open of an inode whose
 // backing an open file holds unless it is passthrough with that same id,
 // so each such open is passthrough with the dead process's id, found in
-// the backing table. Once every descriptor is closed, the last RELEASE of
+// the backing table; the recovered process's metrics count each open as
+// passthrough and no READ of a cached file. Once every descriptor is closed, the last RELEASE of
 // each inode unregisters its id: the test, as holder, then finds no id
 // registered on the connection (no leak).
 func TestRecoverPassthroughInherited(t *testing.T) {
@@ -349,6 +357,7 @@ func TestRecoverPassthroughInherited(t *testing.T) {
 		t.Fatalf("a new open while the dead process's passthrough file is open: %v, want its bytes (passthrough with its id)\n%s", err, rec.Tail(8000))
 	}
 	openG := openRead(t, pg, g.Size/3) // an id of the recovered process's own
+	checkPassthrough(t, opts.CacheDir, 2)
 	if err := syscall.Kill(rec.Cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -360,6 +369,7 @@ func TestRecoverPassthroughInherited(t *testing.T) {
 			t.Fatalf("after the second kill, a new open of %s, held open by a dead process: %v\n%s", x.Path, err, rec.Tail(8000))
 		}
 	}
+	checkPassthrough(t, opts.CacheDir, 2)
 	checkRest(t, openF, f, f.Size/2) // reads on
 	checkRest(t, openG, g, g.Size/3)
 	if strings.Contains(rec.Tail(1<<20), "recovering without the dead process's backing table") {
@@ -380,6 +390,18 @@ func TestRecoverPassthroughInherited(t *testing.T) {
 		t.Fatalf("backing ids still registered after every file was closed: %v (leaked)\n%s", leaked, rec.Tail(8000))
 	}
 	t.Logf("two kill -9 with passthrough files open: new opens of their inodes read right (passthrough with the dead processes' ids); no id left registered after the closes")
+}
+
+// checkPassthrough checks that the mount process answered its opens
+// (want) with passthrough backings, and that no READ of a cached file
+// reached it.
+func checkPassthrough(t *testing.T, cacheDir string, want float64) {
+	t.Helper()
+	m := mountMetrics(t, cacheDir, "cachefs_")
+	if m["cachefs_passthrough_opens_total"] != want || m["cachefs_cached_file_reads_total"] != 0 {
+		t.Fatalf("the recovered process: %v passthrough opens, %v READs of cached files; want %v and 0",
+			m["cachefs_passthrough_opens_total"], m["cachefs_cached_file_reads_total"], want)
+	}
 }
 
 // recoverHeld starts a mount process recovering the connection h holds
