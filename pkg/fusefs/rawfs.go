@@ -68,8 +68,9 @@ func (r *rawBase) enter() func() {
 
 // openFiles is a mounted tree's table of open files: from file handle to
 // the fs.FileHandle types of handle.go, and the passthrough backing of
-// each open node. mu guards handles, nextFh and backings; it is a leaf,
-// and never held across the backing-fd ioctls. nextFh counts the handles
+// each open node. mu guards handles, nextFh and backings, and the
+// rawBase's backing table (backingtable.go), written in memory under it;
+// it is a leaf, and never held across the backing-fd ioctls. nextFh counts the handles
 // issued; a handle is nextFh<<fhNodeBits | node.
 type openFiles struct {
 	mu       sync.Mutex
