@@ -70,8 +70,8 @@ func (r *rawBase) enter() func() {
 // the fs.FileHandle types of handle.go, and the passthrough backing of
 // each open node. mu guards handles, nextFh and backings, and the
 // rawBase's backing table (backingtable.go), written in memory under it;
-// it is a leaf, and never held across the backing-fd ioctls. nextFh counts the handles
-// issued; a handle is nextFh<<fhNodeBits | node.
+// it is a leaf, and never held across the backing-fd ioctls. nextFh
+// counts the handles issued; a handle is nextFh<<fhNodeBits | node.
 type openFiles struct {
 	mu       sync.Mutex
 	handles  map[uint64]*rawHandle // by file handle
