@@ -3,7 +3,6 @@ package mount_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -137,18 +136,8 @@ func TestSuperviseRecoverFrom(t *testing.T) {
 		t.Fatalf("%d reader errors; first: %v\n%s", n, rd.firstErr, sup.Tail(8000))
 	}
 	for name, want := range map[string]float64{"cachefs_connection_recoveries_total": 2, `cachefs_connection_stall_seconds_count{kind="recovery"}`: 2} {
-		if got := samples(mountMetrics(t, opts.CacheDir))[name]; got != want {
+		if got := mountMetrics(t, opts.CacheDir, "cachefs_connection_")[name]; got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-}
-
-// mountMetrics is the mount's /metrics text over its control socket.
-func mountMetrics(t *testing.T, cacheDir string) string {
-	t.Helper()
-	text, err := mountapi.RemoteMetrics(context.Background(), cacheDir)
-	if err != nil {
-		t.Fatal(fmt.Errorf("metrics of the mount: %w", err))
-	}
-	return text
 }
