@@ -26,7 +26,8 @@ import (
 // listing-based mount without a persisted node id table).
 var errNotRecoverable = errors.New("the mount refuses holders")
 
-// borrowTimeout bounds the wait for the holder at RecoverFrom.
+// borrowTimeout bounds the connect to the holder at RecoverFrom (its answer
+// is bounded by the handover protocol's own timeouts).
 const borrowTimeout = 30 * time.Second
 
 // borrow asks the holder at RecoverFrom for the connection and checks it
