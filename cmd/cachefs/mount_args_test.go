@@ -158,7 +158,7 @@ func TestCommandOptionsEveryFlag(t *testing.T) {
 		CredentialsFD: 3, CacheScope: mountapi.ScopeCluster, Peers: "a=127.0.0.1:7070", PeersFile: "/p", PeerListen: "127.0.0.1:7070",
 		PeerID: "a", PeerTokenFile: "/t", RestrictEgress: true, EgressRules: "nfs://filer/export", PeerGroup: "g-1",
 		MaxDirEntries: 10, FuseDebug: true, CPUProfile: "/cpu.prof", PeerMetrics: "per-peer",
-		Takeover: "/c/handover.sock", Supervise: true, MaxRestarts: 4, Extra: []string{"--" + mountapi.FlagAllowOther + "=false"},
+		Takeover: "/c/handover.sock", Supervise: true, MaxRestarts: 4, RecoverFrom: "/h/holder.sock", Extra: []string{"--" + mountapi.FlagAllowOther + "=false"},
 	}
 	args := opts.Args()
 	cmd, rest, err := newRoot().Find(args)

@@ -37,7 +37,7 @@ func (s *superviseFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&s.recoverFrom, mountapi.FlagRecoverFrom, "", "with --"+mountapi.FlagSupervise+": instead of mounting, recover the FUSE connection of this mount point that the holder listening at this socket (e.g. the CSI node plugin) lends, after its mount process died")
 	f.IntVar(&s.recoverFD, mountapi.FlagRecoverFD, -1, "serve the FUSE connection of inherited descriptor N, whose serving process died, instead of mounting; N+1 carries its state (set by --"+mountapi.FlagSupervise+": N is 3, or 4 after a --"+mountapi.FlagCredentialsFD+" 3 pipe)")
 	_ = f.MarkHidden(mountapi.FlagRecoverFD)
-	f.BoolVar(&s.noPassthrough, mountapi.FlagNoPassthrough, false, "serve cached files through this process instead of kernel passthrough (slower; --"+mountapi.FlagSupervise+" sets it on its mount processes)")
+	f.BoolVar(&s.noPassthrough, mountapi.FlagNoPassthrough, false, "serve cached files through this process instead of kernel passthrough (slower)")
 }
 
 // complete checks the combinations and reads a recovery's state into cfg.

@@ -16,12 +16,15 @@ type Counters struct {
 	// FilesReadAhead counts small files fetched into the cache by readahead
 	// (Options.ReadaheadFiles).
 	FilesReadAhead uint64
+	// PassthroughOpens: opens answered with a passthrough backing id (the
+	// kernel reads those files past this process).
+	PassthroughOpens uint64
 }
 
 // counters are the Counters of the process: atomics, so no lock; not in FS
 // because they are process-wide.
 var counters struct {
-	opens, cachedReads, memReads, blockReads, readBytes, filesReadAhead atomic.Uint64
+	opens, passthroughOpens, cachedReads, memReads, blockReads, readBytes, filesReadAhead atomic.Uint64
 }
 
 // ReadCounters returns the process's counters.
@@ -33,6 +36,7 @@ func ReadCounters() Counters {
 		BlockReads:  counters.blockReads.Load(),
 		ReadBytes:   counters.readBytes.Load(),
 
-		FilesReadAhead: counters.filesReadAhead.Load(),
+		FilesReadAhead:   counters.filesReadAhead.Load(),
+		PassthroughOpens: counters.passthroughOpens.Load(),
 	}
 }

@@ -102,9 +102,13 @@ type Options struct {
 	// retries included; a fetch that takes longer fails with EIO.
 	ReadTimeout time.Duration
 	// NoPassthrough serves cached files through the process instead of
-	// kernel passthrough (a supervised mount: crash recovery, recover.go in
-	// pkg/mount, cannot know a dead process's backing ids).
+	// kernel passthrough (`cachefs mount --no-passthrough`).
 	NoPassthrough bool
+	// BackingTable, when set, records the connection's passthrough backing
+	// ids and their open handles (backingtable.go), for a process that
+	// recovers the connection after this one dies. The FS writes it from
+	// Mount or Adopt on; it stays mapped until the process exits.
+	BackingTable *BackingTable
 	// ListingCacheEntries bounds the directory entries a mount without a
 	// manifest keeps from its listings (listing.go). About 150 bytes each
 	// with S3 names and ETags.

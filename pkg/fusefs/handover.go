@@ -41,11 +41,12 @@ type HandoverState struct {
 	NextFh   uint64         `json:"next_fh"`
 	Handles  []HandleState  `json:"handles,omitempty"`
 	Backings []BackingState `json:"backings,omitempty"`
-	// NoPassthrough serves without passthrough: after a crash recovery the
-	// dead process's backing ids are unknown, and a file it opened with one
-	// keeps it attached to the inode, so that an open with a new id fails
-	// (EIO) until that file is closed.
+	// NoPassthrough: the predecessor served without passthrough (the
+	// flag, or passthrough unavailable), and so does its successor.
 	NoPassthrough bool `json:"no_passthrough,omitempty"`
+	// BackingTable is the token of the connection's backing table
+	// (backingtable.go), which the successor maps and writes on.
+	BackingTable string `json:"backing_table,omitempty"`
 	// A backend tree's node table (nil with a manifest) and counter.
 	Nodes  []NodeState `json:"nodes,omitempty"`
 	NextID uint64      `json:"next_id,omitempty"`
@@ -95,6 +96,10 @@ func Identity(m *manifest.Manifest, backendID string) string {
 	return "listing:" + backendID
 }
 
+// BackingTable is Options.BackingTable: nil, or the connection's table of
+// passthrough backing ids, which this FS writes.
+func (f *FS) BackingTable() *BackingTable { return f.opts.BackingTable }
+
 // DeviceFd is the mounted connection's /dev/fuse descriptor (-1 before
 // Mount or when it could not be told). It stays the FS's: dup it to pass it.
 func (f *FS) DeviceFd() int { return int(f.devFd.Load()) }
@@ -111,6 +116,9 @@ func (f *FS) Freeze() (*HandoverState, error) {
 	}
 	r.gate.Lock()
 	st := &HandoverState{Dataset: f.Identity(), NoPassthrough: r.noBacking.Load()}
+	if r.table != nil {
+		st.BackingTable = r.table.Token()
+	}
 	r.open.mu.Lock()
 	st.NextFh = r.open.nextFh
 	for _, fh := range slices.Sorted(maps.Keys(r.open.handles)) {
@@ -151,6 +159,9 @@ func (f *FS) Adopt(st *HandoverState, fds BackingFds, devFd int) (fuse.RawFileSy
 	for _, b := range st.Backings {
 		r.open.backings[b.Node] = &backingRef{id: b.ID, refs: b.Refs, inherited: true}
 	}
+	if r.table != nil {
+		r.adoptTable()
+	}
 	if t := f.tree.Load(); t != nil {
 		if err := t.adopt(st); err != nil {
 			return nil, err
@@ -158,6 +169,45 @@ func (f *FS) Adopt(st *HandoverState, fds BackingFds, devFd int) (fuse.RawFileSy
 	}
 	f.devFd.Store(int64(devFd))
 	return raw, nil
+}
+
+// adoptTable merges the backing table into the open files taken from the
+// handover state: a loaded table's records of handles the state does not
+// name (all of them after a crash recovery, whose state has no handles)
+// become open backing handles, counted in their node's references, and
+// the file-handle count goes on from the table's; every backing handle
+// that the table lacks (a predecessor without one) is then recorded, so
+// that the table is complete. Before any request: no lock needed but for
+// the table's own rule (open.mu guards it), taken here.
+func (r *rawBase) adoptTable() {
+	r.open.mu.Lock()
+	defer r.open.mu.Unlock()
+	t := r.table
+	if t.Loaded() {
+		r.open.nextFh = max(r.open.nextFh, t.NextFh())
+		for _, rec := range t.Records() {
+			if _, ok := r.open.handles[rec.Fh]; ok {
+				continue // the state's (a takeover)
+			}
+			b := r.open.backings[rec.Node]
+			if b == nil {
+				b = &backingRef{id: rec.ID, inherited: true}
+				r.open.backings[rec.Node] = b
+			} else if b.id != rec.ID { // cannot happen: a record names its node's registered id
+				r.fsys.log.Warn("fusefs: backing table: two ids for one node; the record is dropped", "node", rec.Node, "id", rec.ID, "kept", b.id)
+				t.remove(rec.Fh)
+				continue
+			}
+			b.refs++
+			r.open.handles[rec.Fh] = &rawHandle{node: rec.Node, backing: true}
+		}
+	}
+	t.setNextFh(r.open.nextFh)
+	for fh, h := range r.open.handles {
+		if b := r.open.backings[h.node]; h.backing && b != nil {
+			r.record(fh, h.node, b.id)
+		}
+	}
 }
 
 // adopt opens file handle fh, which a predecessor issued (prev: its entry

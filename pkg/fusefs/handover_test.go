@@ -64,7 +64,7 @@ func TestFileHandleCarriesNode(t *testing.T) {
 	seen := map[uint64]bool{}
 	for _, node := range []uint64{1, 2, 1 << 39, fhNodeMask} {
 		for range 3 {
-			fh := r.issue(&rawHandle{node: node})
+			fh := r.issue(&rawHandle{node: node}, 0)
 			if fh&fhNodeMask != node || seen[fh] {
 				t.Fatalf("handle %#x of node %#x: node %#x, seen %v", fh, node, fh&fhNodeMask, seen[fh])
 			}
@@ -72,7 +72,7 @@ func TestFileHandleCarriesNode(t *testing.T) {
 		}
 	}
 	r.open.nextFh = 1 << (64 - fhNodeBits) // the next count wraps to 1: node 1's first handle, still open
-	if fh := r.issue(&rawHandle{node: 1}); seen[fh] {
+	if fh := r.issue(&rawHandle{node: 1}, 0); seen[fh] {
 		t.Fatalf("handle %#x issued twice", fh)
 	}
 }

@@ -27,6 +27,9 @@ type rawBase struct {
 
 	fds       BackingFds  // set by Init (or Adopt), before any request
 	noBacking atomic.Bool // a backing-fd registration failed: no passthrough
+	// table, when set, mirrors the backing handles of open (backingtable.go)
+	// for a process that recovers the connection; guarded by open.mu.
+	table *BackingTable
 
 	// listDir answers READDIR (plus false) and READDIRPLUS; fileOf returns
 	// the file of a node id (false: none, or a directory). Set by the tree.
@@ -65,9 +68,10 @@ func (r *rawBase) enter() func() {
 
 // openFiles is a mounted tree's table of open files: from file handle to
 // the fs.FileHandle types of handle.go, and the passthrough backing of
-// each open node. mu guards handles, nextFh and backings; it is a leaf,
-// and never held across the backing-fd ioctls. nextFh counts the handles
-// issued; a handle is nextFh<<fhNodeBits | node.
+// each open node. mu guards handles, nextFh and backings, and the
+// rawBase's backing table (backingtable.go), written in memory under it;
+// it is a leaf, and never held across the backing-fd ioctls. nextFh
+// counts the handles issued; a handle is nextFh<<fhNodeBits | node.
 type openFiles struct {
 	mu       sync.Mutex
 	handles  map[uint64]*rawHandle // by file handle
@@ -100,6 +104,7 @@ func (r *rawBase) init(f *FS) {
 	r.timeout = f.opts.Timeout
 	r.open.handles = map[uint64]*rawHandle{}
 	r.open.backings = map[uint64]*backingRef{}
+	r.table = f.opts.BackingTable
 }
 
 // Init is go-fuse's: the server registers the backing files.
@@ -177,44 +182,66 @@ func (r *rawBase) openFile(node uint64, f file, in *fuse.OpenIn, out *fuse.OpenO
 		return fuse.Status(errno)
 	}
 	h := &rawHandle{fh: fh, node: node}
-	if id := r.backing(node, fh); id != 0 {
+	id := r.backing(node, fh)
+	if id != 0 {
+		counters.passthroughOpens.Add(1)
 		h.backing = true
 		out.BackingID = id
 		flags |= fuse.FOPEN_PASSTHROUGH
 		flags &^= fuse.FOPEN_KEEP_CACHE
 	}
 	out.OpenFlags = flags
-	out.Fh = r.issue(h)
+	out.Fh = r.issue(h, id)
 	return fuse.OK
 }
 
 // issue enters h in the table under a new file handle: the next count
-// with h's node in the low bits, not held by another open handle.
-func (r *rawBase) issue(h *rawHandle) uint64 {
+// with h's node in the low bits, not held by another open handle. A
+// handle using backing id is recorded in the backing table before the
+// OPEN reply (backingtable.go: the order of the writes).
+func (r *rawBase) issue(h *rawHandle, id int32) uint64 {
 	r.open.mu.Lock()
 	defer r.open.mu.Unlock()
 	for {
 		r.open.nextFh++
 		fh := r.open.nextFh<<fhNodeBits | h.node
-		if _, taken := r.open.handles[fh]; !taken {
-			r.open.handles[fh] = h
-			return fh
+		if _, taken := r.open.handles[fh]; taken {
+			continue
 		}
+		r.open.handles[fh] = h
+		if r.table != nil {
+			r.table.setNextFh(r.open.nextFh)
+			if h.backing {
+				r.record(fh, h.node, id)
+			}
+		}
+		return fh
+	}
+}
+
+// record adds fh to the backing table; open.mu is held.
+func (r *rawBase) record(fh, node uint64, id int32) {
+	if !r.table.add(fh, node, id) && !r.table.full {
+		r.table.full = true
+		r.fsys.log.Warn("fusefs: the backing table is full: further passthrough handles are not recorded (after a crash, opens of their files may fail until they close)",
+			"records", BackingTableRecords)
 	}
 }
 
 // backing returns the passthrough backing id for an open of node, taking a
-// reference: the node's current one, or fh's cache file registered with the
-// kernel. It returns 0 when fh is not a cache file or passthrough is
-// unavailable (not root, kernel older than 6.9). The kernel holds its own
-// reference to a registered file until the id is unregistered.
+// reference: the node's current one (whatever fh is: while a file opened
+// with it is open, the kernel refuses any other open of the inode), or
+// fh's cache file registered with the kernel. It returns 0 when fh is not
+// a cache file or passthrough is unavailable (not root, kernel older than
+// 6.9). The kernel holds its own reference to a registered file until the
+// id is unregistered.
 func (r *rawBase) backing(node uint64, fh fs.FileHandle) int32 {
+	if id := r.refBacking(node); id != 0 {
+		return id
+	}
 	p, ok := fh.(fs.FilePassthroughFder)
 	if !ok || r.noBacking.Load() {
 		return 0
-	}
-	if id := r.refBacking(node); id != 0 {
-		return id
 	}
 	fd, ok := p.PassthroughFd()
 	if !ok {
@@ -287,6 +314,9 @@ func (r *rawBase) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	r.open.mu.Lock()
 	h := r.open.handles[in.Fh]
 	delete(r.open.handles, in.Fh)
+	if r.table != nil {
+		r.table.remove(in.Fh) // before the unregister below: a record names a registered id
+	}
 	var drop int32
 	var inherited bool
 	if h != nil && h.backing {

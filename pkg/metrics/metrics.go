@@ -51,6 +51,26 @@ func RegisterReadahead(reg *prometheus.Registry, state func() Readahead) {
 	}, func() float64 { return float64(state().Files) }))
 }
 
+// Passthrough is what RegisterPassthrough reads at scrape time: the
+// process's FUSE counters (fusefs.ReadCounters).
+type Passthrough struct {
+	Opens, CachedReads uint64
+}
+
+// RegisterPassthrough registers the counters that say whether FUSE
+// passthrough serves the cached files of the mount (this process's: they
+// start at 0 in a process that took over or recovered the connection).
+func RegisterPassthrough(reg *prometheus.Registry, state func() Passthrough) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cachefs_passthrough_opens_total",
+		Help: "Opens of cached files answered with a FUSE passthrough backing: the kernel reads them without this process.",
+	}, func() float64 { return float64(state().Opens) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cachefs_cached_file_reads_total",
+		Help: "READ requests on cached whole files that reached this process (0 while passthrough serves them).",
+	}, func() float64 { return float64(state().CachedReads) }))
+}
+
 // Listings is what RegisterListings reads at scrape time: the listings a
 // mount without a manifest refused, by cap (fusefs.ListingRefusals).
 type Listings struct {

@@ -5,7 +5,12 @@ package mount
 // backend.WithObserver.
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -172,5 +177,162 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 			buckets[ub] = s.LatencyCounts[i]
 		}
 		ch <- prometheus.MustNewConstHistogram(c.seconds, s.LatencyCount, s.LatencySum, buckets, l)
+	}
+}
+
+// Stall kinds of cachefs_connection_stall_seconds.
+const (
+	stallTakeover = "takeover"
+	stallRecovery = "recovery"
+)
+
+// stallBuckets are the upper bounds of cachefs_connection_stall_seconds.
+var stallBuckets = prometheus.ExponentialBucketsRange(0.001, 30, 16) // 1 ms … 30 s
+
+// maxStallBuckets bounds the buckets a predecessor's counters may carry.
+const maxStallBuckets = 64
+
+// connCounters are a FUSE connection's handovers, recoveries and stalls,
+// counted across the processes that served it: carried in
+// handover.State.Counters (the takeover state and the held state), so a
+// successor starts from its predecessor's values (a Prometheus counter
+// never goes back).
+type connCounters struct {
+	Handovers  uint64                 `json:"handovers"`
+	Recoveries uint64                 `json:"recoveries"`
+	Stalls     map[string]stallCounts `json:"stalls,omitempty"` // by kind
+}
+
+// stallCounts is one kind's histogram: Buckets[i] counts the stalls of at
+// most Le[i] seconds (cumulative, as Prometheus's).
+type stallCounts struct {
+	Count   uint64    `json:"count"`
+	Sum     float64   `json:"sum"`
+	Le      []float64 `json:"le"`
+	Buckets []uint64  `json:"buckets"`
+}
+
+// connStats is this process's connCounters, exported as metrics; mu
+// guards c (recorded once by serveTaken, read by scrapes and holders).
+type connStats struct {
+	mu sync.Mutex
+	c  connCounters
+}
+
+// load starts from a predecessor's counters (raw may be empty: a fresh
+// connection, or a predecessor that counted nothing).
+func (s *connStats) load(raw json.RawMessage) error {
+	var c connCounters
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return fmt.Errorf("connection counters: %w", err)
+		}
+	}
+	for kind, h := range c.Stalls {
+		if kind != stallTakeover && kind != stallRecovery {
+			return fmt.Errorf("connection counters: stall kind %q", kind)
+		}
+		re, err := h.rebucket()
+		if err != nil {
+			return fmt.Errorf("connection counters: %s stalls: %w", kind, err)
+		}
+		c.Stalls[kind] = re
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.c = c
+	return nil
+}
+
+// rebucket checks h and maps it onto stallBuckets: each bound takes the
+// count of the largest carried bound not above it (exact when the bounds
+// are the same; counts never go back either way).
+func (h stallCounts) rebucket() (stallCounts, error) {
+	if len(h.Le) != len(h.Buckets) || len(h.Le) > maxStallBuckets || math.IsNaN(h.Sum) || h.Sum < 0 || math.IsInf(h.Sum, 0) {
+		return stallCounts{}, errors.New("malformed histogram")
+	}
+	for i := range h.Le {
+		if h.Buckets[i] > h.Count || (i > 0 && (h.Le[i] <= h.Le[i-1] || h.Buckets[i] < h.Buckets[i-1])) {
+			return stallCounts{}, errors.New("malformed histogram")
+		}
+	}
+	out := stallCounts{Count: h.Count, Sum: h.Sum, Le: stallBuckets, Buckets: make([]uint64, len(stallBuckets))}
+	for i, le := range stallBuckets {
+		for j := range h.Le {
+			if h.Le[j] <= le {
+				out.Buckets[i] = h.Buckets[j]
+			}
+		}
+	}
+	return out, nil
+}
+
+// record counts one takeover or recovery of the connection with its stall.
+func (s *connStats) record(kind string, stall time.Duration) connCounters {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kind == stallTakeover {
+		s.c.Handovers++
+	} else {
+		s.c.Recoveries++
+	}
+	if s.c.Stalls == nil {
+		s.c.Stalls = map[string]stallCounts{}
+	}
+	h, ok := s.c.Stalls[kind]
+	if !ok {
+		h = stallCounts{Le: stallBuckets, Buckets: make([]uint64, len(stallBuckets))}
+	}
+	h.Count++
+	h.Sum += stall.Seconds()
+	for i, le := range h.Le {
+		if stall.Seconds() <= le {
+			h.Buckets[i]++
+		}
+	}
+	s.c.Stalls[kind] = h
+	return s.c
+}
+
+// marshal is what a successor or a holder carries on.
+func (s *connStats) marshal() json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, _ := json.Marshal(s.c) // plain numbers and strings: cannot fail
+	return b
+}
+
+// The connection's series (connStats).
+var (
+	handoversDesc = prometheus.NewDesc("cachefs_connection_handovers_total",
+		"Graceful takeovers of this mount's FUSE connection (an upgrade in place), by every process that served it.", nil, nil)
+	recoveriesDesc = prometheus.NewDesc("cachefs_connection_recoveries_total",
+		"Recoveries of this mount's FUSE connection after its serving process died (--supervise, or a holder that lent it), by every process that served it.", nil, nil)
+	stallDesc = prometheus.NewDesc("cachefs_connection_stall_seconds",
+		"How long readers of the connection waited at each takeover (from the old process being asked to the new one serving) or recovery (from the death to serving).", []string{"kind"}, nil)
+)
+
+// Describe and Collect export the counters.
+func (s *connStats) Describe(ch chan<- *prometheus.Desc) {
+	ch <- handoversDesc
+	ch <- recoveriesDesc
+	ch <- stallDesc
+}
+
+func (s *connStats) Collect(ch chan<- prometheus.Metric) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(handoversDesc, prometheus.CounterValue, float64(s.c.Handovers))
+	ch <- prometheus.MustNewConstMetric(recoveriesDesc, prometheus.CounterValue, float64(s.c.Recoveries))
+	for _, kind := range []string{stallTakeover, stallRecovery} {
+		h := s.c.Stalls[kind]
+		buckets := make(map[float64]uint64, len(stallBuckets))
+		for i, le := range stallBuckets {
+			buckets[le] = 0
+			if i < len(h.Buckets) {
+				buckets[le] = h.Buckets[i]
+			}
+		}
+		ch <- prometheus.MustNewConstHistogram(stallDesc, h.Count, h.Sum, buckets, kind)
 	}
 }

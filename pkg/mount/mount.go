@@ -119,7 +119,7 @@ type Config struct {
 	// its holder (recover.go): this mount serves it instead of mounting.
 	Recover *handover.Held
 	// NoPassthrough serves cached files through the process, not with
-	// kernel passthrough (FlagNoPassthrough; set under Supervise).
+	// kernel passthrough (FlagNoPassthrough).
 	NoPassthrough bool
 	// Backend options (credentials, retries); zero takes the defaults.
 	Backend backend.Options
@@ -358,6 +358,7 @@ func (m *Mount) openSource(ctx context.Context, undo *undoList) (backend.Backend
 // which it returns observed, and serves it at MetricsAddr when set.
 func (m *Mount) serveMetrics(store *cache.Store, b backend.Backend, undo *undoList) (*prometheus.Registry, backend.Backend, error) {
 	reg, observer := newRegistry(store.Stats, b)
+	reg.MustRegister(&m.handover.counters)
 	m.registry = reg
 	b = backend.WithObserver(b, observer)
 	if m.cfg.MetricsAddr == "" {
@@ -387,8 +388,9 @@ func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.
 		Readahead:    m.cfg.Readahead,
 		ReadTimeout:  m.cfg.ReadTimeout,
 		Logger:       m.log,
-		// Supervised (recover.go): the holder cannot know backing ids.
+		// The backing table (recover.go): passthrough ids survive a crash.
 		NoPassthrough: m.cfg.NoPassthrough,
+		BackingTable:  m.openBackingTable(),
 
 		ListingCacheEntries: m.cfg.ListingCacheEntries,
 		MaxDirEntries:       m.cfg.MaxDirEntries,
@@ -402,6 +404,10 @@ func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.
 	metrics.RegisterListings(reg, func() metrics.Listings {
 		r := fsys.ListingRefusals()
 		return metrics.Listings{Entries: r.Entries, Memory: r.Memory, Pages: r.Pages, PageSize: r.PageSize}
+	})
+	metrics.RegisterPassthrough(reg, func() metrics.Passthrough {
+		c := fusefs.ReadCounters()
+		return metrics.Passthrough{Opens: c.PassthroughOpens, CachedReads: c.CachedReads}
 	})
 	metrics.RegisterReadahead(reg, func() metrics.Readahead {
 		st := fsys.ReadaheadState()

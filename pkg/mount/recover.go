@@ -33,10 +33,20 @@ var ErrRecover = errors.New("mount: recover")
 var ErrRecoverNeedsManifest = fmt.Errorf("%w: crash recovery needs a manifest (node ids of a listing-based mount die with its process)", ErrRecover)
 
 // heldDataset is the file system state a holder gets: the dataset's
-// identity only (node ids of a manifest mount are the manifest's; file
-// handles are adopted at their first READ).
+// identity (node ids of a manifest mount are the manifest's; file handles
+// are adopted at their first READ) and the token of the connection's
+// backing table (its passthrough ids and their handles, in the cache dir:
+// backingTablePath), so that a table of another connection is never
+// trusted.
 type heldDataset struct {
-	Dataset string `json:"dataset"`
+	Dataset      string `json:"dataset"`
+	BackingTable string `json:"backing_table,omitempty"`
+}
+
+// backingTablePath is where a mount keeps its connection's backing table
+// (fusefs.BackingTable); the cache store reads only its entries directory.
+func backingTablePath(cacheDir string) string {
+	return filepath.Join(cacheDir, "connection", "backing")
 }
 
 // held is what a holder gets: INIT, mount point, identity and descriptor.
@@ -48,20 +58,24 @@ func (m *Mount) held() (handover.State, int, error) {
 	if err != nil {
 		return handover.State{}, -1, err
 	}
-	body, err := json.Marshal(heldDataset{Dataset: m.fsys.Identity()})
+	ds := heldDataset{Dataset: m.fsys.Identity()}
+	if t := m.fsys.BackingTable(); t != nil {
+		ds.BackingTable = t.Token()
+	}
+	body, err := json.Marshal(ds)
 	if err != nil {
 		return handover.State{}, -1, err
 	}
-	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body}, fd, nil
+	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body,
+		Counters: m.handover.counters.marshal()}, fd, nil
 }
 
 // recoverConn checks that this mount can serve the held connection and
 // prepares serveTaken: the dead process's node ids are the manifest's, its
 // file handles are adopted at their first READ, its passthrough backing
-// ids are unknown here (they stay registered with the connection until it
-// is unmounted: files opened with them read on in the kernel; this mount
-// and its successors serve without passthrough, since a new id for an
-// inode a dead process's open file still holds fails that open).
+// ids and their open handles are in the connection's backing table, which
+// openBackingTable maps once the cache is locked (this mount reuses an id
+// for new opens of its node and unregisters it at the last RELEASE).
 func (m *Mount) recoverConn(b backend.Backend, man *manifest.Manifest) error {
 	h := m.cfg.Recover
 	m.handover.start = time.Now()
@@ -86,13 +100,39 @@ func (m *Mount) recoverConn(b backend.Backend, man *manifest.Manifest) error {
 		return fmt.Errorf("%w: %w: this binary negotiates %x, the connection negotiated %x", ErrRecover, fuseconn.ErrInit, got, h.InitOut)
 	}
 	m.handover.taken = &handover.Taken{State: h.State, Fd: h.Fd}
-	// The dead process's handle counter is unknown: start this one's at a
-	// random point of its 24 bits, so that a new handle is unlikely to be
-	// one of its handles still open (which would then share a table entry).
-	var r [4]byte
-	_, _ = rand.Read(r[:])
-	m.handover.fsState = &fusefs.HandoverState{Dataset: ds.Dataset, NextFh: uint64(binary.BigEndian.Uint32(r[:]) >> 8),
-		NoPassthrough: true}
+	m.handover.fsState = &fusefs.HandoverState{Dataset: ds.Dataset, BackingTable: ds.BackingTable}
 	m.log.Info("recovering the connection of a dead mount process", "from_version", h.Version)
 	return nil
+}
+
+// openBackingTable maps the connection's backing table: a new one for a
+// fresh mount, the predecessor's after a takeover or a crash recovery (by
+// the token its state names). It runs under the cache lock, so no other
+// mount of the cache dir writes it. Without one the mount serves on, with
+// passthrough, but a process recovering its connection cannot know its
+// backing ids. Recovering without the dead process's table (another
+// connection's file, or a holder from before tables), the dead process's
+// handle count is unknown too: this one's starts at a random point of its
+// 24 bits, so that a new handle is unlikely to be one of its handles still
+// open (which would then share a table entry).
+func (m *Mount) openBackingTable() *fusefs.BackingTable {
+	var token string
+	if st := m.handover.fsState; st != nil {
+		token = st.BackingTable
+	}
+	t, loaded, err := fusefs.OpenBackingTable(backingTablePath(m.cfg.CacheDir), token)
+	if err != nil {
+		m.log.Warn("no backing table: passthrough ids of this connection cannot be recovered after a crash", "err", err)
+	}
+	switch {
+	case m.cfg.Recover != nil && !loaded:
+		var r [4]byte
+		_, _ = rand.Read(r[:])
+		m.handover.fsState.NextFh = uint64(binary.BigEndian.Uint32(r[:]) >> 8)
+		m.log.Warn("recovering without the dead process's backing table: opens of the files it left open fail (EIO) until they close",
+			"held_token", token != "")
+	case m.cfg.Recover != nil:
+		m.log.Info("recovered the dead process's backing table", "open_backing_handles", len(t.Records()))
+	}
+	return t
 }

@@ -2,7 +2,6 @@ package mount_test
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -26,11 +25,14 @@ import (
 // TestRecoverAfterKill: `cachefs mount --supervise` while readers verify
 // every byte of a manifest dataset in a loop; the serving process is
 // killed with SIGKILL 10 times at random points (mid-READ of a large file
-// read through the process in blocks, mid-READDIR, mid-OPEN; a supervised
-// mount serves without passthrough, so cached reads reach it too), and each
-// time the supervisor starts a new one on the same connection: no reader
-// error, no wrong byte, and files opened before the kills (a
+// read through the process in blocks, mid-READDIR, mid-OPEN or RELEASE;
+// cached small files are read with passthrough, past the process), and
+// each time the supervisor starts a new one on the same connection: no
+// reader error, no wrong byte, and files opened before the kills (a
 // passthrough-backed one, a large one, a directory) read on after them.
+// The probe opens the passthrough-backed file held open across the kills
+// again and again: each recovered process must open it with the id a dead
+// one registered (the backing table), or the kernel fails the open (EIO).
 // The stalls are logged (RELIABILITY.md records them), not asserted.
 func TestRecoverAfterKill(t *testing.T) {
 	testenv.RequireFUSE(t)
@@ -154,7 +156,7 @@ func TestRecoverHitRatio(t *testing.T) {
 	}
 }
 
-func supervisedOpts(t *testing.T, bin, src string, cacheSize int64) mountapi.CommandOptions {
+func supervisedOpts(t testing.TB, bin, src string, cacheSize int64) mountapi.CommandOptions {
 	t.Helper()
 	opts := mountapi.CommandOptions{
 		Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: cacheSize,
@@ -181,7 +183,7 @@ func waitHeld(t *testing.T, cacheDir string, sup *testenv.Proc) {
 
 // childPid is the pid of the supervisor's mount process (its one child;
 // /proc lists a process's children per thread that started them).
-func childPid(t *testing.T, sup *testenv.Proc) int {
+func childPid(t testing.TB, sup *testenv.Proc) int {
 	t.Helper()
 	parent := strconv.Itoa(sup.Cmd.Process.Pid)
 	tasks, err := filepath.Glob(filepath.Join("/proc", parent, "task", "*", "children"))
@@ -206,7 +208,7 @@ func childPid(t *testing.T, sup *testenv.Proc) int {
 }
 
 // waitCount waits until p's log holds n lines matching pattern (bounded).
-func waitCount(t *testing.T, p *testenv.Proc, pattern string, n int) {
+func waitCount(t testing.TB, p *testenv.Proc, pattern string, n int) {
 	t.Helper()
 	re := regexp.MustCompile(pattern)
 	deadline := time.Now().Add(60 * time.Second)
@@ -226,6 +228,13 @@ func waitCount(t *testing.T, p *testenv.Proc, pattern string, n int) {
 // (over its control socket).
 func cacheMetrics(t *testing.T, cacheDir string) map[string]float64 {
 	t.Helper()
+	return mountMetrics(t, cacheDir, "cachefs_cache_")
+}
+
+// mountMetrics reads the samples of the mount's metrics whose names start
+// with prefix (over its control socket).
+func mountMetrics(t *testing.T, cacheDir, prefix string) map[string]float64 {
+	t.Helper()
 	text, err := mountapi.RemoteMetrics(context.Background(), cacheDir)
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +242,7 @@ func cacheMetrics(t *testing.T, cacheDir string) map[string]float64 {
 	out := map[string]float64{}
 	for _, line := range strings.Split(text, "\n") {
 		name, val, ok := strings.Cut(line, " ")
-		if !ok || !strings.HasPrefix(name, "cachefs_cache_") {
+		if !ok || !strings.HasPrefix(name, prefix) {
 			continue
 		}
 		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
@@ -304,30 +313,36 @@ func TestRecoverMidRead(t *testing.T) {
 		large.Size, time.Since(start).Round(time.Millisecond))
 }
 
-// TestRecoverPassthroughInherited shows what becomes of a dead process's
-// passthrough backing ids, and why a supervised mount serves without
-// passthrough: a mount with passthrough is killed while a reader holds a
-// passthrough-opened file; the test, as holder, starts the recovery
-// itself. The open file reads on (the kernel holds the backing file), the
-// dead process's id stays registered with the connection (a leak until
-// unmount: the test can unregister it through the held descriptor), and
-// until that file is closed every new open of its inode fails with EIO
-// (the kernel wants passthrough with the id it cannot know); after the
-// close it opens and reads right.
+// TestRecoverPassthroughInherited: a crash recovery keeps passthrough. A
+// mount with passthrough is killed (-9) while a reader holds a file it
+// opened with a backing id; the test, as holder, starts the recovery
+// itself, twice in a row from the first process's held state (as the
+// supervisor does), the second after the first recovered process opened
+// another file with an id of its own. The open files read on (the kernel
+// holds their backing files) and new opens of their inodes succeed and
+// read right bytes: the kernel refuses (EIO) any open of an inode whose
+// backing an open file holds unless it is passthrough with that same id,
+// so each such open is passthrough with the dead process's id, found in
+// the backing table; the recovered process's metrics count each open as
+// passthrough and no READ of a cached file. Once every descriptor is closed, the last RELEASE of
+// each inode unregisters its id: the test, as holder, then finds no id
+// registered on the connection (no leak).
 func TestRecoverPassthroughInherited(t *testing.T) {
 	testenv.RequireFUSE(t)
 	bin := buildVersion(t, t.TempDir(), "recover")
 	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 6, Classes: 1, MedianSize: 100 << 10, MaxSize: 500 << 10, Seed: 32})
 	opts := supervisedOpts(t, bin, src, 1<<30)
-	opts.Supervise = false // the test is the holder; the mount uses passthrough
+	opts.Supervise = false // the test is the holder
 	m := testenv.StartCachefs(t, bin, opts)
 	waitLog(t, m.Proc, "msg=mounted") // logged once the handover socket listens
-	f := files[0]
-	p := filepath.Join(opts.Mountpoint, f.Path)
-	if err := verify(opts.Mountpoint, f, datagen.Content(f)); err != nil { // cached now
-		t.Fatal(err)
+	f, g := files[0], files[1]
+	pf, pg := filepath.Join(opts.Mountpoint, f.Path), filepath.Join(opts.Mountpoint, g.Path)
+	for _, x := range []datagen.File{f, g} { // cached now
+		if err := verify(opts.Mountpoint, x, datagen.Content(x)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	open := openRead(t, p, f.Size/2) // passthrough: a cache hit
+	openF := openRead(t, pf, f.Size/2) // passthrough: a cache hit
 	h, err := handover.Hold(context.Background(), mountapi.HandoverSocket(opts.CacheDir), "test")
 	if err != nil {
 		t.Fatal(err)
@@ -336,42 +351,85 @@ func TestRecoverPassthroughInherited(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-m.Proc.Done
-	stateR, stateW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, append(opts.Args(), "--"+mountapi.FlagRecoverFD, "3")...)
-	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(h.Fd), "/dev/fuse"), stateR}
-	rec, err := testenv.StartProc("cachefs mount --recover-fd", cmd, &testenv.SyncBuffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stateR.Close()
-	t.Cleanup(func() { rec.Terminate(20 * time.Second) })
-	if err := handover.WriteState(stateW, h.State); err != nil {
-		t.Fatal(err)
-	}
-	waitLog(t, rec, "serving the taken-over connection")
 
-	if _, err := os.ReadFile(p); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("an open while the dead process's passthrough file is open: %v, want EIO (the kernel's rule this test documents)", err)
-	}
-	checkRest(t, open, f, f.Size/2) // reads on
-	open.Close()
+	rec := recoverHeld(t, bin, opts, h)
 	if err := verify(opts.Mountpoint, f, datagen.Content(f)); err != nil {
-		t.Fatalf("after the inherited file was closed: %v", err)
+		t.Fatalf("a new open while the dead process's passthrough file is open: %v, want its bytes (passthrough with its id)\n%s", err, rec.Tail(8000))
 	}
-	// The dead process's ids (allocated cyclically from 1) are still
-	// registered: unregister them through the held descriptor.
+	openG := openRead(t, pg, g.Size/3) // an id of the recovered process's own
+	checkPassthrough(t, opts.CacheDir, 2)
+	if err := syscall.Kill(rec.Cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-rec.Done
+
+	rec = recoverHeld(t, bin, opts, h) // the first process's state: the table's token is the connection's
+	for _, x := range []datagen.File{f, g} {
+		if err := verify(opts.Mountpoint, x, datagen.Content(x)); err != nil {
+			t.Fatalf("after the second kill, a new open of %s, held open by a dead process: %v\n%s", x.Path, err, rec.Tail(8000))
+		}
+	}
+	checkPassthrough(t, opts.CacheDir, 2)
+	checkRest(t, openF, f, f.Size/2) // reads on
+	checkRest(t, openG, g, g.Size/3)
+	if strings.Contains(rec.Tail(1<<20), "recovering without the dead process's backing table") {
+		t.Fatalf("the backing table was not trusted:\n%s", rec.Tail(8000))
+	}
+	openF.Close()
+	openG.Close()
+	// RELEASE is asynchronous: wait until both inodes' ids are unregistered.
+	waitCount(t, rec, `predecessor's passthrough backing" id=\d+ errno=0`, 2)
 	dev := fuseconn.Device{Fd: h.Fd}
 	var leaked []int32
-	for id := int32(1); id <= 64; id++ {
+	for id := int32(1); id <= 64; id++ { // ids are allocated cyclically from 1
 		if dev.UnregisterBackingFd(id) == 0 {
 			leaked = append(leaked, id)
 		}
 	}
-	if len(leaked) == 0 {
-		t.Fatal("no backing id of the dead process registered any more, want its passthrough file's (leaked until unmount)")
+	if len(leaked) != 0 {
+		t.Fatalf("backing ids still registered after every file was closed: %v (leaked)\n%s", leaked, rec.Tail(8000))
 	}
-	t.Logf("backing ids the dead process left registered: %v", leaked)
+	t.Logf("two kill -9 with passthrough files open: new opens of their inodes read right (passthrough with the dead processes' ids); no id left registered after the closes")
+}
+
+// checkPassthrough checks that the mount process answered its opens
+// (want) with passthrough backings, and that no READ of a cached file
+// reached it.
+func checkPassthrough(t *testing.T, cacheDir string, want float64) {
+	t.Helper()
+	m := mountMetrics(t, cacheDir, "cachefs_")
+	if m["cachefs_passthrough_opens_total"] != want || m["cachefs_cached_file_reads_total"] != 0 {
+		t.Fatalf("the recovered process: %v passthrough opens, %v READs of cached files; want %v and 0",
+			m["cachefs_passthrough_opens_total"], m["cachefs_cached_file_reads_total"], want)
+	}
+}
+
+// recoverHeld starts a mount process recovering the connection h holds
+// (what Supervise does) and waits until it serves.
+func recoverHeld(t *testing.T, bin string, opts mountapi.CommandOptions, h *handover.Held) *testenv.Proc {
+	t.Helper()
+	stateR, stateW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Dup(h.Fd) // the child's; h.Fd stays the test's
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := os.NewFile(uintptr(fd), "/dev/fuse")
+	cmd := exec.Command(bin, append(opts.Args(), "--"+mountapi.FlagRecoverFD, "3")...)
+	cmd.ExtraFiles = []*os.File{dev, stateR}
+	rec, err := testenv.StartProc("cachefs mount --recover-fd", cmd, &testenv.SyncBuffer{})
+	dev.Close()
+	stateR.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rec.Terminate(20 * time.Second) })
+	if err := handover.WriteState(stateW, h.State); err != nil {
+		t.Fatal(err)
+	}
+	stateW.Close()
+	waitLog(t, rec, "serving the taken-over connection")
+	return rec
 }

@@ -26,7 +26,8 @@ import (
 // listing-based mount without a persisted node id table).
 var errNotRecoverable = errors.New("the mount refuses holders")
 
-// borrowTimeout bounds the wait for the holder at RecoverFrom.
+// borrowTimeout bounds the connect to the holder at RecoverFrom (its answer
+// is bounded by the handover protocol's own timeouts).
 const borrowTimeout = 30 * time.Second
 
 // borrow asks the holder at RecoverFrom for the connection and checks it
@@ -54,10 +55,7 @@ func (c SuperviseConfig) borrow(ctx context.Context) (*handover.Held, error) {
 // start starts a mount process: a fresh mount, one taking over the mount
 // at takeover, or one recovering rec (with rec.DiedAt set).
 func (c SuperviseConfig) start(rec *handover.Held, takeover string) (*child, error) {
-	// Without passthrough: a file a dead process opened with a backing id
-	// keeps it on the inode, and a recovered process, which cannot know
-	// the id, would fail every open of that inode (EIO) until it closes.
-	args := append(append([]string(nil), c.Args...), "--"+mountapi.FlagNoPassthrough)
+	args := append([]string(nil), c.Args...)
 	var extra []*os.File
 	if c.Credentials != nil {
 		r, err := credentialsPipe(*c.Credentials)

@@ -41,6 +41,8 @@ type handoverState struct {
 	conn          *fuseconn.Conn // a taken connection's loop
 	ln            *handover.Listener
 	done          chan struct{}
+
+	counters connStats // the connection's handovers, recoveries and stalls, across processes
 }
 
 func (m *Mount) mountOptions() fusefs.MountOptions {
@@ -100,6 +102,16 @@ func (m *Mount) checkTaken(t *handover.Taken, b backend.Backend, man *manifest.M
 // resends the requests the old mount held back.
 func (m *Mount) serveTaken(fsys *fusefs.FS) (fuseServer, error) {
 	t := m.handover.taken
+	kind, since := stallTakeover, m.handover.start
+	if m.cfg.Recover != nil {
+		kind = stallRecovery
+		if !t.DiedAt.IsZero() && t.DiedAt.Before(since) {
+			since = t.DiedAt // the holder saw the death then
+		}
+	}
+	if err := m.handover.counters.load(t.Counters); err != nil {
+		m.log.Warn("the previous process's connection counters are unusable; counting from zero", "err", err)
+	}
 	dev := fuseconn.Device{Fd: t.Fd}
 	raw, err := fsys.Adopt(m.handover.fsState, dev, t.Fd)
 	if err != nil {
@@ -114,8 +126,10 @@ func (m *Mount) serveTaken(fsys *fusefs.FS) (fuseServer, error) {
 	}
 	conn.Start()
 	m.handover.init, m.handover.initOut, m.handover.conn = t.Init, t.InitOut, conn
-	m.log.Info("serving the taken-over connection", "stall", time.Since(m.handover.start).Round(time.Microsecond),
-		"open_files", len(m.handover.fsState.Handles), "passthrough_backings", len(m.handover.fsState.Backings),
+	stall := time.Since(since)
+	c := m.handover.counters.record(kind, stall)
+	m.log.Info("serving the taken-over connection", "stall", stall.Round(time.Microsecond), "kind", kind,
+		"handovers", c.Handovers, "recoveries", c.Recoveries, "open_files", len(m.handover.fsState.Handles), "passthrough_backings", len(m.handover.fsState.Backings),
 		"nodes", len(m.handover.fsState.Nodes))
 	return conn, nil
 }
@@ -165,7 +179,8 @@ func (m *Mount) freeze() (handover.State, int, error) {
 	}
 	m.log.Info("handing over: requests held back", "drained", time.Since(start).Round(time.Microsecond),
 		"open_files", len(st.Handles), "nodes", len(st.Nodes))
-	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body}, fd, nil
+	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body,
+		Counters: m.handover.counters.marshal()}, fd, nil
 }
 
 // initOf is the connection's INIT request and what this mount answered.

@@ -44,7 +44,7 @@ const (
 	// instead of mounting: the holder's own mount process is gone.
 	FlagRecoverFrom = "recover-from"
 	// FlagNoPassthrough serves cached files through the process instead of
-	// kernel passthrough (the supervisor sets it on its mount processes).
+	// kernel passthrough.
 	FlagNoPassthrough = "no-passthrough"
 	// FlagCPUProfile writes a CPU profile of the whole mount (benchmarks).
 	FlagCPUProfile = "cpu-profile"
