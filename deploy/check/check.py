@@ -760,6 +760,9 @@ def code_metrics(root):
         # (`field: d("name", …)`) and passed to MustNewConstHistogram is a histogram.
         fields = dict(re.findall(r'\b(\w+):\s*\w+\("((?:cachefs|epochfs)_[a-z0-9_]+)"', text))
         hists |= {fields[f] for f in re.findall(r'MustNewConstHistogram\(\s*\w+\.(\w+)', text) if f in fields}
+        # ... or a package-level Desc (`stallDesc = prometheus.NewDesc("name", …)`).
+        descs = dict(re.findall(r'\b(\w+)\s*=\s*prometheus\.NewDesc\(\s*"((?:cachefs|epochfs)_[a-z0-9_]+)"', text))
+        hists |= {descs[f] for f in re.findall(r'MustNewConstHistogram\(\s*(\w+)\s*,', text) if f in descs}
         own_labels |= set(re.findall(r'\bLabel\w+\s*=\s*"([a-z_]+)"', text))
     series = (names - hists) | {h + s for h in hists for s in ("_bucket", "_sum", "_count")}
     text = open(os.path.join(root, LABEL_SOURCE), encoding="utf-8").read()

@@ -180,6 +180,10 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// LabelStallKind labels cachefs_connection_stall_seconds by what changed
+// the connection's process: stallTakeover or stallRecovery.
+const LabelStallKind = "kind"
+
 // Stall kinds of cachefs_connection_stall_seconds.
 const (
 	stallTakeover = "takeover"
@@ -309,7 +313,7 @@ var (
 	recoveriesDesc = prometheus.NewDesc("cachefs_connection_recoveries_total",
 		"Recoveries of this mount's FUSE connection after its serving process died (--supervise, or a holder that lent it), by every process that served it.", nil, nil)
 	stallDesc = prometheus.NewDesc("cachefs_connection_stall_seconds",
-		"How long readers of the connection waited at each takeover (from the old process being asked to the new one serving) or recovery (from the death to serving).", []string{"kind"}, nil)
+		"How long readers of the connection waited at each takeover (from the old process being asked to the new one serving) or recovery (from the death to serving).", []string{LabelStallKind}, nil)
 )
 
 // Describe and Collect export the counters.
