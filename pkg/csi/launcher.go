@@ -73,9 +73,9 @@ func startDetached(binary string, args, creds []string, logPath string) (*exec.C
 	cmd := exec.Command(binary, args...)
 	cmd.Env = mountEnv(os.Environ(), len(creds) > 0)
 	if len(creds) > 0 {
-		r, err := credentialsPipe(creds)
+		r, err := mountapi.CredentialsPipe(creds)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("csi: %w", err)
 		}
 		defer r.Close() // the child has its copy
 		cmd.ExtraFiles = []*os.File{r}
@@ -134,30 +134,6 @@ func mountEnv(env []string, ownCredentials bool) []string {
 		out = append(out, kv)
 	}
 	return out
-}
-
-// credentialsPipe returns the read end of a pipe holding creds (KEY=VALUE
-// lines, mountapi.EncodeCredentials) and closed for writing. They fit the
-// pipe's buffer (64 KiB; the mount process reads at most
-// mountapi.MaxCredentialsSize), so the write does not wait for the reader.
-func credentialsPipe(creds []string) (*os.File, error) {
-	b, err := mountapi.EncodeCredentials(creds)
-	if err != nil {
-		return nil, fmt.Errorf("csi: %w", err)
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("csi: credentials pipe: %w", err)
-	}
-	_, err = w.Write(b)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("csi: credentials pipe: %w", err)
-	}
-	return r, nil
 }
 
 // mounterLauncher asks a mounter (csi-driver --mode mounter, the

@@ -58,9 +58,9 @@ func (c SuperviseConfig) start(rec *handover.Held, takeover string) (*child, err
 	args := append([]string(nil), c.Args...)
 	var extra []*os.File
 	if c.Credentials != nil {
-		r, err := credentialsPipe(*c.Credentials)
+		r, err := mountapi.CredentialsPipe(c.Credentials.Lines())
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("supervise: %w", err)
 		}
 		defer r.Close()
 		extra = append(extra, r)
@@ -96,36 +96,6 @@ func (c SuperviseConfig) start(rec *handover.Held, takeover string) (*child, err
 	c.Log.Info("supervise: started the mount process", "pid", cmd.Process.Pid, "recovering", rec != nil,
 		"taking_over", takeover != "")
 	return ch, nil
-}
-
-// credentialsPipe returns the read end of a pipe holding creds, its write
-// end closed (at most MaxCredentialsSize bytes: within a pipe's buffer).
-func credentialsPipe(creds mountapi.Credentials) (*os.File, error) {
-	var lines []string
-	for _, kv := range [][2]string{
-		{mountapi.CredentialAccessKeyID, creds.AccessKey}, {mountapi.CredentialSecretAccessKey, creds.SecretKey},
-		{mountapi.CredentialSessionToken, creds.SessionToken}, {mountapi.CredentialCephUserID, creds.CephUser},
-		{mountapi.CredentialCephUserKey, creds.CephKey},
-	} {
-		if kv[1] != "" {
-			lines = append(lines, kv[0]+"="+kv[1])
-		}
-	}
-	b, err := mountapi.EncodeCredentials(lines)
-	if err != nil {
-		return nil, fmt.Errorf("supervise: %w", err)
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("supervise: credentials pipe: %w", err)
-	}
-	_, err = w.Write(b)
-	clear(b)
-	if err = errors.Join(err, w.Close()); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("supervise: credentials pipe: %w", err)
-	}
-	return r, nil
 }
 
 // ready waits until ch serves and answers a hold on its handover socket

@@ -56,6 +56,40 @@ func EncodeCredentials(lines []string) ([]byte, error) {
 	return b, nil
 }
 
+// Lines returns c as the KEY=VALUE lines of a credentials pipe, in
+// CredentialKeys' order, its empty values left out.
+func (c Credentials) Lines() []string {
+	var lines []string
+	for i, v := range []string{c.AccessKey, c.SecretKey, c.SessionToken, c.CephUser, c.CephKey} {
+		if v != "" {
+			lines = append(lines, CredentialKeys[i]+"="+v)
+		}
+	}
+	return lines
+}
+
+// CredentialsPipe returns the read end of a pipe holding lines
+// (EncodeCredentials), its write end closed: a starter's child inherits it
+// and names it with FlagCredentialsFD. They fit the pipe's buffer (64 KiB;
+// at most MaxCredentialsSize), so the write does not wait for the reader.
+func CredentialsPipe(lines []string) (*os.File, error) {
+	b, err := EncodeCredentials(lines)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(b)
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("mountapi: credentials pipe: %w", err)
+	}
+	_, err = w.Write(b)
+	if err = errors.Join(err, w.Close()); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("mountapi: credentials pipe: %w", err)
+	}
+	return r, nil
+}
+
 // ReadCredentials reads credentials from r: KEY=VALUE lines (KEY one of
 // CredentialKeys, each at most once; empty lines and empty values are
 // skipped), at most MaxCredentialsSize bytes, until EOF. An S3 pair (access
