@@ -133,6 +133,9 @@ func TestServeHeld(t *testing.T) {
 	if got.Pid != os.Getpid() || got.Mountpoint != "/mnt" || string(got.InitOut) != "out" {
 		t.Fatalf("held: pid %d (want %d), %+v", got.Pid, os.Getpid(), got.State)
 	}
+	if pid, err := ListenerPid(context.Background(), sock); err != nil || pid != os.Getpid() {
+		t.Fatalf("ListenerPid: %d, %v; want %d", pid, err, os.Getpid())
+	}
 	// The duplicate is the same pipe: a write to it reaches r.
 	if _, err := unix.Write(got.Fd, []byte("x")); err != nil {
 		t.Fatal(err)

@@ -339,6 +339,18 @@ func (t *Taken) Accept(ctx context.Context) error {
 	}
 }
 
+// ListenerPid is the pid of the process listening at the handover socket
+// path (SO_PEERCRED of a connection it has not answered yet): it tells a
+// mount that refuses holders from one not listening yet.
+func ListenerPid(ctx context.Context, path string) (int, error) {
+	c, err := dial(ctx, path)
+	if err != nil {
+		return -1, err
+	}
+	defer c.Close()
+	return samePeer(c)
+}
+
 // dial connects to the handover socket at path.
 func dial(ctx context.Context, path string) (*net.UnixConn, error) {
 	addr, done, err := mountapi.SocketAddr(path)

@@ -112,7 +112,7 @@ func (c SuperviseConfig) ready(ctx context.Context, ch *child) (*handover.Held, 
 			return held, nil
 		case err == nil:
 			unix.Close(held.Fd) // the mount ch takes over: not ch yet
-		case !isDialError(err) && socketPeer(ctx, sock) == pid:
+		case !isDialError(err) && listenerIs(ctx, sock, pid):
 			return nil, fmt.Errorf("%w: %w", errNotRecoverable, err)
 		}
 		select {
@@ -133,30 +133,8 @@ func isDialError(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// socketPeer is the pid of the process listening at the handover socket
-// path, or -1. Hand-written: handover.Hold names the peer only when it
-// answers, and a mount that refuses a hold is told apart by its pid.
-func socketPeer(ctx context.Context, path string) int {
-	addr, done, err := mountapi.SocketAddr(path)
-	if err != nil {
-		return -1
-	}
-	defer done()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", addr)
-	if err != nil {
-		return -1
-	}
-	defer nc.Close()
-	raw, err := nc.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		return -1
-	}
-	pid := -1
-	_ = raw.Control(func(s uintptr) {
-		if cred, err := unix.GetsockoptUcred(int(s), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-			pid = int(cred.Pid)
-		}
-	})
-	return pid
+// listenerIs: pid listens at the handover socket path.
+func listenerIs(ctx context.Context, path string, pid int) bool {
+	got, err := handover.ListenerPid(ctx, path)
+	return err == nil && got == pid
 }
