@@ -19,7 +19,6 @@ import (
 	"github.com/epochfs/epochfs/pkg/backend"
 	"github.com/epochfs/epochfs/pkg/fusefs"
 	"github.com/epochfs/epochfs/pkg/handover"
-	"github.com/epochfs/epochfs/pkg/handover/fuseconn"
 	"github.com/epochfs/epochfs/pkg/manifest"
 )
 
@@ -54,7 +53,7 @@ func (m *Mount) held() (handover.State, int, error) {
 	if m.manifest == nil {
 		return handover.State{}, -1, ErrRecoverNeedsManifest
 	}
-	fd, init, initOut, err := m.connection()
+	hs, fd, err := m.connection()
 	if err != nil {
 		return handover.State{}, -1, err
 	}
@@ -62,12 +61,10 @@ func (m *Mount) held() (handover.State, int, error) {
 	if t := m.fsys.BackingTable(); t != nil {
 		ds.BackingTable = t.Token()
 	}
-	body, err := json.Marshal(ds)
-	if err != nil {
+	if hs.FS, err = json.Marshal(ds); err != nil {
 		return handover.State{}, -1, err
 	}
-	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body,
-		Counters: m.handover.counters.marshal()}, fd, nil
+	return hs, fd, nil
 }
 
 // recoverConn checks that this mount can serve the held connection and
@@ -92,12 +89,8 @@ func (m *Mount) recoverConn(b backend.Backend, man *manifest.Manifest) error {
 	if want := fusefs.Identity(man, b.ID()); ds.Dataset != want {
 		return fmt.Errorf("%w: the held connection served %q, this mount would serve %q", ErrRecover, ds.Dataset, want)
 	}
-	got, err := fuseconn.ReplayInit(fusefs.FuseOptions(m.mountOptions()), h.Init)
-	if err != nil {
+	if err := m.checkInit(h.Init, h.InitOut); err != nil {
 		return fmt.Errorf("%w: %w", ErrRecover, err)
-	}
-	if string(got) != string(h.InitOut) {
-		return fmt.Errorf("%w: %w: this binary negotiates %x, the connection negotiated %x", ErrRecover, fuseconn.ErrInit, got, h.InitOut)
 	}
 	m.handover.taken = &handover.Taken{State: h.State, Fd: h.Fd}
 	m.handover.fsState = &fusefs.HandoverState{Dataset: ds.Dataset, BackingTable: ds.BackingTable}

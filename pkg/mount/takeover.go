@@ -87,14 +87,24 @@ func (m *Mount) checkTaken(t *handover.Taken, b backend.Backend, man *manifest.M
 	if want := fusefs.Identity(man, b.ID()); st.Dataset != want {
 		return fmt.Errorf("the running mount serves %q, this one would serve %q", st.Dataset, want)
 	}
-	got, err := fuseconn.ReplayInit(fusefs.FuseOptions(m.mountOptions()), t.Init)
+	if err := m.checkInit(t.Init, t.InitOut); err != nil {
+		return err
+	}
+	m.handover.fsState = &st
+	return nil
+}
+
+// checkInit: the connection's INIT, replayed into this binary's options,
+// gets the reply the connection negotiated, byte for byte (a successor
+// or a recovering process must not serve it with other settings).
+func (m *Mount) checkInit(init, initOut []byte) error {
+	got, err := fuseconn.ReplayInit(fusefs.FuseOptions(m.mountOptions()), init)
 	if err != nil {
 		return err
 	}
-	if string(got) != string(t.InitOut) {
-		return fmt.Errorf("%w: this binary negotiates %x, the running mount negotiated %x", fuseconn.ErrInit, got, t.InitOut)
+	if string(got) != string(initOut) {
+		return fmt.Errorf("%w: this binary negotiates %x, the connection negotiated %x", fuseconn.ErrInit, got, initOut)
 	}
-	m.handover.fsState = &st
 	return nil
 }
 
@@ -151,19 +161,26 @@ func (m *Mount) listenHandover() {
 	}()
 }
 
-// connection returns the FUSE connection's descriptor and its INIT
-// request and reply: what a successor and a holder both need.
-func (m *Mount) connection() (fd int, init, initOut []byte, err error) {
-	if fd = m.fsys.DeviceFd(); fd < 0 {
-		return -1, nil, nil, errors.New("mount: the connection's descriptor is unknown")
+// connection returns the FUSE connection's descriptor and the state a
+// successor and a holder both get: version, INIT request and reply, mount
+// point and the connection's counters (the file system's state, FS, is
+// the caller's to add).
+func (m *Mount) connection() (handover.State, int, error) {
+	fd := m.fsys.DeviceFd()
+	if fd < 0 {
+		return handover.State{}, -1, errors.New("mount: the connection's descriptor is unknown")
 	}
-	init, initOut, err = m.initOf()
-	return fd, init, initOut, err
+	init, initOut, err := m.initOf()
+	if err != nil {
+		return handover.State{}, -1, err
+	}
+	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint,
+		Counters: m.handover.counters.marshal()}, fd, nil
 }
 
 // freeze stops serving for a successor and returns what it needs.
 func (m *Mount) freeze() (handover.State, int, error) {
-	fd, init, initOut, err := m.connection()
+	hs, fd, err := m.connection()
 	if err != nil {
 		return handover.State{}, -1, err
 	}
@@ -172,15 +189,13 @@ func (m *Mount) freeze() (handover.State, int, error) {
 	if err != nil {
 		return handover.State{}, -1, err
 	}
-	body, err := json.Marshal(st)
-	if err != nil {
+	if hs.FS, err = json.Marshal(st); err != nil {
 		m.fsys.Thaw()
 		return handover.State{}, -1, err
 	}
 	m.log.Info("handing over: requests held back", "drained", time.Since(start).Round(time.Microsecond),
 		"open_files", len(st.Handles), "nodes", len(st.Nodes))
-	return handover.State{Version: m.cfg.Version, Init: init, InitOut: initOut, Mountpoint: m.cfg.Mountpoint, FS: body,
-		Counters: m.handover.counters.marshal()}, fd, nil
+	return hs, fd, nil
 }
 
 // initOf is the connection's INIT request and what this mount answered.
