@@ -61,6 +61,9 @@ func run() error {
 	if cfg.Mode == modeProvisioner {
 		return runProvisioner(ctx, cfg, f.prov, f.metricsAddr, log)
 	}
+	if cfg.Mode == "probe-mounter" {
+		return csi.ProbeMounter(ctx, cfg.MounterEndpoint)
+	}
 	if cfg.Mode == "mounter" {
 		sock, ok := strings.CutPrefix(cfg.MounterEndpoint, "unix://")
 		if !ok {
@@ -99,7 +102,7 @@ func defineFlags(fs *flag.FlagSet) *flags {
 	f := &flags{}
 	fs.StringVar(&f.cfg.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint: unix:///path/csi.sock or tcp://host:port")
 	fs.StringVar(&f.cfg.NodeID, "nodeid", host, "this node's id (the Kubernetes node name)")
-	fs.StringVar(&f.cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all; or mounter (only start mount processes for a node plugin, see --mounter-endpoint); or registrar (register the driver at --endpoint with the kubelet, see --kubelet-registration-path); or provisioner (create and delete the PersistentVolumes of StorageClasses naming cachefs.epochfs.io, in place of the external-provisioner sidecar; no CSI endpoint; see --leader-election)")
+	fs.StringVar(&f.cfg.Mode, "mode", csi.ModeAll, "services to run: node, controller or all; or mounter (only start mount processes for a node plugin, see --mounter-endpoint); or probe-mounter (exit 0 iff the mounter at --mounter-endpoint is ready: every live dataset mount of the node is its child; for its readiness probe); or registrar (register the driver at --endpoint with the kubelet, see --kubelet-registration-path); or provisioner (create and delete the PersistentVolumes of StorageClasses naming cachefs.epochfs.io, in place of the external-provisioner sidecar; no CSI endpoint; see --leader-election)")
 	fs.StringVar(&f.cfg.MounterEndpoint, "mounter-endpoint", "", "unix:///path/mounter.sock: in node mode, ask the mounter there to start mount processes (so they live outside this container); in mounter mode, serve there")
 	fs.StringVar(&f.cfg.StateDir, "state-dir", "/var/lib/epochfs/state", "driver state (volumes, dataset mounts, mount logs; credentials on a tmpfs at node/secrets); must survive driver restarts")
 	fs.StringVar(&f.cfg.CacheRoot, "cache-root", "/var/lib/epochfs/cache", "parent of the per-dataset NR cache directories")

@@ -50,6 +50,10 @@ func serveMetrics(ctx context.Context, addr string, d *csi.Driver, endpoint stri
 			func() float64 { return float64(d.NodeStats().Volumes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "epochfs_csi_mount_repairs_total", Help: "Dead dataset mounts restarted and re-bound."},
 			func() float64 { return float64(d.NodeStats().Repairs) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "epochfs_csi_connection_recoveries_total", Help: "Held FUSE connections the node plugin recovered after their mount's processes died (no unmount)."},
+			func() float64 { return float64(d.NodeStats().Recoveries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "epochfs_csi_connection_takeovers_total", Help: "Dataset mounts the node plugin moved to a new mounter generation by a graceful takeover."},
+			func() float64 { return float64(d.NodeStats().Takeovers) }),
 	)
 	if vi := d.VolumeInfo(); vi != nil {
 		reg.MustRegister(vi)

@@ -128,26 +128,9 @@ func (n *nodeState) start(ds *datasetMount) error {
 			return err
 		}
 	}
-	opts := mountapi.CommandOptions{
-		Source:         ds.Params.Source,
-		Mountpoint:     ds.MountPoint,
-		CacheDir:       ds.CacheDir,
-		CacheSize:      ds.Params.CacheSize,
-		Policy:         ds.Params.Policy,
-		Manifest:       ds.Params.Manifest,
-		ReadaheadFiles: readaheadArg(ds.Params.ReadaheadFiles),
-		LogFormat:      mountapi.LogFormatJSON,
-		// Every mount the driver starts is a tenant's: closed egress.
-		RestrictEgress: true,
-		EgressRules:    strings.Join(n.cfg.egressRules, ","),
-		MaxDirEntries:  n.cfg.maxDirEntries,
-	}
-	n.clusterArgs(ds, &opts)
+	opts := n.commandOptions(ds)
 	args := opts.Args()
-	logStart := int64(0)
-	if st, err := os.Stat(n.logPath(ds.Key)); err == nil {
-		logStart = st.Size()
-	}
+	logStart := n.logSize(ds.Key)
 	pid, err := n.cfg.launcher.launch(args, creds, n.logPath(ds.Key))
 	if err != nil {
 		return err
@@ -164,12 +147,13 @@ func (n *nodeState) start(ds *datasetMount) error {
 		if ok, fstype, _ := isMounted(ds.MountPoint); ok && strings.HasPrefix(fstype, "fuse") {
 			if checkMount(ds.MountPoint) == nil {
 				n.cfg.log.Info("dataset mounted", "key", ds.Key, "source", ds.Params.Source, "pid", ds.PID, "mountpoint", ds.MountPoint)
+				n.hold(ds, holdWait)
 				return nil
 			}
 		}
 		if time.Now().After(deadline) {
 			conn, isFUSE := fuseConn(ds.MountPoint)
-			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
+			killGroup(ds.PID)
 			n.reap(ds, conn, isFUSE) // no mount process is left behind a failed start
 			_ = unmountAll(ds.MountPoint)
 			return fmt.Errorf("csi: cachefs mount of %s not live after %s: %s", ds.Params.Source, n.cfg.mountTimeout, n.logTail(ds.Key, logStart))
@@ -177,9 +161,33 @@ func (n *nodeState) start(ds *datasetMount) error {
 	}
 }
 
+// commandOptions are the `cachefs mount` options of ds: a supervised
+// mount (the supervisor, the launcher's child, holds its connection and
+// restarts a mount process that dies on it).
+func (n *nodeState) commandOptions(ds *datasetMount) mountapi.CommandOptions {
+	opts := mountapi.CommandOptions{
+		Source:         ds.Params.Source,
+		Mountpoint:     ds.MountPoint,
+		CacheDir:       ds.CacheDir,
+		CacheSize:      ds.Params.CacheSize,
+		Policy:         ds.Params.Policy,
+		Manifest:       ds.Params.Manifest,
+		ReadaheadFiles: readaheadArg(ds.Params.ReadaheadFiles),
+		LogFormat:      mountapi.LogFormatJSON,
+		// Every mount the driver starts is a tenant's: closed egress.
+		RestrictEgress: true,
+		EgressRules:    strings.Join(n.cfg.egressRules, ","),
+		MaxDirEntries:  n.cfg.maxDirEntries,
+		Supervise:      true,
+	}
+	n.clusterArgs(ds, &opts)
+	return opts
+}
+
 // stop ends the dataset's mount process: SIGTERM (it unmounts itself), then
 // SIGKILL and a lazy unmount if it does not go within 10 s.
 func (n *nodeState) stop(ds *datasetMount) error {
+	n.unhold(ds.Key) // its supervisor's exit is no death to recover
 	conn, isFUSE := fuseConn(ds.MountPoint)
 	if processAlive(ds.PID, ds.StartTicks) {
 		_ = syscall.Kill(ds.PID, syscall.SIGTERM)
@@ -189,7 +197,7 @@ func (n *nodeState) stop(ds *datasetMount) error {
 		}
 		if processAlive(ds.PID, ds.StartTicks) {
 			n.cfg.log.Warn("mount process ignored SIGTERM; killing it", "key", ds.Key, "pid", ds.PID)
-			_ = syscall.Kill(ds.PID, syscall.SIGKILL)
+			killGroup(ds.PID)
 		}
 	}
 	n.reap(ds, conn, isFUSE)
@@ -220,6 +228,14 @@ func (n *nodeState) reap(ds *datasetMount, conn uint32, isFUSE bool) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+}
+
+// killGroup sends SIGKILL to pid and its process group: a supervisor
+// (launched in its own session, so its group is its pid) and the mount
+// process it runs.
+func killGroup(pid int) {
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
 
 // mountExit is a mount process that exited before its mount was live, with

@@ -14,6 +14,9 @@ import (
 // restart. Called with ds's lock held.
 func (n *nodeState) repair(ds *datasetMount, why error) error {
 	n.cfg.log.Warn("repairing dataset mount", "key", ds.Key, "source", ds.Params.Source, "reason", why.Error())
+	if n.recoverHeld(ds) {
+		return nil // the same connection serves on: readers stalled, no target changed
+	}
 	n.repairs.Add(1)
 	if processAlive(ds.PID, ds.StartTicks) {
 		if err := n.stop(ds); err != nil {
@@ -87,6 +90,8 @@ func (n *nodeState) checkAll() {
 				if err := n.repair(ds, err); err != nil {
 					n.cfg.log.Error("dataset mount repair failed", "key", ds.Key, "err", err)
 				}
+			} else if h := n.holds.get(key); h != nil {
+				n.refreshHold(ds, h) // the connection's counters
 			}
 		}
 		unlock()

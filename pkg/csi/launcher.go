@@ -159,7 +159,10 @@ func newMounterLauncher(endpoint string) (*mounterLauncher, error) {
 	}
 	return &mounterLauncher{wait: mounterWait, client: &http.Client{
 		Timeout: 30 * time.Second,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		// No kept-alive connections: each request reaches the mounter
+		// serving the socket now, not an older one a pooled connection
+		// still leads to (mounter generations, mountergen.go).
+		Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		}},
@@ -247,7 +250,8 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	}
 	sock := &mounterSocket{path: cfg.Socket, ours: ours, log: cfg.Logger}
 	defer sock.removeIfOurs()
-	srv := &http.Server{Handler: mounterHandler(cfg, logDir), ReadHeaderTimeout: 10 * time.Second}
+	var children sync.WaitGroup
+	srv := &http.Server{Handler: mounterHandler(cfg, logDir, &children), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sock.mu.Lock()
@@ -259,14 +263,17 @@ func RunMounter(ctx context.Context, cfg MounterConfig) error {
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("csi: mounter: %w", err)
 	}
-	cfg.Logger.Info("mounter stopped; mount processes keep running")
+	waitChildren(cfg.Logger, &children)
 	return nil
 }
 
-// mounterHandler serves the mounter's health and launch requests.
-func mounterHandler(cfg MounterConfig, logDir string) http.Handler {
+// mounterHandler serves the mounter's health, generation
+// (mountergen.go) and launch requests; children counts the processes it
+// started that still run.
+func mounterHandler(cfg MounterConfig, logDir string, children *sync.WaitGroup) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	generationHandlers(mux, cfg)
 	mux.HandleFunc("POST /v1/launch", func(w http.ResponseWriter, r *http.Request) {
 		var req launchRequest
 		resp := launchResponse{}
@@ -274,7 +281,7 @@ func mounterHandler(cfg MounterConfig, logDir string) http.Handler {
 			resp.Error = "bad request: " + err.Error()
 		} else if err := checkLaunch(req, logDir); err != nil {
 			resp.Error = err.Error()
-		} else if pid, err := startReaped(cfg.CachefsBinary, req.Args, req.Env, req.Log); err != nil {
+		} else if pid, err := startCounted(cfg.CachefsBinary, req.Args, req.Env, req.Log, children); err != nil {
 			resp.Error = err.Error()
 		} else {
 			resp.PID = pid
@@ -372,8 +379,12 @@ func checkLaunch(req launchRequest, logDir string) error {
 		return errors.New("only `cachefs mount SOURCE MOUNTPOINT …` may be launched")
 	}
 	for _, a := range req.Args[3:] {
-		if a == "--"+mountapi.FlagCredentialsFD || strings.HasPrefix(a, "--"+mountapi.FlagCredentialsFD+"=") {
-			return fmt.Errorf("--%s is set by the mounter, not in a request", mountapi.FlagCredentialsFD)
+		// Descriptors are the mounter's (credentials) and the
+		// supervisor's (a recovered connection) to name.
+		for _, f := range []string{mountapi.FlagCredentialsFD, mountapi.FlagRecoverFD} {
+			if a == "--"+f || strings.HasPrefix(a, "--"+f+"=") {
+				return fmt.Errorf("--%s is set by the mounter, not in a request", f)
+			}
 		}
 	}
 	for _, kv := range req.Env {

@@ -26,6 +26,7 @@ func TestCheckLaunch(t *testing.T) {
 		{"unknown variable", func(r *launchRequest) { r.Env = []string{"LD_PRELOAD=/x.so"} }, `"LD_PRELOAD" is not allowed`},
 		{"credentials fd", func(r *launchRequest) { r.Args = append(r.Args, "--"+mountapi.FlagCredentialsFD, "0") }, "--credentials-fd is set by the mounter"},
 		{"credentials fd=", func(r *launchRequest) { r.Args = append(r.Args, "--"+mountapi.FlagCredentialsFD+"=4") }, "--credentials-fd is set by the mounter"},
+		{"recover fd", func(r *launchRequest) { r.Args = append(r.Args, "--"+mountapi.FlagRecoverFD, "3") }, "--recover-fd is set by the mounter"},
 		{"log elsewhere", func(r *launchRequest) { r.Log = "/etc/x.log" }, "must be a .log file in"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -94,9 +94,22 @@ func unstage(t *testing.T, td *testDriver, id, staging string) {
 	}
 }
 
-// mountProcesses returns the pids of cachefs processes whose command line
-// mentions dir (the test's state dir).
-func mountProcesses(t *testing.T, dir string) []int { return testenv.MountProcesses(t, dir) }
+// mountProcesses returns the pids of the mount supervisors (`cachefs mount
+// … --supervise`, one per dataset mount: what the driver launches) whose
+// command line mentions dir (the test's state dir). allMountProcesses
+// adds the mount processes they run.
+func mountProcesses(t *testing.T, dir string) []int {
+	t.Helper()
+	var sup []int
+	for _, pid := range allMountProcesses(t, dir) {
+		if cmdline, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "cmdline")); err == nil && bytes.Contains(cmdline, []byte("\x00--supervise\x00")) {
+			sup = append(sup, pid)
+		}
+	}
+	return sup
+}
+
+func allMountProcesses(t *testing.T, dir string) []int { return testenv.MountProcesses(t, dir) }
 
 // mountCmdline returns the arguments (NUL-separated) of the driver's one
 // mount process.
@@ -264,7 +277,9 @@ func TestDeadMountRepaired(t *testing.T) {
 			if len(pids) != 1 {
 				t.Fatalf("%d mount processes, want 1", len(pids))
 			}
-			if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			// The supervisor's session: it and its mount process (a
+			// listing mount, not held: it dies).
+			if err := syscall.Kill(-pids[0], syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			if via == "publish" {

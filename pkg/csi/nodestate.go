@@ -78,6 +78,10 @@ type nodeState struct {
 	sizes   datasetSizes
 
 	repairs atomic.Int64
+	// recoveries and takeovers count the connection recoveries (recover.go)
+	// and mounter takeovers (mounterfollow.go) the node plugin drove.
+	recoveries, takeovers atomic.Int64
+	holds                 holders // held FUSE connections (holder.go)
 
 	noEventsOnce sync.Once // the log line: listing refusals are not reported as events
 	budget       *budget   // the cache root's budget and the mount cap
@@ -135,8 +139,8 @@ func (n *nodeState) datasetKeys() []string {
 
 // NodeStats counts what the node service manages.
 type NodeStats struct {
-	DatasetMounts, Volumes int
-	Repairs                int64
+	DatasetMounts, Volumes         int
+	Repairs, Recoveries, Takeovers int64
 }
 
 // NodeStats returns the node service's counts (zero in controller mode).
@@ -150,6 +154,7 @@ func (d *Driver) NodeStats() NodeStats {
 	st := NodeStats{DatasetMounts: len(n.datasets), Volumes: len(n.volumes)}
 	n.mu.Unlock()
 	st.Repairs = n.repairs.Load()
+	st.Recoveries, st.Takeovers = n.recoveries.Load(), n.takeovers.Load()
 	return st
 }
 
@@ -192,7 +197,7 @@ func newNodeState(cfg nodeConfig) (*nodeState, error) {
 	if n.budget.limit == (CacheBudget{}) {
 		n.budget.limit = DefaultCacheRootBudget
 	}
-	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt", "idle", "peers"} {
+	for _, sub := range []string{"datasets", "volumes", "secrets", "logs", "mnt", "idle", "peers", "held"} {
 		if err := os.MkdirAll(filepath.Join(cfg.dir, sub), 0o700); err != nil {
 			return nil, fmt.Errorf("csi: state dir: %w", err)
 		}
@@ -277,8 +282,10 @@ func loadState[T any](cfg nodeConfig, sub string, add func(*T)) {
 }
 
 // run makes ctx (the driver's Run's, cancelled when it stops) the parent of
-// background work: it resumes the prefetches of live re-adopted mounts (what
-// is cached is skipped) and, when healthEvery > 0, starts the health loop.
+// background work: it holds the connections of live re-adopted mounts again
+// and resumes their prefetches (what is cached is skipped), when
+// healthEvery > 0 starts the health loop, and with a mounter follows its
+// generations (mounterfollow.go).
 // Called once, before the node serves.
 func (n *nodeState) run(ctx context.Context, healthEvery time.Duration) {
 	n.mu.Lock()
@@ -289,13 +296,19 @@ func (n *nodeState) run(ctx context.Context, healthEvery time.Duration) {
 		if err != nil {
 			return // ctx ended
 		}
-		if ds := n.dataset(key); ds != nil && ds.Params.Prefetch && n.healthy(ds) == nil {
-			n.startPrefetch(ds)
+		if ds := n.dataset(key); ds != nil && n.healthy(ds) == nil {
+			n.hold(ds, 2*time.Second) // a re-adopted mount: held again
+			if ds.Params.Prefetch {
+				n.startPrefetch(ds)
+			}
 		}
 		unlock()
 	}
 	if healthEvery > 0 {
 		go n.healthLoop(ctx, healthEvery)
+	}
+	if m, ok := n.cfg.launcher.(*mounterLauncher); ok {
+		go n.followMounter(ctx, m, time.Second)
 	}
 }
 
