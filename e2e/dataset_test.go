@@ -289,11 +289,11 @@ func TestStaticPVOverMinIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	released := time.Now()
-	for len(mountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
+	for len(allMountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
 		if time.Since(released) > 2*time.Minute {
 			b, _ := os.ReadFile(filepath.Join(in.c.Dir, "logs", "kubelet.log"))
 			t.Fatalf("after the pod, PVC and PV were deleted: mount processes %v, FUSE mounts %v %v remain; kubelet log tail:\n%s",
-				mountProcesses(t, in.stateDir), fuseMountsUnder(t, in.stateDir), fuseMountsUnder(t, in.c.KubeletDir), tail(string(b), 4000))
+				allMountProcesses(t, in.stateDir), fuseMountsUnder(t, in.stateDir), fuseMountsUnder(t, in.c.KubeletDir), tail(string(b), 4000))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -402,10 +402,10 @@ func (in *install) podLog(ctx context.Context, t *testing.T, ns, name string) st
 func (in *install) waitNoMounts(t *testing.T, limit time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for len(mountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
+	for len(allMountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
 		if time.Since(start) > limit {
 			t.Fatalf("after %s: mount processes %v, FUSE mounts %v %v remain", limit,
-				mountProcesses(t, in.stateDir), fuseMountsUnder(t, in.stateDir), fuseMountsUnder(t, in.c.KubeletDir))
+				allMountProcesses(t, in.stateDir), fuseMountsUnder(t, in.stateDir), fuseMountsUnder(t, in.c.KubeletDir))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -275,9 +275,14 @@ func tail(s string, n int) string {
 	return s
 }
 
-// mountProcesses lists the pids of cachefs mount processes whose command
-// line names dir (the node's state dir): the node is this machine.
-func mountProcesses(t *testing.T, dir string) []int { return testenv.MountProcesses(t, dir) }
+// mountProcesses lists the pids of the supervisors of the cachefs mounts
+// whose command line names dir (the node's state dir): one per dataset
+// mount. The node is this machine.
+func mountProcesses(t *testing.T, dir string) []int { return testenv.MountSupervisors(t, dir) }
+
+// allMountProcesses lists every cachefs process whose command line names
+// dir: the supervisors and their children. A node with no mount has none.
+func allMountProcesses(t *testing.T, dir string) []int { return testenv.MountProcesses(t, dir) }
 
 // fuseMountsUnder lists the FUSE mount points under dir.
 func fuseMountsUnder(t *testing.T, dir string) []string {

@@ -380,7 +380,7 @@ func TestTrainingJobEndToEnd(t *testing.T) {
 		if l, err := cs.CoreV1().PersistentVolumeClaims(jobNamespace).List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) > 0 {
 			left = append(left, fmt.Sprintf("PVCs (%v)", err))
 		}
-		if p := mountProcesses(t, e.stateDir); len(p) > 0 {
+		if p := allMountProcesses(t, e.stateDir); len(p) > 0 {
 			left = append(left, fmt.Sprintf("mount processes %v", p))
 		}
 		if m := append(fuseMountsUnder(t, e.stateDir), fuseMountsUnder(t, e.c.KubeletDir)...); len(m) > 0 {

@@ -421,7 +421,7 @@ func TestKustomizeInstall(t *testing.T) {
 	notFound("ClusterRole epochfs-node", err)
 	_, err = c.Client.RbacV1().ClusterRoleBindings().Get(ctx, "epochfs-node", metav1.GetOptions{})
 	notFound("ClusterRoleBinding epochfs-node", err)
-	if n := mountProcesses(t, in.stateDir); len(n) != 0 {
+	if n := allMountProcesses(t, in.stateDir); len(n) != 0 {
 		t.Errorf("mount processes left after kubectl delete -k: %v", n)
 	}
 }

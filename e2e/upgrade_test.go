@@ -191,10 +191,10 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 	// mount process ends and nothing stays mounted.
 	in.removePod(t, v.ns, "streamer")
 	released := time.Now()
-	for len(mountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
+	for len(allMountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
 		if time.Since(released) > 2*time.Minute {
 			t.Fatalf("after the last pod was deleted: mount processes %v, FUSE mounts %v %v remain",
-				mountProcesses(t, in.stateDir), fuseMountsUnder(t, in.stateDir), fuseMountsUnder(t, in.c.KubeletDir))
+				allMountProcesses(t, in.stateDir), fuseMountsUnder(t, in.stateDir), fuseMountsUnder(t, in.c.KubeletDir))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -103,6 +103,22 @@ func Processes(match func(pid int, args []string) bool) ([]int, error) {
 	return pids, nil
 }
 
+// MountSupervisors returns the pids among MountProcesses(dir) that run
+// `cachefs mount --supervise`: one per dataset mount of the CSI driver,
+// whose supervised child (a second `cachefs mount`) is replaced on every
+// recovery and takeover.
+func MountSupervisors(t testing.TB, dir string) []int {
+	t.Helper()
+	var sup []int
+	for _, pid := range MountProcesses(t, dir) {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err == nil && strings.Contains(string(b), "\x00--supervise\x00") {
+			sup = append(sup, pid)
+		}
+	}
+	return sup
+}
+
 // MountProcesses returns the pids of live (not zombie) `cachefs` processes
 // whose command line mentions dir (a test's state dir or mount point).
 func MountProcesses(t testing.TB, dir string) []int {

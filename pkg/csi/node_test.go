@@ -98,16 +98,7 @@ func unstage(t *testing.T, td *testDriver, id, staging string) {
 // … --supervise`, one per dataset mount: what the driver launches) whose
 // command line mentions dir (the test's state dir). allMountProcesses
 // adds the mount processes they run.
-func mountProcesses(t *testing.T, dir string) []int {
-	t.Helper()
-	var sup []int
-	for _, pid := range allMountProcesses(t, dir) {
-		if cmdline, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "cmdline")); err == nil && bytes.Contains(cmdline, []byte("\x00--supervise\x00")) {
-			sup = append(sup, pid)
-		}
-	}
-	return sup
-}
+func mountProcesses(t *testing.T, dir string) []int { return testenv.MountSupervisors(t, dir) }
 
 func allMountProcesses(t *testing.T, dir string) []int { return testenv.MountProcesses(t, dir) }
 
