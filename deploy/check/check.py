@@ -362,10 +362,11 @@ def check_node_pods(where, objs, v):
         if bool(pod.get("hostNetwork")) != bool(v["node"].get("hostNetwork")):
             fail(w, f"hostNetwork is {pod.get('hostNetwork')!r}, but node.hostNetwork is {v['node'].get('hostNetwork')!r} "
                     "(the node's network is an explicit admin choice)")
-        if ds["spec"].get("updateStrategy") != v[section]["updateStrategy"]:
+        us = v[section]["updateStrategy"]
+        if ds["spec"].get("updateStrategy") != ({"type": "OnDelete"} if us["type"] == "OnDelete" else us):
             fail(w, f"updateStrategy {ds['spec'].get('updateStrategy')} is not {section}.updateStrategy")
-        if pod.get("terminationGracePeriodSeconds") != v["node"]["terminationGracePeriodSeconds"]:
-            fail(w, "terminationGracePeriodSeconds is not node.terminationGracePeriodSeconds")
+        if pod.get("terminationGracePeriodSeconds") != v[section]["terminationGracePeriodSeconds"]:
+            fail(w, f"terminationGracePeriodSeconds is not {section}.terminationGracePeriodSeconds")
         cs = by_name(pod)
         if set(cs) != set(mounts):
             fail(w, f"containers {sorted(cs)}, want {sorted(mounts)}")
@@ -394,7 +395,14 @@ def check_node_pods(where, objs, v):
             fail(w, "needs no Kubernetes API access: automountServiceAccountToken false, no serviceAccountName")
         for probe in ("livenessProbe", "startupProbe"):
             if probe in mnt:
-                fail(w, f"mounter must have no {probe}: restarting it kills every mount on the node")
+                fail(w, f"mounter must have no {probe}: restarting it stalls every mount on the node")
+        # Readiness: every mount of the node is this mounter's child (a rolling update deletes the old
+        # pod only then); the probe's own bound (5 s) must fit in its timeout.
+        rp = mnt.get("readinessProbe") or {}
+        want_cmd = ["/usr/local/bin/csi-driver", "--mode=probe-mounter",
+                    f"--mounter-endpoint=unix://{v['stateDir'].rstrip('/')}/mounter.sock"]
+        if (rp.get("exec") or {}).get("command") != want_cmd or rp.get("timeoutSeconds", 1) <= 5:
+            fail(w, f"mounter readinessProbe must exec {want_cmd} with timeoutSeconds > 5, got {rp}")
         if flag(mnt, "log-format") != [v["logFormat"]] or mnt.get("resources") != v["mounter"]["resources"] \
                 or (mnt.get("env") or []) != v["node"]["extraEnv"]:
             fail(w, "mounter --log-format, resources and env must be logFormat, mounter.resources, node.extraEnv")
@@ -1000,9 +1008,11 @@ def main():
         defaults = yaml.safe_load(f)
     with open(values_file) as f:
         test_values = yaml.safe_load(f)
-    if not defaults["mounter"]["enabled"] or defaults["mounter"]["updateStrategy"] != {"type": "OnDelete"}:
+    surge = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    if not defaults["mounter"]["enabled"] or defaults["mounter"]["updateStrategy"] != surge:
         fail("values.yaml", "the mount processes must default to the mounter DaemonSet (mounter.enabled), "
-                            "whose pods only a delete replaces (mounter.updateStrategy OnDelete)")
+                            f"rolled with a surge (mounter.updateStrategy {surge}): the new pod takes the mounts "
+                            "over before the old one goes")
 
     check_dashboard(root)  # before the renderings: they must embed it
 

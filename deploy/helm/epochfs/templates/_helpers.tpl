@@ -98,3 +98,16 @@ a kernel mount (NFS, CephFS) made under a root after the pod started is seen.
   mountPropagation: HostToContainer
 {{- end }}
 {{- end -}}
+
+{{/*
+A DaemonSet updateStrategy from values: OnDelete renders alone (a
+`--set ….updateStrategy.type=OnDelete` over a RollingUpdate default leaves
+its rollingUpdate in the merged values).
+*/}}
+{{- define "epochfs.updateStrategy" -}}
+{{- if eq .type "OnDelete" -}}
+type: OnDelete
+{{- else -}}
+{{- toYaml . -}}
+{{- end -}}
+{{- end -}}
