@@ -2,17 +2,25 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,15 +86,23 @@ func parseStream(log string, files []datagen.File) streamLog {
 	return out
 }
 
-// TestMountsSurviveDriverRestarts: while a pod streams a dataset in a loop,
-// (a) the csi-driver process is killed with SIGKILL, (b) the node plugin pod
-// is deleted and the DaemonSet makes a new one, and (c) `helm upgrade` rolls
-// the node plugin to a new image tag. The mount process lives in the
-// epochfs-mounter DaemonSet's pod, so none of them touches it: after each,
-// the reader has seen no error and no wrong byte and has gone on reading,
-// the mount process is the same, and a new pod mounting the same PVC reads
-// the dataset right (the new driver re-adopted the staged dataset). At the
-// end the upgraded driver releases the mount when the last pod goes.
+// TestMountsSurviveDriverRestarts: while a pod streams a manifest dataset
+// in a loop (its volumeMount without HostToContainer), the test disrupts
+// every process the mount depends on in turn: (1) kill -9 of csi-driver,
+// (2) the node plugin pod deleted (the DaemonSet makes a new one), (3)
+// kill -9 of the mount process (the supervisor starts a new one on the
+// same FUSE connection), (4) the mounter pod deleted with every process of
+// it (the node plugin, which holds the connection, recovers the mount
+// through the next mounter pod), (5) `helm upgrade` to a new image tag,
+// which rolls the node plugin and, with a surge, the mounter (the new
+// mounter pod is handed the mount by a graceful takeover before the old
+// one goes). After each the reader has seen no error and no wrong byte,
+// its pod was never restarted, the staged mount is the same FUSE
+// connection (never remounted), and a new pod mounting the PVC reads the
+// dataset right. A probe on the host reads a file of the mount every
+// 20 ms throughout and reports the longest read of each step (the stall
+// readers see). At the end the upgraded driver releases the mount when
+// the last pod goes.
 func TestMountsSurviveDriverRestarts(t *testing.T) {
 	requireE2E(t)
 	mi := s3.StartMinIO(t)
@@ -95,7 +111,7 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 	// registry): its upgrade retags the imported image in containerd.
 	in := installChartWith(t, installOptions{localImages: true}, minioRules(mi, "training")...)
 	_, driverRef := imageArchive(t, "epochfs")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	mounter := in.waitMounterReady(ctx, t)
 
@@ -103,26 +119,43 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 	files := datagen.Spec{Files: 30, Classes: 3, MedianSize: 20_000, MinSize: 500, MaxSize: 200_000, Seed: 17}.Plan()
 	mi.PutFiles(t, "training", "imagenet/", files)
 	source := "s3://training/imagenet?endpoint=" + mi.Endpoint + "&region=us-east-1"
+	// A manifest next to the dataset (SOURCE/.epochfs/manifest), as users
+	// make one: node ids are then the manifest's, so another process can
+	// serve the connection and the node plugin holds it.
+	index := exec.Command(testenv.GoBuild(t, "./cmd/cachefs"), "index", source, "--upload")
+	index.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+mi.AccessKey, "AWS_SECRET_ACCESS_KEY="+mi.SecretKey)
+	if out, err := index.CombinedOutput(); err != nil {
+		t.Fatalf("cachefs index --upload: %v\n%s", err, out)
+	}
 	v := in.createS3Volume(ctx, t, "tenant-u", "imagenet", source, mi)
 
 	start := time.Now()
 	in.readerPod(ctx, t, v, "streamer", "sh", "-c", streamScript)
 	t.Cleanup(func() { in.removePod(t, v.ns, "streamer") })
-	in.waitPod(ctx, t, v.ns, "streamer", corev1.PodRunning)
+	streamer := in.waitPod(ctx, t, v.ns, "streamer", corev1.PodRunning)
 	in.waitStreamPasses(ctx, t, v.ns, "streamer", files, 2)
 	fmt.Printf("streamer: 2 passes over %d files (%d bytes) %.1fs after its creation\n",
 		len(files), datagen.TotalSize(files), time.Since(start).Seconds())
-	pids := mountProcesses(t, in.stateDir)
-	if len(pids) != 1 {
-		t.Fatalf("mount processes %v for one dataset, want 1", pids)
+	sup := mountProcesses(t, in.stateDir)
+	if len(sup) != 1 {
+		t.Fatalf("mount supervisors %v for one dataset, want 1", sup)
 	}
-	mountPID := pids[0]
+	conn := in.stagedConnection(t)
+	waitFor(ctx, t, "the node plugin to hold the mount's connection", func() bool {
+		held, _ := filepath.Glob(filepath.Join(in.stateDir, "node", "held", "*.sock"))
+		return len(held) == 1
+	})
+	probe := startReadProbe(t, filepath.Join(conn.mountpoint, files[0].Path), files[0])
+	defer probe.stop()
 
 	steps := []struct {
-		name    string
-		disrupt func() time.Duration // returns the time until the node plugin is Ready again
+		name string
+		// newMount: the step replaces the mount's supervisor (a new
+		// mounter's child); newMounter: and the mounter pod.
+		newMount, newMounter bool
+		disrupt              func() time.Duration // until the disrupted part is back
 	}{
-		{"kill -9 csi-driver", func() time.Duration {
+		{"kill -9 csi-driver", false, false, func() time.Duration {
 			old := in.nodePod(ctx, t)
 			pid := in.driverProcess(t)
 			begin := time.Now()
@@ -134,7 +167,7 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 			})
 			return time.Since(begin)
 		}},
-		{"delete the node plugin pod", func() time.Duration {
+		{"delete the node plugin pod", false, false, func() time.Duration {
 			old := in.nodePod(ctx, t)
 			begin := time.Now()
 			if err := in.c.Client.CoreV1().Pods(chartNamespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
@@ -143,31 +176,79 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 			in.waitNodePod(ctx, t, func(p *corev1.Pod) bool { return p.UID != old.UID && podReady(p) })
 			return time.Since(begin)
 		}},
-		{"helm upgrade to a new image tag", func() time.Duration {
-			old := in.nodePod(ctx, t)
+		{"kill -9 the mount process", false, false, func() time.Duration {
+			sup := mountProcesses(t, in.stateDir)[0]
+			child := supervisedChild(t, in.stateDir, sup)
+			begin := time.Now()
+			if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(ctx, t, "a new mount process under the supervisor", func() bool {
+				c := supervisedChildOrZero(t, in.stateDir, sup)
+				return c != 0 && c != child
+			})
+			return time.Since(begin)
+		}},
+		{"delete the mounter pod", true, true, func() time.Duration {
+			old := in.mounterPod(ctx, t)
+			begin := time.Now()
+			if err := in.c.Client.CoreV1().Pods(chartNamespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			in.waitMounterGone(ctx, t, old)
+			return time.Since(begin)
+		}},
+		{"helm upgrade to a new image tag (node plugin and mounter rolled)", true, true, func() time.Duration {
+			old, oldMounter := in.nodePod(ctx, t), in.mounterPod(ctx, t)
 			newRef := driverRef + "-upgrade"
 			in.tagImage(t, driverRef, newRef)
 			tag := newRef[strings.LastIndexByte(newRef, ':')+1:]
+			image := strings.TrimPrefix(newRef, "docker.io/")
 			begin := time.Now()
 			in.helmRun(t, "upgrade", chartRelease, filepath.Join(repoRoot(t), "deploy", "helm", "epochfs"),
 				"--namespace", chartNamespace, "--reuse-values", "--set-string", "image.tag="+tag)
 			in.waitNodePod(ctx, t, func(p *corev1.Pod) bool {
-				return p.UID != old.UID && podReady(p) && p.Spec.Containers[0].Image == strings.TrimPrefix(newRef, "docker.io/")
+				return p.UID != old.UID && podReady(p) && p.Spec.Containers[0].Image == image
 			})
+			in.waitMounterGone(ctx, t, oldMounter)
+			if m := in.mounterPod(ctx, t); m == nil || m.Spec.Containers[0].Image != image {
+				t.Fatalf("after the upgrade the mounter pod runs %v, want %s", m, image)
+			}
 			return time.Since(begin)
 		}},
 	}
 	for i, step := range steps {
 		passesBefore := in.streamPasses(ctx, t, v.ns, "streamer", files)
-		ready := step.disrupt()
+		supBefore := mountProcesses(t, in.stateDir)
+		probe.reset()
+		back := step.disrupt()
 		waitCSINode(ctx, t, in.c, true)
 		// Reads through the disruption and after it: two more passes.
 		in.waitStreamPasses(ctx, t, v.ns, "streamer", files, passesBefore+2)
-		if pids := mountProcesses(t, in.stateDir); len(pids) != 1 || pids[0] != mountPID {
-			t.Fatalf("after %s: mount processes %v, want the same one (%d)", step.name, pids, mountPID)
+		stall, probeErrs := probe.worst()
+		if probeErrs != nil {
+			t.Fatalf("after %s: the host's probe of the mount failed: %v", step.name, probeErrs)
 		}
-		if m := in.mounterPod(ctx, t); m == nil || m.UID != mounter.UID || restarts(m, "mounter") != 0 {
+		sup := mountProcesses(t, in.stateDir)
+		if len(sup) != 1 || (sup[0] == supBefore[0]) == step.newMount {
+			t.Fatalf("after %s: mount supervisors %v (before %v), want %s", step.name, sup, supBefore,
+				map[bool]string{true: "a new one", false: "the same one"}[step.newMount])
+		}
+		if c := in.stagedConnection(t); c != conn {
+			t.Fatalf("after %s: the staged mount is %+v, was %+v: remounted, not recovered", step.name, c, conn)
+		}
+		m := in.mounterPod(ctx, t)
+		if step.newMounter {
+			mounter = in.waitMounterReady(ctx, t)
+			if parent := parentPID(t, sup[0]); !slices.Contains(in.mounterProcesses(t), parent) {
+				t.Fatalf("after %s: the mount's supervisor %d is a child of %d, not of the mounter", step.name, sup[0], parent)
+			}
+		} else if m == nil || m.UID != mounter.UID || restarts(m, "mounter") != 0 {
 			t.Fatalf("after %s: the mounter pod was replaced or restarted", step.name)
+		}
+		if p, err := in.c.Client.CoreV1().Pods(v.ns).Get(ctx, "streamer", metav1.GetOptions{}); err != nil || p.UID != streamer.UID ||
+			restarts(p, "reader") != 0 || p.Status.Phase != corev1.PodRunning {
+			t.Fatalf("after %s: the streaming pod was restarted or replaced (%v)", step.name, err)
 		}
 		name := fmt.Sprintf("new-reader-%d", i+1)
 		begin := time.Now()
@@ -181,14 +262,17 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 		checkPasses(t, passSums(t, string(log)), files, 1)
 		in.removePod(t, v.ns, name)
 		passesAfter := in.streamPasses(ctx, t, v.ns, "streamer", files)
-		fmt.Printf("%s: node plugin Ready again in %.1fs; streamer %d passes before, %d after, 0 errors, 0 wrong bytes; "+
-			"mount process %d unchanged; a new pod mounted the PVC and read it right in %.1fs\n",
-			step.name, ready.Seconds(), passesBefore, passesAfter, mountPID, newPod.Seconds())
+		fmt.Printf("%s: back in %.1fs; streamer %d passes before, %d after, 0 errors, 0 wrong bytes, pod not restarted; "+
+			"longest probe read %s (%d reads); mount supervisor %v -> %v, same FUSE connection %s; "+
+			"a new pod mounted the PVC and read it right in %.1fs\n",
+			step.name, back.Seconds(), passesBefore, passesAfter, stall.Round(time.Millisecond), probe.count(),
+			supBefore, sup, conn.dev, newPod.Seconds())
 	}
+	probe.stop()
 
-	// The driver that now runs (the third since the mount was made) also
-	// releases it: the last pod gone, the kubelet unstages, the adopted
-	// mount process ends and nothing stays mounted.
+	// The driver that now runs (the fourth since the mount was made) also
+	// releases it: the last pod gone, the kubelet unstages, the mount's
+	// processes end and nothing stays mounted.
 	in.removePod(t, v.ns, "streamer")
 	released := time.Now()
 	for len(allMountProcesses(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.stateDir)) > 0 || len(fuseMountsUnder(t, in.c.KubeletDir)) > 0 {
@@ -198,8 +282,161 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	fmt.Printf("released by the upgraded driver: mount process gone and nothing mounted %.1fs after the last pod was deleted\n",
+	if held, _ := filepath.Glob(filepath.Join(in.stateDir, "node", "held", "*.sock")); len(held) != 0 {
+		t.Fatalf("after unstage the node plugin still lends %v", held)
+	}
+	fmt.Printf("released by the upgraded driver: mount processes gone and nothing mounted %.1fs after the last pod was deleted\n",
 		time.Since(released).Seconds())
+}
+
+// stagedMount is the FUSE mount of the node's one dataset under the state
+// dir: its mount point and device (the connection: a remount is another).
+type stagedMount struct{ mountpoint, dev string }
+
+func (in *install) stagedConnection(t *testing.T) stagedMount {
+	t.Helper()
+	infos, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return !strings.HasPrefix(m.FSType, "fuse") || !strings.HasPrefix(m.Mountpoint, in.stateDir+"/"), false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 {
+		t.Fatalf("FUSE mounts under the state dir: %d, want 1", len(infos))
+	}
+	return stagedMount{infos[0].Mountpoint, fmt.Sprintf("%d:%d", infos[0].Major, infos[0].Minor)}
+}
+
+// waitMounterGone waits until the mounter pod old is gone and another is
+// Ready.
+func (in *install) waitMounterGone(ctx context.Context, t *testing.T, old *corev1.Pod) {
+	t.Helper()
+	waitFor(ctx, t, "the old mounter pod gone and a new one Ready", func() bool {
+		if _, err := in.c.Client.CoreV1().Pods(chartNamespace).Get(ctx, old.Name, metav1.GetOptions{}); err == nil {
+			return false
+		}
+		p := in.mounterPod(ctx, t)
+		return p != nil && p.UID != old.UID && podReady(p)
+	})
+}
+
+// mounterProcesses are the pids of the csi-driver --mode=mounter processes
+// of this install.
+func (in *install) mounterProcesses(t *testing.T) []int {
+	t.Helper()
+	found, err := testenv.Processes(func(_ int, args []string) bool {
+		return filepath.Base(args[0]) == "csi-driver" && slices.Contains(args, "--mode=mounter") &&
+			slices.Contains(args, "--state-dir="+in.stateDir)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// supervisedChild is the mount process the supervisor sup runs.
+func supervisedChild(t *testing.T, stateDir string, sup int) int {
+	t.Helper()
+	c := supervisedChildOrZero(t, stateDir, sup)
+	if c == 0 {
+		t.Fatalf("mount supervisor %d runs no mount process", sup)
+	}
+	return c
+}
+
+func supervisedChildOrZero(t *testing.T, stateDir string, sup int) int {
+	for _, pid := range allMountProcesses(t, stateDir) {
+		if pid != sup && parentPID(t, pid) == sup {
+			return pid
+		}
+	}
+	return 0
+}
+
+// parentPID reads pid's parent from /proc (0 if it is gone).
+func parentPID(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid …: comm may hold spaces and parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// waitFor polls cond every 100 ms until it holds or ctx ends.
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// readProbe reads one file of the mount on the host every 20 ms and keeps
+// the longest open+read+close since its last reset, and its errors.
+type readProbe struct {
+	mu     sync.Mutex
+	worstD time.Duration
+	n      int
+	errs   []error
+	done   chan struct{}
+	once   sync.Once
+}
+
+func startReadProbe(t *testing.T, path string, f datagen.File) *readProbe {
+	want := datagen.Sum(f)
+	p := &readProbe{done: make(chan struct{})}
+	go func() {
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			begin := time.Now()
+			b, err := os.ReadFile(path)
+			d := time.Since(begin)
+			if err == nil && sha256.Sum256(b) != want {
+				err = fmt.Errorf("%s: wrong bytes", path)
+			}
+			p.mu.Lock()
+			p.n++
+			p.worstD = max(p.worstD, d)
+			if err != nil && len(p.errs) < 10 {
+				p.errs = append(p.errs, err)
+			}
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *readProbe) stop() { p.once.Do(func() { close(p.done) }) }
+
+func (p *readProbe) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.worstD, p.n, p.errs = 0, 0, nil
+}
+
+func (p *readProbe) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+func (p *readProbe) worst() (time.Duration, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.worstD, errors.Join(p.errs...)
 }
 
 // removePod deletes pod ns/name and waits (up to a minute) until it is
