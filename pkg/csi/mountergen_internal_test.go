@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestMounterReadiness: /readyz answers 200 only when every live dataset
@@ -126,5 +129,60 @@ func TestWatchExit(t *testing.T) {
 	defer mu.Unlock()
 	if exited[b.Process.Pid] {
 		t.Error("a stopped watch called back")
+	}
+}
+
+// TestWatchExitNoThreadPerWatch: 100 watches of live processes park
+// goroutines on the poller, not OS threads (a blocking poll(2) per watch
+// would add one thread each), and each still calls back at its exit.
+func TestWatchExitNoThreadPerWatch(t *testing.T) {
+	const n = 100
+	threads := func() int {
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+				k, _ := strconv.Atoi(strings.TrimSpace(v))
+				return k
+			}
+		}
+		t.Fatal("no Threads: line")
+		return 0
+	}
+	before := threads()
+	cmds := make([]*exec.Cmd, n)
+	done := make(chan int, n)
+	for i := range cmds {
+		c := exec.Command("sleep", "600")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = c
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		ticks, _ := startTicks(c.Process.Pid)
+		stop, err := watchExit(c.Process.Pid, ticks, func() { done <- c.Process.Pid })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+	}
+	time.Sleep(200 * time.Millisecond) // every watch parked
+	if during := threads(); during-before > n/4 {
+		t.Fatalf("%d threads with %d watches, %d before: a thread per watch", during, n, before)
+	}
+	for _, c := range cmds {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+	}
+	seen := map[int]bool{}
+	for len(seen) < n {
+		select {
+		case pid := <-done:
+			seen[pid] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d watches called back", len(seen), n)
+		}
 	}
 }

@@ -53,9 +53,12 @@ func (n *nodeState) watch(ds *datasetMount, h *heldMount) {
 }
 
 // watchExit calls onExit (in its own goroutine) once process pid, started
-// at ticks, has exited, unless stop is called first.
+// at ticks, has exited, unless stop is called first. The pidfd is opened
+// non-blocking and waited for through Go's network poller (a pidfd turns
+// readable when its process exits): a watch parks a goroutine, not an OS
+// thread, so a node with many mounts holds no thread per mount.
 func watchExit(pid int, ticks uint64, onExit func()) (stop func(), err error) {
-	pfd, err := unix.PidfdOpen(pid, 0)
+	pfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if errors.Is(err, unix.ESRCH) {
 		go onExit()
 		return func() {}, nil
@@ -68,37 +71,39 @@ func watchExit(pid int, ticks uint64, onExit func()) (stop func(), err error) {
 		go onExit()
 		return func() {}, nil
 	}
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	f := os.NewFile(uintptr(pfd), fmt.Sprintf("pidfd:%d", pid))
+	rc, err := f.SyscallConn()
 	if err != nil {
-		unix.Close(pfd)
-		return nil, fmt.Errorf("csi: eventfd: %w", err)
+		f.Close()
+		return nil, fmt.Errorf("csi: pidfd %d: %w", pid, err)
 	}
-	var mu sync.Mutex // guards done, so that stop never writes a closed descriptor
-	done := false
+	var mu sync.Mutex // guards stopped: an exit seen after stop calls nothing
+	stopped := false
 	go func() {
-		fds := []unix.PollFd{{Fd: int32(pfd), Events: unix.POLLIN}, {Fd: int32(efd), Events: unix.POLLIN}}
-		for {
-			_, err := unix.Poll(fds, -1)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			break
-		}
-		exited := fds[1].Revents == 0 && fds[0].Revents != 0
+		exited := false
+		err := rc.Read(func(fd uintptr) bool {
+			// Called at once, then each time the poller says readable.
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, _ := unix.Poll(p, 0)
+			exited = n > 0 && p[0].Revents&unix.POLLIN != 0
+			return exited
+		})
 		mu.Lock()
-		done = true
-		unix.Close(pfd)
-		unix.Close(efd)
+		call := exited && err == nil && !stopped
+		stopped = true
 		mu.Unlock()
-		if exited {
+		f.Close()
+		if call {
 			onExit()
 		}
 	}()
 	return func() {
 		mu.Lock()
-		defer mu.Unlock()
-		if !done {
-			_, _ = unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		already := stopped
+		stopped = true
+		mu.Unlock()
+		if !already {
+			f.Close() // ends the pending Read with os.ErrClosed
 		}
 	}, nil
 }
