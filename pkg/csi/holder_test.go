@@ -4,14 +4,20 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
@@ -226,7 +232,8 @@ func TestConnectionOutlivesProcesses(t *testing.T) {
 	// 4. the node plugin restarts, holds again, and recovers a kill -9 of
 	// the mount's processes.
 	p.kill9(t)
-	p2 := runDriverProcess(t, dir, "all", extra...)
+	metricsAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	p2 := runDriverProcess(t, dir, "all", append(extra, "--metrics-addr", metricsAddr)...)
 	waitFor(t, 10*time.Second, "the restarted node plugin's hold", func() bool {
 		return strings.Contains(p2.log.String(), "holding the dataset mount's FUSE connection")
 	})
@@ -244,6 +251,13 @@ func TestConnectionOutlivesProcesses(t *testing.T) {
 	checkFiles(t, target, files)
 	r.check(t, "node plugin restarted, mount killed")
 
+	// The mount's own cachefs_connection_* series reach the node plugin's
+	// /metrics with the dataset's labels, counted across every process
+	// the connection had: 1 takeover (the move to m2), 3 recoveries (the
+	// supervisor's, then two through the node plugin), each with its stall.
+	// The node plugin's own counters are this process's: 1 recovery.
+	checkConnectionSeries(t, metricsAddr, 1, 3)
+
 	r.end()
 	unpublish(t, p2.td, "vol-h", target)
 	unstage(t, p2.td, "vol-h", staging)
@@ -252,5 +266,58 @@ func TestConnectionOutlivesProcesses(t *testing.T) {
 	}
 	if held, _ := filepath.Glob(filepath.Join(state, "node", "held", "*")); len(held) != 0 {
 		t.Errorf("lending sockets left after unstage: %v", held)
+	}
+}
+
+// checkConnectionSeries scrapes the node plugin at addr and checks the
+// one mount's re-exported cachefs_connection_* series (labelled with its
+// dataset key) and the node plugin's epochfs_csi_connection_recoveries_total.
+func checkConnectionSeries(t *testing.T, addr string, handovers, recoveries float64) {
+	t.Helper()
+	var fams map[string]*dto.MetricFamily
+	var err error
+	for range 20 { // the node plugin scrapes its mounts on each scrape; a loaded machine may miss one
+		resp, gerr := http.Get("http://" + addr + "/metrics")
+		if gerr != nil {
+			err = gerr
+			time.Sleep(250 * time.Millisecond)
+			continue
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err = parser.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err == nil && fams["cachefs_connection_recoveries_total"] != nil {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("scrape of the node plugin: %v", err)
+	}
+	one := func(name string) *dto.Metric {
+		mf := fams[name]
+		if mf == nil || len(mf.GetMetric()) != 1 {
+			t.Fatalf("%s: %v, want one series", name, mf)
+		}
+		return mf.GetMetric()[0]
+	}
+	for name, want := range map[string]float64{"cachefs_connection_handovers_total": handovers, "cachefs_connection_recoveries_total": recoveries} {
+		m := one(name)
+		if !strings.HasPrefix(label(m, csi.LabelDatasetKey), "ds-") || m.GetCounter().GetValue() != want {
+			t.Errorf("%s: %v, want %v labelled with the dataset", name, m, want)
+		}
+	}
+	stalls := map[string]uint64{}
+	for _, m := range fams["cachefs_connection_stall_seconds"].GetMetric() {
+		if label(m, csi.LabelDatasetKey) == "" {
+			t.Errorf("stall series without the dataset label: %v", m)
+		}
+		stalls[label(m, "kind")] = m.GetHistogram().GetSampleCount()
+	}
+	if stalls["takeover"] != uint64(handovers) || stalls["recovery"] != uint64(recoveries) {
+		t.Errorf("cachefs_connection_stall_seconds counts %v, want takeover %v, recovery %v", stalls, handovers, recoveries)
+	}
+	if m := one("epochfs_csi_connection_recoveries_total"); m.GetCounter().GetValue() != 1 {
+		t.Errorf("epochfs_csi_connection_recoveries_total: %v, want 1 (this node plugin's)", m)
 	}
 }
