@@ -91,9 +91,12 @@ func parseStream(log string, files []datagen.File) streamLog {
 // every process the mount depends on in turn: (1) kill -9 of csi-driver,
 // (2) the node plugin pod deleted (the DaemonSet makes a new one), (3)
 // kill -9 of the mount process (the supervisor starts a new one on the
-// same FUSE connection), (4) the mounter pod deleted with every process of
-// it (the node plugin, which holds the connection, recovers the mount
-// through the next mounter pod), (5) `helm upgrade` to a new image tag,
+// same FUSE connection), (4) the mounter pod deleted (a new mounter pod
+// is handed the mount by a graceful takeover while the old one waits out
+// its grace period), (5) kill -9 of the mounter, whose container the
+// runtime stops with every process in it (the node plugin, which holds
+// the connection, recovers the mount through the restarted mounter), (6)
+// `helm upgrade` to a new image tag,
 // which rolls the node plugin and, with a surge, the mounter (the new
 // mounter pod is handed the mount by a graceful takeover before the old
 // one goes). After each the reader has seen no error and no wrong byte,
@@ -196,6 +199,22 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 				t.Fatal(err)
 			}
 			in.waitMounterGone(ctx, t, old)
+			return time.Since(begin)
+		}},
+		{"kill -9 the mounter (its container restarts; the runtime kills its mount processes with it)", true, true, func() time.Duration {
+			old := in.mounterPod(ctx, t)
+			mounters := in.mounterProcesses(t)
+			if len(mounters) != 1 {
+				t.Fatalf("mounter processes %v, want 1", mounters)
+			}
+			begin := time.Now()
+			if err := syscall.Kill(mounters[0], syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(ctx, t, "the mounter container restarted and Ready", func() bool {
+				p := in.mounterPod(ctx, t)
+				return p != nil && p.UID == old.UID && restarts(p, "mounter") > restarts(old, "mounter") && podReady(p)
+			})
 			return time.Since(begin)
 		}},
 		{"helm upgrade to a new image tag (node plugin and mounter rolled)", true, true, func() time.Duration {
