@@ -32,10 +32,16 @@ import (
 // live nodes are in that table: a mount remembers nothing per file it
 // listed but the kernel no longer holds, beyond the listing itself.
 //
-// nmu guards nodes, byKey, inos and nextID; a node's fields but nlookup and
-// kids are immutable.
+// Every node id given to the kernel is first recorded in the node table
+// (nodetable.go), when there is one, so that a process recovering the
+// connection after a crash answers for it.
+//
+// nmu guards nodes, byKey, inos and nextID, and the node table's writes;
+// a node's fields but nlookup and kids are immutable; ntable is set once.
 type backendFS struct {
 	rawBase
+
+	ntable *NodeTable // nil: node ids are not recorded (no recovery)
 
 	nmu    sync.Mutex
 	nodes  map[uint64]*backendNode // by node id; the root is node 1
@@ -75,6 +81,7 @@ func newBackendFS(f *FS) *backendFS {
 		nextID: fuse.FUSE_ROOT_ID,
 	}
 	r.init(f)
+	r.ntable = f.opts.NodeTable
 	r.listDir = r.readDir
 	r.fileOf = r.fileOfNode
 	return r
@@ -135,7 +142,24 @@ func (r *backendFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 	r.nodes[id] = n
 	r.byKey[k] = id
 	r.nodes[parent].kids++
+	r.recordLocked(id, n)
 	return id
+}
+
+// recordLocked writes node id to the node table, before the reply that
+// gives the kernel the id (the caller's). A node the table cannot hold
+// is served all the same: the table is marked incomplete, so a recovery
+// is refused rather than served without it. r.nmu must be held.
+func (r *backendFS) recordLocked(id uint64, n *backendNode) {
+	if r.ntable == nil {
+		return
+	}
+	err := r.ntable.append(NodeRecord{ID: id, Parent: n.parent, Ino: n.ino, Size: n.size, Mtime: n.mtime,
+		Name: n.name, Version: n.version, Dir: n.dir})
+	if err != nil {
+		r.fsys.log.Error("fusefs: node table: node ids are no longer recorded; this connection cannot be recovered after a crash (the mount serves on)",
+			"err", err)
+	}
 }
 
 // Forget drops n lookups of a node; a node the kernel forgot and whose

@@ -378,6 +378,10 @@ func (m *Mount) serveMetrics(store *cache.Store, b backend.Backend, undo *undoLi
 // newFS builds the file system and registers its listing and readahead
 // metrics.
 func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.Store, man *manifest.Manifest, peers fusefs.Peers, undo *undoList) (*fusefs.FS, error) {
+	nodes, err := m.openNodeTable(man)
+	if err != nil {
+		return nil, err
+	}
 	fsys, err := fusefs.New(fusefs.Options{
 		Peers:        peers,
 		Backend:      b,
@@ -391,6 +395,9 @@ func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.
 		// The backing table (recover.go): passthrough ids survive a crash.
 		NoPassthrough: m.cfg.NoPassthrough,
 		BackingTable:  m.openBackingTable(),
+		// The node table (recover.go): without a manifest, node ids
+		// survive a crash.
+		NodeTable: nodes,
 
 		ListingCacheEntries: m.cfg.ListingCacheEntries,
 		MaxDirEntries:       m.cfg.MaxDirEntries,
