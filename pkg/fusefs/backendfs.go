@@ -113,8 +113,10 @@ func (r *backendFS) pathLocked(n *backendNode) string {
 }
 
 // ref returns the node of entry e in directory parent, created if the
-// kernel holds none, and counts one lookup of it.
-func (r *backendFS) ref(parent uint64, path string, e backend.Entry) uint64 {
+// kernel holds none, and counts one lookup of it. A new node is recorded
+// in the node table: in batch, when not nil (the caller flushes it before
+// its reply), else at once.
+func (r *backendFS) ref(parent uint64, path string, e backend.Entry, batch *nodeBatch) uint64 {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
 	k := nodeKey{parent, e.Name}
@@ -142,8 +144,16 @@ func (r *backendFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 	r.nodes[id] = n
 	r.byKey[k] = id
 	r.nodes[parent].kids++
-	r.recordLocked(id, n)
+	if r.ntable != nil && batch != nil {
+		r.ntable.add(batch, nodeRecord(id, n))
+	} else {
+		r.recordLocked(id, n)
+	}
 	return id
+}
+
+func nodeRecord(id uint64, n *backendNode) NodeRecord {
+	return NodeRecord{ID: id, Parent: n.parent, Ino: n.ino, Size: n.size, Mtime: n.mtime, Name: n.name, Version: n.version, Dir: n.dir}
 }
 
 // recordLocked writes node id to the node table, before the reply that
@@ -154,8 +164,20 @@ func (r *backendFS) recordLocked(id uint64, n *backendNode) {
 	if r.ntable == nil {
 		return
 	}
-	err := r.ntable.append(NodeRecord{ID: id, Parent: n.parent, Ino: n.ino, Size: n.size, Mtime: n.mtime,
-		Name: n.name, Version: n.version, Dir: n.dir})
+	r.logTable(r.ntable.append(nodeRecord(id, n)))
+}
+
+// flushLocked writes a batch of new nodes' records, before the reply
+// that gives the kernel their ids. r.nmu must be held.
+func (r *backendFS) flushLocked(b *nodeBatch) {
+	if r.ntable != nil {
+		r.logTable(r.ntable.flush(b))
+	}
+}
+
+// logTable logs the node table's one failure (after it nothing is
+// recorded).
+func (r *backendFS) logTable(err error) {
 	if err != nil {
 		r.fsys.log.Error("fusefs: node table: node ids are no longer recorded; this connection cannot be recovered after a crash (the mount serves on)",
 			"err", err)
@@ -291,7 +313,7 @@ func (r *backendFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string
 		out.SetEntryTimeout(r.timeout)
 		return fuse.OK
 	}
-	r.fillEntry(r.ref(h.NodeId, join(path, name), e), out)
+	r.fillEntry(r.ref(h.NodeId, join(path, name), e, nil), out)
 	return fuse.OK
 }
 
@@ -364,13 +386,19 @@ func (r *backendFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) 
 		r.fsys.prelist(subdirs)
 	}
 	self, parent := r.dirInos(in.NodeId)
+	var batch nodeBatch // the new node ids of this reply, recorded before it
+	defer func() {
+		r.nmu.Lock()
+		r.flushLocked(&batch)
+		r.nmu.Unlock()
+	}()
 	return dirStream(in, out, plus, self, parent, len(entries),
 		func(k int) (string, bool, uint64) {
 			e := &entries[k]
 			return e.Name, e.IsDir, r.ino(in.NodeId, e.Name, join(path, e.Name))
 		},
 		func(k int, eo *fuse.EntryOut) {
-			r.fillEntry(r.ref(in.NodeId, join(path, entries[k].Name), entries[k]), eo)
+			r.fillEntry(r.ref(in.NodeId, join(path, entries[k].Name), entries[k], &batch), eo)
 		})
 }
 

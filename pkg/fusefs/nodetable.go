@@ -329,28 +329,60 @@ func (t *NodeTable) take() []NodeRecord {
 // ErrNodeTableFull: a node id past the table's limits, not recorded.
 var ErrNodeTableFull = fmt.Errorf("%w: full", ErrNodeTable)
 
-// append records nr at the end of the file, before its id is replied.
-// After the first failure (the table full, a write error) nothing more is
-// recorded and the header says the table is incomplete: a recovery is
-// then refused. It returns that failure once, when it happens (to be
-// logged), and nil after. nmu is held.
-func (t *NodeTable) append(nr NodeRecord) error {
-	if t.incomplete != nil {
-		return nil
+// nodeBatch is records encoded for one reply (a READDIRPLUS hands the
+// kernel many ids at once), written by flush in one pwrite before the
+// reply. Its owner is the request that fills it.
+type nodeBatch struct {
+	buf []byte
+	n   int   // records in buf
+	err error // a record that cannot be encoded (a name or version too long)
+}
+
+// add encodes nr into b. It touches nothing of t but its bounds.
+func (t *NodeTable) add(b *nodeBatch, nr NodeRecord) {
+	if b.err != nil {
+		return
 	}
 	if len(nr.Name) > maxNodeName || len(nr.Version) > maxNodeVersion {
-		return t.fail(fmt.Errorf("%w: node %d: a name of %d or version of %d bytes, over %d/%d", ErrNodeTable, nr.ID, len(nr.Name), len(nr.Version), maxNodeName, maxNodeVersion))
+		b.err = fmt.Errorf("%w: node %d: a name of %d or version of %d bytes, over %d/%d", ErrNodeTable, nr.ID, len(nr.Name), len(nr.Version), maxNodeName, maxNodeVersion)
+		return
 	}
-	n := int64(nodeRecordFixed + len(nr.Name) + len(nr.Version))
-	if t.records >= t.lim.MaxRecords || t.size+n > t.lim.MaxBytes {
-		return t.fail(fmt.Errorf("%w: %d records, %d bytes (limits %d records, --listing-cache-entries; %d bytes, --max-listing-memory)",
-			ErrNodeTableFull, t.records, t.size, t.lim.MaxRecords, t.lim.MaxBytes))
+	b.buf = encodeNodeRecord(b.buf, nr)
+	b.n++
+}
+
+// append records nr at the end of the file, before its id is replied
+// (flush of a batch of one). nmu is held.
+func (t *NodeTable) append(nr NodeRecord) error {
+	b := nodeBatch{buf: t.buf[:0]}
+	t.add(&b, nr)
+	err := t.flush(&b)
+	t.buf = b.buf
+	return err
+}
+
+// flush writes b's records at the end of the file, before the reply that
+// gives the kernel their ids. After the first failure (the table full, a
+// record too long, a write error) nothing more is recorded and the
+// header says the table is incomplete: a recovery is then refused. It
+// returns that failure once, when it happens (to be logged), and nil
+// after. nmu is held.
+func (t *NodeTable) flush(b *nodeBatch) error {
+	if t.incomplete != nil || (b.n == 0 && b.err == nil) {
+		return nil
 	}
-	t.buf = encodeNodeRecord(t.buf[:0], nr)
-	if _, err := t.f.WriteAt(t.buf, t.size); err != nil {
+	if b.err != nil {
+		return t.fail(b.err)
+	}
+	n := int64(len(b.buf))
+	if t.records+b.n > t.lim.MaxRecords || t.size+n > t.lim.MaxBytes {
+		return t.fail(fmt.Errorf("%w: %d records, %d bytes, %d more (limits %d records, --listing-cache-entries; %d bytes, --max-listing-memory)",
+			ErrNodeTableFull, t.records, t.size, b.n, t.lim.MaxRecords, t.lim.MaxBytes))
+	}
+	if _, err := t.f.WriteAt(b.buf, t.size); err != nil {
 		return t.fail(fmt.Errorf("%w: write: %w", ErrNodeTable, err))
 	}
-	t.records++
+	t.records += b.n
 	t.size += n
 	return nil
 }

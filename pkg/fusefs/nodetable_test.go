@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/epochfs/epochfs/pkg/backend"
 )
 
 var tableLim = NodeTableLimits{MaxRecords: 100, MaxBytes: 1 << 20}
@@ -202,5 +204,42 @@ func TestNodeTableAdopt(t *testing.T) {
 	}
 	if _, p, _ := r.node(7); p != "a/x" {
 		t.Fatalf("node 7's path %q, want a/x", p)
+	}
+}
+
+// TestNodeTableRecordsTree: a backend tree records each node id it
+// creates, at once (LOOKUP) or in a batch flushed before the reply
+// (READDIRPLUS), not a second lookup of a known node; a tree recovering
+// from the table answers for every id with the same node.
+func TestNodeTableRecordsTree(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nodes")
+	nt, err := OpenNodeTable(path, "", tableLim)
+	must(t, err)
+	old := newBackendFS(&FS{opts: Options{NodeTable: nt}})
+	dir := old.ref(1, "a", backend.Entry{Name: "a", IsDir: true}, nil)
+	var b nodeBatch
+	x := old.ref(dir, "a/x", backend.Entry{Name: "x", Size: 5, Version: "v1"}, &b)
+	old.ref(dir, "a/x", backend.Entry{Name: "x", Size: 5, Version: "v1"}, &b) // a second lookup: no record
+	y := old.ref(dir, "a/y", backend.Entry{Name: "y", Size: 6, Version: "v2"}, &b)
+	if b.n != 2 || nt.records != 1 {
+		t.Fatalf("batch of %d, %d records written before the flush; want 2 and 1", b.n, nt.records)
+	}
+	old.nmu.Lock()
+	old.flushLocked(&b)
+	old.nmu.Unlock()
+
+	loaded, err := OpenNodeTable(path, nt.Token(), tableLim)
+	must(t, err)
+	fresh := newBackendFS(&FS{opts: Options{NodeTable: loaded}})
+	must(t, fresh.adopt(&HandoverState{NodeTable: nt.Token()}))
+	for _, id := range []uint64{dir, x, y} {
+		want, wp, _ := old.node(id)
+		got, gp, ok := fresh.node(id)
+		if !ok || gp != wp || got.ino != want.ino || got.size != want.size || got.version != want.version || got.dir != want.dir {
+			t.Fatalf("node %d: %+v at %q, want %+v at %q", id, got, gp, want, wp)
+		}
+	}
+	if next := fresh.ref(dir, "a/z", backend.Entry{Name: "z", Version: "v3"}, nil); next != y+1 {
+		t.Fatalf("the recovered tree's next id %d, want %d", next, y+1)
 	}
 }

@@ -129,6 +129,9 @@ type Config struct {
 	// wrapBackend, when set, wraps the opened backend (tests only: slow or
 	// failing sources).
 	wrapBackend func(backend.Backend) backend.Backend
+	// noNodeTable, when set, mounts without a manifest record no node ids
+	// (tests only: the node table's cost, BenchmarkListingWalk).
+	noNodeTable bool
 }
 
 // Mount is one running (or ready-to-run) mount.

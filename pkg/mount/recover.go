@@ -152,7 +152,7 @@ func (m *Mount) openBackingTable() *fusefs.BackingTable {
 // Without a table a fresh mount serves on, but refuses holders. It runs
 // under the cache lock, so no other mount of the cache dir writes it.
 func (m *Mount) openNodeTable(man *manifest.Manifest) (*fusefs.NodeTable, error) {
-	if man != nil {
+	if man != nil || m.cfg.noNodeTable {
 		return nil, nil
 	}
 	lim := fusefs.NodeTableLimits{
