@@ -84,7 +84,11 @@ func TestRecoverListingAfterKill(t *testing.T) {
 	var stalls []string
 	var worst time.Duration
 	for i := range kills {
-		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond) // a random point of the readers' loop
+		pause := 300 * time.Millisecond
+		if i == 0 {
+			pause = 50 * time.Millisecond // most likely within the first round, which creates the node ids
+		}
+		time.Sleep(time.Duration(rand.Int64N(int64(pause)))) // a random point of the readers' loop
 		if err := syscall.Kill(childPid(t, sup), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -124,5 +128,45 @@ func TestRecoverListingAfterKill(t *testing.T) {
 	}
 	if worst > maxRecoveryStall {
 		t.Errorf("a reader stalled %v across a kill, over %v", worst, maxRecoveryStall)
+	}
+}
+
+// TestRecoverListingAfterTakeover: a supervised listing mount is taken
+// over (`--supervise --takeover`: the successor appends to the node table
+// its state names), then its mount process is killed (-9) twice, while
+// readers verify every byte: the recovered processes answer the ids of
+// all three predecessors, 0 reader errors.
+func TestRecoverListingAfterTakeover(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := buildVersion(t, t.TempDir(), "sup")
+	src, files := nestedDataset(t, datagen.Spec{Files: 30, Classes: 2, MedianSize: 200 << 10, MaxSize: 2 << 20, Seed: 46})
+	opts := listingSupervisedOpts(t, src)
+	old := startSupervisor(t, bin, opts)
+	waitHeld(t, opts.CacheDir, old)
+	rd := startReaders(t, opts.Mountpoint, files, 2, files[0])
+	rd.waitRounds(1)
+	next := opts
+	next.Takeover = mountapi.HandoverSocket(opts.CacheDir)
+	sup := testenv.StartCachefs(t, bin, next)
+	waitLog(t, sup.Proc, "supervise: holding the connection")
+	if err := old.Err(); err != nil {
+		t.Fatalf("the old supervisor after its mount handed over: %v, want exit 0:\n%s", err, old.Tail(8000))
+	}
+	rd.waitRounds(1)
+	for i := range 2 {
+		if err := syscall.Kill(childPid(t, sup.Proc), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitCount(t, sup.Proc, `msg="supervise: recovered"`, i+1)
+		rd.waitRounds(1)
+	}
+	rd.stop()
+	log := sup.Tail(1 << 22)
+	t.Logf("%d files verified over %d rounds across 1 takeover and 2 kill -9 of a listing mount", rd.files.Load(), rd.rounds.Load())
+	if n := rd.errs.Load(); n != 0 {
+		t.Fatalf("%d reader errors; first: %v\n%s", n, rd.firstErr, sup.Tail(8000))
+	}
+	if strings.Contains(log, "node table is unusable") || strings.Count(log, "recovered the dead process's node table") != 2 {
+		t.Fatalf("the successor did not go on with the running mount's node table, or a recovery did not load it:\n%s", sup.Tail(8000))
 	}
 }
