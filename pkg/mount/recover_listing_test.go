@@ -170,3 +170,40 @@ func TestRecoverListingAfterTakeover(t *testing.T) {
 		t.Fatalf("the successor did not go on with the running mount's node table, or a recovery did not load it:\n%s", sup.Tail(8000))
 	}
 }
+
+// TestRecoverListingTableFull: a listing mount whose node ids outgrow the
+// node table (--listing-cache-entries 10, 30 files) serves on, logs one
+// ERROR saying its ids are no longer recorded, and a recovery after a
+// kill -9 is refused (the table is marked incomplete) rather than served
+// without the ids: the supervisor gives up after 3 refused starts and
+// unmounts, a visible failure.
+func TestRecoverListingTableFull(t *testing.T) {
+	testenv.RequireFUSE(t)
+	bin := buildVersion(t, t.TempDir(), "sup")
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 30, Classes: 2, Seed: 47})
+	opts := listingSupervisedOpts(t, src)
+	opts.ListingCacheEntries = 10
+	sup := startSupervisor(t, bin, opts)
+	waitHeld(t, opts.CacheDir, sup)
+	for _, f := range files {
+		if err := verify(opts.Mountpoint, f, datagen.Content(f)); err != nil {
+			t.Fatalf("a mount whose node table is full must serve on: %v", err)
+		}
+	}
+	if n := strings.Count(sup.Tail(1<<22), "fusefs: node table: node ids are no longer recorded"); n != 1 {
+		t.Fatalf("%d ERROR lines about the full node table, want 1:\n%s", n, sup.Tail(8000))
+	}
+	if err := syscall.Kill(childPid(t, sup), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-sup.Done
+	log := sup.Tail(1 << 22)
+	if sup.Err() == nil || !strings.Contains(log, "supervise: giving up") || strings.Contains(log, `msg="supervise: recovered"`) ||
+		!strings.Contains(log, "is incomplete") {
+		t.Fatalf("the supervisor after a kill with an incomplete node table: %v, want the recoveries refused (incomplete) and a failure:\n%s", sup.Err(), sup.Tail(8000))
+	}
+	if _, err := os.Stat(filepath.Join(opts.Mountpoint, files[0].Path)); err == nil {
+		t.Fatal("the mount still serves after the supervisor gave up")
+	}
+	t.Logf("a full node table: the mount served on, the recovery was refused and the supervisor gave up")
+}
