@@ -388,9 +388,11 @@ func (r *backendFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) 
 	self, parent := r.dirInos(in.NodeId)
 	var batch nodeBatch // the new node ids of this reply, recorded before it
 	defer func() {
-		r.nmu.Lock()
-		r.flushLocked(&batch)
-		r.nmu.Unlock()
+		if batch.n > 0 || batch.err != nil {
+			r.nmu.Lock()
+			r.flushLocked(&batch)
+			r.nmu.Unlock()
+		}
 	}()
 	return dirStream(in, out, plus, self, parent, len(entries),
 		func(k int) (string, bool, uint64) {

@@ -283,9 +283,13 @@ const pinnedLookups = 1 << 62
 func (r *backendFS) adopt(st *HandoverState) error {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
+	var recs []NodeRecord
+	if r.ntable != nil {
+		recs = r.ntable.take() // a takeover's are not needed: its state has the nodes
+	}
 	var err error
 	if st.Nodes == nil {
-		err = r.adoptRecordsLocked(r.ntable.take())
+		err = r.adoptRecordsLocked(recs)
 	} else {
 		err = r.adoptStateLocked(st)
 	}
