@@ -243,3 +243,38 @@ func TestNodeTableRecordsTree(t *testing.T) {
 		t.Fatalf("the recovered tree's next id %d, want %d", next, y+1)
 	}
 }
+
+// FuzzNodeTableLoad: whatever follows a node table's header, the loader
+// neither panics nor allocates past its bounds, and what it accepts is a
+// tree: unique ids, each parent the root or a directory before it, valid
+// names.
+func FuzzNodeTableLoad(f *testing.F) {
+	var good []byte
+	for _, r := range goodRecords() {
+		good = encodeNodeRecord(good, r)
+	}
+	f.Add(good)
+	f.Add(good[:len(good)-2])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		path := filepath.Join(t.TempDir(), "nodes")
+		nt, err := OpenNodeTable(path, "", tableLim)
+		must(t, err)
+		_, err = nt.f.WriteAt(body, nodeHeaderSize)
+		must(t, err)
+		got, err := OpenNodeTable(path, nt.Token(), tableLim)
+		if err != nil {
+			if !errors.Is(err, ErrNodeTable) {
+				t.Fatalf("a refusal without ErrNodeTable: %v", err)
+			}
+			return
+		}
+		seen := map[uint64]bool{1: true}
+		for _, r := range got.Records() {
+			if err := checkNodeRecord(r, seen); err != nil {
+				t.Fatalf("accepted a bad record: %v", err)
+			}
+			seen[r.ID] = r.Dir
+		}
+	})
+}
