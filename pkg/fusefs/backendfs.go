@@ -32,10 +32,16 @@ import (
 // live nodes are in that table: a mount remembers nothing per file it
 // listed but the kernel no longer holds, beyond the listing itself.
 //
-// nmu guards nodes, byKey, inos and nextID; a node's fields but nlookup and
-// kids are immutable.
+// Every node id given to the kernel is first recorded in the node table
+// (nodetable.go), when there is one, so that a process recovering the
+// connection after a crash answers for it.
+//
+// nmu guards nodes, byKey, inos and nextID, and the node table's writes;
+// a node's fields but nlookup and kids are immutable; ntable is set once.
 type backendFS struct {
 	rawBase
+
+	ntable *NodeTable // nil: node ids are not recorded (no recovery)
 
 	nmu    sync.Mutex
 	nodes  map[uint64]*backendNode // by node id; the root is node 1
@@ -75,6 +81,7 @@ func newBackendFS(f *FS) *backendFS {
 		nextID: fuse.FUSE_ROOT_ID,
 	}
 	r.init(f)
+	r.ntable = f.opts.NodeTable
 	r.listDir = r.readDir
 	r.fileOf = r.fileOfNode
 	return r
@@ -106,8 +113,10 @@ func (r *backendFS) pathLocked(n *backendNode) string {
 }
 
 // ref returns the node of entry e in directory parent, created if the
-// kernel holds none, and counts one lookup of it.
-func (r *backendFS) ref(parent uint64, path string, e backend.Entry) uint64 {
+// kernel holds none, and counts one lookup of it. A new node is recorded
+// in the node table: in batch, when not nil (the caller flushes it before
+// its reply), else at once.
+func (r *backendFS) ref(parent uint64, path string, e backend.Entry, batch *nodeBatch) uint64 {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
 	k := nodeKey{parent, e.Name}
@@ -135,7 +144,44 @@ func (r *backendFS) ref(parent uint64, path string, e backend.Entry) uint64 {
 	r.nodes[id] = n
 	r.byKey[k] = id
 	r.nodes[parent].kids++
+	if r.ntable != nil && batch != nil {
+		r.ntable.add(batch, nodeRecord(id, n))
+	} else {
+		r.recordLocked(id, n)
+	}
 	return id
+}
+
+func nodeRecord(id uint64, n *backendNode) NodeRecord {
+	return NodeRecord{ID: id, Parent: n.parent, Ino: n.ino, Size: n.size, Mtime: n.mtime, Name: n.name, Version: n.version, Dir: n.dir}
+}
+
+// recordLocked writes node id to the node table, before the reply that
+// gives the kernel the id (the caller's). A node the table cannot hold
+// is served all the same: the table is marked incomplete, so a recovery
+// is refused rather than served without it. r.nmu must be held.
+func (r *backendFS) recordLocked(id uint64, n *backendNode) {
+	if r.ntable == nil {
+		return
+	}
+	r.logTable(r.ntable.append(nodeRecord(id, n)))
+}
+
+// flushLocked writes a batch of new nodes' records, before the reply
+// that gives the kernel their ids. r.nmu must be held.
+func (r *backendFS) flushLocked(b *nodeBatch) {
+	if r.ntable != nil {
+		r.logTable(r.ntable.flush(b))
+	}
+}
+
+// logTable logs the node table's one failure (after it nothing is
+// recorded).
+func (r *backendFS) logTable(err error) {
+	if err != nil {
+		r.fsys.log.Error("fusefs: node table: node ids are no longer recorded; this connection cannot be recovered after a crash (the mount serves on)",
+			"err", err)
+	}
 }
 
 // Forget drops n lookups of a node; a node the kernel forgot and whose
@@ -267,7 +313,7 @@ func (r *backendFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string
 		out.SetEntryTimeout(r.timeout)
 		return fuse.OK
 	}
-	r.fillEntry(r.ref(h.NodeId, join(path, name), e), out)
+	r.fillEntry(r.ref(h.NodeId, join(path, name), e, nil), out)
 	return fuse.OK
 }
 
@@ -340,13 +386,21 @@ func (r *backendFS) readDir(in *fuse.ReadIn, out *fuse.DirEntryList, plus bool) 
 		r.fsys.prelist(subdirs)
 	}
 	self, parent := r.dirInos(in.NodeId)
+	var batch nodeBatch // the new node ids of this reply, recorded before it
+	defer func() {
+		if batch.n > 0 || batch.err != nil {
+			r.nmu.Lock()
+			r.flushLocked(&batch)
+			r.nmu.Unlock()
+		}
+	}()
 	return dirStream(in, out, plus, self, parent, len(entries),
 		func(k int) (string, bool, uint64) {
 			e := &entries[k]
 			return e.Name, e.IsDir, r.ino(in.NodeId, e.Name, join(path, e.Name))
 		},
 		func(k int, eo *fuse.EntryOut) {
-			r.fillEntry(r.ref(in.NodeId, join(path, entries[k].Name), entries[k]), eo)
+			r.fillEntry(r.ref(in.NodeId, join(path, entries[k].Name), entries[k], &batch), eo)
 		})
 }
 

@@ -109,6 +109,12 @@ type Options struct {
 	// recovers the connection after this one dies. The FS writes it from
 	// Mount or Adopt on; it stays mapped until the process exits.
 	BackingTable *BackingTable
+	// NodeTable, when set, records every node id a tree without a manifest
+	// gives the kernel (nodetable.go), for a process that recovers the
+	// connection after this one dies; a loaded one (OpenNodeTable with
+	// the connection's token) is where Adopt takes a crashed process's
+	// node ids from. Ignored with a manifest (its ids are entry indexes).
+	NodeTable *NodeTable
 	// ListingCacheEntries bounds the directory entries a mount without a
 	// manifest keeps from its listings (listing.go). About 150 bytes each
 	// with S3 names and ETags.

@@ -47,6 +47,10 @@ type HandoverState struct {
 	// BackingTable is the token of the connection's backing table
 	// (backingtable.go), which the successor maps and writes on.
 	BackingTable string `json:"backing_table,omitempty"`
+	// NodeTable is the token of a backend tree's node table
+	// (nodetable.go), which the successor appends to; a crash recovery's
+	// state has no Nodes and takes them from it.
+	NodeTable string `json:"node_table,omitempty"`
 	// A backend tree's node table (nil with a manifest) and counter.
 	Nodes  []NodeState `json:"nodes,omitempty"`
 	NextID uint64      `json:"next_id,omitempty"`
@@ -100,6 +104,15 @@ func Identity(m *manifest.Manifest, backendID string) string {
 // passthrough backing ids, which this FS writes.
 func (f *FS) BackingTable() *BackingTable { return f.opts.BackingTable }
 
+// NodeTable is Options.NodeTable: nil, or the table of node ids a tree
+// without a manifest records.
+func (f *FS) NodeTable() *NodeTable {
+	if f.manifest != nil {
+		return nil
+	}
+	return f.opts.NodeTable
+}
+
 // DeviceFd is the mounted connection's /dev/fuse descriptor (-1 before
 // Mount or when it could not be told). It stays the FS's: dup it to pass it.
 func (f *FS) DeviceFd() int { return int(f.devFd.Load()) }
@@ -118,6 +131,9 @@ func (f *FS) Freeze() (*HandoverState, error) {
 	st := &HandoverState{Dataset: f.Identity(), NoPassthrough: r.noBacking.Load()}
 	if r.table != nil {
 		st.BackingTable = r.table.Token()
+	}
+	if nt := f.opts.NodeTable; nt != nil {
+		st.NodeTable = nt.Token()
 	}
 	r.open.mu.Lock()
 	st.NextFh = r.open.nextFh
@@ -145,8 +161,11 @@ func (f *FS) Adopt(st *HandoverState, fds BackingFds, devFd int) (fuse.RawFileSy
 	if st.Dataset != f.Identity() {
 		return nil, fmt.Errorf("%w: the running mount serves %q, this one %q", ErrHandover, st.Dataset, f.Identity())
 	}
-	if (st.Nodes != nil) != (f.manifest == nil) {
-		return nil, fmt.Errorf("%w: node table and manifest disagree", ErrHandover)
+	switch nt := f.opts.NodeTable; {
+	case f.manifest != nil && st.Nodes != nil:
+		return nil, fmt.Errorf("%w: a node table and a manifest", ErrHandover)
+	case f.manifest == nil && st.Nodes == nil && (nt == nil || !nt.Loaded()):
+		return nil, fmt.Errorf("%w: the node ids of a backend tree are neither in the state nor in a node table", ErrHandover)
 	}
 	raw := f.newTree()
 	r := f.base.Load()
@@ -251,10 +270,67 @@ func (r *backendFS) export(st *HandoverState) {
 	}
 }
 
-// adopt replaces the node table with st's.
+// pinnedLookups is the lookup count of a node loaded from the node table
+// after a crash: the kernel's count died with the process, so the node is
+// kept until unmount (FORGET never brings it to 0).
+const pinnedLookups = 1 << 62
+
+// adopt replaces the node table with st's, or, after a crash (st has no
+// nodes), with the node table file's records, each kept until unmount; the
+// id counter goes on past the largest id. A node table that was not the
+// connection's (a new one) then records every node adopted, so that it is
+// complete.
 func (r *backendFS) adopt(st *HandoverState) error {
 	r.nmu.Lock()
 	defer r.nmu.Unlock()
+	var recs []NodeRecord
+	if r.ntable != nil {
+		recs = r.ntable.take() // a takeover's are not needed: its state has the nodes
+	}
+	var err error
+	if st.Nodes == nil {
+		err = r.adoptRecordsLocked(recs)
+	} else {
+		err = r.adoptStateLocked(st)
+	}
+	if err != nil || r.ntable == nil || r.ntable.Loaded() {
+		return err
+	}
+	for _, id := range slices.Sorted(maps.Keys(r.nodes)) { // parents first: a parent's id is the smaller
+		if id != fuse.FUSE_ROOT_ID {
+			r.recordLocked(id, r.nodes[id])
+		}
+	}
+	return nil
+}
+
+// adoptRecordsLocked makes the nodes of a node table's records (checked by
+// the loader: unique ids, each parent a directory recorded before it). A
+// name recorded twice (the file changed, a new node) is the later node's.
+func (r *backendFS) adoptRecordsLocked(recs []NodeRecord) error {
+	root := r.nodes[fuse.FUSE_ROOT_ID]
+	nodes := map[uint64]*backendNode{fuse.FUSE_ROOT_ID: root}
+	byKey := map[nodeKey]uint64{}
+	inos := map[uint64]uint64{root.ino: fuse.FUSE_ROOT_ID}
+	next := uint64(fuse.FUSE_ROOT_ID)
+	for _, rec := range recs {
+		p := nodes[rec.Parent]
+		if p == nil || !p.dir { // cannot happen: the loader checked
+			return fmt.Errorf("%w: node table: node %d without its parent %d", ErrHandover, rec.ID, rec.Parent)
+		}
+		nodes[rec.ID] = &backendNode{parent: rec.Parent, ino: rec.Ino, nlookup: pinnedLookups, size: rec.Size,
+			mtime: rec.Mtime, name: rec.Name, version: rec.Version, dir: rec.Dir}
+		p.kids++
+		byKey[nodeKey{rec.Parent, rec.Name}] = rec.ID
+		inos[rec.Ino] = rec.ID
+		next = max(next, rec.ID)
+	}
+	r.nodes, r.byKey, r.inos, r.nextID = nodes, byKey, inos, next
+	return nil
+}
+
+// adoptStateLocked makes the nodes of a handover state.
+func (r *backendFS) adoptStateLocked(st *HandoverState) error {
 	nodes := make(map[uint64]*backendNode, len(st.Nodes))
 	byKey := map[nodeKey]uint64{}
 	inos := map[uint64]uint64{}

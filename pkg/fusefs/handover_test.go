@@ -16,11 +16,11 @@ import (
 func TestBackendTreeHandover(t *testing.T) {
 	f := &FS{}
 	old := newBackendFS(f)
-	dir := old.ref(fuse.FUSE_ROOT_ID, "a", backend.Entry{Name: "a", IsDir: true})
-	old.ref(dir, "a/x", backend.Entry{Name: "x", Size: 5, Version: "v1"})
-	old.ref(dir, "a/x", backend.Entry{Name: "x", Size: 5, Version: "v1"}) // a second lookup
-	old.ref(dir, "a/x", backend.Entry{Name: "x", Size: 6, Version: "v2"}) // changed: a new node, the old one unnamed
-	old.ref(fuse.FUSE_ROOT_ID, "b", backend.Entry{Name: "b", Size: 1, Version: "w"})
+	dir := old.ref(fuse.FUSE_ROOT_ID, "a", backend.Entry{Name: "a", IsDir: true}, nil)
+	old.ref(dir, "a/x", backend.Entry{Name: "x", Size: 5, Version: "v1"}, nil)
+	old.ref(dir, "a/x", backend.Entry{Name: "x", Size: 5, Version: "v1"}, nil) // a second lookup
+	old.ref(dir, "a/x", backend.Entry{Name: "x", Size: 6, Version: "v2"}, nil) // changed: a new node, the old one unnamed
+	old.ref(fuse.FUSE_ROOT_ID, "b", backend.Entry{Name: "b", Size: 1, Version: "w"}, nil)
 	var st HandoverState
 	old.export(&st)
 

@@ -9,6 +9,10 @@ import (
 // WrapBackend makes the mount of c read through wrap(its backend).
 func WrapBackend(c *Config, wrap func(backend.Backend) backend.Backend) { c.wrapBackend = wrap }
 
+// WithoutNodeTable makes the mount of c record no node ids (no recovery
+// without a manifest): the node table's cost.
+func WithoutNodeTable(c *Config) { c.noNodeTable = true }
+
 // SetUnmountTimers shortens Unmount's waits for a test (restored at cleanup).
 func SetUnmountTimers(t interface{ Cleanup(func()) }, grace, stacks time.Duration) {
 	g, s := unmountGrace, unmountStacks

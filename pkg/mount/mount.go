@@ -129,6 +129,9 @@ type Config struct {
 	// wrapBackend, when set, wraps the opened backend (tests only: slow or
 	// failing sources).
 	wrapBackend func(backend.Backend) backend.Backend
+	// noNodeTable, when set, mounts without a manifest record no node ids
+	// (tests only: the node table's cost, BenchmarkListingWalk).
+	noNodeTable bool
 }
 
 // Mount is one running (or ready-to-run) mount.
@@ -378,6 +381,10 @@ func (m *Mount) serveMetrics(store *cache.Store, b backend.Backend, undo *undoLi
 // newFS builds the file system and registers its listing and readahead
 // metrics.
 func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.Store, man *manifest.Manifest, peers fusefs.Peers, undo *undoList) (*fusefs.FS, error) {
+	nodes, err := m.openNodeTable(man)
+	if err != nil {
+		return nil, err
+	}
 	fsys, err := fusefs.New(fusefs.Options{
 		Peers:        peers,
 		Backend:      b,
@@ -391,6 +398,9 @@ func (m *Mount) newFS(reg *prometheus.Registry, b backend.Backend, store *cache.
 		// The backing table (recover.go): passthrough ids survive a crash.
 		NoPassthrough: m.cfg.NoPassthrough,
 		BackingTable:  m.openBackingTable(),
+		// The node table (recover.go): without a manifest, node ids
+		// survive a crash.
+		NodeTable: nodes,
 
 		ListingCacheEntries: m.cfg.ListingCacheEntries,
 		MaxDirEntries:       m.cfg.MaxDirEntries,

@@ -8,6 +8,7 @@ package mount
 // is such a holder: `cachefs mount --supervise`.
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
@@ -23,23 +24,25 @@ import (
 )
 
 // ErrRecover: a held connection this mount cannot serve (another mount
-// point, dataset version or INIT, or no manifest).
+// point, dataset version or INIT, or, without a manifest, no node table
+// of the connection that can be trusted).
 var ErrRecover = errors.New("mount: recover")
 
-// ErrRecoverNeedsManifest: without a manifest node ids are a counter whose
-// table dies with the process (a persisted id table is not built), so a
-// listing-based mount cannot be recovered.
-var ErrRecoverNeedsManifest = fmt.Errorf("%w: crash recovery needs a manifest (node ids of a listing-based mount die with its process)", ErrRecover)
+// ErrNoNodeTable: a mount without a manifest whose node table could not
+// be made: its node ids die with its process, so it refuses holders.
+var ErrNoNodeTable = fmt.Errorf("%w: no node table (node ids of this listing-based mount die with its process)", ErrRecover)
 
 // heldDataset is the file system state a holder gets: the dataset's
 // identity (node ids of a manifest mount are the manifest's; file handles
-// are adopted at their first READ) and the token of the connection's
+// are adopted at their first READ), the token of the connection's
 // backing table (its passthrough ids and their handles, in the cache dir:
-// backingTablePath), so that a table of another connection is never
-// trusted.
+// backingTablePath) and, without a manifest, of its node table (the node
+// ids given to the kernel: nodeTablePath), so that a table of another
+// connection is never trusted.
 type heldDataset struct {
 	Dataset      string `json:"dataset"`
 	BackingTable string `json:"backing_table,omitempty"`
+	NodeTable    string `json:"node_table,omitempty"`
 }
 
 // backingTablePath is where a mount keeps its connection's backing table
@@ -48,10 +51,16 @@ func backingTablePath(cacheDir string) string {
 	return filepath.Join(cacheDir, "connection", "backing")
 }
 
+// nodeTablePath is where a mount without a manifest records its node ids
+// (fusefs.NodeTable).
+func nodeTablePath(cacheDir string) string {
+	return filepath.Join(cacheDir, "connection", "nodes")
+}
+
 // held is what a holder gets: INIT, mount point, identity and descriptor.
 func (m *Mount) held() (handover.State, int, error) {
-	if m.manifest == nil {
-		return handover.State{}, -1, ErrRecoverNeedsManifest
+	if m.manifest == nil && m.fsys.NodeTable() == nil {
+		return handover.State{}, -1, ErrNoNodeTable
 	}
 	hs, fd, err := m.connection()
 	if err != nil {
@@ -61,6 +70,9 @@ func (m *Mount) held() (handover.State, int, error) {
 	if t := m.fsys.BackingTable(); t != nil {
 		ds.BackingTable = t.Token()
 	}
+	if t := m.fsys.NodeTable(); t != nil {
+		ds.NodeTable = t.Token()
+	}
 	if hs.FS, err = json.Marshal(ds); err != nil {
 		return handover.State{}, -1, err
 	}
@@ -68,17 +80,15 @@ func (m *Mount) held() (handover.State, int, error) {
 }
 
 // recoverConn checks that this mount can serve the held connection and
-// prepares serveTaken: the dead process's node ids are the manifest's, its
-// file handles are adopted at their first READ, its passthrough backing
+// prepares serveTaken: the dead process's node ids are the manifest's (or,
+// without one, in the connection's node table, which openNodeTable loads
+// once the cache is locked), its file handles are adopted at their first READ, its passthrough backing
 // ids and their open handles are in the connection's backing table, which
 // openBackingTable maps once the cache is locked (this mount reuses an id
 // for new opens of its node and unregisters it at the last RELEASE).
 func (m *Mount) recoverConn(b backend.Backend, man *manifest.Manifest) error {
 	h := m.cfg.Recover
 	m.handover.start = time.Now()
-	if man == nil {
-		return ErrRecoverNeedsManifest
-	}
 	if filepath.Clean(h.Mountpoint) != filepath.Clean(m.cfg.Mountpoint) {
 		return fmt.Errorf("%w: the held connection is mounted at %s, not %s", ErrRecover, h.Mountpoint, m.cfg.Mountpoint)
 	}
@@ -89,11 +99,14 @@ func (m *Mount) recoverConn(b backend.Backend, man *manifest.Manifest) error {
 	if want := fusefs.Identity(man, b.ID()); ds.Dataset != want {
 		return fmt.Errorf("%w: the held connection served %q, this mount would serve %q", ErrRecover, ds.Dataset, want)
 	}
+	if man == nil && ds.NodeTable == "" {
+		return fmt.Errorf("%w: the held state names no node table (a mount without a manifest from before node tables): the dead process's node ids are unknown", ErrRecover)
+	}
 	if err := m.checkInit(h.Init, h.InitOut); err != nil {
 		return fmt.Errorf("%w: %w", ErrRecover, err)
 	}
 	m.handover.taken = &handover.Taken{State: h.State, Fd: h.Fd}
-	m.handover.fsState = &fusefs.HandoverState{Dataset: ds.Dataset, BackingTable: ds.BackingTable}
+	m.handover.fsState = &fusefs.HandoverState{Dataset: ds.Dataset, BackingTable: ds.BackingTable, NodeTable: ds.NodeTable}
 	m.log.Info("recovering the connection of a dead mount process", "from_version", h.Version)
 	return nil
 }
@@ -128,4 +141,46 @@ func (m *Mount) openBackingTable() *fusefs.BackingTable {
 		m.log.Info("recovered the dead process's backing table", "open_backing_handles", len(t.Records()))
 	}
 	return t
+}
+
+// openNodeTable opens the node table of a mount without a manifest (nil
+// with one): a new one for a fresh mount; the predecessor's after a
+// takeover or a crash recovery, by the token its state names. A recovery
+// whose table is not the connection's, corrupt, over the limits or
+// incomplete is refused (ErrRecover: its node ids are unknown). A takeover
+// then starts a new table, which records the nodes of the handover state.
+// Without a table a fresh mount serves on, but refuses holders. It runs
+// under the cache lock, so no other mount of the cache dir writes it.
+func (m *Mount) openNodeTable(man *manifest.Manifest) (*fusefs.NodeTable, error) {
+	if man != nil || m.cfg.noNodeTable {
+		return nil, nil
+	}
+	lim := fusefs.NodeTableLimits{
+		MaxRecords: cmp.Or(m.cfg.ListingCacheEntries, fusefs.DefaultListingCacheEntries),
+		MaxBytes:   cmp.Or(m.cfg.MaxListingMemory, fusefs.DefaultMaxListingMemory),
+	}
+	path := nodeTablePath(m.cfg.CacheDir)
+	var token string
+	if st := m.handover.fsState; st != nil {
+		token = st.NodeTable
+	}
+	if token != "" {
+		t, err := fusefs.OpenNodeTable(path, token, lim)
+		switch {
+		case err == nil && m.cfg.Recover != nil:
+			m.log.Info("recovered the dead process's node table", "nodes", len(t.Records()))
+			return t, nil
+		case err == nil:
+			return t, nil
+		case m.cfg.Recover != nil:
+			return nil, fmt.Errorf("%w: %w", ErrRecover, err)
+		}
+		m.log.Warn("the running mount's node table is unusable; starting a new one with the handed-over nodes", "err", err)
+	}
+	t, err := fusefs.OpenNodeTable(path, "", lim)
+	if err != nil {
+		m.log.Warn("no node table: this mount cannot be recovered after a crash (it refuses holders)", "err", err)
+		return nil, nil
+	}
+	return t, nil
 }

@@ -84,7 +84,8 @@ type child struct {
 // stops the mount: SIGTERM, and the mount unmounts), the mount exits by
 // itself with success (unmounted, or handed over to `--takeover`), or the
 // restarts pass their bound. A mount that refuses holders (not
-// recoverable) is waited for; its exit is Supervise's.
+// recoverable: a listing-based mount that could not make its node table,
+// ErrNoNodeTable) is waited for; its exit is Supervise's.
 func Supervise(ctx context.Context, c SuperviseConfig) error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)

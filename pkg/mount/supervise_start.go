@@ -23,7 +23,7 @@ import (
 )
 
 // errNotRecoverable: the mount serves but refuses holders (a
-// listing-based mount without a persisted node id table).
+// listing-based mount that could not make its node table: ErrNoNodeTable).
 var errNotRecoverable = errors.New("the mount refuses holders")
 
 // borrowTimeout bounds the connect to the holder at RecoverFrom (its answer

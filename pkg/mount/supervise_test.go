@@ -121,32 +121,39 @@ func TestSuperviseCredentialsFD(t *testing.T) {
 }
 
 // TestSuperviseListing: a listing-based mount (no manifest) under
-// --supervise mounts and serves; if it cannot be held the supervisor warns
-// once that it is not recoverable, and the mount's exit is the
-// supervisor's (SIGTERM to the mount: it unmounts and exits 0).
+// --supervise is held and recovered like a manifest mount: readers verify
+// every byte of it in a loop across two kill -9 of the mount process, with
+// 0 errors (the node ids the kernel holds are the node table's); no "not
+// recoverable" warning; and the mount's own exit is the supervisor's
+// (SIGTERM to the mount: it unmounts and exits 0).
 func TestSuperviseListing(t *testing.T) {
 	testenv.RequireFUSE(t)
 	bin := buildVersion(t, t.TempDir(), "sup")
-	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 8, Classes: 1, Seed: 42})
+	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 24, Classes: 3, MedianSize: 100 << 10, MaxSize: 2 << 20, Seed: 42})
 	opts := mountapi.CommandOptions{Source: src, Mountpoint: t.TempDir(), CacheDir: t.TempDir(), CacheSize: 1 << 30,
-		Manifest: mountapi.ManifestNone, LogLevel: "info", Supervise: true}
+		Manifest: mountapi.ManifestNone, WholeFileMax: 1 << 20, BlockSize: 256 << 10, LogLevel: "info", Supervise: true}
 	sup := startSupervisor(t, bin, opts)
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(sup.Tail(1<<20), "supervise: not recoverable") && !strings.Contains(sup.Tail(1<<20), "supervise: holding the connection") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the supervisor neither holds nor warns:\n%s", sup.Tail(8000))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	n := strings.Count(sup.Tail(1<<20), "supervise: not recoverable")
-	if n > 1 {
-		t.Errorf("%d warnings, want one", n)
-	}
-	t.Logf("listing mount under --supervise: %d \"not recoverable\" warning (0: it is held)", n)
-	for _, f := range files {
-		if err := verify(opts.Mountpoint, f, datagen.Content(f)); err != nil {
+	waitHeld(t, opts.CacheDir, sup)
+	rd := startReaders(t, opts.Mountpoint, files, 2, files[0])
+	rd.waitRounds(1)
+	for i := range 2 {
+		if err := syscall.Kill(childPid(t, sup), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
+		waitCount(t, sup, `msg="supervise: recovered"`, i+1)
+		rd.waitRounds(1)
+	}
+	rd.stop()
+	log := sup.Tail(1 << 22)
+	if strings.Contains(log, "supervise: not recoverable") {
+		t.Errorf("the supervisor warns that the listing mount is not recoverable:\n%s", sup.Tail(8000))
+	}
+	if n := strings.Count(log, "recovered the dead process's node table"); n != 2 {
+		t.Errorf("%d recovered node tables logged, want 2:\n%s", n, sup.Tail(8000))
+	}
+	t.Logf("listing mount under --supervise: %d files verified over %d rounds across 2 kill -9", rd.files.Load(), rd.rounds.Load())
+	if n := rd.errs.Load(); n != 0 {
+		t.Fatalf("%d reader errors across the kills; first: %v\n%s", n, rd.firstErr, sup.Tail(8000))
 	}
 	if err := syscall.Kill(childPid(t, sup), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
