@@ -151,6 +151,13 @@ func oneSupervisor(t *testing.T, stateDir, what string, ok func(pid int) bool) i
 // connection, recovers it through the next mounter), and the node plugin
 // restarts, holds again and recovers a kill of the mount's processes.
 func TestConnectionOutlivesProcesses(t *testing.T) {
+	t.Run("manifest", func(t *testing.T) { testConnectionOutlivesProcesses(t, true) })
+	// A listing mount: its node ids are in the node table, so it is held
+	// and recovered the same way.
+	t.Run("listing", func(t *testing.T) { testConnectionOutlivesProcesses(t, false) })
+}
+
+func testConnectionOutlivesProcesses(t *testing.T, withManifest bool) {
 	testenv.RequireFUSE(t)
 	dir := t.TempDir()
 	mounter := runDriverProcess(t, dir, "mounter")
@@ -159,7 +166,10 @@ func TestConnectionOutlivesProcesses(t *testing.T) {
 	data, files := dataset(t)
 	work := filepath.Join(dir, "kubelet", "pod")
 	staging, target := filepath.Join(work, "staging"), filepath.Join(work, "pod", "vol")
-	vctx := map[string]string{"source": data, "manifest": manifestFile(t, data), "cacheSize": "64MiB"}
+	vctx := map[string]string{"source": data, "cacheSize": "64MiB"}
+	if withManifest {
+		vctx["manifest"] = manifestFile(t, data)
+	}
 	t.Cleanup(func() {
 		for _, m := range append(mountsUnder(t, work), mountsUnder(t, dir)...) {
 			t.Errorf("left mounted: %s", m)
