@@ -19,6 +19,7 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv"
+	"github.com/epochfs/epochfs/pkg/mount/fusectl"
 )
 
 // dirGate holds the opens of one directory of an inner FUSE file system
@@ -126,7 +127,10 @@ func TestRecoverMidReaddir(t *testing.T) {
 	if err := unix.Stat(opts.Mountpoint, &st); err != nil {
 		t.Fatal(err)
 	}
-	waiting := filepath.Join("/sys/fs/fuse/connections", strconv.Itoa(int(unix.Minor(st.Dev))), "waiting")
+	if err := fusectl.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	waiting := filepath.Join(fusectl.Dir, strconv.Itoa(int(unix.Minor(st.Dev))), "waiting")
 
 	type result struct {
 		names []string
@@ -150,7 +154,9 @@ func TestRecoverMidReaddir(t *testing.T) {
 	}
 	// With fusectl mounted, the connection says a request is in the
 	// mount process (the gate already says its listing is).
-	if b, err := os.ReadFile(waiting); err == nil && strings.TrimSpace(string(b)) == "0" {
+	if b, err := os.ReadFile(waiting); err != nil {
+		t.Fatal(err)
+	} else if strings.TrimSpace(string(b)) == "0" {
 		t.Fatal("no request waiting on the mount's connection: the READDIR is not in the mount process")
 	}
 	pid := childPid(t, sup)

@@ -19,6 +19,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/pkg/handover"
 	"github.com/epochfs/epochfs/pkg/handover/fuseconn"
+	"github.com/epochfs/epochfs/pkg/mount/fusectl"
 	"github.com/epochfs/epochfs/pkg/mount/mountapi"
 )
 
@@ -272,7 +273,10 @@ func TestRecoverMidRead(t *testing.T) {
 	if err := unix.Stat(opts.Mountpoint, &st); err != nil {
 		t.Fatal(err)
 	}
-	waiting := filepath.Join("/sys/fs/fuse/connections", strconv.Itoa(int(unix.Minor(st.Dev))), "waiting")
+	if err := fusectl.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	waiting := filepath.Join(fusectl.Dir, strconv.Itoa(int(unix.Minor(st.Dev))), "waiting")
 
 	innerPid := innerMount.Proc.Cmd.Process.Pid
 	if err := syscall.Kill(innerPid, syscall.SIGSTOP); err != nil {

@@ -167,10 +167,24 @@ func killContainerdTasks(p clusterPaths) error {
 	if err != nil {
 		return err
 	}
+	failed := map[string]error{}
 	for _, id := range strings.Fields(out) {
 		_, _ = run("tasks", "kill", "-s", "SIGKILL", id)
 		if _, err := run("tasks", "delete", "-f", id); err != nil && !strings.Contains(err.Error(), "not found") {
-			errs = append(errs, err) // "not found": it went between the list and the delete
+			failed[id] = err // "not found": it went between the list and the delete
+		}
+	}
+	if len(failed) > 0 {
+		// A task whose shim exited while it was deleted fails with "ttrpc:
+		// closed", yet is gone: only those still listed are errors.
+		left, err := run("tasks", "ls", "-q")
+		if err != nil {
+			return err
+		}
+		for _, id := range strings.Fields(left) {
+			if failed[id] != nil {
+				errs = append(errs, failed[id])
+			}
 		}
 	}
 	out, err = run("containers", "ls", "-q")

@@ -24,8 +24,8 @@ const Dir = "/sys/fs/fuse/connections"
 func Abort(id uint32) error {
 	abort := fmt.Sprintf("%s/%d/abort", Dir, id)
 	if _, err := os.Stat(abort); err != nil {
-		if err := unix.Mount("fusectl", Dir, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("fusectl: mount %s: %w", Dir, err)
+		if err := Ensure(); err != nil {
+			return err
 		}
 	}
 	if err := os.WriteFile(abort, []byte("1"), 0); err != nil {
@@ -33,3 +33,20 @@ func Abort(id uint32) error {
 	}
 	return nil
 }
+
+// Ensure mounts the fusectl file system at Dir unless it is mounted (a
+// machine just booted may not have it: systemd mounts it only on demand).
+// Needs root.
+func Ensure() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(Dir, &st); err == nil && st.Type == fusectlMagic {
+		return nil
+	}
+	if err := unix.Mount("fusectl", Dir, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("fusectl: mount %s: %w", Dir, err)
+	}
+	return nil
+}
+
+// fusectlMagic is the fusectl file system's statfs type (FUSE_CTL_SUPER_MAGIC).
+const fusectlMagic = 0x65735543
