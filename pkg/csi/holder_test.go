@@ -28,9 +28,8 @@ import (
 	"github.com/epochfs/epochfs/pkg/source"
 )
 
-// manifestFile indexes the dataset at data into a manifest file (a
-// manifest mount is one whose connection can be held and recovered).
-func manifestFile(t *testing.T, data string) string {
+// indexDataset indexes the local dataset at data.
+func indexDataset(t *testing.T, data string) *manifest.Manifest {
 	t.Helper()
 	src, _ := source.Parse(data)
 	b, err := all.Open(ctx, src, backend.Options{})
@@ -42,6 +41,14 @@ func manifestFile(t *testing.T, data string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// manifestFile indexes the dataset at data into a manifest file (a
+// manifest mount is one whose connection can be held and recovered).
+func manifestFile(t *testing.T, data string) string {
+	t.Helper()
+	m := indexDataset(t, data)
 	file := filepath.Join(t.TempDir(), "ds.efm")
 	if _, err := m.WriteFile(file); err != nil {
 		t.Fatal(err)

@@ -18,14 +18,10 @@ import (
 
 	"github.com/epochfs/epochfs/internal/datagen"
 	"github.com/epochfs/epochfs/internal/testenv/kube"
-	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/cachelabel"
 	"github.com/epochfs/epochfs/pkg/csi"
-	"github.com/epochfs/epochfs/pkg/manifest"
 	"github.com/epochfs/epochfs/pkg/peer"
 	"github.com/epochfs/epochfs/pkg/peer/kubepeer"
-	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestNodeCacheLabels: the node plugin records, against a real
@@ -49,16 +45,7 @@ func TestNodeCacheLabels(t *testing.T) {
 	td := startDriver(t, func(c *csi.Config) { c.NodeLabels, c.Kubeconfig, c.Namespace = true, kubeconfig, ns })
 
 	data, files := dataset(t)
-	src, _ := source.Parse(data)
-	b, err := all.Open(ctx, src, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: 2})
-	b.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := indexDataset(t, data)
 	if err := os.MkdirAll(filepath.Join(data, ".epochfs"), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/epochfs/epochfs/pkg/backend"
-	"github.com/epochfs/epochfs/pkg/backend/all"
 	"github.com/epochfs/epochfs/pkg/csi"
-	"github.com/epochfs/epochfs/pkg/manifest"
-	"github.com/epochfs/epochfs/pkg/source"
 )
 
 // TestManifestPolicy: the hostile manifest attributes that the driver once
@@ -115,16 +111,7 @@ func TestManifestNoHostFileOracle(t *testing.T) {
 func TestManifestAllowed(t *testing.T) {
 	td := startDriver(t, nil)
 	data, files := dataset(t)
-	src, _ := source.Parse(data)
-	b, err := all.Open(ctx, src, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _, err := manifest.Index(ctx, b, manifest.IndexOptions{Workers: 2})
-	b.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := indexDataset(t, data)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "imagenet.efm")
 	if _, err := m.WriteFile(file); err != nil {
