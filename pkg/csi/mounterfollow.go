@@ -97,12 +97,9 @@ func (n *nodeState) follow(key string, info mounterInfo) error {
 // waits until it serves; ds.PID is then its supervisor. Called with ds's
 // lock held.
 func (n *nodeState) moveTo(ds *datasetMount) error {
-	creds, err := n.readSecrets(ds.Key)
+	creds, err := n.relaunchCredentials(ds)
 	if err != nil {
 		return err
-	}
-	if ds.Credentials && len(creds) == 0 {
-		return errCredentialsLost
 	}
 	opts := n.commandOptions(ds)
 	opts.Takeover = mountapi.HandoverSocket(ds.CacheDir)

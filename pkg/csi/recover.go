@@ -163,12 +163,9 @@ func (n *nodeState) recoverConn(ds *datasetMount, h *heldMount) error {
 	h.mu.Lock()
 	h.held.DiedAt = died
 	h.mu.Unlock()
-	creds, err := n.readSecrets(ds.Key)
+	creds, err := n.relaunchCredentials(ds)
 	if err != nil {
 		return err
-	}
-	if ds.Credentials && len(creds) == 0 {
-		return errCredentialsLost
 	}
 	opts := n.commandOptions(ds)
 	opts.RecoverFrom = h.sock
@@ -309,4 +306,18 @@ func isSupervisor(pid int) bool {
 	}
 	args := strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00")
 	return len(args) > 1 && args[1] == mountapi.Command && bytes.Contains(b, []byte("\x00--"+mountapi.FlagSupervise+"\x00"))
+}
+
+// relaunchCredentials reads the credentials of a running dataset mount
+// for a new process of it (a recovery or a move to another mounter): a
+// mount that had some must find them still (errCredentialsLost).
+func (n *nodeState) relaunchCredentials(ds *datasetMount) ([]string, error) {
+	creds, err := n.readSecrets(ds.Key)
+	if err != nil {
+		return nil, err
+	}
+	if ds.Credentials && len(creds) == 0 {
+		return nil, errCredentialsLost
+	}
+	return creds, nil
 }
