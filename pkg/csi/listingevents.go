@@ -127,6 +127,12 @@ type refusalCounts struct {
 func (rc *refusalCounts) due(counts map[string]float64, now time.Time, every time.Duration) []string {
 	var out []string
 	for c, v := range counts {
+		if v < rc.reported[c] {
+			// The count went back: a new mount process under the same
+			// supervisor (a crash recovery or a takeover; the pid kept is
+			// the supervisor's) counts from 0.
+			rc.reported[c] = 0
+		}
 		if _, known := listingCaps[c]; !known || v <= rc.reported[c] {
 			continue
 		}

@@ -10,7 +10,8 @@ import (
 // whose count went up is due; one reported less than an interval ago is not
 // (its increase waits, and is due once the interval has passed); an
 // unchanged count and an unknown cap label (not in the fixed set, so never
-// in an event's text) are never due.
+// in an event's text) are never due; a count that went back (a new process
+// under the same supervisor) counts from 0.
 func TestListingRefusalsDue(t *testing.T) {
 	const every = time.Minute
 	t0 := time.Unix(1_000_000, 0)
@@ -33,6 +34,9 @@ func TestListingRefusalsDue(t *testing.T) {
 		{map[string]float64{"max-dir-entries": 3, "page-size": 1}, 40 * time.Second, []string{"page-size"}},
 		{map[string]float64{"max-dir-entries": 3, "page-size": 1}, every + time.Second, []string{"max-dir-entries"}},
 		{map[string]float64{"max-dir-entries": 3, "page-size": 1}, 10 * every, nil},
+		// A recovered mount process counts from 0 again: its new refusals
+		// are due, not hidden under the dead process's count.
+		{map[string]float64{"max-dir-entries": 2, "page-size": 0}, 12 * every, []string{"max-dir-entries"}},
 	}
 	for i, s := range steps {
 		if got := report(s.counts, t0.Add(s.after)); !slices.Equal(got, s.want) {
