@@ -110,12 +110,18 @@ func TestRecoverCrashLoop(t *testing.T) {
 	}
 }
 
-// TestRecoverHitRatio: the NR cache is unaffected by a recovery. The
-// cache holds about half the dataset; the epoch after the filling one is
-// read half before a kill -9 and half after it, and its byte hit ratio
-// (the dead process's hits until the kill plus the new one's) is the
-// cache's share of the dataset, C/D, as without a kill.
+// TestRecoverHitRatio: the NR cache is unaffected by a recovery or a
+// graceful takeover. The cache holds about half the dataset; the epoch
+// after the filling one is read half before a kill -9 (or a supervised
+// `--takeover` by a second supervisor) and half after it, and its byte
+// hit ratio (the old process's hits until then plus the new one's) is the
+// cache's share of the dataset, C/D, as without either.
 func TestRecoverHitRatio(t *testing.T) {
+	t.Run("kill", func(t *testing.T) { testHitRatioAcross(t, false) })
+	t.Run("takeover", func(t *testing.T) { testHitRatioAcross(t, true) })
+}
+
+func testHitRatioAcross(t *testing.T, takeover bool) {
 	testenv.RequireFUSE(t)
 	bin := buildVersion(t, t.TempDir(), "recover")
 	src, files := testenv.WriteDataset(t, datagen.Spec{Files: 40, Classes: 2, MedianSize: 200 << 10, MaxSize: 1 << 20, Seed: 30})
@@ -138,17 +144,29 @@ func TestRecoverHitRatio(t *testing.T) {
 	half := len(files) / 2
 	readAll(files[:half])
 	m1 := cacheMetrics(t, opts.CacheDir)
-	if err := syscall.Kill(childPid(t, sup.Proc), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	what := "a kill -9"
+	if takeover {
+		what = "a takeover"
+		next := opts
+		next.Takeover = mountapi.HandoverSocket(opts.CacheDir)
+		sup2 := testenv.StartCachefs(t, bin, next)
+		waitLog(t, sup2.Proc, "supervise: holding the connection")
+		if err := sup.Err(); err != nil {
+			t.Fatalf("the old supervisor after its mount handed over: %v, want exit 0", err)
+		}
+	} else {
+		if err := syscall.Kill(childPid(t, sup.Proc), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitCount(t, sup.Proc, `msg="supervise: recovered"`, 1)
 	}
-	waitCount(t, sup.Proc, `msg="supervise: recovered"`, 1)
 	readAll(files[half:])
 	m2 := cacheMetrics(t, opts.CacheDir) // the new process's counters start at 0
 	hit := m1["cachefs_cache_hit_bytes_total"] - m0["cachefs_cache_hit_bytes_total"] + m2["cachefs_cache_hit_bytes_total"]
 	miss := m1["cachefs_cache_miss_bytes_total"] - m0["cachefs_cache_miss_bytes_total"] + m2["cachefs_cache_miss_bytes_total"]
 	used := m2["cachefs_cache_used_bytes"]
-	t.Logf("epoch spanning a kill -9: hit %d + miss %d bytes of D=%d; cached (C) %d of capacity %d: hit ratio %.4f, C/D %.4f",
-		int64(hit), int64(miss), total, int64(used), total/2, hit/float64(total), used/float64(total))
+	t.Logf("epoch spanning %s: hit %d + miss %d bytes of D=%d; cached (C) %d of capacity %d: hit ratio %.4f, C/D %.4f",
+		what, int64(hit), int64(miss), total, int64(used), total/2, hit/float64(total), used/float64(total))
 	if int64(hit+miss) != total {
 		t.Errorf("the epoch read %d bytes, want D=%d", int64(hit+miss), total)
 	}
