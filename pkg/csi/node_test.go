@@ -14,6 +14,7 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	mountutils "k8s.io/mount-utils"
@@ -22,6 +23,7 @@ import (
 	"github.com/epochfs/epochfs/internal/testenv"
 	"github.com/epochfs/epochfs/internal/testenv/s3"
 	"github.com/epochfs/epochfs/pkg/cache"
+	"github.com/epochfs/epochfs/pkg/mount/fusectl"
 )
 
 var (
@@ -268,8 +270,17 @@ func TestDeadMountRepaired(t *testing.T) {
 			if len(pids) != 1 {
 				t.Fatalf("%d mount processes, want 1", len(pids))
 			}
-			// The supervisor's session: it and its mount process (a
-			// listing mount, not held: it dies).
+			// A dead mount despite its holders (the supervisor and the
+			// node plugin each hold the connection, so killing processes
+			// only stalls it): the connection itself aborted, as when
+			// both holders died; then the supervisor's session killed.
+			var st syscall.Stat_t
+			if err := syscall.Stat(t1, &st); err != nil {
+				t.Fatal(err)
+			}
+			if err := fusectl.Abort(unix.Minor(st.Dev)); err != nil {
+				t.Fatal(err)
+			}
 			if err := syscall.Kill(-pids[0], syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
