@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -259,7 +257,7 @@ func TestMountsSurviveDriverRestarts(t *testing.T) {
 		m := in.mounterPod(ctx, t)
 		if step.newMounter {
 			mounter = in.waitMounterReady(ctx, t)
-			if parent := parentPID(t, sup[0]); !slices.Contains(in.mounterProcesses(t), parent) {
+			if parent := testenv.ParentPID(sup[0]); !slices.Contains(in.mounterProcesses(t), parent) {
 				t.Fatalf("after %s: the mount's supervisor %d is a child of %d, not of the mounter", step.name, sup[0], parent)
 			}
 		} else if m == nil || m.UID != mounter.UID || restarts(m, "mounter") != 0 {
@@ -365,26 +363,11 @@ func supervisedChild(t *testing.T, stateDir string, sup int) int {
 
 func supervisedChildOrZero(t *testing.T, stateDir string, sup int) int {
 	for _, pid := range allMountProcesses(t, stateDir) {
-		if pid != sup && parentPID(t, pid) == sup {
+		if pid != sup && testenv.ParentPID(pid) == sup {
 			return pid
 		}
 	}
 	return 0
-}
-
-// parentPID reads pid's parent from /proc (0 if it is gone).
-func parentPID(t *testing.T, pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// pid (comm) state ppid …: comm may hold spaces and parentheses.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
 }
 
 // waitFor polls cond every 100 ms until it holds or ctx ends.

@@ -135,3 +135,24 @@ func MountProcesses(t testing.TB, dir string) []int {
 	}
 	return pids
 }
+
+// ParentPID returns the parent of process pid as /proc tells it, or 0
+// when pid is gone or a zombie (exited, not yet reaped: no process's
+// child any more, for the tests that ask).
+func ParentPID(pid int) int {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid …: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || f[0] == "Z" {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}

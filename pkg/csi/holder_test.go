@@ -1,7 +1,6 @@
 package csi_test
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"net/http"
@@ -113,22 +112,11 @@ func (r *reader) end() { r.once.Do(func() { close(r.stop) }); <-r.done }
 // childrenOf lists the running processes whose parent is pid.
 func childrenOf(t *testing.T, pid int) []int {
 	t.Helper()
-	pids, err := testenv.Processes(func(p int, _ []string) bool { return parentPIDOK(p) == pid })
+	pids, err := testenv.Processes(func(p int, _ []string) bool { return testenv.ParentPID(p) == pid })
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pids
-}
-
-func parentPIDOK(pid int) int {
-	b, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "stat"))
-	if err != nil || bytes.Contains(b, []byte(") Z ")) {
-		return -1
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	var pp int
-	_, _ = fmt.Sscan(f[1], &pp)
-	return pp
 }
 
 // oneSupervisor returns the driver's one mount supervisor, waiting (up to
@@ -213,7 +201,7 @@ func testConnectionOutlivesProcesses(t *testing.T, withManifest bool) {
 
 	// 2. a new mounter generation takes over, gracefully.
 	m2 := runDriverProcess(t, dir, "mounter")
-	sup2 := oneSupervisor(t, state, "the mount moved to the new mounter", func(s int) bool { return parentPIDOK(s) == m2.cmd.Process.Pid })
+	sup2 := oneSupervisor(t, state, "the mount moved to the new mounter", func(s int) bool { return testenv.ParentPID(s) == m2.cmd.Process.Pid })
 	waitFor(t, 10*time.Second, "the new mounter ready", func() bool { return csi.ProbeMounter(ctx, endpoint) == nil })
 	if err := mounter.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -236,7 +224,7 @@ func testConnectionOutlivesProcesses(t *testing.T, withManifest bool) {
 	_ = syscall.Kill(-sup2, syscall.SIGKILL) // the supervisor's session: it and its mount process
 	time.Sleep(time.Second)
 	m3 := runDriverProcess(t, dir, "mounter")
-	oneSupervisor(t, state, "the mount recovered through the next mounter", func(s int) bool { return parentPIDOK(s) == m3.cmd.Process.Pid })
+	oneSupervisor(t, state, "the mount recovered through the next mounter", func(s int) bool { return testenv.ParentPID(s) == m3.cmd.Process.Pid })
 	waitFor(t, 10*time.Second, "the node plugin's log of the recovery", func() bool {
 		return strings.Contains(p.log.String(), "dataset mount recovered on its FUSE connection")
 	})
@@ -256,7 +244,7 @@ func testConnectionOutlivesProcesses(t *testing.T, withManifest bool) {
 	})
 	sup3 := mountProcesses(t, state)[0]
 	_ = syscall.Kill(-sup3, syscall.SIGKILL)
-	oneSupervisor(t, state, "the mount recovered by the restarted node plugin", func(s int) bool { return s != sup3 && parentPIDOK(s) == m3.cmd.Process.Pid })
+	oneSupervisor(t, state, "the mount recovered by the restarted node plugin", func(s int) bool { return s != sup3 && testenv.ParentPID(s) == m3.cmd.Process.Pid })
 	waitFor(t, 10*time.Second, "the restarted node plugin's log of the recovery", func() bool {
 		return strings.Contains(p2.log.String(), "dataset mount recovered on its FUSE connection")
 	})

@@ -1,11 +1,9 @@
 package csi_test
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -156,11 +154,9 @@ func testKill9AndRestart(t *testing.T, viaMounter bool) {
 
 func parentPID(t *testing.T, pid int) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		t.Fatal(err)
+	ppid := testenv.ParentPID(pid)
+	if ppid == 0 {
+		t.Fatalf("process %d is gone", pid)
 	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	ppid, _ := strconv.Atoi(f[1])
 	return ppid
 }
